@@ -1,0 +1,1 @@
+"""The command-line interface: one small module per subcommand, errors turned into messages here."""

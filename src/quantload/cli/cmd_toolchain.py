@@ -1,0 +1,40 @@
+"""`quantload toolchain`: find or build llama-server, llama-quantize, llama-bench, llama-perplexity."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from quantload.cli.context import cli_context
+from quantload.cli.progress_view import progress_bar
+from quantload.llamacpp.toolchain import ensure_toolchain
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `toolchain` command."""
+
+    @app.command("toolchain")
+    def toolchain(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Find the llama.cpp tools (QUANTLOAD_LLAMA_BIN, PATH) or build them once from the pinned sdist."""
+        cli = cli_context(ctx)
+        settings = cli.config().settings.toolchain
+        with progress_bar(cli.err_console, "llama.cpp build") as progress:
+            chain = ensure_toolchain(settings, cli.environ, progress)
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {"tools": {k: str(v) for k, v in chain.tools.items()}, **chain.version_record()},
+                    indent=2,
+                )
+            )
+            return
+        table = Table("tool", "path", title=f"llama.cpp from {chain.origin}: {chain.label}")
+        for name, path in chain.tools.items():
+            table.add_row(name, str(path))
+        cli.console.print(table)
+        cli.console.print(f"binary reports: {chain.binary_version}")

@@ -1,0 +1,14 @@
+"""The list of subcommand registrars; each subcommand module exposes `register(app)`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import typer
+
+from quantload.cli import cmd_config, cmd_toolchain
+
+REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
+    cmd_config.register,
+    cmd_toolchain.register,
+)

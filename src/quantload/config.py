@@ -1,0 +1,312 @@
+"""The one typed configuration object, and where each of its values came from.
+
+Layers, later ones winning: built-in defaults, the run profile's presets, `quantload.toml` in the
+working folder, `QUANTLOAD_<SECTION>__<KEY>` environment variables, command-line flags.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from quantload.errors import ConfigError
+from quantload.profiles import PROFILE_NAMES, profile_presets
+
+CONFIG_FILE_NAME = "quantload.toml"
+ENV_PREFIX = "QUANTLOAD_"
+# Short environment names that map onto a nested key.
+ENV_ALIASES: dict[str, str] = {
+    "QUANTLOAD_LLAMA_BIN": "toolchain.llama_bin",
+    "QUANTLOAD_CACHE_DIR": "toolchain.cache_dir",
+}
+# Environment variables that belong to quantload but are not configuration keys.
+ENV_NOT_CONFIG: frozenset[str] = frozenset({"QUANTLOAD_HF_ENDPOINT"})
+
+Quant = Literal["F16", "Q8_0", "Q4_K_M"]
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolchainSettings(_Section):
+    """Where the llama.cpp binaries come from."""
+
+    llama_bin: Path | None = None
+    cache_dir: Path | None = None
+    build_jobs: int = Field(default=0, ge=0, description="0 = all cores")
+
+
+class ModelSettings(_Section):
+    """Which model to prepare and which quantizations of it."""
+
+    source: str = "qwen2.5-0.5b"
+    quants: tuple[Quant, ...] = ("F16", "Q8_0", "Q4_K_M")
+    tiny_seed: int = 0
+
+
+class ServerSettings(_Section):
+    """How each llama-server is started."""
+
+    host: str = "127.0.0.1"
+    slots: int = Field(default=8, ge=1)
+    ctx_per_slot: int = Field(default=4096, ge=256)
+    kv_unified: bool = False
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
+    gpu_layers: int = Field(default=0, ge=0)
+    api_key: SecretStr | None = None
+    startup_timeout_s: float = Field(default=180.0, gt=0)
+    extra_args: tuple[str, ...] = ()
+
+
+class QualitySettings(_Section):
+    """Perplexity on WikiText-2."""
+
+    dataset: Path | None = None
+    ctx: int = Field(default=512, ge=16)
+    chunks: int = Field(default=0, ge=0, description="0 = every chunk of the text")
+
+
+class SpeedSettings(_Section):
+    """llama-bench prefill and decode."""
+
+    prompt_tokens: int = Field(default=512, ge=1)
+    gen_tokens: int = Field(default=128, ge=1)
+    reps: int = Field(default=5, ge=1)
+    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
+
+
+class LoadSettings(_Section):
+    """The Locust load stages and the prompt-cache experiment."""
+
+    users: tuple[int, ...] = (1, 2, 4, 8)
+    repeats: int = Field(default=3, ge=1)
+    prompts: str = "builtin"
+    prompt_count: int = Field(default=100, ge=1)
+    min_prompt_tokens: int = Field(default=1, ge=1)
+    max_prompt_tokens: int = Field(default=1024, ge=1)
+    max_tokens: int = Field(default=128, ge=1)
+    ignore_eos: bool = False
+    temperature: float = Field(default=0.0, ge=0)
+    seed: int = 42
+    warmup_requests: int = Field(default=2, ge=0)
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    stage_timeout_s: float = Field(default=3600.0, gt=0)
+    rates_rps: tuple[float, ...] = ()
+    open_loop_requests: int = Field(default=50, ge=1)
+    prefix_tokens: int = Field(default=1500, ge=0)
+    prefix_requests: int = Field(default=20, ge=0)
+    prefix_users: int = Field(default=1, ge=1)
+
+
+class ObserveSettings(_Section):
+    """Exporter, Prometheus and Grafana."""
+
+    exporter_port: int = Field(default=9646, ge=0, le=65535)
+    exporter_timeout_s: float = Field(default=1.0, gt=0)
+    prometheus_binary: str = "prometheus"
+    prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
+    scrape_interval_s: float = Field(default=1.0, gt=0)
+    grafana_url: str | None = None
+    grafana_token: SecretStr | None = None
+
+
+class ReportSettings(_Section):
+    """Service-level objectives the capacity verdict is judged against."""
+
+    slo_ttft_p99_s: float = Field(default=1.0, gt=0)
+    slo_tpot_s: float = Field(default=0.1, gt=0)
+    client_lag_threshold_s: float = Field(default=0.05, gt=0)
+
+
+class RunSettings(_Section):
+    """The whole protocol driven by `quantload run`."""
+
+    profile: Literal["quick", "seed", "ci"] = "seed"
+    out: Path = Path("results")
+    servers_at_once: bool = False
+
+
+class Settings(_Section):
+    """Every setting quantload reads, grouped by the step that uses it."""
+
+    toolchain: ToolchainSettings = ToolchainSettings()
+    model: ModelSettings = ModelSettings()
+    server: ServerSettings = ServerSettings()
+    quality: QualitySettings = QualitySettings()
+    speed: SpeedSettings = SpeedSettings()
+    load: LoadSettings = LoadSettings()
+    observe: ObserveSettings = ObserveSettings()
+    report: ReportSettings = ReportSettings()
+    run: RunSettings = RunSettings()
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """The settings and, for each dotted key, the layer its value came from."""
+
+    settings: Settings
+    sources: Mapping[str, str]
+
+    def source_of(self, key: str) -> str:
+        """Where `key` (dotted, e.g. `load.max_tokens`) got its value."""
+        return self.sources.get(key, "default")
+
+
+def _known_keys() -> dict[str, set[str]]:
+    return {
+        name: set(field.annotation.model_fields)  # type: ignore[union-attr]
+        for name, field in Settings.model_fields.items()
+    }
+
+
+def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
+    known = _known_keys()
+    for section, values in layer.items():
+        if section not in known:
+            raise ConfigError(
+                f"unknown configuration section '{section}' in {origin}",
+                f"known sections: {', '.join(sorted(known))}",
+            )
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"'{section}' in {origin} must be a table of keys")
+        for key in values:
+            if key not in known[section]:
+                raise ConfigError(
+                    f"unknown configuration key '{section}.{key}' in {origin}",
+                    f"keys of [{section}]: {', '.join(sorted(known[section]))}",
+                )
+
+
+def _read_file_layer(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}", "fix the syntax") from None
+    _check_keys(data, str(path))
+    return data
+
+
+def _parse_env_value(raw: str) -> Any:
+    """JSON when it parses (numbers, lists, booleans), else a comma list or the plain string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw.split(",") if "," in raw else raw
+
+
+def _read_env_layer(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    layer: dict[str, dict[str, Any]] = {}
+    origins: dict[str, str] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_CONFIG:
+            continue
+        dotted = ENV_ALIASES.get(name)
+        if dotted is None:
+            rest = name[len(ENV_PREFIX) :].lower()
+            if "__" not in rest:
+                raise ConfigError(
+                    f"unknown environment variable {name}",
+                    "use QUANTLOAD_<SECTION>__<KEY>, e.g. QUANTLOAD_LOAD__MAX_TOKENS=64",
+                )
+            section, key = rest.split("__", 1)
+            dotted = f"{section}.{key}"
+        section, key = dotted.split(".", 1)
+        _check_keys({section: {key: None}}, f"environment variable {name}")
+        layer.setdefault(section, {})[key] = raw if name in ENV_ALIASES else _parse_env_value(raw)
+        origins[dotted] = f"env:{name}"
+    return layer, origins
+
+
+def _merge(
+    into: dict[str, dict[str, Any]],
+    sources: dict[str, str],
+    layer: Mapping[str, Mapping[str, Any]],
+    origin: str | Mapping[str, str],
+) -> None:
+    for section, values in layer.items():
+        for key, value in values.items():
+            into.setdefault(section, {})[key] = value
+            dotted = f"{section}.{key}"
+            sources[dotted] = origin if isinstance(origin, str) else origin[dotted]
+
+
+def _validation_message(error: ValidationError, sources: Mapping[str, str]) -> ConfigError:
+    first = error.errors()[0]
+    dotted = ".".join(str(part) for part in first["loc"][:2])
+    origin = sources.get(dotted, "default")
+    return ConfigError(
+        f"configuration key '{dotted}' (from {origin}): {first['msg']}",
+        f"got {first.get('input')!r}",
+    )
+
+
+def split_dotted(flags: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Turn `{"load.max_tokens": 64}` into `{"load": {"max_tokens": 64}}`, skipping None values."""
+    layer: dict[str, dict[str, Any]] = {}
+    for dotted, value in flags.items():
+        if value is None:
+            continue
+        section, key = dotted.split(".", 1)
+        layer.setdefault(section, {})[key] = value
+    return layer
+
+
+def load_config(
+    cwd: Path,
+    environ: Mapping[str, str],
+    flags: Mapping[str, Any] | None = None,
+    config_file: Path | None = None,
+) -> ResolvedConfig:
+    """Resolve the configuration from every layer; raise ConfigError naming a bad key."""
+    file_path = config_file if config_file is not None else cwd / CONFIG_FILE_NAME
+    if config_file is not None and not file_path.is_file():
+        raise ConfigError(f"config file {file_path} does not exist", "check the --config path")
+    file_layer = _read_file_layer(file_path) if file_path.is_file() else {}
+    env_layer, env_origins = _read_env_layer(environ)
+    flag_layer = split_dotted(flags or {})
+    _check_keys(flag_layer, "command-line flags")
+
+    merged: dict[str, dict[str, Any]] = {}
+    sources: dict[str, str] = {}
+    _merge(merged, sources, file_layer, f"file:{file_path.name}")
+    _merge(merged, sources, env_layer, env_origins)
+    _merge(merged, sources, flag_layer, "flag")
+
+    profile = merged.get("run", {}).get("profile", RunSettings().profile)
+    if profile not in PROFILE_NAMES:
+        raise ConfigError(
+            f"configuration key 'run.profile' (from {sources.get('run.profile', 'default')}):"
+            f" unknown profile {profile!r}",
+            f"choose one of {', '.join(PROFILE_NAMES)}",
+        )
+    layered: dict[str, dict[str, Any]] = {}
+    layered_sources: dict[str, str] = {}
+    _merge(layered, layered_sources, profile_presets(profile), f"profile:{profile}")
+    _merge(layered, layered_sources, merged, sources)
+    try:
+        settings = Settings.model_validate(layered)
+    except ValidationError as error:
+        raise _validation_message(error, layered_sources) from None
+    return ResolvedConfig(settings=settings, sources=layered_sources)
+
+
+def describe(config: ResolvedConfig) -> list[tuple[str, str, str]]:
+    """Rows of (dotted key, value as text, source) for every setting, secrets masked."""
+    rows: list[tuple[str, str, str]] = []
+    dumped = config.settings.model_dump(mode="json")
+    for section, values in dumped.items():
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            # SecretStr values dump as '**********', so keys and tokens never print.
+            rows.append((dotted, json.dumps(value), config.source_of(dotted)))
+    return rows

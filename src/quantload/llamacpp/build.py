@@ -1,0 +1,125 @@
+"""Building the four llama.cpp tools from the pinned source tree, once, into the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from quantload.errors import ToolchainError
+from quantload.llamacpp.sdist import PINNED_SDIST, SdistPin
+from quantload.progress import ProgressCallback, no_progress
+
+TOOL_NAMES: tuple[str, ...] = ("llama-server", "llama-quantize", "llama-bench", "llama-perplexity")
+BUILD_MARKER = "quantload-build.json"
+CMAKE_FLAGS: tuple[str, ...] = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DGGML_NATIVE=ON",
+)
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+_MAKE_PERCENT = re.compile(r"^\[\s*(\d+)%\]")
+INSTALL_HINT = (
+    "install a compiler and CMake: Debian/Ubuntu 'sudo apt-get install -y build-essential cmake "
+    "ninja-build', macOS 'xcode-select --install && brew install cmake ninja'"
+)
+
+
+def build_dir(tree: Path) -> Path:
+    """The build folder beside the source tree."""
+    return tree.parent / "build"
+
+
+def built_bin_dir(tree: Path) -> Path | None:
+    """The folder of finished binaries, if a complete build is recorded there."""
+    build = build_dir(tree)
+    marker = build / BUILD_MARKER
+    bins = build / "bin"
+    if marker.is_file() and all(os.access(bins / name, os.X_OK) for name in TOOL_NAMES):
+        return bins
+    return None
+
+
+def read_build_record(tree: Path) -> dict[str, object]:
+    """What the build marker says: sdist, flags, seconds."""
+    data: dict[str, object] = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
+    return data
+
+
+def check_build_prerequisites() -> None:
+    """Raise a ToolchainError naming the missing compiler or CMake, with the command to fix it."""
+    if shutil.which("cmake") is None:
+        raise ToolchainError("cmake is not installed, so llama.cpp cannot be built", INSTALL_HINT)
+    if not any(shutil.which(cxx) for cxx in ("c++", "g++", "clang++")):
+        raise ToolchainError("no C++ compiler found (c++, g++ or clang++)", INSTALL_HINT)
+
+
+def _run_logged(command: list[str], log: Path, on_line: ProgressCallback | None = None) -> None:
+    with log.open("a", encoding="utf-8") as sink:
+        sink.write("$ " + " ".join(command) + "\n")
+        sink.flush()
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            sink.write(line)
+            if on_line is not None:
+                step = _NINJA_STEP.match(line) or None
+                if step:
+                    on_line(int(step.group(1)), int(step.group(2)), line.strip()[-60:])
+                elif percent := _MAKE_PERCENT.match(line):
+                    on_line(int(percent.group(1)), 100, line.strip()[-60:])
+        code = process.wait()
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        raise ToolchainError(
+            f"building llama.cpp failed (exit {code}): {' | '.join(tail)}",
+            f"full log in {log}; fix the cause, then run 'quantload toolchain' again",
+        )
+
+
+def build_tools(
+    tree: Path,
+    jobs: int = 0,
+    progress: ProgressCallback = no_progress,
+    pin: SdistPin = PINNED_SDIST,
+) -> Path:
+    """Configure and build the four tools; return the bin folder. Reuses a finished build."""
+    done = built_bin_dir(tree)
+    if done is not None:
+        return done
+    check_build_prerequisites()
+    build = build_dir(tree)
+    build.mkdir(parents=True, exist_ok=True)
+    log = build / "quantload-build.log"
+    started = time.monotonic()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    if not (build / "CMakeCache.txt").is_file():
+        progress(0, None, "configuring")
+        _run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *CMAKE_FLAGS], log)
+    n_jobs = jobs or os.cpu_count() or 1
+    _run_logged(
+        ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *TOOL_NAMES],
+        log,
+        on_line=progress,
+    )
+    record = {
+        "sdist": pin.requirement,
+        "cmake_flags": list(CMAKE_FLAGS),
+        "jobs": n_jobs,
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
+    (build / BUILD_MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    bins = built_bin_dir(tree)
+    if bins is None:
+        raise ToolchainError(f"the build finished but {build / 'bin'} lacks a tool", f"see {log}")
+    return bins

@@ -1,0 +1,204 @@
+"""Starting, watching and stopping one llama-server process."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from quantload.config import ServerSettings
+from quantload.errors import ServerError
+from quantload.llamacpp.toolchain import Toolchain
+
+HEALTH_POLL_S = 0.2
+PORT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Everything that decides how a llama-server is launched."""
+
+    model_path: Path
+    alias: str
+    slots: int = 8
+    ctx_per_slot: int = 4096
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = pick a free one
+    kv_unified: bool = False
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    threads: int = 0
+    gpu_layers: int = 0
+    api_key: str | None = None
+    verbosity: int = 4
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings, model_path: Path, alias: str) -> ServerSpec:
+        """A spec from the [server] settings."""
+        return cls(
+            model_path=model_path,
+            alias=alias,
+            slots=settings.slots,
+            ctx_per_slot=settings.ctx_per_slot,
+            host=settings.host,
+            kv_unified=settings.kv_unified,
+            cache_type_k=settings.cache_type_k,
+            cache_type_v=settings.cache_type_v,
+            threads=settings.threads,
+            gpu_layers=settings.gpu_layers,
+            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            extra_args=settings.extra_args,
+        )
+
+    def command(self, server_binary: Path, port: int) -> list[str]:
+        """The llama-server command line for this spec on `port`."""
+        args = [
+            str(server_binary),
+            "-m", str(self.model_path),
+            "--alias", self.alias,
+            "--host", self.host,
+            "--port", str(port),
+            "-np", str(self.slots),
+            "-c", str(self.slots * self.ctx_per_slot),
+            "-kvu" if self.kv_unified else "-no-kvu",
+            "-ctk", self.cache_type_k,
+            "-ctv", self.cache_type_v,
+            "-ngl", str(self.gpu_layers),
+            "--metrics",
+            "--no-webui",
+            "-lv", str(self.verbosity),
+        ]
+        if self.threads:
+            args += ["-t", str(self.threads)]
+        if self.api_key:
+            args += ["--api-key", self.api_key]
+        return [*args, *self.extra_args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when `port` can be bound on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+class LlamaServer:
+    """A running llama-server whose output goes to `log_path`. Use as a context manager."""
+
+    def __init__(
+        self, toolchain: Toolchain, spec: ServerSpec, log_path: Path, startup_timeout_s: float = 180.0
+    ) -> None:
+        self.toolchain = toolchain
+        self.spec = spec
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.spec.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self._process is not None and self._process.poll() is None
+
+    def log_text(self) -> str:
+        """Everything the server has printed so far."""
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _log_tail(self, lines: int = 3) -> str:
+        tail = [line for line in self.log_text().strip().splitlines() if line.strip()][-lines:]
+        return " | ".join(line.strip()[-160:] for line in tail) or "no output"
+
+    def start(self) -> LlamaServer:
+        """Launch and wait until /health answers 200; raise ServerError if it cannot."""
+        timeout_s = self.startup_timeout_s
+        wanted = self.spec.port
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = wanted if wanted and attempt == 0 else free_port(self.spec.host)
+            if wanted and attempt == 0 and not port_is_free(self.spec.host, wanted):
+                continue
+            self._launch()
+            if self._wait_ready(timeout_s):
+                return self
+            in_use = "couldn't bind" in self.log_text() or "address already in use" in self.log_text().lower()
+            if not in_use:
+                break
+        self.stop()
+        raise ServerError(
+            f"llama-server for {self.spec.model_path.name} did not become ready: {self._log_tail()}",
+            f"full log in {self.log_path}",
+        )
+
+    def _launch(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = self.spec.command(self.toolchain.path("llama-server"), self.port)
+        with self.log_path.open("ab") as log:
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+
+    def _wait_ready(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if not self.alive():
+                    return False
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        return True
+                time.sleep(HEALTH_POLL_S)
+        return False
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """Terminate the process (kill after `timeout_s`); return its exit code."""
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout_s)
+        return process.returncode
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+

@@ -1,0 +1,62 @@
+"""Reading llama-server's startup log (stderr at `-lv 4`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_KV_SIZE = re.compile(
+    r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\),"
+    r" K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB"
+)
+_SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
+
+
+@dataclass(frozen=True)
+class KvSizeLine:
+    """One `llama_kv_cache: size = ...` line."""
+
+    total_mib: float
+    cells: int
+    layers: int
+    seqs: int
+    streams_seqs: int
+    type_k: str
+    k_mib: float
+    type_v: str
+    v_mib: float
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """The server's own statement of its slots."""
+
+    n_slots: int
+    n_ctx_slot: int
+    kv_unified: bool
+
+
+def parse_kv_sizes(log_text: str) -> list[KvSizeLine]:
+    """Every KV size line in the log (SWA models print more than one)."""
+    return [
+        KvSizeLine(
+            total_mib=float(m[1]),
+            cells=int(m[2]),
+            layers=int(m[3]),
+            seqs=int(m[4]),
+            streams_seqs=int(m[5]),
+            type_k=m[6],
+            k_mib=float(m[7]),
+            type_v=m[8],
+            v_mib=float(m[9]),
+        )
+        for m in _KV_SIZE.finditer(log_text)
+    ]
+
+
+def parse_slot_layout(log_text: str) -> SlotLayout | None:
+    """The `n_slots = ..., n_ctx_slot = ..., kv_unified = ...` line, if printed."""
+    match = _SLOTS.search(log_text)
+    if match is None:
+        return None
+    return SlotLayout(int(match[1]), int(match[2]), match[3] == "true")

@@ -1,0 +1,137 @@
+"""Finding the llama.cpp tools: a configured folder, PATH, or our own cached build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from quantload.config import ToolchainSettings
+from quantload.errors import ToolchainError
+from quantload.llamacpp.build import TOOL_NAMES, build_tools, built_bin_dir, read_build_record
+from quantload.llamacpp.sdist import PINNED_SDIST, ensure_source_tree, source_dir
+from quantload.paths import cache_root
+from quantload.progress import ProgressCallback, no_progress
+
+Origin = Literal["QUANTLOAD_LLAMA_BIN", "PATH", "cache"]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The four llama.cpp tools and which llama.cpp they are."""
+
+    tools: Mapping[str, Path]
+    origin: Origin
+    binary_version: str
+    sdist: str | None = None
+    build: Mapping[str, object] = field(default_factory=dict)
+
+    def path(self, name: str) -> Path:
+        """Path of one tool, e.g. `llama-server`."""
+        return self.tools[name]
+
+    def version_record(self) -> dict[str, object]:
+        """What every result file records about the llama.cpp in use."""
+        return {
+            "origin": self.origin,
+            "sdist": self.sdist,
+            "binary_version": self.binary_version,
+            "bin_dir": str(self.tools["llama-server"].parent),
+        }
+
+    @property
+    def label(self) -> str:
+        """One line naming this llama.cpp, e.g. for a report header."""
+        return self.sdist or self.binary_version
+
+
+def binary_version(server: Path) -> str:
+    """The first 'version:' line llama-server prints for --version, checking it runs at all."""
+    try:
+        result = subprocess.run(
+            [str(server), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError as error:
+        raise ToolchainError(f"{server} cannot run: {error}", "rebuild or reinstall it") from None
+    text = (result.stdout + result.stderr).strip()
+    lines = [line for line in text.splitlines() if line.startswith("version")]
+    if result.returncode != 0 or not lines:
+        raise ToolchainError(
+            f"{server} --version failed (exit {result.returncode}): {text[-200:]}",
+            "rebuild or reinstall llama.cpp",
+        )
+    return lines[0].strip()
+
+
+def _tools_in(folder: Path) -> dict[str, Path] | None:
+    found = {name: folder / name for name in TOOL_NAMES}
+    return found if all(os.access(p, os.X_OK) for p in found.values()) else None
+
+
+def _from_configured(folder: Path) -> dict[str, Path]:
+    folder = folder.expanduser()
+    missing = [name for name in TOOL_NAMES if not os.access(folder / name, os.X_OK)]
+    if missing:
+        raise ToolchainError(
+            f"QUANTLOAD_LLAMA_BIN={folder} lacks {', '.join(missing)}",
+            "point it at a folder holding all four tools, or unset it to let quantload build them",
+        )
+    return {name: folder / name for name in TOOL_NAMES}
+
+
+def _from_path(environ: Mapping[str, str]) -> dict[str, Path] | None:
+    search = environ.get("PATH", "")
+    found = {name: shutil.which(name, path=search) for name in TOOL_NAMES}
+    if all(found.values()):
+        return {name: Path(p) for name, p in found.items() if p}
+    return None
+
+
+def find_toolchain(settings: ToolchainSettings, environ: Mapping[str, str]) -> Toolchain | None:
+    """The tools already available, without building anything; None if there are none."""
+    if settings.llama_bin is not None:
+        tools = _from_configured(settings.llama_bin)
+        return Toolchain(tools, "QUANTLOAD_LLAMA_BIN", binary_version(tools["llama-server"]))
+    on_path = _from_path(environ)
+    if on_path is not None:
+        return Toolchain(on_path, "PATH", binary_version(on_path["llama-server"]))
+    tree = source_dir(cache_root(settings.cache_dir, environ))
+    bins = built_bin_dir(tree)
+    if bins is None:
+        return None
+    tools = _tools_in(bins)
+    if tools is None:
+        return None
+    return Toolchain(
+        tools,
+        "cache",
+        binary_version(tools["llama-server"]),
+        sdist=PINNED_SDIST.requirement,
+        build=read_build_record(tree),
+    )
+
+
+def ensure_toolchain(
+    settings: ToolchainSettings,
+    environ: Mapping[str, str],
+    progress: ProgressCallback = no_progress,
+) -> Toolchain:
+    """The tools, building them from the pinned sdist into the cache when none are found."""
+    found = find_toolchain(settings, environ)
+    if found is not None:
+        return found
+    tree = ensure_source_tree(cache_root(settings.cache_dir, environ))
+    build_tools(tree, jobs=settings.build_jobs, progress=progress)
+    built = find_toolchain(settings, environ)
+    if built is None:
+        raise ToolchainError("llama.cpp was built but its tools cannot be found", "run again")
+    return built
+
+
+def ensure_llama_source(settings: ToolchainSettings, environ: Mapping[str, str]) -> Path:
+    """The pinned llama.cpp source tree (for its vocabulary files), downloaded if needed."""
+    return ensure_source_tree(cache_root(settings.cache_dir, environ))

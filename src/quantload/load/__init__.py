@@ -1,0 +1,1 @@
+"""Load generation: Locust users that stream chat completions, load shapes, prompts, records."""

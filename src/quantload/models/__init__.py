@@ -1,0 +1,1 @@
+"""Models: where they come from, the synthetic test model, GGUF metadata and the manifest."""

@@ -1,0 +1,54 @@
+"""The run directory: one folder per run, self-describing, so a report can be rebuilt from it alone.
+
+Layout (`results/<run-id>/`):
+  config.json          resolved configuration (secrets masked) and its sources
+  run.json             run state: steps started/finished/failed, times, quantizations, servers
+  manifest.json        prepared model files (quantload.models.manifest)
+  quality.json         perplexity per file (quantload.llamacpp.perplexity)
+  speed.json           llama-bench and roofline per file (quantload.llamacpp.bench)
+  kv.json              KV cache predicted vs reported per file (quantload.kvcache)
+  records.jsonl        one line per request (quantload.load.records), appended as they finish
+  stages.jsonl         one line per load stage start/end (quantload.load.records)
+  logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)
+  prometheus/          Prometheus data folder (native mode)
+  report.md, report.html, table.csv, summary.json, plots/*.png
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+CONFIG_JSON = "config.json"
+RUN_JSON = "run.json"
+MANIFEST_JSON = "manifest.json"
+QUALITY_JSON = "quality.json"
+SPEED_JSON = "speed.json"
+KV_JSON = "kv.json"
+RECORDS_JSONL = "records.jsonl"
+STAGES_JSONL = "stages.jsonl"
+LOGS_DIR = "logs"
+PROMETHEUS_DIR = "prometheus"
+
+
+def make_run_id(config_json: dict[str, Any], now: datetime | None = None) -> str:
+    """UTC timestamp plus a short hash of the resolved configuration."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    digest = hashlib.sha256(json.dumps(config_json, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{stamp}-{digest}"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file and rename it, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file."""
+    return json.loads(path.read_text(encoding="utf-8"))
