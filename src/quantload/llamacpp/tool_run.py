@@ -1,0 +1,134 @@
+"""Running one llama.cpp measuring tool to completion while watching what it prints.
+
+Both output streams are read as they arrive (so a caller can drive a progress bar from them) and
+kept whole for parsing afterwards. A run past its time limit, or interrupted, is stopped by killing
+the tool's own process; nothing else is signalled.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from quantload.errors import ToolchainError
+
+Stream = Literal["stdout", "stderr"]
+OutputCallback = Callable[[Stream, str], None]
+READ_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What one finished (or stopped) tool run printed, how it ended and how long it took."""
+
+    command: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_time_s: float
+    timed_out: bool
+
+    @property
+    def signal_name(self) -> str | None:
+        """The signal that ended the process (e.g. 'SIGKILL'), or None if it exited by itself."""
+        if self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+    def stderr_tail(self, lines: int = 3) -> str:
+        """The last non-empty lines of stderr joined on one line, for error messages."""
+        tail = [line.strip() for line in self.stderr.splitlines() if line.strip()][-lines:]
+        return " | ".join(line[-200:] for line in tail) or "no output on stderr"
+
+
+def _ignore(stream: Stream, text: str) -> None:
+    """An output callback that does nothing."""
+
+
+def run_tool(
+    command: Sequence[str],
+    on_output: OutputCallback = _ignore,
+    timeout_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ToolRun:
+    """Run `command` to its end or `timeout_s`, passing output to `on_output` as it comes."""
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+        )
+    except OSError as error:
+        raise ToolchainError(
+            f"{command[0]} cannot run: {error}", "rebuild or reinstall llama.cpp"
+        ) from None
+    assert process.stdout is not None and process.stderr is not None
+    streams: dict[int, tuple[Stream, codecs.BufferedIncrementalDecoder, list[str]]] = {
+        process.stdout.fileno(): ("stdout", codecs.getincrementaldecoder("utf-8")("replace"), []),
+        process.stderr.fileno(): ("stderr", codecs.getincrementaldecoder("utf-8")("replace"), []),
+    }
+    deadline = None if timeout_s is None else started + timeout_s
+    timed_out = False
+    with selectors.DefaultSelector() as selector:
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        try:
+            while selector.get_map():
+                wait_s = None if deadline is None else deadline - time.monotonic()
+                if wait_s is not None and wait_s <= 0:
+                    timed_out = True
+                    break
+                for key, _ in selector.select(wait_s):
+                    fd = int(key.fd)
+                    name, decoder, parts = streams[fd]
+                    data = os.read(fd, READ_BYTES)
+                    text = decoder.decode(data, final=not data)
+                    if text:
+                        parts.append(text)
+                        on_output(name, text)
+                    if not data:
+                        selector.unregister(fd)
+            if not timed_out:
+                timed_out = not _exited_by(process, deadline)
+        finally:
+            if process.poll() is None:
+                process.kill()  # our own child, by its PID: timed out, interrupted or failed
+            process.wait()
+            process.stdout.close()
+            process.stderr.close()
+    return ToolRun(
+        command=tuple(command),
+        returncode=process.returncode,
+        stdout="".join(_parts(streams, "stdout")),
+        stderr="".join(_parts(streams, "stderr")),
+        wall_time_s=time.monotonic() - started,
+        timed_out=timed_out,
+    )
+
+
+def _exited_by(process: subprocess.Popen[bytes], deadline: float | None) -> bool:
+    """Wait for a process whose output has ended; False if it is still running at `deadline`."""
+    try:
+        process.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _parts(
+    streams: Mapping[int, tuple[Stream, codecs.BufferedIncrementalDecoder, list[str]]], name: Stream
+) -> list[str]:
+    return next(parts for stream, _, parts in streams.values() if stream == name)
