@@ -1,0 +1,57 @@
+"""Measuring one model file's perplexity: the step the CLI and the run orchestrator call."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from quantload.llamacpp.perplexity import run_perplexity
+from quantload.llamacpp.toolchain import Toolchain
+from quantload.models.gguf_meta import read_gguf
+from quantload.progress import ProgressCallback, no_progress
+from quantload.quality.dataset import describe_dataset
+from quantload.quality.results import QualityResult
+
+
+def measure_quality(
+    toolchain: Toolchain,
+    model_path: Path,
+    dataset_path: Path,
+    ctx_tokens: int = 512,
+    chunks: int = 0,
+    progress: ProgressCallback = no_progress,
+    threads: int = 0,
+    timeout_s: float | None = None,
+) -> QualityResult:
+    """Perplexity of `model_path` on `dataset_path` with llama-perplexity; `chunks` 0 = all.
+
+    Raises ModelError for a file that is not a loadable GGUF, MeasurementError for a run that did
+    not produce a complete, consistent result (too-short text, killed, timed out, truncated).
+    """
+    summary = read_gguf(model_path)
+    dataset = describe_dataset(dataset_path)
+    run = run_perplexity(
+        toolchain, model_path, dataset_path, ctx_tokens, chunks, threads, progress, timeout_s
+    )
+    output = run.output
+    return QualityResult(
+        quant=summary.file_type,
+        model_path=str(model_path),
+        model_name=summary.name,
+        model_size_bytes=summary.size_bytes,
+        dataset=dataset,
+        ctx_tokens=output.ctx_tokens,
+        batch_tokens=output.batch_tokens,
+        chunks_requested=chunks,
+        threads=threads,
+        chunks_scored=output.n_chunks,
+        tokens_scored=output.tokens_scored,
+        perplexity=output.perplexity,
+        perplexity_error=output.perplexity_error,
+        running_perplexity=list(output.running_perplexity),
+        chunk_perplexity=[round(value, 4) for value in output.chunk_perplexity()],
+        wall_time_s=round(run.wall_time_s, 3),
+        command=list(run.command),
+        llama_cpp=toolchain.version_record(),
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
