@@ -1,0 +1,267 @@
+"""The exporter's Collector: on every scrape, read each llama-server and turn it into metrics.
+
+Each scrape reads every target's `/metrics` and `/slots` concurrently (and `/props` until the
+target's labels are known), waiting at most `timeout_s` in all. A target that fails counts an
+error of its class, reports `quantload_target_up 0` and logs one rate-limited line; the other
+targets and the scrape itself carry on.
+
+llama-server's throughput gauges (`predicted_tokens_seconds`, `prompt_tokens_seconds`) average
+over the time since the previous read of `/metrics` and reset on every read: this exporter must be
+the only reader of each server's `/metrics`, and Prometheus must scrape the exporter only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import httpx
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from quantload.exporter import names
+from quantload.exporter.fetch import ERROR_CLASSES, PARSE, Fetched, Fetcher, Request
+from quantload.exporter.labels import UNKNOWN, discover
+from quantload.exporter.names import MetricSpec
+from quantload.exporter.ratelimit import RateLimitedLog
+from quantload.exporter.server_metrics import ServerDataError, ServerSample, parse_server_metrics
+from quantload.exporter.slots import (
+    KvCapacity,
+    SlotState,
+    cells_from_log,
+    cells_from_slots,
+    parse_slots,
+)
+from quantload.exporter.targets import Target, check_unique
+
+LOG_HEAD_BYTES = 1024 * 1024
+COUNTED_ENDPOINTS = ("metrics", "slots")
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+@dataclass
+class _TargetState:
+    """What the collector remembers about one target between scrapes."""
+
+    target: Target
+    quant: str
+    model: str
+    errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    kv_from_log: KvCapacity | None = None
+    log_done: bool = False
+    was_up: bool | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"server": self.target.name, "quant": self.quant, "model": self.model}
+
+    @property
+    def labels_known(self) -> bool:
+        return self.quant != UNKNOWN and self.model != UNKNOWN
+
+    def headers(self) -> dict[str, str]:
+        key = self.target.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One target's answers in one scrape, parsed; a failed part is None with its error result."""
+
+    metrics: list[ServerSample] | None
+    slots: list[SlotState] | None
+    metrics_result: Fetched
+    slots_result: Fetched
+
+
+class _Families:
+    """Samples grouped into one family per metric name, as the exposition format requires."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+
+    def add(self, spec: MetricSpec, labels: dict[str, str], value: float) -> None:
+        family_name = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+        family = self._families.get(family_name)
+        if family is None:
+            family = Metric(family_name, spec.doc, spec.kind)
+            self._families[family_name] = family
+        elif family.type != spec.kind:
+            return
+        sample = f"{family_name}_total" if spec.kind == "counter" else family_name
+        family.add_sample(sample, labels, value)
+
+    def all(self) -> list[Metric]:
+        return list(self._families.values())
+
+
+class LlamaServerCollector(Collector):
+    """Re-exports llama-servers' metrics and slot usage, labelled by server, quant and model."""
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        timeout_s: float = 1.0,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        log_interval_s: float = 60.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        check_unique(list(targets))
+        self._states = [_TargetState(t, t.quant or UNKNOWN, t.model or UNKNOWN) for t in targets]
+        for state in self._states:
+            for endpoint in COUNTED_ENDPOINTS:
+                for error in ERROR_CLASSES:
+                    state.errors[(endpoint, error)] = 0
+        self._fetcher = Fetcher(timeout_s, max(4, 3 * len(self._states)), transport)
+        self._ratelimited = RateLimitedLog(logger or _log, log_interval_s)
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        """Nothing: registering must not read the servers."""
+        return []
+
+    def collect(self) -> list[Metric]:
+        """Read every target now and return the metric families."""
+        with self._lock:
+            started = time.monotonic()
+            results = self._fetcher.fetch_all(self._requests())
+            out = _Families()
+            for state in self._states:
+                reading = self._read(state, results)
+                self._add_health(out, state, reading)
+                for sample in reading.metrics or []:
+                    spec = MetricSpec(sample.name, sample.kind, sample.doc)
+                    out.add(spec, {**state.labels, **sample.labels}, sample.value)
+                kv = self._kv_capacity(state, reading.slots)
+                info = {"url": state.target.url, "kv_cells_source": kv.source if kv else "none"}
+                out.add(names.TARGET_INFO, {**state.labels, **info}, 1.0)
+                if reading.slots is not None:
+                    _add_slots(out, state.labels, reading.slots, kv)
+            out.add(names.EXPORTER_SCRAPE_DURATION, {}, time.monotonic() - started)
+            return out.all()
+
+    def close(self) -> None:
+        """Release the HTTP client and worker threads."""
+        self._fetcher.close()
+
+    def _requests(self) -> list[Request]:
+        requests: list[Request] = []
+        for state in self._states:
+            name, headers = state.target.name, state.headers()
+            requests.append(Request((name, "metrics"), state.target.endpoint("/metrics"), headers))
+            requests.append(Request((name, "slots"), state.target.endpoint("/slots"), headers))
+            if not state.labels_known:
+                requests.append(Request((name, "props"), state.target.endpoint("/props"), headers))
+        return requests
+
+    def _read(self, state: _TargetState, results: dict[tuple[str, str], Fetched]) -> _Reading:
+        name = state.target.name
+        props = results.get((name, "props"))
+        if props is not None and props.ok:
+            self._learn_labels(state, props)
+        metrics, metrics_result = _parsed(results[(name, "metrics")], parse_server_metrics)
+        slots, slots_result = _parsed(results[(name, "slots")], _slots_from_body)
+        for endpoint, result in (("metrics", metrics_result), ("slots", slots_result)):
+            if result.error is not None:
+                key = (endpoint, result.error)
+                state.errors[key] = state.errors.get(key, 0) + 1
+                self._ratelimited.log(
+                    logging.WARNING,
+                    f"{name}/{endpoint}/{result.error}",
+                    f"exporter target {name} /{endpoint}: {result.error}: {result.detail}",
+                )
+        self._note_transition(state, metrics is not None)
+        return _Reading(metrics, slots, metrics_result, slots_result)
+
+    def _add_health(self, out: _Families, state: _TargetState, reading: _Reading) -> None:
+        labels = state.labels
+        duration = max(reading.metrics_result.duration_s, reading.slots_result.duration_s)
+        out.add(names.TARGET_UP, labels, float(reading.metrics is not None))
+        out.add(names.TARGET_SCRAPE_DURATION, labels, duration)
+        for (endpoint, error), count in sorted(state.errors.items()):
+            error_labels = {**labels, "endpoint": endpoint, "error": error}
+            out.add(names.TARGET_SCRAPE_ERRORS, error_labels, float(count))
+
+    def _learn_labels(self, state: _TargetState, props: Fetched) -> None:
+        try:
+            found = discover(json.loads(props.body or ""))
+        except ValueError:
+            return
+        if state.quant == UNKNOWN and found.quant:
+            state.quant = found.quant
+        if state.model == UNKNOWN and found.model:
+            state.model = found.model
+
+    def _note_transition(self, state: _TargetState, up: bool) -> None:
+        name = state.target.name
+        if up and state.was_up is False:
+            self._ratelimited.forget(f"{name}/")
+            self._ratelimited.log(logging.INFO, f"{name}/up", f"exporter target {name} is up again")
+        state.was_up = up
+
+    def _kv_capacity(self, state: _TargetState, slots: list[SlotState] | None) -> KvCapacity | None:
+        target = state.target
+        if target.kv_cells:
+            return KvCapacity(target.kv_cells, "config")
+        if state.kv_from_log is not None:
+            return state.kv_from_log
+        if target.log_path is not None and not state.log_done:
+            cells = _cells_in_log(target)
+            if cells:
+                state.kv_from_log = KvCapacity(cells, "log")
+                return state.kv_from_log
+            # The KV line is printed before the server answers; once it does, stop re-reading.
+            state.log_done = slots is not None
+        if slots:
+            return KvCapacity(cells_from_slots(slots), "slots")
+        return None
+
+
+def _slots_from_body(body: str) -> list[SlotState]:
+    return parse_slots(json.loads(body))
+
+
+def _parsed(result: Fetched, parse: Callable[[str], _T]) -> tuple[_T | None, Fetched]:
+    """The parsed body, or None and the result turned into a parse failure."""
+    if not result.ok or result.body is None:
+        return None, result
+    try:
+        return parse(result.body), result
+    except (ServerDataError, ValueError) as exc:
+        detail = exc.problem if isinstance(exc, ServerDataError) else f"not JSON ({exc})"
+        return None, Fetched(None, PARSE, detail, result.duration_s)
+
+
+def _cells_in_log(target: Target) -> int | None:
+    if target.log_path is None:
+        return None
+    try:
+        with target.log_path.open("rb") as log:
+            head = log.read(LOG_HEAD_BYTES)
+    except OSError:
+        return None
+    return cells_from_log(head.decode("utf-8", errors="replace"))
+
+
+def _add_slots(
+    out: _Families, labels: dict[str, str], slots: list[SlotState], kv: KvCapacity | None
+) -> None:
+    held_busy = sum(s.tokens for s in slots if s.busy)
+    held_idle = sum(s.tokens for s in slots if not s.busy)
+    out.add(names.SLOTS, labels, float(len(slots)))
+    out.add(names.SLOTS_BUSY, labels, float(sum(1 for s in slots if s.busy)))
+    for slot in slots:
+        out.add(names.SLOT_TOKENS, {**labels, "slot": str(slot.slot_id)}, float(slot.tokens))
+    out.add(names.KV_TOKENS, {**labels, "state": "busy"}, float(held_busy))
+    out.add(names.KV_TOKENS, {**labels, "state": "idle"}, float(held_idle))
+    if kv is not None and kv.cells > 0:
+        out.add(names.KV_CELLS, labels, float(kv.cells))
+        out.add(names.KV_CELLS_USED_RATIO, labels, (held_busy + held_idle) / kv.cells)

@@ -1,0 +1,59 @@
+"""The metrics the exporter makes itself (llama-server's own are in server_metrics.RENAMES).
+
+Every series carries `server`, `quant` and `model` labels except the exporter's scrape duration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """Name, type and help text of one exported metric."""
+
+    name: str
+    kind: Literal["counter", "gauge"]
+    doc: str
+
+
+TARGET_UP = MetricSpec(
+    "quantload_target_up", "gauge", "1 when the server's /metrics was read and parsed, else 0"
+)
+TARGET_SCRAPE_DURATION = MetricSpec(
+    "quantload_target_scrape_duration_seconds",
+    "gauge",
+    "Seconds spent reading this server's endpoints during the scrape",
+)
+TARGET_SCRAPE_ERRORS = MetricSpec(  # + endpoint, error
+    "quantload_target_scrape_errors_total",
+    "counter",
+    "Failed reads of a server endpoint, by endpoint and error class",
+)
+TARGET_INFO = MetricSpec(  # + url, kv_cells_source
+    "quantload_target_info", "gauge", "Where the server is and how its KV cells are known (1)"
+)
+SLOTS = MetricSpec("quantload_server_slots", "gauge", "Slots the server runs")
+SLOTS_BUSY = MetricSpec("quantload_server_slots_busy", "gauge", "Slots processing a request")
+SLOT_TOKENS = MetricSpec(  # + slot
+    "quantload_server_slot_tokens",
+    "gauge",
+    "Tokens the slot holds in the KV cache (its prompt plus the tokens generated so far)",
+)
+KV_TOKENS = MetricSpec(  # + state=busy|idle
+    "quantload_server_kv_tokens",
+    "gauge",
+    "Tokens held in the KV cache by busy or idle slots (an idle slot keeps its last sequence)",
+)
+KV_CELLS = MetricSpec("quantload_server_kv_cells", "gauge", "KV cells the server allocated")
+KV_CELLS_USED_RATIO = MetricSpec(
+    "quantload_server_kv_cells_used_ratio",
+    "gauge",
+    "KV cells in use (tokens held by every slot) over KV cells allocated",
+)
+EXPORTER_SCRAPE_DURATION = MetricSpec(
+    "quantload_exporter_scrape_duration_seconds",
+    "gauge",
+    "Seconds the exporter took to read every target for this scrape",
+)

@@ -1,0 +1,71 @@
+"""Serving the exporter over HTTP from a background thread, on a registry of its own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+import httpx
+from prometheus_client import CollectorRegistry, start_http_server
+
+from quantload.errors import QuantloadError
+from quantload.exporter.collector import LlamaServerCollector
+from quantload.exporter.targets import Target
+
+
+class ExporterError(QuantloadError):
+    """The exporter could not start."""
+
+
+@dataclass
+class ExporterHandle:
+    """A running exporter: where Prometheus finds it, and how to stop it."""
+
+    host: str
+    port: int
+    registry: CollectorRegistry
+    collector: LlamaServerCollector
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        """Base URL; metrics are under `/metrics`."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def address(self) -> str:
+        """`host:port`, as a Prometheus scrape target."""
+        return f"{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving and release the collector's connections."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self.collector.close()
+
+
+def start_exporter(
+    targets: Sequence[Target],
+    port: int = 9646,
+    timeout_s: float = 1.0,
+    host: str = "127.0.0.1",
+    transport: httpx.BaseTransport | None = None,
+) -> ExporterHandle:
+    """Serve the metrics of `targets` at http://host:port/metrics (port 0 picks a free one)."""
+    collector = LlamaServerCollector(targets, timeout_s, transport=transport)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        collector.close()
+        raise ExporterError(
+            f"exporter cannot listen on {host}:{port}: {error.strerror or error}",
+            "choose another port with --port (0 = any free port)",
+        ) from None
+    bound_port = int(server.server_address[1])
+    return ExporterHandle(host, bound_port, registry, collector, server, thread)

@@ -1,0 +1,229 @@
+"""The Collector against fake llama-servers, on a fresh registry per test."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from fake_llama_server import FakeLlamaServer, metrics_text, slots_payload
+from prometheus_client import CollectorRegistry
+
+from quantload.exporter.collector import LlamaServerCollector
+from quantload.exporter.fetch import Fetcher, Request
+from quantload.exporter.targets import Target
+
+MakeFake = Callable[[], FakeLlamaServer]
+MakeRegistry = Callable[..., tuple[CollectorRegistry, LlamaServerCollector]]
+Q8 = {"server": "a", "quant": "Q8_0", "model": "tiny"}
+ERRORS = "quantload_target_scrape_errors_total"
+
+
+class Scrape:
+    """One scrape of a registry (get_sample_value would read the servers again on every call)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.samples = {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in registry.collect()
+            for s in family.samples
+        }
+
+    def __call__(self, name: str, labels: dict[str, str]) -> float | None:
+        return self.samples.get((name, frozenset(labels.items())))
+
+
+def _target(url: str, **kwargs: object) -> Target:
+    return Target("a", url, quant="Q8_0", model="tiny", **kwargs)  # type: ignore[arg-type]
+
+
+def test_server_metrics_are_renamed_and_labelled(
+    fake_servers: MakeFake, registry_for: MakeRegistry
+) -> None:
+    fake = fake_servers()
+    fake.metrics_text = metrics_text(prompt_tokens=11, predicted=22, processing=2, deferred=3)
+    registry, _ = registry_for([_target(fake.url)])
+    value = Scrape(registry)
+    assert value("llamacpp_prompt_tokens_total", Q8) == 11
+    assert value("llamacpp_tokens_predicted_total", Q8) == 22
+    assert value("llamacpp_requests_deferred", Q8) == 3
+    assert value("llamacpp_predicted_tokens_per_second", Q8) == 95.25
+    assert value("quantload_target_up", Q8) == 1
+    assert value("quantload_exporter_scrape_duration_seconds", {}) is not None
+    assert "/props" not in fake.reads  # labels were configured: no discovery
+
+
+def test_slot_usage_and_kv_ratio_from_slots(
+    fake_servers: MakeFake, registry_for: MakeRegistry
+) -> None:
+    fake = fake_servers()
+    fake.slots = slots_payload(n_slots=8, busy=3, tokens=1000, n_ctx=4096)
+    registry, _ = registry_for([_target(fake.url)])
+    value = Scrape(registry)
+    assert value("quantload_server_slots", Q8) == 8
+    assert value("quantload_server_slots_busy", Q8) == 3
+    assert value("quantload_server_slot_tokens", {**Q8, "slot": "0"}) == 1000
+    assert value("quantload_server_slot_tokens", {**Q8, "slot": "3"}) == 500
+    assert value("quantload_server_kv_tokens", {**Q8, "state": "busy"}) == 3000
+    assert value("quantload_server_kv_tokens", {**Q8, "state": "idle"}) == 500
+    assert value("quantload_server_kv_cells", Q8) == 8 * 4096
+    assert value("quantload_server_kv_cells_used_ratio", Q8) == pytest.approx(3500 / (8 * 4096))
+    assert value("quantload_target_info", {**Q8, "url": fake.url, "kv_cells_source": "slots"}) == 1
+
+
+def test_kv_cells_from_configuration_and_from_log(
+    fake_servers: MakeFake, registry_for: MakeRegistry, tmp_path: Path
+) -> None:
+    fake = fake_servers()
+    fake.slots = slots_payload(n_slots=2, busy=1, tokens=256, n_ctx=512)
+    log = tmp_path / "llama-server.log"
+    log.write_text(
+        "llama_kv_cache: size =    4.00 MiB (   512 cells,   2 layers,  2/2 seqs),"
+        " K (f16):    2.00 MiB, V (f16):    2.00 MiB\n"
+    )
+    targets = [_target(fake.url, kv_cells=2048), Target("b", fake.url, "F16", "tiny", log_path=log)]
+    registry, _ = registry_for(targets)
+    value = Scrape(registry)
+    b = {"server": "b", "quant": "F16", "model": "tiny"}
+    assert value("quantload_server_kv_cells", Q8) == 2048
+    assert value("quantload_server_kv_cells", b) == 1024
+    assert value("quantload_server_kv_cells_used_ratio", b) == pytest.approx(384 / 1024)
+    assert value("quantload_target_info", {**b, "url": fake.url, "kv_cells_source": "log"}) == 1
+
+
+def test_labels_are_discovered_from_props_once(
+    fake_servers: MakeFake, registry_for: MakeRegistry
+) -> None:
+    fake = fake_servers()
+    fake.props = {"model_path": "/m/tiny-Q4_K_M.gguf", "model_ftype": "Q4_K - Medium"}
+    registry, collector = registry_for([Target("a", fake.url)])
+    labels = {"server": "a", "quant": "Q4_K_M", "model": "tiny"}
+    assert Scrape(registry)("quantload_target_up", labels) == 1
+    collector.collect()
+    assert fake.reads["/props"] == 1
+
+
+def test_api_key_is_sent(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+    fake = fake_servers()
+    fake.api_key = "sekret"
+    good, _ = registry_for([_target(fake.url, api_key="sekret")])
+    bad, _ = registry_for([_target(fake.url, api_key="wrong")])
+    assert Scrape(good)("quantload_target_up", Q8) == 1
+    value = Scrape(bad)
+    assert value("quantload_target_up", Q8) == 0
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "auth"}) == 1
+
+
+def test_error_counters_start_at_zero(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+    registry, _ = registry_for([_target(fake_servers().url)])
+    value = Scrape(registry)
+    for error in ("timeout", "connect", "auth", "http_status", "protocol", "parse"):
+        assert value(ERRORS, {**Q8, "endpoint": "slots", "error": error}) == 0
+
+
+def test_slots_failure_keeps_metrics(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+    fake = fake_servers()
+    fake.slots = {"not": "a list"}
+    registry, _ = registry_for([_target(fake.url)])
+    value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 1
+    assert value("llamacpp_requests_processing", Q8) == 2
+    assert value("quantload_server_slots", Q8) is None
+    assert value(ERRORS, {**Q8, "endpoint": "slots", "error": "parse"}) == 1
+
+
+def _faulty_targets(make: MakeFake) -> list[Target]:
+    """good, slow (beyond the timeout), garbage, and down (nothing listens)."""
+    fakes = {name: make() for name in ("good", "slow", "garbage")}
+    fakes["slow"].delay_s = 2.0
+    fakes["garbage"].mode = "garbage"
+    down = make()
+    down.stop()
+    fakes["down"] = down
+    return [Target(name, fake.url, quant=name.upper(), model="m") for name, fake in fakes.items()]
+
+
+def test_faults_are_contained_per_target(
+    fake_servers: MakeFake, registry_for: MakeRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    timeout_s = 0.5
+    registry, collector = registry_for(_faulty_targets(fake_servers), timeout_s)
+
+    def labels(name: str, **more: str) -> dict[str, str]:
+        return {"server": name, "quant": name.upper(), "model": "m", **more}
+
+    durations = []
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        for _ in range(3):
+            started = time.monotonic()
+            value = Scrape(registry)
+            durations.append(time.monotonic() - started)
+    assert max(durations) < timeout_s + 0.3, durations
+    assert value("quantload_target_up", labels("good")) == 1
+    assert value("llamacpp_requests_processing", labels("good")) == 2
+    assert value("quantload_server_slots", labels("good")) == 8
+    for name in ("slow", "garbage", "down"):
+        assert value("quantload_target_up", labels(name)) == 0, name
+        assert value("quantload_server_slots", labels(name)) is None
+    assert value(ERRORS, labels("slow", endpoint="metrics", error="timeout")) == 3
+    assert value(ERRORS, labels("garbage", endpoint="metrics", error="parse")) == 3
+    assert value(ERRORS, labels("garbage", endpoint="slots", error="parse")) == 3
+    assert value(ERRORS, labels("down", endpoint="metrics", error="connect")) == 3
+    assert value(ERRORS, labels("good", endpoint="metrics", error="timeout")) == 0
+    # One line per target, endpoint and error class, however many scrapes; never a traceback.
+    assert all(record.exc_info is None for record in caplog.records)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == len(set(lines)) == 6, lines
+    assert all("\n" not in line for line in lines)
+    collector.collect()
+
+
+def test_target_recovers(
+    fake_servers: MakeFake, registry_for: MakeRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = fake_servers()
+    fake.mode = "http500"
+    registry, _ = registry_for([_target(fake.url)])
+    value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 0
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "http_status"}) == 1
+    fake.mode = "ok"
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        assert Scrape(registry)("quantload_target_up", Q8) == 1
+    assert "a is up again" in caplog.text
+
+
+def test_not_http_is_a_protocol_error(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+    fake = fake_servers()
+    fake.mode = "not_http"
+    registry, _ = registry_for([_target(fake.url)], 0.5)
+    value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 0
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "protocol"}) == 1
+
+
+def test_a_hung_read_is_not_started_again() -> None:
+    release = threading.Event()
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        release.wait(5)  # a transport that ignores timeouts: the thread hangs
+        return httpx.Response(200, text="x")
+
+    fetcher = Fetcher(0.1, 4, httpx.MockTransport(handler))
+    request = Request(("a", "metrics"), "http://a/metrics")
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            result = fetcher.fetch_all([request])[("a", "metrics")]
+            assert result.error == "timeout"
+            assert time.monotonic() - started < 0.5
+        assert len(calls) == 1
+    finally:
+        release.set()
+        fetcher.close()
