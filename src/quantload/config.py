@@ -111,8 +111,12 @@ class LoadSettings(_Section):
 class ObserveSettings(_Section):
     """Exporter, Prometheus and Grafana."""
 
+    exporter_host: str = "127.0.0.1"
     exporter_port: int = Field(default=9646, ge=0, le=65535)
     exporter_timeout_s: float = Field(default=1.0, gt=0)
+    exporter_targets: tuple[str, ...] = Field(
+        default=(), description="NAME=URL[,quant=Q,model=M,api_key=K,kv_cells=N,log=PATH]"
+    )
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
     scrape_interval_s: float = Field(default=1.0, gt=0)

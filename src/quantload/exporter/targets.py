@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -82,10 +83,19 @@ def parse_target(spec: str) -> Target:
     )
 
 
-def check_unique(targets: list[Target]) -> None:
+def check_unique(targets: Sequence[Target]) -> None:
     """Raise ConfigError when two targets share a name."""
     seen: set[str] = set()
     for target in targets:
         if target.name in seen:
             raise ConfigError(f"exporter target name {target.name!r} is given twice")
         seen.add(target.name)
+
+
+def targets_from_specs(specs: Sequence[str], default_api_key: str | None = None) -> list[Target]:
+    """Targets from `NAME=URL,...` specs; a target without its own key gets `default_api_key`."""
+    targets = [parse_target(spec) for spec in specs]
+    if default_api_key:
+        targets = [t if t.api_key else replace(t, api_key=default_api_key) for t in targets]
+    check_unique(targets)
+    return targets
