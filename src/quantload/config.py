@@ -74,6 +74,8 @@ class QualitySettings(_Section):
     dataset: Path | None = None
     ctx: int = Field(default=512, ge=16)
     chunks: int = Field(default=0, ge=0, description="0 = every chunk of the text")
+    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
+    timeout_s: float = Field(default=7200.0, gt=0, description="stop llama-perplexity after this")
 
 
 class SpeedSettings(_Section):
@@ -83,6 +85,10 @@ class SpeedSettings(_Section):
     gen_tokens: int = Field(default=128, ge=1)
     reps: int = Field(default=5, ge=1)
     threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
+    timeout_s: float = Field(default=1800.0, gt=0, description="stop llama-bench after this")
+    probe_max_age_s: float = Field(
+        default=86400.0, ge=0, description="reuse a cached machine probe younger than this"
+    )
 
 
 class LoadSettings(_Section):

@@ -6,10 +6,12 @@ from collections.abc import Callable
 
 import typer
 
-from quantload.cli import cmd_config, cmd_exporter, cmd_toolchain
+from quantload.cli import cmd_config, cmd_exporter, cmd_quality, cmd_speed, cmd_toolchain
 
 REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_config.register,
     cmd_toolchain.register,
     cmd_exporter.register,
+    cmd_quality.register,
+    cmd_speed.register,
 )

@@ -136,15 +136,18 @@ def parse_bench_json(stdout: str) -> list[BenchRecord]:
         ) from None
     if not isinstance(data, list) or not data:
         raise MeasurementError("llama-bench's JSON is not a non-empty array of tests")
-    try:
-        return [BenchRecord.model_validate(item) for item in data]
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise MeasurementError(
-            f"llama-bench's JSON record lacks or mistypes '{where}': {first['msg']}",
-            "is this llama-bench too old or too new for quantload?",
-        ) from None
+    records: list[BenchRecord] = []
+    for index, item in enumerate(data):
+        try:
+            records.append(BenchRecord.model_validate(item))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "the record itself"
+            raise MeasurementError(
+                f"llama-bench's JSON record {index} lacks or mistypes '{where}': {first['msg']}",
+                "is this llama-bench too old or too new for quantload?",
+            ) from None
+    return records
 
 
 def pick_test(records: Sequence[BenchRecord], n_prompt: int, n_gen: int, reps: int) -> BenchRecord:

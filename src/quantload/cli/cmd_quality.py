@@ -1,0 +1,99 @@
+"""`quantload quality`: perplexity of one or more GGUF files on the WikiText-2 test text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from quantload.cli.context import cli_context
+from quantload.cli.progress_view import progress_bar
+from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.models.gguf_meta import check_is_gguf
+from quantload.paths import cache_root
+from quantload.quality.dataset import resolve_dataset
+from quantload.quality.measure import measure_quality
+from quantload.quality.results import QualityFile, save_quality_result
+
+
+def quality_table(results: QualityFile) -> Table:
+    """One row per file: perplexity +/- error and the settings it rests on."""
+    table = Table(
+        "quant", "perplexity", "+/-", "ctx", "chunks", "tokens scored", "seconds", "file",
+        title="Perplexity on WikiText-2 test (lower is better)",
+    )  # fmt: skip
+    for label, result in results.results.items():
+        table.add_row(
+            label,
+            f"{result.perplexity:,.4f}",
+            f"{result.perplexity_error:,.4f}",
+            str(result.ctx_tokens),
+            str(result.chunks_scored),
+            f"{result.tokens_scored:,}",
+            f"{result.wall_time_s:.1f}",
+            Path(result.model_path).name,
+        )
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `quality` command."""
+
+    @app.command("quality")
+    def quality(
+        ctx: typer.Context,
+        models: list[Path] = typer.Argument(..., help="One or more .gguf files.", metavar="MODEL"),
+        dataset: Path | None = typer.Option(
+            None, "--dataset", help="WikiText-2 wiki.test.raw (default: downloaded once, cached)."
+        ),
+        context_tokens: int | None = typer.Option(None, "--ctx", help="Tokens per chunk [512]."),
+        chunks: int | None = typer.Option(None, "--chunks", help="Chunks to score [0 = all]."),
+        threads: int | None = typer.Option(None, "--threads", help="Threads [0 = default]."),
+        as_json: bool = typer.Option(False, "--json", help="Print the quality.json object."),
+        out: Path | None = typer.Option(
+            None, "--out", help="Add the results to this quality.json (created if absent)."
+        ),
+    ) -> None:
+        """Measure perplexity with llama-perplexity; F16 < Q8_0 < Q4_K_M is the usual order."""
+        cli = cli_context(ctx)
+        settings = cli.config(
+            {
+                "quality.dataset": dataset,
+                "quality.ctx": context_tokens,
+                "quality.chunks": chunks,
+                "quality.threads": threads,
+            }
+        ).settings
+        for model in models:
+            check_is_gguf(model)
+        cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+        text = resolve_dataset(settings.quality.dataset, cache, cli.environ)
+        with progress_bar(cli.err_console, "llama.cpp build") as progress:
+            toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+        results = QualityFile()
+        for model in models:
+            with progress_bar(cli.err_console, f"perplexity {model.name}") as progress:
+                result = measure_quality(
+                    toolchain,
+                    model,
+                    text,
+                    settings.quality.ctx,
+                    settings.quality.chunks,
+                    progress,
+                    threads=settings.quality.threads,
+                    timeout_s=settings.quality.timeout_s,
+                )
+            results = results.with_result(result.quant, result)
+            if out is not None:
+                save_quality_result(out, result.quant, result)
+        if as_json:
+            typer.echo(json.dumps(results.to_json(), indent=2))
+            return
+        cli.console.print(quality_table(results))
+        cli.console.print(
+            f"text: {text} (sha256 {next(iter(results.results.values())).dataset.sha256[:12]});"
+            f" llama.cpp: {toolchain.label}" + (f"; written to {out}" if out else ""),
+            highlight=False,
+        )

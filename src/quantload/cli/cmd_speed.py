@@ -1,0 +1,123 @@
+"""`quantload speed`: llama-bench prefill and decode of GGUF files, beside this machine's roofline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from quantload.cli.context import cli_context
+from quantload.cli.progress_view import progress_bar
+from quantload.llamacpp.bench import measure_speed
+from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.models.gguf_meta import check_is_gguf, read_gguf
+from quantload.paths import cache_root
+from quantload.roofline.ceilings import roofline
+from quantload.roofline.probe import MachineLimits, probe_machine
+from quantload.roofline.speed_file import SpeedEntry, SpeedFile, save_speed_entry
+
+
+def speed_table(speeds: SpeedFile) -> Table:
+    """One row per file and test: measured tokens/s, the ceiling, the bound and the fraction."""
+    table = Table(
+        "quant", "test", "tokens/s", "+/- sd", "ceiling", "bound", "of ceiling", "MB/token",
+        title="llama-bench speed against this machine's roofline",
+    )  # fmt: skip
+    for label, entry in speeds.results.items():
+        bench = entry.bench
+        for test, ceiling in (
+            (bench.prefill, entry.roofline.prefill),
+            (bench.decode, entry.roofline.decode),
+        ):
+            table.add_row(
+                label,
+                ceiling.test,
+                f"{test.tokens_per_s:,.1f}",
+                f"{test.stddev_tokens_per_s:,.1f}",
+                f"{ceiling.ceiling_tokens_per_s:,.0f}",
+                ceiling.bound,
+                f"{ceiling.fraction_of_ceiling:.0%}",
+                f"{ceiling.bytes_per_token / 1e6:,.2f}",
+            )
+    return table
+
+
+def print_machine(console: Console, limits: MachineLimits) -> None:
+    """The probe's two numbers and where they came from."""
+    console.print(
+        f"machine: memory bandwidth {limits.bandwidth_bytes_per_s / 1e9:.1f} GB/s, f32 arithmetic"
+        f" {limits.arithmetic_flops_per_s / 1e9:.1f} GFLOP/s ({limits.source}, {limits.probed_at};"
+        f" {limits.machine.usable_cpus} CPUs, shared with anything else running)",
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `speed` command."""
+
+    @app.command("speed")
+    def speed(
+        ctx: typer.Context,
+        models: list[Path] = typer.Argument(..., help="One or more .gguf files.", metavar="MODEL"),
+        prompt: int | None = typer.Option(None, "--prompt", help="Prefill test tokens [512]."),
+        gen: int | None = typer.Option(None, "--gen", help="Decode test tokens [128]."),
+        reps: int | None = typer.Option(None, "--reps", help="Repetitions of each test [5]."),
+        threads: int | None = typer.Option(None, "--threads", help="Threads [0 = default]."),
+        reprobe: bool = typer.Option(
+            False, "--reprobe", help="Measure the machine again instead of using the cached probe."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the speed.json object."),
+        out: Path | None = typer.Option(
+            None, "--out", help="Add the results to this speed.json (created if absent)."
+        ),
+    ) -> None:
+        """Measure pp/tg tokens/s with llama-bench and place them on this machine's roofline."""
+        cli = cli_context(ctx)
+        settings = cli.config(
+            {
+                "speed.prompt_tokens": prompt,
+                "speed.gen_tokens": gen,
+                "speed.reps": reps,
+                "speed.threads": threads,
+            }
+        ).settings
+        for model in models:
+            check_is_gguf(model)
+        with progress_bar(cli.err_console, "llama.cpp build") as progress:
+            toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+        with cli.err_console.status("measuring memory bandwidth and arithmetic rate"):
+            limits = probe_machine(
+                cache_root(settings.toolchain.cache_dir, cli.environ),
+                refresh=reprobe,
+                max_age_s=settings.speed.probe_max_age_s,
+            )
+        speeds = SpeedFile()
+        for model in models:
+            summary = read_gguf(model)
+            with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:
+                bench = measure_speed(
+                    toolchain,
+                    model,
+                    settings.speed.prompt_tokens,
+                    settings.speed.gen_tokens,
+                    settings.speed.reps,
+                    settings.speed.threads,
+                    progress,
+                    timeout_s=settings.speed.timeout_s,
+                )
+            entry = SpeedEntry(bench=bench, roofline=roofline(bench, summary, limits))
+            speeds = speeds.with_entry(summary.file_type, entry, limits)
+            if out is not None:
+                save_speed_entry(out, summary.file_type, entry, limits)
+        if as_json:
+            typer.echo(json.dumps(speeds.to_json(), indent=2))
+            return
+        cli.console.print(speed_table(speeds))
+        print_machine(cli.console, limits)
+        for label, entry in speeds.results.items():
+            cli.console.print(f"{label}: {entry.roofline.explanation}", highlight=False)
+        if out is not None:
+            cli.console.print(f"written to {out}", highlight=False)

@@ -1,0 +1,147 @@
+"""Where a measured prefill or decode speed sits against this machine's limits (a roofline).
+
+For each llama-bench test, one forward pass handles `tokens_per_pass` tokens (1 when decoding; a
+micro-batch of min(prompt, n_ubatch) tokens when prefilling) and reads, per pass, every weight once
+(see `weights`) plus the KV cache of the test's context (f16 cells padded to 256, as llama.cpp
+allocates them: an upper bound on what attention reads). Per token:
+
+    bytes per token = (weight bytes + KV bytes) / tokens_per_pass
+    flops per token = 2 x multiplied parameters
+    memory ceiling = bandwidth / bytes;  compute ceiling = arithmetic rate / flops
+    ceiling = the lower of the two; `bound` names it; fraction = measured / ceiling
+
+With one token per pass (decode) the memory ceiling is the lower: decode is memory-bound, which is
+the issue's "bandwidth / bytes read per generated token". A 512-token micro-batch divides the
+weight bytes by 512, so prefill is compute-bound: "arithmetic rate / (2 x parameters)". Attention's
+own arithmetic (a few percent at these contexts) is left out of the flops.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quantload.errors import ModelError
+from quantload.kvcache import kv_shape_from_gguf, predict_kv
+from quantload.llamacpp.bench import BenchTest, SpeedResult
+from quantload.models.gguf_meta import GgufSummary
+from quantload.roofline.explain import explain_quant
+from quantload.roofline.probe import MachineLimits
+from quantload.roofline.weights import WeightTraffic, weight_traffic
+
+Bound = Literal["memory", "compute"]
+
+
+class BenchCeiling(BaseModel):
+    """One llama-bench test against the roofline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test: str = Field(description="llama-bench's name, e.g. pp512 or tg128")
+    tokens_per_pass: int
+    context_tokens: int
+    weight_bytes_per_token: float
+    kv_bytes_per_token: float
+    bytes_per_token: float
+    flops_per_token: float
+    intensity_flops_per_byte: float
+    memory_ceiling_tokens_per_s: float
+    compute_ceiling_tokens_per_s: float
+    ceiling_tokens_per_s: float
+    bound: Bound
+    measured_tokens_per_s: float
+    fraction_of_ceiling: float
+
+
+class RooflineResult(BaseModel):
+    """Prefill and decode of one model file against this machine's limits, with the reason."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quant: str
+    bits_per_weight: float
+    weight_bytes_per_pass: int
+    matmul_params: int
+    tied_embeddings: bool
+    kv_note: str = Field(description="how KV bytes were found, or why they are left out")
+    bandwidth_bytes_per_s: float
+    arithmetic_flops_per_s: float
+    balance_flops_per_byte: float
+    prefill: BenchCeiling
+    decode: BenchCeiling
+    explanation: str = Field(description="one sentence: why this format decodes/prefills so")
+
+
+def _kv_bytes(summary: GgufSummary, context_tokens: int, type_k: str, type_v: str) -> int:
+    shape = kv_shape_from_gguf(summary)
+    return predict_kv(shape, 1, max(1, context_tokens), type_k, type_v).total_bytes
+
+
+def bench_ceiling(
+    name: str,
+    test: BenchTest,
+    tokens_per_pass: int,
+    traffic: WeightTraffic,
+    kv_bytes_per_pass: int,
+    limits: MachineLimits,
+) -> BenchCeiling:
+    """The roofline of one test, given what a pass reads and how many tokens share it."""
+    bytes_per_token = (traffic.bytes_per_pass + kv_bytes_per_pass) / tokens_per_pass
+    flops_per_token = 2.0 * traffic.matmul_params
+    memory = limits.bandwidth_bytes_per_s / bytes_per_token
+    compute = limits.arithmetic_flops_per_s / flops_per_token
+    ceiling = min(memory, compute)
+    return BenchCeiling(
+        test=name,
+        tokens_per_pass=tokens_per_pass,
+        context_tokens=test.n_depth + test.n_prompt + test.n_gen,
+        weight_bytes_per_token=traffic.bytes_per_pass / tokens_per_pass,
+        kv_bytes_per_token=kv_bytes_per_pass / tokens_per_pass,
+        bytes_per_token=bytes_per_token,
+        flops_per_token=flops_per_token,
+        intensity_flops_per_byte=flops_per_token / bytes_per_token,
+        memory_ceiling_tokens_per_s=memory,
+        compute_ceiling_tokens_per_s=compute,
+        ceiling_tokens_per_s=ceiling,
+        bound="memory" if memory <= compute else "compute",
+        measured_tokens_per_s=test.tokens_per_s,
+        fraction_of_ceiling=test.tokens_per_s / ceiling,
+    )
+
+
+def roofline(speed: SpeedResult, summary: GgufSummary, limits: MachineLimits) -> RooflineResult:
+    """Prefill and decode of the file `summary` describes, measured in `speed`, against `limits`."""
+    traffic = weight_traffic(summary)
+    prefill_ctx = speed.prefill.n_depth + speed.prefill.n_prompt
+    decode_ctx = speed.decode.n_depth + speed.decode.n_gen
+    try:
+        prefill_kv = _kv_bytes(summary, prefill_ctx, speed.type_k, speed.type_v)
+        decode_kv = _kv_bytes(summary, decode_ctx, speed.type_k, speed.type_v)
+        kv_note = f"KV cache ({speed.type_k}/{speed.type_v}) of the test's context, from GGUF"
+    except ModelError as error:
+        prefill_kv = decode_kv = 0
+        kv_note = f"KV bytes left out: {error.problem}"
+    prefill = bench_ceiling(
+        f"pp{speed.prefill.n_prompt}",
+        speed.prefill,
+        max(1, min(speed.prefill.n_prompt, speed.n_ubatch)),
+        traffic,
+        prefill_kv,
+        limits,
+    )
+    decode = bench_ceiling(f"tg{speed.decode.n_gen}", speed.decode, 1, traffic, decode_kv, limits)
+    return RooflineResult(
+        quant=summary.file_type,
+        bits_per_weight=round(traffic.bits_per_weight, 3),
+        weight_bytes_per_pass=traffic.bytes_per_pass,
+        matmul_params=traffic.matmul_params,
+        tied_embeddings=traffic.tied_embeddings,
+        kv_note=kv_note,
+        bandwidth_bytes_per_s=limits.bandwidth_bytes_per_s,
+        arithmetic_flops_per_s=limits.arithmetic_flops_per_s,
+        balance_flops_per_byte=limits.balance_flops_per_byte,
+        prefill=prefill,
+        decode=decode,
+        explanation=explain_quant(summary.file_type, traffic, prefill, decode),
+    )

@@ -1,0 +1,236 @@
+"""This machine's memory bandwidth and arithmetic rate, measured in a few seconds and cached.
+
+Method (numpy only, so it runs wherever quantload does):
+
+- Memory bandwidth: a float32 buffer of at least 256 MiB and four times the last-level cache (at
+  most 2 GiB) is split into one slice per usable CPU; one thread per slice takes `numpy.max` of it
+  (a vectorized streaming read that writes nothing and releases the GIL). Bandwidth = buffer bytes
+  / wall time of the whole pass. One warm-up pass, then the median of 7 passes. Decoding a token is
+  this kind of work: read every weight once.
+- Arithmetic rate: a float32 matrix product of two random 1536 x 1536 matrices through numpy's BLAS
+  with all its threads; rate = 2 n^3 / wall time. One warm-up, then the median of 5. llama.cpp's
+  CPU kernels accumulate in f32 too, so this is the rate a well-blocked f32 kernel reaches here;
+  int8 dot-product kernels (Q8_0, K-quants) can exceed it.
+
+Both are achievable rates, not datasheet peaks: the ceiling a program on this machine can reach.
+Other processes running at the same time lower them; the samples are kept so the spread shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from quantload.rundir import read_json, write_json_atomic
+
+MIB = 1024 * 1024
+MIN_BUFFER_BYTES = 256 * MIB
+MAX_BUFFER_BYTES = 2048 * MIB
+CACHE_MULTIPLE = 4
+BANDWIDTH_PASSES = 7
+MATRIX_SIZE = 1536
+MATMUL_PASSES = 5
+DEFAULT_MAX_AGE_S = 24 * 3600.0
+BANDWIDTH_METHOD = (
+    "numpy.max over a float32 buffer, one slice per CPU thread; bytes read / wall time;"
+    " median of {passes} passes after a warm-up"
+)
+ARITHMETIC_METHOD = (
+    "float32 {n}x{n} matrix product via numpy BLAS; 2 n^3 / wall time; median of {passes} passes"
+    " after a warm-up"
+)
+
+
+class MachineId(BaseModel):
+    """What identifies the machine a probe ran on; a cached probe is reused only on a match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hostname: str
+    cpu_model: str
+    usable_cpus: int
+    machine: str
+    numpy_version: str
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of every field."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+
+
+class MachineLimits(BaseModel):
+    """Measured memory bandwidth and arithmetic rate of this machine, with method and samples."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bandwidth_bytes_per_s: float = Field(description="median streaming-read rate")
+    bandwidth_samples_bytes_per_s: list[float]
+    bandwidth_method: str
+    buffer_bytes: int
+    read_threads: int
+    arithmetic_flops_per_s: float = Field(description="median f32 matrix-product rate")
+    arithmetic_samples_flops_per_s: list[float]
+    arithmetic_method: str
+    matrix_size: int
+    machine: MachineId
+    probed_at: str = Field(description="UTC, ISO 8601")
+    probe_wall_s: float
+    source: Literal["probe", "cache"] = "probe"
+
+    @property
+    def balance_flops_per_byte(self) -> float:
+        """Arithmetic rate / bandwidth: work below this intensity is memory-bound."""
+        return self.arithmetic_flops_per_s / self.bandwidth_bytes_per_s
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def this_machine() -> MachineId:
+    """The identity of the machine this process runs on."""
+    return MachineId(
+        hostname=platform.node(),
+        cpu_model=_cpu_model(),
+        usable_cpus=usable_cpus(),
+        machine=platform.machine(),
+        numpy_version=np.__version__,
+    )
+
+
+def _last_level_cache_bytes() -> int | None:
+    sizes: list[int] = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = entry.read_text(encoding="utf-8").strip().upper()
+        except OSError:
+            continue
+        units = {"K": 1024, "M": MIB, "G": 1024 * MIB}
+        factor = units.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * factor)
+    return max(sizes) if sizes else None
+
+
+def buffer_size_bytes() -> int:
+    """The read buffer: at least 256 MiB and four times the largest cache, so DRAM is measured."""
+    cache = _last_level_cache_bytes() or 0
+    return min(MAX_BUFFER_BYTES, max(MIN_BUFFER_BYTES, CACHE_MULTIPLE * cache))
+
+
+def _median_rate(work: float, run: Callable[[], object], passes: int) -> list[float]:
+    run()  # warm-up: page faults, thread start-up, BLAS initialisation
+    rates: list[float] = []
+    for _ in range(passes):
+        started = time.perf_counter()
+        run()
+        rates.append(work / (time.perf_counter() - started))
+    return rates
+
+
+def measure_bandwidth(
+    buffer_bytes: int, threads: int, passes: int = BANDWIDTH_PASSES
+) -> list[float]:
+    """Streaming-read rates in bytes/s, one per pass."""
+    data = np.ones(buffer_bytes // 4, dtype=np.float32)
+    slices = np.array_split(data, threads)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+
+        def read_all() -> None:
+            list(pool.map(np.max, slices))
+
+        return _median_rate(float(data.nbytes), read_all, passes)
+
+
+def measure_arithmetic(size: int = MATRIX_SIZE, passes: int = MATMUL_PASSES) -> list[float]:
+    """float32 matrix-product rates in flop/s, one per pass."""
+    generator = np.random.default_rng(0)
+    left = generator.standard_normal((size, size), dtype=np.float32)
+    right = generator.standard_normal((size, size), dtype=np.float32)
+    return _median_rate(2.0 * size**3, lambda: left @ right, passes)
+
+
+def run_probe() -> MachineLimits:
+    """Measure now, without looking at any cache (a few seconds)."""
+    started = time.monotonic()
+    threads = usable_cpus()
+    buffer_bytes = buffer_size_bytes()
+    bandwidth = measure_bandwidth(buffer_bytes, threads)
+    arithmetic = measure_arithmetic()
+    return MachineLimits(
+        bandwidth_bytes_per_s=statistics.median(bandwidth),
+        bandwidth_samples_bytes_per_s=[round(rate) for rate in bandwidth],
+        bandwidth_method=BANDWIDTH_METHOD.format(passes=BANDWIDTH_PASSES),
+        buffer_bytes=buffer_bytes,
+        read_threads=threads,
+        arithmetic_flops_per_s=statistics.median(arithmetic),
+        arithmetic_samples_flops_per_s=[round(rate) for rate in arithmetic],
+        arithmetic_method=ARITHMETIC_METHOD.format(n=MATRIX_SIZE, passes=MATMUL_PASSES),
+        matrix_size=MATRIX_SIZE,
+        machine=this_machine(),
+        probed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        probe_wall_s=round(time.monotonic() - started, 3),
+    )
+
+
+def cache_path(cache_dir: Path, machine: MachineId) -> Path:
+    """Where the probe of `machine` is cached."""
+    return cache_dir / "roofline" / f"machine-{machine.fingerprint}.json"
+
+
+def _read_cached(path: Path, machine: MachineId, max_age_s: float) -> MachineLimits | None:
+    try:
+        cached = MachineLimits.model_validate(read_json(path))
+    except (OSError, ValueError, ValidationError):
+        return None
+    age_s = (datetime.now(UTC) - datetime.fromisoformat(cached.probed_at)).total_seconds()
+    if cached.machine != machine or not 0 <= age_s <= max_age_s:
+        return None
+    return cached.model_copy(update={"source": "cache"})
+
+
+def probe_machine(
+    cache_dir: Path | None,
+    refresh: bool = False,
+    max_age_s: float = DEFAULT_MAX_AGE_S,
+    probe: Callable[[], MachineLimits] = run_probe,
+) -> MachineLimits:
+    """This machine's limits: a cached probe younger than `max_age_s`, else a fresh one (cached).
+
+    `cache_dir` None never reads or writes a cache; `refresh` forces a new probe.
+    """
+    machine = this_machine()
+    path = cache_path(cache_dir, machine) if cache_dir is not None else None
+    if path is not None and not refresh:
+        cached = _read_cached(path, machine, max_age_s)
+        if cached is not None:
+            return cached
+    limits = probe()
+    if path is not None:
+        write_json_atomic(path, limits.model_dump(mode="json"))
+    return limits

@@ -1,0 +1,96 @@
+"""`speed.json`: llama-bench speed and its roofline for every model file of a run.
+
+Schema `quantload.speed/1`::
+
+    {
+      "schema": "quantload.speed/1",
+      "machine": MachineLimits,          # the probe the rooflines were computed against
+      "results": {                       # one entry per quantization, keyed by its name
+        "Q4_K_M": {"bench": SpeedResult, "roofline": RooflineResult},
+        ...
+      }
+    }
+
+SpeedResult (quantload.llamacpp.bench): model_path, model_type, model_size_bytes, model_n_params,
+reps, n_threads, n_batch, n_ubatch, n_gpu_layers, type_k, type_v, flash_attn, backends, cpu_info,
+gpu_info, build_commit, build_number, wall_time_s, command[], llama_cpp{}, measured_at, and
+`prefill` / `decode`: {n_prompt, n_gen, n_depth, tokens_per_s, stddev_tokens_per_s,
+samples_tokens_per_s[], mean_ns, stddev_ns, samples_ns[], test_time}.
+
+RooflineResult (quantload.roofline.ceilings): quant, bits_per_weight, weight_bytes_per_pass,
+matmul_params, tied_embeddings, kv_note, bandwidth_bytes_per_s, arithmetic_flops_per_s,
+balance_flops_per_byte, explanation, and `prefill` / `decode`: {test, tokens_per_pass,
+context_tokens, weight_bytes_per_token, kv_bytes_per_token, bytes_per_token, flops_per_token,
+intensity_flops_per_byte, memory_ceiling_tokens_per_s, compute_ceiling_tokens_per_s,
+ceiling_tokens_per_s, bound ("memory" | "compute"), measured_tokens_per_s, fraction_of_ceiling}.
+
+MachineLimits (quantload.roofline.probe): bandwidth_bytes_per_s, bandwidth_samples_bytes_per_s[],
+bandwidth_method, buffer_bytes, read_threads, arithmetic_flops_per_s,
+arithmetic_samples_flops_per_s[], arithmetic_method, matrix_size, machine{hostname, cpu_model,
+usable_cpus, machine, numpy_version}, probed_at, probe_wall_s, source ("probe" | "cache").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from quantload.errors import ConfigError
+from quantload.llamacpp.bench import SpeedResult
+from quantload.roofline.ceilings import RooflineResult
+from quantload.roofline.probe import MachineLimits
+from quantload.rundir import read_json, write_json_atomic
+
+SPEED_SCHEMA: Final = "quantload.speed/1"
+
+
+class SpeedEntry(BaseModel):
+    """One file's llama-bench result and its roofline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bench: SpeedResult
+    roofline: RooflineResult
+
+
+class SpeedFile(BaseModel):
+    """The whole `speed.json`: entries keyed by quantization name, and the machine's limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_id: Literal["quantload.speed/1"] = Field(default=SPEED_SCHEMA, alias="schema")
+    machine: MachineLimits | None = None
+    results: dict[str, SpeedEntry] = Field(default_factory=dict)
+
+    def with_entry(self, label: str, entry: SpeedEntry, machine: MachineLimits) -> SpeedFile:
+        """A copy with `entry` stored (or replaced) under `label` and `machine` as the limits."""
+        return self.model_copy(
+            update={"machine": machine, "results": {**self.results, label: entry}}
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object as written to disk."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def load_speed_file(path: Path) -> SpeedFile:
+    """Read and validate a speed.json; ConfigError if it is not one."""
+    try:
+        return SpeedFile.model_validate(read_json(path))
+    except (ValueError, ValidationError) as error:
+        raise ConfigError(
+            f"{path} is not a {SPEED_SCHEMA} file ({str(error).splitlines()[0]})",
+            "choose another output file, or delete this one",
+        ) from None
+
+
+def save_speed_entry(
+    path: Path, label: str, entry: SpeedEntry, machine: MachineLimits
+) -> SpeedFile:
+    """Add `entry` under `label` to the file at `path` (created if absent), atomically."""
+    current = load_speed_file(path) if path.exists() else SpeedFile()
+    updated = current.with_entry(label, entry, machine)
+    write_json_atomic(path, updated.to_json())
+    return updated
