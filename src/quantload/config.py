@@ -112,6 +112,25 @@ class LoadSettings(_Section):
     prefix_tokens: int = Field(default=1500, ge=0)
     prefix_requests: int = Field(default=20, ge=0)
     prefix_users: int = Field(default=1, ge=1)
+    cache_prompt: bool = Field(
+        default=False, description="cache_prompt sent by sweep and open-loop requests"
+    )
+    open_loop_users: int = Field(default=64, ge=1, description="user pool serving the arrivals")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    first_round_jitter_s: float = Field(
+        default=0.1, ge=0, description="each user's first request of a stage waits up to this"
+    )
+    max_consecutive_errors: int = Field(
+        default=20, ge=1, description="failed requests in a row that end a stage as failed"
+    )
+    reuse_connections: Literal["auto", "always", "never"] = "auto"
+    workers: int = Field(default=0, ge=0, description="Locust worker processes; 0 = one process")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
+    )
+    saturation_cpu_frac: float = Field(default=0.9, gt=0)
+    saturation_lag_s: float = Field(default=0.02, gt=0)
 
 
 class ObserveSettings(_Section):

@@ -1,45 +1,66 @@
-"""The per-request record (schema `quantload.record/1`) and the append-only files that hold them.
+"""Per-request records (schema `quantload.record/1`) and stage events, one JSON object per line.
 
-One JSON object per line in `records.jsonl`, written when the request ends (success or failure),
-flushed at once, so a crash loses at most the requests still in flight.
+`records.jsonl` gets one line per request when it ends (success or failure), flushed at once, so a
+crash loses at most the requests still in flight. `stages.jsonl` gets a `stage_start` line when a
+stage's measured requests are released (after its users are spawned and its warm-up requests are
+done) and a `stage_end` line when the last of them has completed; a stage that never ran (an
+earlier one failed) gets only a `stage_end` line with status "aborted". On `stage_start` lines
+status is "ok" (started); on `stage_end` lines "ok", "failed" (circuit breaker, stage timeout) or
+"aborted" (not run, or the load process died). Both files are written only by the process that
+drives the stages (the local runner or the Locust master): workers send their records to it.
 
-Times: `*_unix_s` are wall-clock (time.time) for lining up with Prometheus; every duration
-(`*_s`) is measured with time.perf_counter on the client. TTFT runs from the moment the request
-bytes are handed to the socket (`sent_unix_s`) to the first chunk that carries generated text;
-the connection is opened before that moment and is not inside TTFT (`connect_s` gives it apart).
-In open loop, `*_from_intended_s` add the lag between the scheduled and the actual send
-(coordinated-omission-corrected latency).
+Times: `*_unix_s` are wall-clock (time.time) for lining up with Prometheus; every duration (`*_s`)
+is measured with time.perf_counter on the client. TTFT runs from the moment the request bytes are
+handed to the socket to the arrival of the first chunk carrying generated text (role-only chunks,
+SSE comments and empty deltas do not count). Connecting is *not* inside TTFT: a fresh connection
+is opened before the clock starts (llama-server closes the connection after every streamed
+response, so there usually is one) and `connect_s` gives its time apart. In open loop,
+`*_from_intended_s` add the lag between the scheduled and the actual send (latency corrected for
+coordinated omission); in closed loop the intended time is when the user took the request.
 
-Fields
+Request record fields
   schema              "quantload.record/1"
   run_id              the run this belongs to
   server, quant, model, url
-  experiment          "sweep" (closed-loop users), "open_loop" (Poisson rate), "prefix_cache", "warmup"
-  stage_users         concurrent users of the stage (closed loop), else null
+  experiment          "sweep" (closed loop), "open_loop" (Poisson rate), "prefix_cache",
+                      "interactive" (users set in the Locust web UI); "warmup" is accepted on read
+  stage_id            joins the record to its stage lines in stages.jsonl
+  stage_users         concurrent users of the stage (closed loop; open loop: the user pool)
   stage_rate_rps      target arrival rate (open loop), else null
   repeat              repeat index of the stage, from 0
   warmup              true for warm-up requests (excluded from statistics)
   cache_prompt        the `cache_prompt` value sent: the prompt-cache state of this request
   prompt_id           id of the prompt in its set
+  max_tokens, ignore_eos   the output-length controls sent
   worker              who sent it: "<host>:<pid>" (distinguishes Locust workers)
   intended_unix_s     when it was scheduled to be sent
   sent_unix_s         when it was actually sent
   lag_s               sent - intended (client schedule lag; > 0 means the client fell behind)
-  connect_s           time to open the TCP connection (not part of TTFT)
+  connect_s           time to open the TCP connection (not part of TTFT); null when reused
+  connection_reused   whether a kept-alive connection carried the request
+  ttfb_s              send -> response head
   ttft_s              send -> first chunk with generated text
   ttft_from_intended_s
   e2e_s               send -> last byte of the stream
   e2e_from_intended_s
   tpot_s              (e2e - ttft) / (completion_tokens - 1), null when fewer than 2 tokens
-  itl_count, itl_mean_s, itl_p50_s, itl_p99_s, itl_max_s   gaps between content chunks
+  itl_s               every gap between consecutive content chunks, seconds (rounded to 1 us)
+  itl_count, itl_mean_s, itl_p50_s, itl_p99_s, itl_max_s   summary of itl_s
+  content_chunks      chunks that carried generated text
   prompt_tokens, completion_tokens, cached_tokens          from the server's `usage`
   timings             the server's `timings` object as sent (prompt_ms, predicted_ms, cache_n, ...)
   finish_reason       "stop", "length", ... or null
   ok                  true when the request completed with a full stream and HTTP 200
-  within_deadline     ok and e2e within the per-request deadline (goodput counts these)
+  within_deadline     ok and e2e_from_intended_s within the per-request deadline (goodput)
   http_status         status code, null when none arrived
   error_class         null, or one of ERROR_CLASSES
   error               short error text
+
+Stage event fields (stages.jsonl): see `StageEvent`.
+
+Changes within quantload.record/1 (additive, readers ignore what they do not know): stage_id,
+max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
+"interactive"; error classes protocol_error and aborted.
 """
 
 from __future__ import annotations
@@ -53,24 +74,28 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 SCHEMA = "quantload.record/1"
-Experiment = Literal["sweep", "open_loop", "prefix_cache", "warmup"]
+STAGE_SCHEMA = "quantload.stage/1"
+Experiment = Literal["sweep", "open_loop", "prefix_cache", "interactive", "warmup"]
+StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
-    "http_4xx",          # the server refused the request (400, 401, 404, ...)
-    "http_5xx",          # 500, 503 ...
-    "connect_refused",   # nothing listens
-    "connect_error",     # other connection failure
-    "stream_cut",        # the stream ended before [DONE] / the final usage chunk
-    "malformed_chunk",   # a data line that is not valid JSON
+    "http_4xx",  # the server refused the request (400, 401, 404, ...)
+    "http_5xx",  # 500, 503 ...
+    "connect_refused",  # nothing listens
+    "connect_error",  # other connection failure, or closed before any response
+    "stream_cut",  # the stream ended before [DONE] / finish_reason
+    "malformed_chunk",  # a data line that is not valid JSON
     "server_error_event",  # the stream carried {"error": ...}
-    "timeout",           # the per-request deadline passed
-    "client_error",      # anything else raised inside the client
+    "protocol_error",  # bytes that are not valid HTTP/1.1 framing
+    "timeout",  # the per-request deadline passed
+    "aborted",  # the load process stopped while the request was in flight
+    "client_error",  # anything else raised inside the client
 )
 
 
 class RequestRecord(BaseModel):
     """One request as the client saw it, with the server's own timings beside it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     schema_: str = SCHEMA
     run_id: str
@@ -79,27 +104,34 @@ class RequestRecord(BaseModel):
     model: str
     url: str
     experiment: Experiment
+    stage_id: str | None = None
     stage_users: int | None = None
     stage_rate_rps: float | None = None
     repeat: int = 0
     warmup: bool = False
     cache_prompt: bool
     prompt_id: str
+    max_tokens: int | None = None
+    ignore_eos: bool | None = None
     worker: str
     intended_unix_s: float
     sent_unix_s: float
     lag_s: float
     connect_s: float | None = None
+    connection_reused: bool | None = None
+    ttfb_s: float | None = None
     ttft_s: float | None = None
     ttft_from_intended_s: float | None = None
     e2e_s: float | None = None
     e2e_from_intended_s: float | None = None
     tpot_s: float | None = None
+    itl_s: list[float] | None = None
     itl_count: int = 0
     itl_mean_s: float | None = None
     itl_p50_s: float | None = None
     itl_p99_s: float | None = None
     itl_max_s: float | None = None
+    content_chunks: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -112,14 +144,70 @@ class RequestRecord(BaseModel):
     error: str | None = None
 
     def to_json_line(self) -> str:
+        """The record as one compact JSON line (`schema` key, not `schema_`)."""
         data = self.model_dump(mode="json")
         data["schema"] = data.pop("schema_")
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json_line(cls, line: str) -> RequestRecord:
+        """Parse one line written by `to_json_line`."""
         data = json.loads(line)
         data["schema_"] = data.pop("schema", SCHEMA)
+        return cls.model_validate(data)
+
+
+class StageEvent(BaseModel):
+    """One line of stages.jsonl: a stage started or ended.
+
+    Beyond the fields every reader relies on (event ... reason), a stage_end line carries the
+    client's own health during the stage: `client_cpu_frac` (busiest load process, fraction of one
+    core), `loop_lag_p99_s`/`loop_lag_max_s` (how late the load process's event loop woke up) and
+    `client_saturated` (true when those say the client itself may have been the bottleneck).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_: str = STAGE_SCHEMA
+    event: Literal["stage_start", "stage_end"]
+    unix_s: float
+    run_id: str
+    server: str
+    quant: str
+    model: str = ""
+    url: str = ""
+    experiment: Experiment
+    stage_id: str
+    stage_index: int
+    stage_users: int | None = None
+    stage_rate_rps: float | None = None
+    repeat: int = 0
+    cache_prompt: bool
+    requests_planned: int
+    requests_done: int = 0
+    requests_ok: int = 0
+    warmup_requests: int = 0
+    status: StageStatus = "ok"
+    reason: str | None = None
+    workers: int = 0
+    prefix_tokens: int | None = None
+    server_state: str | None = None
+    client_cpu_frac: float | None = None
+    loop_lag_p99_s: float | None = None
+    loop_lag_max_s: float | None = None
+    client_saturated: bool | None = None
+
+    def to_json_line(self) -> str:
+        """The event as one compact JSON line (`schema` key, not `schema_`)."""
+        data = self.model_dump(mode="json")
+        data["schema"] = data.pop("schema_")
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json_line(cls, line: str) -> StageEvent:
+        """Parse one line written by `to_json_line`."""
+        data = json.loads(line)
+        data["schema_"] = data.pop("schema", STAGE_SCHEMA)
         return cls.model_validate(data)
 
 
@@ -137,17 +225,21 @@ class JsonlAppender:
         self._handle = path.open("a", encoding="utf-8")
 
     def append_line(self, line: str) -> None:
+        """Append `line` (without its newline) and flush."""
         with self._lock:
             self._handle.write(line + "\n")
             self._handle.flush()
 
-    def append(self, record: RequestRecord) -> None:
+    def append(self, record: RequestRecord | StageEvent) -> None:
+        """Append a record or a stage event."""
         self.append_line(record.to_json_line())
 
     def append_obj(self, data: dict[str, Any]) -> None:
+        """Append any JSON-serialisable dict."""
         self.append_line(json.dumps(data, separators=(",", ":"), default=str))
 
     def close(self) -> None:
+        """Close the file; later appends fail."""
         with self._lock:
             self._handle.close()
 
@@ -162,5 +254,19 @@ def iter_records(path: Path) -> Iterator[RequestRecord]:
                 continue
             try:
                 yield RequestRecord.from_json_line(line)
+            except ValueError:
+                continue
+
+
+def iter_stage_events(path: Path) -> Iterator[StageEvent]:
+    """Stage events from stages.jsonl; torn lines are skipped."""
+    if not path.is_file():
+        return
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                yield StageEvent.from_json_line(line)
             except ValueError:
                 continue

@@ -1,0 +1,363 @@
+"""A lean streaming HTTP/1.1 client on plain sockets: one POST, its stream read chunk by chunk.
+
+Why hand-written: measured on a 2-core machine, every general-purpose client added CPU per
+request (requests: ~70% of user time in request setup) or buffered small SSE events
+(geventhttpclient's `iter_lines`), and both showed up as TTFT error at 64+ streams. Here a request
+is one `sendall` of pre-built bytes, and each `recv` is stamped with `time.perf_counter()` *before*
+any parsing, so parsing cost never shifts a timestamp.
+
+It uses the stdlib `socket`/`ssl` modules through their module attributes, so inside a Locust
+process (gevent monkey-patched) every call cooperates with the other users, and in a plain
+process (tests, scripts) it simply blocks its thread.
+
+Connections: llama-server advertises keep-alive but closes the connection after every streamed
+response, while other servers keep it open. `ConnectionPool` keeps idle connections that the
+server allowed to live, checks a connection is still open before reusing it, and if a reused
+connection turns out to be dead before any response byte it retries once on a fresh connection
+and stops reusing connections to that server. TTFT never includes connecting: the clock starts
+when the request bytes are handed to the socket; the connect time is reported apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from quantload.load.sse import ProtocolError, ResponseParser, classify_payload
+
+RECV_BYTES = 64 * 1024
+MAX_IDLE_PER_POOL = 1024
+ReusePolicy = Literal["auto", "always", "never"]
+
+
+class EndpointError(ValueError):
+    """A URL that this client cannot talk to."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go: scheme, host, port and the path of the streaming route."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+    api_key: str | None = None
+
+    @classmethod
+    def from_url(
+        cls, base_url: str, path: str = "/v1/chat/completions", api_key: str | None = None
+    ) -> Endpoint:
+        """`http://127.0.0.1:8080` (a trailing `/v1` is tolerated) plus the route path."""
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise EndpointError(f"not an http(s) URL: {base_url!r}")
+        prefix = parts.path.rstrip("/")
+        if prefix.endswith("/v1") and path.startswith("/v1/"):
+            prefix = prefix[: -len("/v1")]
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port, prefix + path, api_key)
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def request_bytes(self, body: bytes, extra_headers: Mapping[str, str] | None = None) -> bytes:
+        """The complete HTTP/1.1 POST for `body` (JSON), ready for one `sendall`."""
+        lines = [
+            f"POST {self.path} HTTP/1.1",
+            f"Host: {self.host_header}",
+            "User-Agent: quantload",
+            "Accept: text/event-stream",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+        ]
+        if self.api_key:
+            lines.append(f"Authorization: Bearer {self.api_key}")
+        for name, value in (extra_headers or {}).items():
+            lines.append(f"{name}: {value}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+@dataclass
+class StreamResult:
+    """What one streamed request produced, times in seconds from the send (perf_counter)."""
+
+    sent_unix_s: float = 0.0
+    sent_perf_s: float = 0.0
+    connect_s: float | None = None
+    connection_reused: bool = False
+    retried_stale: bool = False
+    status: int | None = None
+    ttfb_s: float | None = None
+    content_times_s: list[float] = field(default_factory=list)
+    end_s: float | None = None
+    done_seen: bool = False
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+    empty_chunks: int = 0
+    comments: int = 0
+    error_class: str | None = None
+    error: str | None = None
+    bytes_received: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.content_times_s[0] if self.content_times_s else None
+
+
+class ConnectionPool:
+    """Idle connections to one endpoint, shared by every user of a process."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        connect_timeout_s: float = 10.0,
+        reuse: ReusePolicy = "auto",
+    ) -> None:
+        self.endpoint = endpoint
+        self.connect_timeout_s = connect_timeout_s
+        self.reuse = reuse
+        self.server_closes_streams = False  # learned in "auto" mode
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._ssl: ssl.SSLContext | None = None
+
+    @property
+    def reuse_enabled(self) -> bool:
+        if self.reuse == "never":
+            return False
+        return self.reuse == "always" or not self.server_closes_streams
+
+    def take(self) -> socket.socket | None:
+        """An idle connection that is still open, or None."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                sock = self._idle.pop()
+            if _still_open(sock):
+                return sock
+            _close(sock)
+            if self.reuse == "auto":
+                self.server_closes_streams = True
+
+    def give(self, sock: socket.socket) -> None:
+        """Return a connection whose response ended cleanly and that the server keeps open."""
+        if not self.reuse_enabled:
+            _close(sock)
+            return
+        with self._lock:
+            if len(self._idle) < MAX_IDLE_PER_POOL:
+                self._idle.append(sock)
+                return
+        _close(sock)
+
+    def note_stale(self) -> None:
+        """A reused connection was dead: stop reusing connections in "auto" mode."""
+        if self.reuse == "auto":
+            self.server_closes_streams = True
+
+    def connect(self, timeout_s: float) -> socket.socket:
+        """A new connection (TCP_NODELAY; TLS when the endpoint is https)."""
+        sock = socket.create_connection(
+            (self.endpoint.host, self.endpoint.port), timeout=max(timeout_s, 0.001)
+        )
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.endpoint.scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            sock = self._ssl.wrap_socket(sock, server_hostname=self.endpoint.host)
+        return sock
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            _close(sock)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """True when the peer has not closed the connection and sent nothing unexpected."""
+    try:
+        sock.settimeout(0.0)
+        try:
+            data = sock.recv(1, socket.MSG_PEEK)
+        finally:
+            sock.settimeout(None)
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return True
+    except OSError:
+        return False
+    del data  # b"" means closed; stray bytes mean a confused connection: neither is reusable
+    return False
+
+
+def stream_request(pool: ConnectionPool, request: bytes, timeout_s: float) -> StreamResult:
+    """Send one request and read its whole stream; never raises for network or server faults.
+
+    `timeout_s` bounds the whole request (connect included). Errors come back as
+    `error_class`: connect_refused, connect_error, http_4xx, http_5xx, timeout, stream_cut,
+    malformed_chunk, server_error_event, protocol_error.
+    """
+    deadline = time.perf_counter() + timeout_s
+    sock = pool.take() if pool.reuse_enabled else None
+    reused = sock is not None
+    connect_s: float | None = None
+    if sock is None:
+        sock, connect_s, failure = _connect(pool, deadline)
+        if failure is not None:
+            return failure
+    assert sock is not None
+    result = _exchange(pool, sock, request, deadline)
+    if (
+        reused
+        and result.bytes_received == 0
+        and result.error_class in ("connect_error", "stream_cut")
+    ):
+        pool.note_stale()
+        sock, connect_s, failure = _connect(pool, deadline)
+        if failure is not None:
+            failure.retried_stale = True
+            return failure
+        assert sock is not None
+        result = _exchange(pool, sock, request, deadline)
+        result.retried_stale = True
+        reused = False
+    result.connect_s = connect_s
+    result.connection_reused = reused
+    return result
+
+
+def _connect(
+    pool: ConnectionPool, deadline: float
+) -> tuple[socket.socket | None, float | None, StreamResult | None]:
+    start = time.perf_counter()
+    remaining = deadline - start
+    timeout = min(pool.connect_timeout_s, remaining)
+    try:
+        sock = pool.connect(timeout)
+    except ConnectionRefusedError as error:
+        return None, None, StreamResult(error_class="connect_refused", error=str(error))
+    except TimeoutError:
+        cls = "timeout" if timeout >= remaining else "connect_error"
+        return (
+            None,
+            None,
+            StreamResult(error_class=cls, error=f"connect timed out after {timeout:.3g} s"),
+        )
+    except (OSError, ssl.SSLError) as error:
+        return (
+            None,
+            None,
+            StreamResult(error_class="connect_error", error=str(error) or repr(error)),
+        )
+    return sock, time.perf_counter() - start, None
+
+
+def _fail(result: StreamResult, error_class: str, message: str) -> StreamResult:
+    result.error_class = error_class
+    result.error = message[:300]
+    return result
+
+
+def _exchange(
+    pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float
+) -> StreamResult:
+    result = StreamResult()
+    parser = ResponseParser()
+    buf = bytearray(RECV_BYTES)
+    view = memoryview(buf)
+    keep = False
+    try:
+        result.sent_unix_s = time.time()
+        sent = result.sent_perf_s = time.perf_counter()
+        sock.settimeout(max(deadline - sent, 0.001))
+        sock.sendall(request)
+        while not parser.complete:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return _fail(result, "timeout", "request deadline passed")
+            sock.settimeout(remaining)
+            count = sock.recv_into(buf)
+            now = time.perf_counter() - sent
+            if count == 0:
+                payloads = parser.feed_eof()
+                if not parser.complete:
+                    if parser.head is None:
+                        return _fail(result, "connect_error", "connection closed before a response")
+                    return _fail(result, "stream_cut", "connection closed mid-stream")
+            else:
+                result.bytes_received += count
+                payloads = parser.feed(view[:count])
+            head = parser.head
+            if head is not None and result.status is None:
+                result.status = head.status
+                result.ttfb_s = now
+            for payload in payloads:
+                info = classify_payload(payload)
+                if info.kind == "content":
+                    result.content_times_s.append(now)
+                elif info.kind == "empty":
+                    result.empty_chunks += 1
+                elif info.kind == "done":
+                    result.done_seen = True
+                elif info.kind == "error":
+                    return _fail(result, "server_error_event", info.error or "error event")
+                else:
+                    return _fail(result, "malformed_chunk", f"not JSON: {info.error}")
+                if info.finish_reason:
+                    result.finish_reason = info.finish_reason
+                if info.usage is not None:
+                    result.usage = info.usage
+                if info.timings is not None:
+                    result.timings = info.timings
+            if parser.complete:
+                result.end_s = now
+        result.comments = parser.comments
+        head = parser.head
+        assert head is not None
+        if head.status != 200:
+            body = bytes(parser.error_body).decode("utf-8", "replace").strip()
+            error_class = "http_5xx" if head.status >= 500 else "http_4xx"
+            keep = head.keep_alive
+            return _fail(result, error_class, f"HTTP {head.status}: {body[:240]}")
+        if not result.done_seen and result.finish_reason is None:
+            return _fail(result, "stream_cut", "stream ended without [DONE] or finish_reason")
+        keep = head.keep_alive and (head.chunked or head.content_length is not None)
+        return result
+    except TimeoutError:
+        return _fail(result, "timeout", "request deadline passed")
+    except ProtocolError as error:
+        return _fail(result, "protocol_error", str(error))
+    except ssl.SSLError as error:
+        return _fail(result, "connect_error", f"TLS: {error}")
+    except OSError as error:
+        if result.status is None and result.bytes_received == 0:
+            return _fail(result, "connect_error", str(error) or repr(error))
+        return _fail(result, "stream_cut", str(error) or repr(error))
+    finally:
+        if keep and result.error_class in (None, "http_4xx", "http_5xx"):
+            pool.give(sock)
+        else:
+            _close(sock)

@@ -1,0 +1,494 @@
+"""A fake OpenAI-style streaming server with scripted timing and faults, for tests and benchmarks.
+
+Each request to `POST /v1/chat/completions` gets a script: a time to first token, a constant
+inter-token gap and a token count, drawn from seeded ranges or set per request by a directive in
+the prompt text, e.g. `[[fake ttft_ms=300 itl_ms=10 tokens=5 fault=cut_after:3]]`. The scripted
+values come back in the last chunk's `timings` (`prompt_ms` = scripted TTFT,
+`predicted_per_token_ms` = scripted gap), so a client's error on every request is exact:
+measured minus scripted. Clocks start when the request body has been read.
+
+Every stream also carries what real servers send and careless clients trip on (switch off with
+`pathological=False`): a role-only first chunk sent at once, an SSE comment (`: keep-alive`), an
+empty-content delta, and content chunks alternating compact and spaced JSON.
+
+Faults (directive `fault=` or `fault_every`/`fault`): `http_500`, `http_503`, `reset` (close
+without answering), `hang` (never answer), `cut_after:N` (close after N tokens),
+`malformed_after:N` (a non-JSON data line after N tokens), `error_after:N` (an `{"error":...}`
+event after N tokens). A refused connection is simply a port nobody listens on.
+
+`close_after_stream=True` mimics llama-server: `Keep-Alive` advertised, connection closed after
+every streamed response.
+
+Run in-process with `FakeServer(script).start()` (own thread and event loop), or as a process:
+`python -m quantload.load.fakeserver --port 0 --port-file FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DIRECTIVE = re.compile(r"\[\[fake ([^\]]*)\]\]")
+TOKEN_PATTERN = re.compile(r"\w+|[^\w\s]")
+
+
+@dataclass(frozen=True)
+class FakeScript:
+    """How the fake server answers; ranges are (low, high) in milliseconds, drawn uniformly."""
+
+    ttft_ms: tuple[float, float] = (20.0, 200.0)
+    itl_ms: tuple[float, float] = (5.0, 20.0)
+    tokens: int = 16
+    seed: int = 0
+    pathological: bool = True
+    close_after_stream: bool = False
+    fault_every: int = 0
+    fault: str = ""
+    slots: int = 4
+    slots_erasable: bool = False
+    model: str = "fake-model"
+
+
+@dataclass
+class RequestPlan:
+    """The script of one request."""
+
+    ttft_ms: float
+    itl_ms: float
+    tokens: int
+    fault: str = ""
+
+
+@dataclass
+class FakeStats:
+    """Counters the tests and the benchmark read back (`GET /stats`)."""
+
+    requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    connections: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    erased: int = 0
+
+
+def parse_directive(text: str) -> dict[str, str]:
+    """`key=value` pairs of every `[[fake ...]]` directive in `text`."""
+    found: dict[str, str] = {}
+    for match in DIRECTIVE.finditer(text):
+        for pair in match.group(1).split():
+            key, sep, value = pair.partition("=")
+            if sep:
+                found[key] = value
+    return found
+
+
+def count_tokens(text: str) -> int:
+    """The fake tokenizer: words and punctuation marks."""
+    return len(TOKEN_PATTERN.findall(text))
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(obj: Any, spaced: bool = False) -> bytes:
+    if spaced:
+        text = json.dumps(obj, separators=(", ", ": "))
+    else:
+        text = json.dumps(obj, separators=(",", ":"))
+    return _chunk(b"data: " + text.encode() + b"\n\n")
+
+
+class _Handler:
+    def __init__(self, script: FakeScript, stats: FakeStats) -> None:
+        self.script = script
+        self.stats = stats
+        self.rng = random.Random(script.seed)
+
+    def plan(self, body: dict[str, Any]) -> RequestPlan:
+        text = json.dumps(body.get("messages", body.get("prompt", "")))
+        directive = parse_directive(text)
+        low, high = self.script.ttft_ms
+        ttft = self.rng.uniform(low, high)
+        low, high = self.script.itl_ms
+        itl = self.rng.uniform(low, high)
+        limit = body.get("max_tokens") or body.get("n_predict") or self.script.tokens
+        tokens = min(int(limit), self.script.tokens)
+        fault = ""
+        every = self.script.fault_every
+        if every and self.stats.requests % every == 0:
+            fault = self.script.fault
+        plan = RequestPlan(ttft, itl, tokens, fault)
+        if "ttft_ms" in directive:
+            plan.ttft_ms = float(directive["ttft_ms"])
+        if "itl_ms" in directive:
+            plan.itl_ms = float(directive["itl_ms"])
+        if "tokens" in directive:
+            plan.tokens = min(int(directive["tokens"]), int(limit))
+        if "fault" in directive:
+            plan.fault = directive["fault"]
+        return plan
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.stats.connections += 1
+        try:
+            while True:
+                keep_open = await self._one(reader, writer)
+                if not keep_open:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _version = ([*lines[0].split(" "), "", "", ""])[:3]
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0") or 0)
+        raw = await reader.readexactly(length) if length else b""
+        received = time.perf_counter()
+        path, _, query = target.partition("?")
+        if method == "GET" and path in ("/health", "/v1/health"):
+            return await self._json(writer, 200, {"status": "ok"})
+        if method == "GET" and path == "/stats":
+            stats = self.stats
+            return await self._json(
+                writer,
+                200,
+                {
+                    "requests": stats.requests,
+                    "in_flight": stats.in_flight,
+                    "max_in_flight": stats.max_in_flight,
+                    "connections": stats.connections,
+                    "faults": stats.faults,
+                    "erased": stats.erased,
+                },
+            )
+        if method == "GET" and path == "/slots":
+            slots = [
+                {"id": i, "n_ctx": 4096, "is_processing": False} for i in range(self.script.slots)
+            ]
+            return await self._json(writer, 200, slots)
+        if method == "POST" and path.startswith("/slots/"):
+            if not self.script.slots_erasable:
+                return await self._json(writer, 501, _error(501, "slot actions not supported"))
+            self.stats.erased += 1
+            return await self._json(
+                writer, 200, {"id_slot": path.rsplit("/", 1)[-1], "n_erased": 0}
+            )
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return await self._json(writer, 400, _error(400, "body is not JSON"))
+        if method == "POST" and path == "/tokenize":
+            content = str(body.get("content", ""))
+            return await self._json(writer, 200, {"tokens": list(range(count_tokens(content)))})
+        if method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
+            del query
+            return await self._chat(reader, writer, body, received)
+        return await self._json(writer, 404, _error(404, f"no route {method} {path}"))
+
+    async def _json(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> bool:
+        data = json.dumps(obj).encode()
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            500: "Internal Server Error",
+            501: "Not Implemented",
+            503: "Service Unavailable",
+        }.get(status, "Error")
+        writer.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Keep-Alive: timeout=5, max=100\r\n\r\n%s" % (status, reason.encode(), len(data), data)
+        )
+        await writer.drain()
+        return True
+
+    async def _chat(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        body: dict[str, Any],
+        received: float,
+    ) -> bool:
+        stats = self.stats
+        plan = self.plan(body)
+        stats.requests += 1
+        if plan.fault:
+            key = plan.fault.split(":")[0]
+            stats.faults[key] = stats.faults.get(key, 0) + 1
+        if plan.fault in ("http_500", "http_503"):
+            code = 500 if plan.fault == "http_500" else 503
+            return await self._json(writer, code, _error(code, "scripted failure"))
+        if plan.fault == "reset":
+            return False
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            if plan.fault == "hang":
+                # never answer; leave when the client gives up and closes
+                while await reader.read(65536):
+                    pass
+                return False
+            if not body.get("stream"):
+                return await self._non_stream(writer, body, plan, received)
+            return await self._stream(writer, body, plan, received)
+        finally:
+            stats.in_flight -= 1
+
+    async def _non_stream(
+        self, writer: asyncio.StreamWriter, body: dict[str, Any], plan: RequestPlan, received: float
+    ) -> bool:
+        await _sleep_until(received + (plan.ttft_ms + plan.itl_ms * max(plan.tokens - 1, 0)) / 1000)
+        prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
+        reply = {
+            "object": "chat.completion",
+            "model": self.script.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "tok " * plan.tokens},
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": plan.tokens,
+                "total_tokens": prompt_tokens + plan.tokens,
+            },
+        }
+        return await self._json(writer, 200, reply)
+
+    async def _stream(
+        self, writer: asyncio.StreamWriter, body: dict[str, Any], plan: RequestPlan, received: float
+    ) -> bool:
+        script = self.script
+        close = script.close_after_stream
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
+        )
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": script.model}
+        if script.pathological:
+            writer.write(
+                _event(
+                    {
+                        **base,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": None},
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
+            )
+            writer.write(_chunk(b": keep-alive\n\n"))
+            writer.write(
+                _event(
+                    {
+                        **base,
+                        "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}],
+                    },
+                    spaced=True,
+                )
+            )
+        await writer.drain()
+        kind, _, arg = plan.fault.partition(":")
+        fault_at = int(arg) if arg else -1
+        first_at = received + plan.ttft_ms / 1000
+        for index in range(plan.tokens):
+            await _sleep_until(first_at + index * plan.itl_ms / 1000)
+            if index == fault_at:
+                if kind == "cut_after":
+                    writer.transport.abort()
+                    return False
+                if kind == "malformed_after":
+                    writer.write(_chunk(b'data: {"choices": [{"delta": {"content": "x"\n\n'))
+                    await writer.drain()
+                    return False
+                if kind == "error_after":
+                    writer.write(
+                        _event({"error": {"code": 500, "message": "scripted error event"}})
+                    )
+                    writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                    await writer.drain()
+                    return not close
+            delta = {"content": f"tok{index} "}
+            writer.write(
+                _event(
+                    {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                    spaced=bool(index % 2) and script.pathological,
+                )
+            )
+        prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
+        cached = 0
+        timings = {
+            "cache_n": cached,
+            "prompt_n": prompt_tokens,
+            "prompt_ms": plan.ttft_ms,
+            "predicted_n": plan.tokens,
+            "predicted_ms": plan.itl_ms * max(plan.tokens - 1, 0),
+            "predicted_per_token_ms": plan.itl_ms,
+        }
+        tail = _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": plan.tokens,
+            "total_tokens": prompt_tokens + plan.tokens,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        tail += _event({**base, "choices": [], "usage": usage, "timings": timings})
+        tail += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        writer.write(tail)
+        await writer.drain()
+        return not close
+
+
+def _error(code: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "type": "fake_error"}}
+
+
+async def _sleep_until(when: float) -> None:
+    delay = when - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+class FakeServer:
+    """The fake server on its own thread and event loop; `with FakeServer(...) as server:`."""
+
+    def __init__(
+        self, script: FakeScript | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.script = script or FakeScript()
+        self.host = host
+        self.port = port
+        self.stats = FakeStats()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> FakeServer:
+        """Start serving; returns once the port is bound."""
+        self._thread = threading.Thread(target=self._run, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as error:
+            self._error = error
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        handler = _Handler(self.script, self.stats)
+        server = await asyncio.start_server(handler.serve, self.host, self.port, limit=1 << 22)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stop.wait()
+            server.close()
+
+    def stop(self) -> None:
+        """Stop serving and join the thread."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_forever(script: FakeScript, host: str, port: int, port_file: Path | None) -> None:
+    """Serve in this process until interrupted; write the bound port to `port_file`."""
+
+    async def main() -> None:
+        handler = _Handler(script, FakeStats())
+        server = await asyncio.start_server(handler.serve, host, port, limit=1 << 22, backlog=1024)
+        bound = server.sockets[0].getsockname()[1]
+        if port_file is not None:
+            partial = port_file.with_suffix(".partial")
+            partial.write_text(str(bound))
+            partial.replace(port_file)
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+def _range(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(",")
+    return float(low), float(high or low)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line of the fake server process."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port-file", type=Path)
+    parser.add_argument("--ttft-ms", type=_range, default=(20.0, 200.0), help="LOW,HIGH")
+    parser.add_argument("--itl-ms", type=_range, default=(5.0, 20.0), help="LOW,HIGH")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plain", action="store_true", help="no pathological chunks")
+    parser.add_argument("--close-after-stream", action="store_true")
+    parser.add_argument("--fault-every", type=int, default=0)
+    parser.add_argument("--fault", default="")
+    args = parser.parse_args(argv)
+    script = replace(
+        FakeScript(),
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        tokens=args.tokens,
+        seed=args.seed,
+        pathological=not args.plain,
+        close_after_stream=args.close_after_stream,
+        fault_every=args.fault_every,
+        fault=args.fault,
+    )
+    serve_forever(script, args.host, args.port, args.port_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

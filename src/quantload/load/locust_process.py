@@ -1,0 +1,96 @@
+"""Entry point of one Locust process running a quantload plan: `python -m quantload.load.locust_process`.
+
+Roles: `local` (one process runs the plan), `master` (runs the plan's stages and writes the
+records; `--expect-workers N` workers send the requests) and `worker` (connects to a master; needs
+no plan, tickets carry everything). The API key comes from the environment variable
+QL_TARGET_API_KEY, never from the command line or the plan file.
+
+Started by `quantload.load.api` (and so by `quantload load` and `quantload run`); usable by hand
+for multi-host runs, e.g. on another machine:
+`python -m quantload.load.locust_process --role worker --master-host 10.0.0.5 --metrics-port 9650`.
+"""
+
+from __future__ import annotations
+
+import locust  # noqa: F401  (first: gevent monkey-patching must precede every other import)
+
+import argparse  # noqa: E402, I001
+import logging  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gevent  # noqa: E402
+from locust.env import Environment  # noqa: E402
+from locust.log import setup_logging  # noqa: E402
+
+from quantload.load.locust_runtime import assemble  # noqa: E402
+from quantload.load.locust_user import StreamingChatUser  # noqa: E402
+from quantload.load.metrics import LoadMetrics, serve_metrics  # noqa: E402
+from quantload.load.plan import LoadPlan  # noqa: E402
+from quantload.rundir import RECORDS_JSONL, STAGES_JSONL  # noqa: E402
+
+_log = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m quantload.load.locust_process")
+    parser.add_argument("--role", choices=("local", "master", "worker"), default="local")
+    parser.add_argument("--plan", type=Path, help="plan JSON (local, master)")
+    parser.add_argument("--out", type=Path, help="folder for records.jsonl and stages.jsonl")
+    parser.add_argument("--master-host", default="127.0.0.1")
+    parser.add_argument("--master-port", type=int, default=5557)
+    parser.add_argument("--expect-workers", type=int, default=1)
+    parser.add_argument("--metrics-host", default="127.0.0.1")
+    parser.add_argument("--metrics-port", type=int, default=0, help="0 = no /metrics")
+    parser.add_argument("--web-host", default="127.0.0.1")
+    parser.add_argument("--web-port", type=int, default=0, help="Locust web UI; 0 = none")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one role to completion; the exit code is 0 unless the process itself broke."""
+    args = _parser().parse_args(argv)
+    setup_logging(args.log_level)
+    plan = None
+    if args.role != "worker":
+        if args.plan is None or args.out is None:
+            _log.error("--plan and --out are needed for role %s", args.role)
+            return 2
+        plan = LoadPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
+    user_class = type("QuantloadChatUser", (StreamingChatUser,), {"__module__": __name__})
+    environment = Environment(
+        user_classes=[user_class], host=plan.target.url if plan else None, stop_timeout=0.0
+    )
+    if args.role == "local":
+        runner = environment.create_local_runner()
+    elif args.role == "master":
+        runner = environment.create_master_runner(args.master_host, args.master_port)
+    else:
+        runner = environment.create_worker_runner(args.master_host, args.master_port)
+    metrics = LoadMetrics()
+    assembly = assemble(
+        environment,
+        args.role,
+        metrics,
+        plan=plan,
+        records_path=args.out / RECORDS_JSONL if args.out else None,
+        stages_path=args.out / STAGES_JSONL if args.out else None,
+        expect_workers=args.expect_workers,
+    )
+    user_class.runtime = assembly.runtime  # type: ignore[attr-defined]
+    if args.metrics_port:
+        port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
+        _log.info("serving /metrics on %s:%d", args.metrics_host, port)
+    if args.web_port and args.role != "worker":
+        environment.create_web_ui(args.web_host, args.web_port)
+    if assembly.controller is not None:
+        gevent.spawn(assembly.controller.run)
+    runner.greenlet.join()
+    if environment.web_ui is not None:
+        environment.web_ui.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The Locust user class, and the interactive mode that `locust -f locustfiles/...` runs.
+
+Import only inside a Locust process (see `quantload.load.locust_runtime`).
+
+`StreamingChatUser` is a plain Locust `User` (no HttpUser/FastHttpUser: their stream reading was
+either slow to set up or buffered small SSE events): each task takes the next ticket from the
+process's runtime and streams it with quantload's own socket client.
+
+Interactive mode (`install_interactive`): the user count and host come from Locust's web UI or
+command line, users cycle through the prompt set forever, records go to `--ql-out` when given
+(workers forward theirs to the master), and `/metrics` is served on `--ql-metrics-port` (workers:
+port + 1 + worker index). Request parameters come from quantload's layered configuration
+(`quantload.toml`, `QUANTLOAD_LOAD__*`), e.g. `QUANTLOAD_LOAD__MAX_TOKENS=64`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gevent
+from locust import User, constant, task
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from quantload.config import LoadSettings, load_config
+from quantload.errors import QuantloadError
+from quantload.load.locust_runtime import LoadRuntime, UserState, assemble
+from quantload.load.metrics import LoadMetrics, serve_metrics
+from quantload.load.prompts import Prompt, select_prompts
+from quantload.load.tickets import StageContext, Ticket
+from quantload.rundir import RECORDS_JSONL
+
+_log = logging.getLogger(__name__)
+
+
+class StreamingChatUser(User):
+    """A user that streams chat completions handed to it by the process's runtime."""
+
+    abstract = True
+    wait_time = constant(0)
+    runtime: ClassVar[LoadRuntime | None] = None
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self.state = UserState()
+
+    @task
+    def stream_one(self) -> None:
+        """Take one ticket and send it; idle briefly when there is none."""
+        runtime = type(self).runtime
+        if runtime is None:
+            gevent.sleep(0.5)
+            return
+        ticket = runtime.take()
+        if ticket is None:
+            gevent.sleep(0.5)
+            return
+        runtime.execute(ticket, self.state)
+
+
+class EndlessPrompts:
+    """Interactive tickets: the prompt set in order, again and again, labelled with the host."""
+
+    def __init__(
+        self,
+        environment: Environment,
+        prompts: list[Prompt],
+        settings: LoadSettings,
+        labels: tuple[str, str, str],
+        run_id: str,
+    ) -> None:
+        self.environment = environment
+        self.prompts = prompts
+        self.settings = settings
+        self.labels = labels
+        self.run_id = run_id
+        self._counter = itertools.count()
+
+    def take(self) -> Ticket | None:
+        host = self.environment.host
+        runner = self.environment.runner
+        if not host or runner is None:
+            gevent.sleep(1.0)
+            return None
+        seq = next(self._counter)
+        prompt = self.prompts[seq % len(self.prompts)]
+        users = int(runner.user_count)
+        server, quant, model = self.labels
+        settings = self.settings
+        context = StageContext(
+            run_id=self.run_id,
+            stage_id=f"interactive-{users}",
+            stage_index=0,
+            experiment="interactive",
+            users=users,
+            rate_rps=None,
+            repeat=0,
+            cache_prompt=settings.cache_prompt,
+            server=server,
+            quant=quant,
+            model=model,
+            url=host,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            seed=settings.seed,
+            ignore_eos=settings.ignore_eos,
+            request_timeout_s=settings.request_timeout_s,
+            connect_timeout_s=settings.connect_timeout_s,
+            path="/v1/chat/completions",
+            reuse_connections=settings.reuse_connections,
+            first_round_jitter_s=0.0,
+        )
+        return Ticket(context, seq, prompt.id, prompt.messages())
+
+
+def _add_arguments(parser: Any) -> None:
+    group = parser.add_argument_group("quantload")
+    group.add_argument("--ql-server", default="server", help="server label of the records/metrics")
+    group.add_argument("--ql-quant", default="unknown", help="quantization label")
+    group.add_argument("--ql-model", default="", help="model name sent in requests")
+    group.add_argument("--ql-out", default="", help="folder for records.jsonl (master/local)")
+    group.add_argument("--ql-run-id", default="interactive", help="run id of the records")
+    group.add_argument(
+        "--ql-metrics-port", type=int, default=-1,
+        help="/metrics port (default load.metrics_port; 0 = off; workers add 1 + index)",
+    )
+
+
+def _settings() -> LoadSettings:
+    try:
+        return load_config(Path.cwd(), os.environ).settings.load
+    except QuantloadError as error:
+        _log.error("quantload configuration: %s; using defaults", error.one_line())
+        return LoadSettings()
+
+
+def _keep_gauges(environment: Environment, metrics: LoadMetrics, labels: tuple[str, str]) -> None:
+    while True:
+        runner = environment.runner
+        users = int(runner.user_count) if runner is not None else 0
+        metrics.set_active_users(labels[0], labels[1], users)
+        metrics.set_stage([labels[0], labels[1], "interactive", str(users), "0", ""] if users else None)
+        gevent.sleep(1.0)
+
+
+def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> None:
+    """Register the listeners a locustfile needs to run `user_class` interactively."""
+    events.init_command_line_parser.add_listener(_add_arguments)
+
+    def on_init(environment: Environment, **_: Any) -> None:
+        options = environment.parsed_options
+        runner = environment.runner
+        if options is None or runner is None:
+            return
+        settings = _settings()
+        prompts = select_prompts(
+            settings.prompts, settings.prompt_count, settings.min_prompt_tokens,
+            settings.max_prompt_tokens, Path.cwd(),
+        )
+        labels = (str(options.ql_server), str(options.ql_quant), str(options.ql_model))
+        metrics = LoadMetrics()
+        role = "worker" if isinstance(runner, WorkerRunner) else (
+            "master" if isinstance(runner, MasterRunner) else "local"
+        )
+        source = EndlessPrompts(environment, prompts, settings, labels, str(options.ql_run_id))
+        out = Path(options.ql_out) if options.ql_out and role != "worker" else None
+        assembly = assemble(
+            environment, role, metrics,
+            records_path=out / RECORDS_JSONL if out is not None else None,
+            tickets=source if role != "master" else None,
+        )
+        user_class.runtime = assembly.runtime
+        port = int(options.ql_metrics_port)
+        base = settings.metrics_port if port < 0 else port
+        if role != "worker":
+            gevent.spawn(_keep_gauges, environment, metrics, (labels[0], labels[1]))
+            if base:
+                serve_metrics(metrics, settings.metrics_host, base)
+            return
+        started: list[bool] = []
+
+        def on_test_start(environment: Environment, **_: Any) -> None:
+            if base and not started and isinstance(runner, WorkerRunner):
+                started.append(True)
+                serve_metrics(metrics, settings.metrics_host, base + 1 + max(runner.worker_index, 0))
+
+        environment.events.test_start.add_listener(on_test_start)
+
+    events.init.add_listener(on_init)

@@ -1,0 +1,256 @@
+"""The load plan: what every stage sends, built in the parent and handed to the Locust process.
+
+A plan is data (JSON): the target, the request parameters, the prompt texts by id, and an
+ordered list of stages. Each stage names its users, its warm-up requests and its measured
+requests (prompt ids, plus the intended send offset for open-loop arrivals). Three builders
+cover the protocol:
+
+- `sweep_plan`: closed loop, the same prompts at each user level (1, 2, 4, 8 by default), the
+  whole sweep repeated `repeats` times (repeat-major, so slow drift spreads over all levels);
+  every request sends `cache_prompt` as configured (off by default, so repeated prompts are not
+  served from the prompt cache).
+- `open_loop_plan`: one stage per rate, Poisson arrivals (seeded exponential gaps) served by a
+  pool of `open_loop_users`; latency counts from the intended send time.
+- `prefix_cache_plan`: a shared system prompt on every request, one stage with `cache_prompt`
+  off, then one with it on whose warm-up requests (one per user) put the prefix in the slots.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quantload.config import LoadSettings
+from quantload.load.prompts import Prompt, warmup_prompt
+from quantload.load.records import Experiment
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetInfo(_Frozen):
+    """The server under load (the API key never goes into a plan: it travels in the env)."""
+
+    name: str
+    quant: str
+    model: str
+    url: str
+
+
+class RequestParams(_Frozen):
+    """What every request of a plan sends besides its messages."""
+
+    max_tokens: int = 128
+    temperature: float = 0.0
+    seed: int = 42
+    ignore_eos: bool = False
+    request_timeout_s: float = 300.0
+    connect_timeout_s: float = 10.0
+    path: str = "/v1/chat/completions"
+    reuse_connections: str = "auto"
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlannedRequest(_Frozen):
+    """One request of a stage: which prompt, and (open loop) when relative to the stage start."""
+
+    prompt_id: str
+    offset_s: float | None = None
+
+
+class StagePlan(_Frozen):
+    """One stage: its users, warm-up and measured requests, and its bounds."""
+
+    stage_id: str
+    index: int
+    experiment: Experiment
+    users: int
+    rate_rps: float | None = None
+    repeat: int = 0
+    cache_prompt: bool
+    system_prompt_id: str | None = None
+    warmup: tuple[PlannedRequest, ...] = ()
+    requests: tuple[PlannedRequest, ...]
+    first_round_jitter_s: float = 0.0
+    timeout_s: float = 3600.0
+    prefix_tokens: int | None = None
+    server_state: str | None = None
+
+
+class LoadPlan(_Frozen):
+    """Everything one Locust process (or master) needs to run its stages."""
+
+    run_id: str
+    invocation: str
+    target: TargetInfo
+    params: RequestParams
+    prompts: dict[str, str]
+    stages: tuple[StagePlan, ...]
+    max_consecutive_errors: int = 20
+    abort_grace_s: float = 10.0
+    saturation_cpu_frac: float = 0.9
+    saturation_lag_s: float = 0.02
+
+    @property
+    def total_requests(self) -> int:
+        return sum(len(stage.requests) for stage in self.stages)
+
+
+def request_params(settings: LoadSettings) -> RequestParams:
+    """Request parameters from the [load] settings."""
+    return RequestParams(
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        seed=settings.seed,
+        ignore_eos=settings.ignore_eos,
+        request_timeout_s=settings.request_timeout_s,
+        connect_timeout_s=settings.connect_timeout_s,
+        reuse_connections=settings.reuse_connections,
+    )
+
+
+def _prompt_table(prompts: Sequence[Prompt], extra: dict[str, str] | None = None) -> dict[str, str]:
+    table = {warmup_prompt().id: warmup_prompt().text}
+    table.update({prompt.id: prompt.text for prompt in prompts})
+    table.update(extra or {})
+    return table
+
+
+def _warmups(count: int) -> tuple[PlannedRequest, ...]:
+    return tuple(PlannedRequest(prompt_id=warmup_prompt().id) for _ in range(count))
+
+
+def _plan(
+    settings: LoadSettings,
+    target: TargetInfo,
+    run_id: str,
+    invocation: str,
+    prompts: dict[str, str],
+    stages: list[StagePlan],
+) -> LoadPlan:
+    return LoadPlan(
+        run_id=run_id,
+        invocation=invocation,
+        target=target,
+        params=request_params(settings),
+        prompts=prompts,
+        stages=tuple(stages),
+        max_consecutive_errors=settings.max_consecutive_errors,
+        saturation_cpu_frac=settings.saturation_cpu_frac,
+        saturation_lag_s=settings.saturation_lag_s,
+    )
+
+
+def sweep_plan(
+    settings: LoadSettings, target: TargetInfo, prompts: Sequence[Prompt], run_id: str, invocation: str
+) -> LoadPlan:
+    """Closed loop: every prompt at each user level, the whole sweep repeated."""
+    requests = tuple(PlannedRequest(prompt_id=p.id) for p in prompts)
+    stages = []
+    for repeat in range(settings.repeats):
+        for users in settings.users:
+            index = len(stages)
+            stages.append(
+                StagePlan(
+                    stage_id=f"{invocation}-{index}",
+                    index=index,
+                    experiment="sweep",
+                    users=users,
+                    repeat=repeat,
+                    cache_prompt=settings.cache_prompt,
+                    warmup=_warmups(settings.warmup_requests),
+                    requests=requests,
+                    first_round_jitter_s=settings.first_round_jitter_s,
+                    timeout_s=settings.stage_timeout_s,
+                )
+            )
+    return _plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
+
+
+def poisson_offsets(rate_rps: float, count: int, seed: int) -> list[float]:
+    """Arrival times (s from the stage start) of a Poisson process, reproducible from `seed`."""
+    rng = random.Random(seed)
+    offsets, now = [], 0.0
+    for _ in range(count):
+        offsets.append(now)
+        now += rng.expovariate(rate_rps)
+    return offsets
+
+
+def open_loop_plan(
+    settings: LoadSettings,
+    target: TargetInfo,
+    prompts: Sequence[Prompt],
+    run_id: str,
+    invocation: str,
+    rates_rps: Sequence[float] | None = None,
+) -> LoadPlan:
+    """Open loop: one stage per rate, Poisson arrivals cycling through the prompts."""
+    rates = tuple(rates_rps if rates_rps is not None else settings.rates_rps)
+    stages = []
+    for index, rate in enumerate(rates):
+        offsets = poisson_offsets(rate, settings.open_loop_requests, settings.seed + index)
+        requests = tuple(
+            PlannedRequest(prompt_id=prompts[i % len(prompts)].id, offset_s=offset)
+            for i, offset in enumerate(offsets)
+        )
+        stages.append(
+            StagePlan(
+                stage_id=f"{invocation}-{index}",
+                index=index,
+                experiment="open_loop",
+                users=settings.open_loop_users,
+                rate_rps=rate,
+                cache_prompt=settings.cache_prompt,
+                warmup=_warmups(settings.warmup_requests),
+                requests=requests,
+                timeout_s=settings.stage_timeout_s,
+            )
+        )
+    return _plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
+
+
+SYSTEM_PROMPT_ID = "system-prefix"
+
+
+def prefix_cache_plan(
+    settings: LoadSettings,
+    target: TargetInfo,
+    prompts: Sequence[Prompt],
+    system_prompt: str,
+    system_tokens: int,
+    run_id: str,
+    invocation: str,
+    server_state: str,
+) -> LoadPlan:
+    """The shared-prefix experiment: cache_prompt off, then on (primed by warm-ups), repeated."""
+    chosen = [prompts[i % len(prompts)] for i in range(settings.prefix_requests)]
+    requests = tuple(PlannedRequest(prompt_id=p.id) for p in chosen)
+    priming = tuple(PlannedRequest(prompt_id=p.id) for p in chosen[: settings.prefix_users])
+    stages = []
+    for repeat in range(settings.repeats):
+        for cache_on in (False, True):
+            index = len(stages)
+            stages.append(
+                StagePlan(
+                    stage_id=f"{invocation}-{index}",
+                    index=index,
+                    experiment="prefix_cache",
+                    users=settings.prefix_users,
+                    repeat=repeat,
+                    cache_prompt=cache_on,
+                    system_prompt_id=SYSTEM_PROMPT_ID,
+                    warmup=priming if cache_on else (),
+                    requests=requests,
+                    first_round_jitter_s=settings.first_round_jitter_s,
+                    timeout_s=settings.stage_timeout_s,
+                    prefix_tokens=system_tokens,
+                    server_state=server_state if cache_on else "cache_prompt off: no reuse",
+                )
+            )
+    table = _prompt_table(chosen, {SYSTEM_PROMPT_ID: system_prompt})
+    return _plan(settings, target, run_id, invocation, table, stages)

@@ -1,0 +1,169 @@
+"""Prompt sets: the 100 built-in prompts, ShareGPT files and plain JSONL files.
+
+Every prompt is a single user turn (the first user turn of a conversation, for files that hold
+whole conversations), kept in file order so every stage sends the same prompts in the same order.
+Lengths are in tokens: the built-in set carries counts made with the Qwen2 tokenizer (through
+llama-server's /tokenize); other files are estimated at four characters per token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from quantload.errors import ConfigError
+
+BUILTIN = "builtin"
+CHARS_PER_TOKEN = 4.0
+WARMUP_PROMPT_ID = "warmup"
+WARMUP_TEXT = "Reply with one short sentence: what is a warm-up request for?"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One user turn to send, with its length in tokens (counted or estimated)."""
+
+    id: str
+    text: str
+    tokens: int
+    category: str = ""
+
+    def messages(self, system: str | None = None) -> list[dict[str, str]]:
+        """Chat messages: an optional system prompt, then this user turn."""
+        turns = [{"role": "system", "content": system}] if system else []
+        return [*turns, {"role": "user", "content": self.text}]
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free length estimate (about four characters per token in English)."""
+    return max(1, round(len(text) / CHARS_PER_TOKEN))
+
+
+def warmup_prompt() -> Prompt:
+    """The prompt warm-up requests use: not part of any measured set."""
+    return Prompt(WARMUP_PROMPT_ID, WARMUP_TEXT, estimate_tokens(WARMUP_TEXT), "warmup")
+
+
+def _builtin_lines() -> Iterator[str]:
+    data = resources.files("quantload").joinpath("data", "prompts.jsonl")
+    with data.open("r", encoding="utf-8") as handle:
+        yield from handle
+
+
+def load_builtin() -> list[Prompt]:
+    """The 100 built-in prompts, in their fixed order."""
+    prompts = []
+    for line in _builtin_lines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        text = str(row["prompt"])
+        prompts.append(
+            Prompt(str(row["id"]), text, int(row.get("tokens") or estimate_tokens(text)), row.get("category", ""))
+        )
+    return prompts
+
+
+def _first_user_turn(turns: Iterable[Any]) -> str | None:
+    for turn in turns:
+        if not isinstance(turn, Mapping):
+            continue
+        role = str(turn.get("from", turn.get("role", ""))).lower()
+        text = turn.get("value", turn.get("content"))
+        if role in ("human", "user") and isinstance(text, str) and text.strip():
+            return text
+    return None
+
+
+def _row_text(row: Any) -> str | None:
+    if isinstance(row, str):
+        return row
+    if not isinstance(row, Mapping):
+        return None
+    for key in ("prompt", "text", "content", "question", "instruction"):
+        value = row.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    for key in ("conversations", "messages", "conversation"):
+        value = row.get(key)
+        if isinstance(value, list):
+            return _first_user_turn(value)
+    return None
+
+
+def load_sharegpt(path: Path) -> list[Prompt]:
+    """First human turn of every conversation in a ShareGPT-format JSON file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read ShareGPT file {path}: {error}", "give a JSON list") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"{path} is not a ShareGPT list of conversations", "give a JSON list")
+    prompts = []
+    for index, row in enumerate(data):
+        text = _row_text(row)
+        if text is None:
+            continue
+        ident = str(row.get("id", index)) if isinstance(row, Mapping) else str(index)
+        prompts.append(Prompt(ident, text, estimate_tokens(text), "sharegpt"))
+    return prompts
+
+
+def load_jsonl(path: Path) -> list[Prompt]:
+    """One prompt per line: a string, or an object with prompt/text/content or messages."""
+    prompts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise ConfigError(f"cannot read prompt file {path}: {error}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ConfigError(f"{path}:{number} is not JSON", "one JSON value per line") from None
+        text = _row_text(row)
+        if text is None:
+            continue
+        ident = str(row.get("id", number)) if isinstance(row, Mapping) else str(number)
+        tokens = row.get("tokens") if isinstance(row, Mapping) else None
+        count = int(tokens) if isinstance(tokens, int) else estimate_tokens(text)
+        prompts.append(Prompt(ident, text, count, str(row.get("category", "")) if isinstance(row, Mapping) else ""))
+    return prompts
+
+
+def load_prompt_file(path: Path) -> list[Prompt]:
+    """A ShareGPT JSON list or a JSONL file, told apart by the first character."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            start = handle.read(1024).lstrip()
+    except OSError as error:
+        raise ConfigError(f"cannot read prompt file {path}: {error}", "check load.prompts") from None
+    return load_sharegpt(path) if start.startswith("[") else load_jsonl(path)
+
+
+def select_prompts(
+    source: str, count: int, min_tokens: int = 1, max_tokens: int | None = None, cwd: Path | None = None
+) -> list[Prompt]:
+    """The first `count` prompts of `source` ("builtin" or a file) within the length bounds."""
+    if source == BUILTIN:
+        prompts = load_builtin()
+    else:
+        path = Path(source).expanduser()
+        if not path.is_absolute() and cwd is not None:
+            path = cwd / path
+        prompts = load_prompt_file(path)
+    kept = [
+        p for p in prompts if p.tokens >= min_tokens and (max_tokens is None or p.tokens <= max_tokens)
+    ]
+    if not kept:
+        raise ConfigError(
+            f"no prompt in {source} is between {min_tokens} and {max_tokens} tokens",
+            "widen load.min_prompt_tokens / load.max_prompt_tokens",
+        )
+    return kept[:count]

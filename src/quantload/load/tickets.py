@@ -1,0 +1,305 @@
+"""Tickets (one request to send), the book that hands them to waiting users, and stage bookkeeping.
+
+The process that drives the stages fills a `TicketBook`; every user asks it for the next ticket and
+is served in arrival order, at once if a ticket is there, else when one arrives. The same book
+serves local users (the waiter is a gevent result) and users on Locust workers (the waiter is a
+worker id and request number; the ticket goes back as a message). Closing the book answers every
+waiter with None. All of it is plain Python: no Locust, no gevent, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
+
+from quantload.load.plan import LoadPlan, RequestParams, StagePlan
+
+W = TypeVar("W")
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a user needs to know about the stage a ticket belongs to (labels and parameters)."""
+
+    run_id: str
+    stage_id: str
+    stage_index: int
+    experiment: str
+    users: int
+    rate_rps: float | None
+    repeat: int
+    cache_prompt: bool
+    server: str
+    quant: str
+    model: str
+    url: str
+    max_tokens: int
+    temperature: float
+    seed: int
+    ignore_eos: bool
+    request_timeout_s: float
+    connect_timeout_s: float
+    path: str
+    reuse_connections: str
+    first_round_jitter_s: float
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, plan: LoadPlan, stage: StagePlan) -> StageContext:
+        """The context of `stage` in `plan`."""
+        params: RequestParams = plan.params
+        return cls(
+            run_id=plan.run_id,
+            stage_id=stage.stage_id,
+            stage_index=stage.index,
+            experiment=stage.experiment,
+            users=stage.users,
+            rate_rps=stage.rate_rps,
+            repeat=stage.repeat,
+            cache_prompt=stage.cache_prompt,
+            server=plan.target.name,
+            quant=plan.target.quant,
+            model=plan.target.model,
+            url=plan.target.url,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            seed=params.seed,
+            ignore_eos=params.ignore_eos,
+            request_timeout_s=params.request_timeout_s,
+            connect_timeout_s=params.connect_timeout_s,
+            path=params.path,
+            reuse_connections=params.reuse_connections,
+            first_round_jitter_s=stage.first_round_jitter_s,
+            extra_body=dict(params.extra_body),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> StageContext:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One request to send: its stage, its prompt, and (open loop) when it is due."""
+
+    stage: StageContext
+    seq: int
+    prompt_id: str
+    messages: list[dict[str, str]]
+    warmup: bool = False
+    intended_unix_s: float | None = None
+
+    def body(self) -> bytes:
+        """The JSON body of the streaming chat request."""
+        stage = self.stage
+        payload: dict[str, Any] = {
+            "model": stage.model,
+            "messages": self.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": stage.max_tokens,
+            "temperature": stage.temperature,
+            "seed": stage.seed,
+            "cache_prompt": stage.cache_prompt,
+        }
+        if stage.ignore_eos:
+            payload["ignore_eos"] = True
+        payload.update(stage.extra_body)
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage.to_wire(),
+            "seq": self.seq,
+            "prompt_id": self.prompt_id,
+            "messages": self.messages,
+            "warmup": self.warmup,
+            "intended_unix_s": self.intended_unix_s,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Ticket:
+        return cls(
+            stage=StageContext.from_wire(data["stage"]),
+            seq=int(data["seq"]),
+            prompt_id=str(data["prompt_id"]),
+            messages=list(data["messages"]),
+            warmup=bool(data["warmup"]),
+            intended_unix_s=data.get("intended_unix_s"),
+        )
+
+
+def stage_tickets(
+    plan: LoadPlan, stage: StagePlan, warmup: bool, start_unix_s: float | None = None
+) -> list[Ticket]:
+    """The tickets of one phase of a stage; open-loop offsets become absolute intended times."""
+    context = StageContext.of(plan, stage)
+    system = plan.prompts.get(stage.system_prompt_id) if stage.system_prompt_id else None
+    planned = stage.warmup if warmup else stage.requests
+    tickets = []
+    for seq, request in enumerate(planned):
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": plan.prompts[request.prompt_id]})
+        intended = None
+        if request.offset_s is not None and start_unix_s is not None and not warmup:
+            intended = start_unix_s + request.offset_s
+        tickets.append(Ticket(context, seq, request.prompt_id, messages, warmup, intended))
+    return tickets
+
+
+class TicketBook(Generic[W]):
+    """Tickets waiting for users and users waiting for tickets, both first come first served."""
+
+    def __init__(self, deliver: Callable[[W, Ticket | None], None]) -> None:
+        self._deliver = deliver
+        self._tickets: deque[Ticket] = deque()
+        self._waiters: deque[W] = deque()
+        self.closed = False
+        self.handed_out = 0
+
+    @property
+    def pending(self) -> int:
+        """Tickets not yet handed to a user."""
+        return len(self._tickets)
+
+    @property
+    def waiting(self) -> int:
+        """Users waiting for a ticket."""
+        return len(self._waiters)
+
+    def want(self, waiter: W) -> None:
+        """A user asks for its next ticket; it is delivered now or when one arrives."""
+        if self._tickets:
+            ticket = self._tickets.popleft()
+            self.handed_out += 1
+            self._deliver(waiter, ticket)
+        elif self.closed:
+            self._deliver(waiter, None)
+        else:
+            self._waiters.append(waiter)
+
+    def withdraw(self, waiter: W) -> bool:
+        """Forget a waiter that stopped (a user being stopped); True if it was waiting."""
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            return False
+        return True
+
+    def add(self, tickets: Iterable[Ticket]) -> None:
+        """Queue tickets, serving waiting users first."""
+        self._tickets.extend(tickets)
+        self._serve()
+
+    def put_back(self, ticket: Ticket) -> None:
+        """A ticket that reached a user who had gone: it goes to the front again."""
+        self.handed_out -= 1
+        self._tickets.appendleft(ticket)
+        self._serve()
+
+    def cancel_pending(self) -> int:
+        """Drop every ticket not yet handed out; return how many."""
+        dropped = len(self._tickets)
+        self._tickets.clear()
+        return dropped
+
+    def close(self) -> None:
+        """No more tickets: answer every waiter (now and later) with None."""
+        self.closed = True
+        self._tickets.clear()
+        while self._waiters:
+            self._deliver(self._waiters.popleft(), None)
+
+    def _serve(self) -> None:
+        while self._tickets and self._waiters:
+            waiter = self._waiters.popleft()
+            ticket = self._tickets.popleft()
+            self.handed_out += 1
+            self._deliver(waiter, ticket)
+
+
+@dataclass
+class StageTracker:
+    """Counts the records of one stage phase and trips after too many failures in a row."""
+
+    stage_id: str
+    planned: int
+    warmup: bool
+    max_consecutive_errors: int
+    done: int = 0
+    ok: int = 0
+    consecutive_errors: int = 0
+    last_error: str | None = None
+    tripped: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.planned
+
+    def observe(self, stage_id: str, warmup: bool, ok: bool, error: str | None) -> bool:
+        """Count one record; False when it belongs to another stage or phase."""
+        if stage_id != self.stage_id or warmup != self.warmup:
+            return False
+        self.done += 1
+        if ok:
+            self.ok += 1
+            self.consecutive_errors = 0
+        else:
+            self.consecutive_errors += 1
+            self.last_error = error
+            if self.consecutive_errors >= self.max_consecutive_errors:
+                self.tripped = True
+        return True
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100) by linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class ClientHealth:
+    """How busy the load processes were during a stage (CPU, event-loop lateness)."""
+
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    wall_s: dict[str, float] = field(default_factory=dict)
+    lag_samples_s: list[float] = field(default_factory=list)
+
+    def add(self, process: str, cpu_s: float, wall_s: float, lag_samples_s: Iterable[float]) -> None:
+        """One window of measurements from one process."""
+        self.cpu_s[process] = self.cpu_s.get(process, 0.0) + cpu_s
+        self.wall_s[process] = self.wall_s.get(process, 0.0) + wall_s
+        self.lag_samples_s.extend(lag_samples_s)
+
+    def cpu_frac(self) -> float | None:
+        """The busiest process's CPU time over wall time (1.0 = one core)."""
+        fracs = [self.cpu_s[p] / self.wall_s[p] for p in self.cpu_s if self.wall_s.get(p, 0) > 0]
+        return max(fracs) if fracs else None
+
+    def lag_p99_s(self) -> float | None:
+        return percentile(self.lag_samples_s, 99)
+
+    def lag_max_s(self) -> float | None:
+        return max(self.lag_samples_s) if self.lag_samples_s else None
+
+    def saturated(self, cpu_frac_limit: float, lag_limit_s: float) -> bool | None:
+        """True when the client may have been the bottleneck; None without measurements."""
+        cpu, lag = self.cpu_frac(), self.lag_p99_s()
+        if cpu is None and lag is None:
+            return None
+        return (cpu is not None and cpu >= cpu_frac_limit) or (lag is not None and lag >= lag_limit_s)
