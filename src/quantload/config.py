@@ -138,7 +138,9 @@ class ObserveSettings(_Section):
 
     exporter_host: str = "127.0.0.1"
     exporter_port: int = Field(default=9646, ge=0, le=65535)
-    exporter_timeout_s: float = Field(default=1.0, gt=0)
+    exporter_timeout_s: float = Field(
+        default=0.5, gt=0, description="keep below Prometheus' scrape timeout (1 s)"
+    )
     exporter_targets: tuple[str, ...] = Field(
         default=(), description="NAME=URL[,quant=Q,model=M,api_key=K,kv_cells=N,log=PATH]"
     )

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         port: int | None = typer.Option(None, "--port", help="Port to serve on (default 9646)."),
         host: str | None = typer.Option(None, "--host", help="Address to bind (default loopback)."),
         timeout_s: float | None = typer.Option(
-            None, "--timeout", help="Seconds a scrape waits for the servers (default 1)."
+            None, "--timeout", help="Seconds a scrape waits for the servers (default 0.5)."
         ),
     ) -> None:
         """Serve llama-servers' metrics, slot usage and KV occupancy at /metrics.

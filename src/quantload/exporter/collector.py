@@ -108,7 +108,7 @@ class LlamaServerCollector(Collector):
     def __init__(
         self,
         targets: Sequence[Target],
-        timeout_s: float = 1.0,
+        timeout_s: float = 0.5,
         *,
         transport: httpx.BaseTransport | None = None,
         log_interval_s: float = 60.0,

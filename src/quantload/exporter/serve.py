@@ -51,7 +51,7 @@ class ExporterHandle:
 def start_exporter(
     targets: Sequence[Target],
     port: int = 9646,
-    timeout_s: float = 1.0,
+    timeout_s: float = 0.5,
     host: str = "127.0.0.1",
     transport: httpx.BaseTransport | None = None,
 ) -> ExporterHandle:

@@ -1,0 +1,1 @@
+"""What Prometheus collected: queries, dashboard checks, and stage marks in Grafana."""

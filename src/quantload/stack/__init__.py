@@ -1,0 +1,1 @@
+"""Native orchestration: the stack's services as plain processes on this machine."""

@@ -1,0 +1,134 @@
+"""prometheus/prometheus.yml, its recording rules, and native mode's rewrite of them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from quantload.exporter import names
+from quantload.exporter.server_metrics import RENAMES
+from quantload.stack.prometheus import (
+    CONFIG_DIR,
+    PrometheusError,
+    PrometheusProcess,
+    native_config,
+    scrape_address,
+)
+
+PROMETHEUS_YML = CONFIG_DIR / "prometheus.yml"
+RULES = CONFIG_DIR / "rules" / "quantload.rules.yml"
+# What the load generator serves (the contract in the load issue).
+LOADGEN_METRICS = {
+    "quantload_ttft_seconds",
+    "quantload_tpot_seconds",
+    "quantload_itl_seconds",
+    "quantload_e2e_seconds",
+    "quantload_client_lag_seconds",
+    "quantload_requests_total",
+    "quantload_output_tokens_total",
+    "quantload_prompt_tokens_total",
+    "quantload_active_users",
+    "quantload_stage_info",
+}
+EXPORTER_METRICS = {
+    value.name for value in vars(names).values() if isinstance(value, names.MetricSpec)
+} | {name for name, _ in RENAMES.values()}
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed"
+)
+
+
+def _template() -> dict[str, Any]:
+    return yaml.safe_load(PROMETHEUS_YML.read_text())
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
+
+
+@needs_promtool
+def test_promtool_accepts_the_config_and_rules() -> None:
+    config = _promtool("check", "config", str(PROMETHEUS_YML))
+    assert config.returncode == 0, config.stdout + config.stderr
+    rules = _promtool("check", "rules", str(RULES))
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+
+
+def test_scrape_jobs_and_intervals() -> None:
+    config = _template()
+    jobs = {job["job_name"] for job in config["scrape_configs"]}
+    assert jobs == {"prometheus", "exporter", "loadgen"}
+    assert config["global"]["scrape_interval"] in ("1s", "2s")
+    text = PROMETHEUS_YML.read_text()
+    assert "llama" not in re.sub(r"#.*", "", text)  # never the servers themselves
+
+
+def _metric_names(expr: str) -> set[str]:
+    found = set(re.findall(r"\b(quantload_[a-z_]+|llamacpp_[a-z_]+)\b", expr))
+    return {re.sub(r"_(bucket|sum|count)$", "", name) for name in found}
+
+
+def test_rules_use_only_metrics_that_exist() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    recorded = {rule["record"] for rule in rules}
+    for wanted in ("ttft_seconds:p50", "ttft_seconds:p99", "tpot_seconds:p50", "tpot_seconds:p99"):
+        assert any(wanted in name for name in recorded), wanted
+    assert "quant:quantload_output_tokens:rate30s" in recorded
+    assert "quant:quantload_server_slots_busy:ratio" in recorded
+    for rule in rules:
+        unknown = _metric_names(rule["expr"]) - LOADGEN_METRICS - EXPORTER_METRICS
+        assert not unknown, (rule["record"], unknown)
+        assert "quant" in rule["expr"]
+
+
+def test_native_config_changes_only_addresses() -> None:
+    template = _template()
+    config = native_config(
+        template,
+        {"prometheus": ["127.0.0.1:9999"], "exporter": ["127.0.0.1:9646"], "loadgen": []},
+        scrape_interval_s=2.0,
+    )
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"prometheus", "exporter"}  # no load generator: job dropped
+    assert jobs["exporter"]["static_configs"] == [{"targets": ["127.0.0.1:9646"]}]
+    assert all(not key.endswith("_sd_configs") for job in jobs.values() for key in job)
+    assert config["global"]["scrape_interval"] == "2s"
+    assert config["rule_files"] == template["rule_files"]
+    assert _template() == template  # the template itself is untouched
+
+
+def test_native_config_rejects_unknown_jobs() -> None:
+    with pytest.raises(PrometheusError, match="no job"):
+        native_config(_template(), {"llama": ["127.0.0.1:8080"]})
+
+
+@pytest.mark.parametrize(
+    ("given", "address"),
+    [("http://127.0.0.1:9646/metrics", "127.0.0.1:9646"), ("localhost:9647", "localhost:9647")],
+)
+def test_scrape_address(given: str, address: str) -> None:
+    assert scrape_address(given) == address
+
+
+def test_missing_binary_is_a_clean_error(tmp_path: Path) -> None:
+    process = PrometheusProcess(tmp_path, "127.0.0.1:9646", binary="no-such-prometheus-binary")
+    with pytest.raises(PrometheusError, match="not found") as raised:
+        process.start()
+    assert "apt-get install prometheus" in raised.value.hint
+    assert process.pid is None
+
+
+@needs_promtool
+def test_written_config_passes_promtool(tmp_path: Path) -> None:
+    process = PrometheusProcess(tmp_path, "http://127.0.0.1:9646", ["127.0.0.1:9647"], 1.0)
+    path = process.write_config(port=9090)
+    assert path == tmp_path / "prometheus" / "prometheus.yml"
+    result = _promtool("check", "config", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
