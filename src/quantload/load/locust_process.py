@@ -1,4 +1,4 @@
-"""Entry point of one Locust process running a quantload plan: `python -m quantload.load.locust_process`.
+"""A Locust process running a quantload plan: `python -m quantload.load.locust_process`.
 
 Roles: `local` (one process runs the plan), `master` (runs the plan's stages and writes the
 records; `--expect-workers N` workers send the requests) and `worker` (connects to a master; needs
@@ -12,22 +12,25 @@ for multi-host runs, e.g. on another machine:
 
 from __future__ import annotations
 
-import locust  # noqa: F401  (first: gevent monkey-patching must precede every other import)
+# isort: off
+import locust  # noqa: F401  (first: gevent's monkey-patching must precede the other imports)
 
-import argparse  # noqa: E402, I001
-import logging  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: on
+import argparse
+import logging
+import sys
+from pathlib import Path
 
-import gevent  # noqa: E402
-from locust.env import Environment  # noqa: E402
-from locust.log import setup_logging  # noqa: E402
+import gevent
+from locust.env import Environment
+from locust.log import setup_logging
+from locust.runners import Runner
 
-from quantload.load.locust_runtime import assemble  # noqa: E402
-from quantload.load.locust_user import StreamingChatUser  # noqa: E402
-from quantload.load.metrics import LoadMetrics, serve_metrics  # noqa: E402
-from quantload.load.plan import LoadPlan  # noqa: E402
-from quantload.rundir import RECORDS_JSONL, STAGES_JSONL  # noqa: E402
+from quantload.load.locust_runtime import assemble
+from quantload.load.locust_user import StreamingChatUser
+from quantload.load.metrics import LoadMetrics, serve_metrics
+from quantload.load.plan import LoadPlan
+from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
 
 _log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one role to completion; the exit code is 0 unless the process itself broke."""
     args = _parser().parse_args(argv)
-    setup_logging(args.log_level)
+    setup_logging(args.log_level)  # type: ignore[no-untyped-call]
     plan = None
     if args.role != "worker":
         if args.plan is None or args.out is None:
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = Environment(
         user_classes=[user_class], host=plan.target.url if plan else None, stop_timeout=0.0
     )
+    runner: Runner
     if args.role == "local":
         runner = environment.create_local_runner()
     elif args.role == "master":
@@ -80,15 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     user_class.runtime = assembly.runtime  # type: ignore[attr-defined]
     if args.metrics_port:
-        port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
-        _log.info("serving /metrics on %s:%d", args.metrics_host, port)
+        try:
+            port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
+        except OSError as error:
+            _log.warning(
+                "no /metrics: cannot serve on %s:%d (%s)",
+                args.metrics_host,
+                args.metrics_port,
+                error,
+            )
+        else:
+            _log.info("serving /metrics on %s:%d", args.metrics_host, port)
     if args.web_port and args.role != "worker":
         environment.create_web_ui(args.web_host, args.web_port)
     if assembly.controller is not None:
         gevent.spawn(assembly.controller.run)
     runner.greenlet.join()
     if environment.web_ui is not None:
-        environment.web_ui.stop()
+        environment.web_ui.stop()  # type: ignore[no-untyped-call]
     return 0
 
 

@@ -60,7 +60,7 @@ MSG_HEALTH = "ql_health"
 MSG_STAGE = "ql_stage"
 API_KEY_ENV = "QL_TARGET_API_KEY"
 LAG_PERIOD_S = 0.01
-HEALTH_WINDOW_S = 1.0
+HEALTH_WINDOW_S = 0.25
 POLL_S = 0.02
 SPAWN_TIMEOUT_S = 60.0
 WORKERS_TIMEOUT_S = 60.0
@@ -234,7 +234,11 @@ class LoadRuntime:
         found = self._pools.get(key)
         if found is None:
             endpoint = Endpoint.from_url(stage.url, stage.path, self.api_key)
-            reuse = stage.reuse_connections if stage.reuse_connections in ("always", "never") else "auto"
+            reuse = (
+                stage.reuse_connections
+                if stage.reuse_connections in ("always", "never")
+                else "auto"
+            )
             pool = ConnectionPool(endpoint, stage.connect_timeout_s, reuse)  # type: ignore[arg-type]
             found = self._pools[key] = (endpoint, pool)
         return found
@@ -262,7 +266,7 @@ class LoadRuntime:
         except gevent.GreenletExit:
             self.sink.put(aborted_record(ticket, called - intended, self.worker, called_unix))
             raise
-        except Exception as error:  # noqa: BLE001 - a bug must cost one record, not the user
+        except Exception as error:  # a bug must cost one record, not the user
             _log.exception("request failed inside the client")
             result = StreamResult(error_class="client_error", error=repr(error)[:300])
         if not result.sent_unix_s:
@@ -282,7 +286,7 @@ class LoadRuntime:
         error = None
         if not record.ok:
             error = LoadRequestError(f"{record.error_class}: {record.error}")
-        events.request.fire(
+        events.request.fire(  # type: ignore[no-untyped-call]
             request_type=REQUEST_TYPE,
             name=route,
             response_time=elapsed_ms,
@@ -291,14 +295,22 @@ class LoadRuntime:
             context={"stage_id": record.stage_id},
         )
         if record.ok and record.ttft_s is not None:
-            events.request.fire(
-                request_type=LLM_TYPE, name="TTFT", response_time=record.ttft_s * 1000.0,
-                response_length=0, exception=None, context={},
+            events.request.fire(  # type: ignore[no-untyped-call]
+                request_type=LLM_TYPE,
+                name="TTFT",
+                response_time=record.ttft_s * 1000.0,
+                response_length=0,
+                exception=None,
+                context={},
             )
         if record.ok and record.tpot_s is not None:
-            events.request.fire(
-                request_type=LLM_TYPE, name="TPOT", response_time=record.tpot_s * 1000.0,
-                response_length=0, exception=None, context={},
+            events.request.fire(  # type: ignore[no-untyped-call]
+                request_type=LLM_TYPE,
+                name="TPOT",
+                response_time=record.tpot_s * 1000.0,
+                response_length=0,
+                exception=None,
+                context={},
             )
         self.metrics.observe_request(
             (record.server, record.quant, record.experiment),
@@ -319,28 +331,49 @@ class LoadRuntime:
 HealthReport = Callable[[str, float, float, list[float]], None]
 
 
-def monitor_health(report: HealthReport, on_tick: Callable[[], None] | None = None) -> None:
-    """Forever: measure how late a 10 ms sleep wakes up, and CPU time, once a second report it."""
-    name = process_name()
-    window_start, cpu_start = time.perf_counter(), time.process_time()
-    lags: list[float] = []
-    while True:
-        before = time.perf_counter()
-        gevent.sleep(LAG_PERIOD_S)
-        now = time.perf_counter()
-        lags.append(max(now - before - LAG_PERIOD_S, 0.0))
-        if now - window_start >= HEALTH_WINDOW_S:
-            cpu = time.process_time()
-            report(name, cpu - cpu_start, now - window_start, lags)
-            window_start, cpu_start, lags = now, cpu, []
-            if on_tick is not None:
-                on_tick()
+class HealthMonitor:
+    """Measures how late a 10 ms sleep wakes up, and CPU time; reports every quarter second.
+
+    `restart()` drops the current window: called right after `gc.collect()`, whose pause is
+    ours and deliberate, not a sign of a saturated client.
+    """
+
+    def __init__(self, report: HealthReport, on_tick: Callable[[], None] | None = None) -> None:
+        self.report = report
+        self.on_tick = on_tick
+        self.name = process_name()
+        self._restart = False
+
+    def restart(self) -> None:
+        self._restart = True
+
+    def run(self) -> None:
+        """Forever (a greenlet)."""
+        window_start, cpu_start = time.perf_counter(), time.process_time()
+        lags: list[float] = []
+        while True:
+            before = time.perf_counter()
+            gevent.sleep(LAG_PERIOD_S)
+            now = time.perf_counter()
+            if self._restart:
+                self._restart = False
+                window_start, cpu_start, lags = now, time.process_time(), []
+                continue
+            lags.append(max(now - before - LAG_PERIOD_S, 0.0))
+            if now - window_start >= HEALTH_WINDOW_S:
+                cpu = time.process_time()
+                self.report(self.name, cpu - cpu_start, now - window_start, lags)
+                window_start, cpu_start, lags = now, cpu, []
+                if self.on_tick is not None:
+                    self.on_tick()
 
 
-def freeze_heap() -> None:
+def freeze_heap(monitor: HealthMonitor | None = None) -> None:
     """Collect once and move every surviving object out of the collector's way."""
     gc.collect()
     gc.freeze()
+    if monitor is not None:
+        monitor.restart()
 
 
 # ---------------------------------------------------------------- the stage controller
@@ -368,6 +401,7 @@ class StageController:
         self.expect_workers = expect_workers
         self.health = ClientHealth()
         self.abort_reason: str | None = None
+        self.monitor: HealthMonitor | None = None
 
     @property
     def runner(self) -> Any:
@@ -379,7 +413,9 @@ class StageController:
 
     def on_health_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         data = msg.data
-        self.add_health(str(data["process"]), float(data["cpu_s"]), float(data["wall_s"]), list(data["lags"]))
+        self.add_health(
+            str(data["process"]), float(data["cpu_s"]), float(data["wall_s"]), list(data["lags"])
+        )
 
     def refresh_users_gauge(self) -> None:
         runner = self.runner
@@ -396,7 +432,7 @@ class StageController:
                     self._write(stage, "stage_end", status="aborted", reason=self.abort_reason)
                     continue
                 self._run_stage(stage)
-        except Exception as error:  # noqa: BLE001 - the load must end with its stage lines
+        except Exception as error:  # the load must end with its stage lines
             _log.exception("stage controller failed")
             self.abort_reason = f"controller error: {error!r}"
         finally:
@@ -411,7 +447,9 @@ class StageController:
         deadline = time.monotonic() + WORKERS_TIMEOUT_S
         while self.runner.worker_count < self.expect_workers:
             if time.monotonic() > deadline:
-                self.abort_reason = f"only {self.runner.worker_count} of {self.expect_workers} workers connected"
+                self.abort_reason = (
+                    f"only {self.runner.worker_count} of {self.expect_workers} workers connected"
+                )
                 return
             gevent.sleep(0.1)
 
@@ -429,17 +467,25 @@ class StageController:
     def _announce(self, stage: StagePlan) -> None:
         target = self.plan.target
         labels = (
-            target.name, target.quant, stage.experiment, str(stage.users), str(stage.repeat),
+            target.name,
+            target.quant,
+            stage.experiment,
+            str(stage.users),
+            str(stage.repeat),
             "" if stage.rate_rps is None else f"{stage.rate_rps:g}",
         )
         self.metrics.set_stage(labels)
         if isinstance(self.runner, MasterRunner):
             self.runner.send_message(MSG_STAGE, {"labels": list(labels)})
-        freeze_heap()
+        freeze_heap(self.monitor)
 
-    def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
+    def _run_phase(
+        self, stage: StagePlan, warmup: bool, start_unix_s: float | None
+    ) -> StageTracker:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
-        tracker = StageTracker(stage.stage_id, len(tickets), warmup, self.plan.max_consecutive_errors)
+        tracker = StageTracker(
+            stage.stage_id, len(tickets), warmup, self.plan.max_consecutive_errors
+        )
         self.hub.tracker = tracker
         if not tickets:
             return tracker
@@ -455,7 +501,10 @@ class StageController:
                 )
                 break
             if time.monotonic() > deadline:
-                reason = f"stage timeout after {stage.timeout_s:g} s ({tracker.done} of {tracker.planned} done)"
+                reason = (
+                    f"stage timeout after {stage.timeout_s:g} s"
+                    f" ({tracker.done} of {tracker.planned} done)"
+                )
                 break
             if isinstance(self.runner, MasterRunner) and self.runner.worker_count == 0:
                 reason = "every worker is gone"
@@ -468,7 +517,9 @@ class StageController:
             while tracker.done < self.book.handed_out - handed_before and time.monotonic() < grace:
                 gevent.sleep(POLL_S)
         elif tracker.ok == 0 and tracker.planned > 0:
-            self.abort_reason = f"all {tracker.planned} requests failed (last: {tracker.last_error})"
+            self.abort_reason = (
+                f"all {tracker.planned} requests failed (last: {tracker.last_error})"
+            )
         return tracker
 
     def _run_stage(self, stage: StagePlan) -> None:
@@ -481,19 +532,32 @@ class StageController:
             warm = self._run_phase(stage, True, None)
             if self.abort_reason is not None:
                 self.abort_reason = f"warm-up failed: {self.abort_reason}"
-                self._write(stage, "stage_end", status="failed", reason=self.abort_reason,
-                            done=0, ok=0, warm=warm.done)
+                self._write(
+                    stage,
+                    "stage_end",
+                    status="failed",
+                    reason=self.abort_reason,
+                    done=0,
+                    ok=0,
+                    warm=warm.done,
+                )
                 self.metrics.set_stage(None)
                 return
-            freeze_heap()
+            freeze_heap(self.monitor)
         start_unix = time.time() + (0.05 if stage.rate_rps is not None else 0.0)
         self._write(stage, "stage_start", unix_s=time.time())
         self.health = ClientHealth()
         tracker = self._run_phase(stage, False, start_unix)
         status = "ok" if self.abort_reason is None else "failed"
         self._write(
-            stage, "stage_end", status=status, reason=self.abort_reason,
-            done=tracker.done, ok=tracker.ok, warm=len(stage.warmup), health=True,
+            stage,
+            "stage_end",
+            status=status,
+            reason=self.abort_reason,
+            done=tracker.done,
+            ok=tracker.ok,
+            warm=len(stage.warmup),
+            health=True,
         )
         self.metrics.set_stage(None)
 
@@ -541,12 +605,16 @@ class StageController:
             line.client_cpu_frac = self.health.cpu_frac()
             line.loop_lag_p99_s = self.health.lag_p99_s()
             line.loop_lag_max_s = self.health.lag_max_s()
-            line.client_saturated = self.health.saturated(plan.saturation_cpu_frac, plan.saturation_lag_s)
+            line.client_saturated = self.health.saturated(
+                plan.saturation_cpu_frac, plan.saturation_lag_s
+            )
             if line.client_saturated:
                 _log.warning(
                     "stage %s: the load generator itself may have been the bottleneck "
-                    "(cpu %.2f of a core, loop lag p99 %.1f ms)", stage.stage_id,
-                    line.client_cpu_frac or 0.0, (line.loop_lag_p99_s or 0.0) * 1000,
+                    "(cpu %.2f of a core, loop lag p99 %.1f ms)",
+                    stage.stage_id,
+                    line.client_cpu_frac or 0.0,
+                    (line.loop_lag_p99_s or 0.0) * 1000,
                 )
         self.stages.append(line)
 
@@ -588,11 +656,13 @@ def assemble(
                 MSG_HEALTH, {"process": name, "cpu_s": cpu_s, "wall_s": wall_s, "lags": lags}
             )
 
+        monitor = HealthMonitor(forward)
+
         def on_stage(environment: Environment, msg: Any, **_: Any) -> None:
-            freeze_heap()
+            freeze_heap(monitor)
 
         runner.register_message(MSG_STAGE, on_stage)
-        gevent.spawn(monitor_health, forward)
+        gevent.spawn(monitor.run)
         return Assembly(runtime)
 
     records = JsonlAppender(records_path) if records_path is not None else None
@@ -600,7 +670,9 @@ def assemble(
     controller = None
     if isinstance(runner, MasterRunner):
         master_tickets = MasterTickets(runner)
-        runner.register_message(MSG_RECORD, lambda environment, msg, **_: hub.put_line(msg.data["line"]))
+        runner.register_message(
+            MSG_RECORD, lambda environment, msg, **_: hub.put_line(msg.data["line"])
+        )
         book: TicketBook[Any] = master_tickets.book
         source = tickets or _NoTickets()
     else:
@@ -614,8 +686,13 @@ def assemble(
             environment, plan, book, hub, JsonlAppender(stages_path), metrics, expect_workers
         )
         if isinstance(runner, MasterRunner):
+            # the master sends no requests: only the workers' health matters
             runner.register_message(MSG_HEALTH, controller.on_health_message)
-        gevent.spawn(monitor_health, controller.add_health, controller.refresh_users_gauge)
+            monitor = HealthMonitor(lambda *_: None, controller.refresh_users_gauge)
+        else:
+            monitor = HealthMonitor(controller.add_health, controller.refresh_users_gauge)
+        controller.monitor = monitor
+        gevent.spawn(monitor.run)
     return Assembly(runtime, controller, hub)
 
 

@@ -125,7 +125,9 @@ def _add_arguments(parser: Any) -> None:
     group.add_argument("--ql-out", default="", help="folder for records.jsonl (master/local)")
     group.add_argument("--ql-run-id", default="interactive", help="run id of the records")
     group.add_argument(
-        "--ql-metrics-port", type=int, default=-1,
+        "--ql-metrics-port",
+        type=int,
+        default=-1,
         help="/metrics port (default load.metrics_port; 0 = off; workers add 1 + index)",
     )
 
@@ -143,7 +145,9 @@ def _keep_gauges(environment: Environment, metrics: LoadMetrics, labels: tuple[s
         runner = environment.runner
         users = int(runner.user_count) if runner is not None else 0
         metrics.set_active_users(labels[0], labels[1], users)
-        metrics.set_stage([labels[0], labels[1], "interactive", str(users), "0", ""] if users else None)
+        metrics.set_stage(
+            [labels[0], labels[1], "interactive", str(users), "0", ""] if users else None
+        )
         gevent.sleep(1.0)
 
 
@@ -158,18 +162,25 @@ def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> Non
             return
         settings = _settings()
         prompts = select_prompts(
-            settings.prompts, settings.prompt_count, settings.min_prompt_tokens,
-            settings.max_prompt_tokens, Path.cwd(),
+            settings.prompts,
+            settings.prompt_count,
+            settings.min_prompt_tokens,
+            settings.max_prompt_tokens,
+            Path.cwd(),
         )
         labels = (str(options.ql_server), str(options.ql_quant), str(options.ql_model))
         metrics = LoadMetrics()
-        role = "worker" if isinstance(runner, WorkerRunner) else (
-            "master" if isinstance(runner, MasterRunner) else "local"
+        role = (
+            "worker"
+            if isinstance(runner, WorkerRunner)
+            else ("master" if isinstance(runner, MasterRunner) else "local")
         )
         source = EndlessPrompts(environment, prompts, settings, labels, str(options.ql_run_id))
         out = Path(options.ql_out) if options.ql_out and role != "worker" else None
         assembly = assemble(
-            environment, role, metrics,
+            environment,
+            role,
+            metrics,
             records_path=out / RECORDS_JSONL if out is not None else None,
             tickets=source if role != "master" else None,
         )
@@ -186,8 +197,10 @@ def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> Non
         def on_test_start(environment: Environment, **_: Any) -> None:
             if base and not started and isinstance(runner, WorkerRunner):
                 started.append(True)
-                serve_metrics(metrics, settings.metrics_host, base + 1 + max(runner.worker_index, 0))
+                serve_metrics(
+                    metrics, settings.metrics_host, base + 1 + max(runner.worker_index, 0)
+                )
 
-        environment.events.test_start.add_listener(on_test_start)
+        environment.events.test_start.add_listener(on_test_start)  # type: ignore[no-untyped-call]
 
     events.init.add_listener(on_init)

@@ -9,6 +9,7 @@ per-request deadline.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from quantload.load.client import StreamResult
@@ -23,7 +24,11 @@ def _int(value: Any) -> int | None:
 def _timings(raw: dict[str, Any] | None) -> dict[str, float] | None:
     if raw is None:
         return None
-    return {k: float(v) for k, v in raw.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in raw.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def build_record(
@@ -41,7 +46,7 @@ def build_record(
     details = usage.get("prompt_tokens_details")
     cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
     times = result.content_times_s
-    gaps = [round(b - a, 6) for a, b in zip(times, times[1:], strict=False)]
+    gaps = [round(b - a, 6) for a, b in pairwise(times)]
     tpot = None
     if e2e is not None and ttft is not None and completion is not None and completion >= 2:
         tpot = (e2e - ttft) / (completion - 1)

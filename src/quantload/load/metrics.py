@@ -4,7 +4,8 @@ Names (the dashboards and recording rules are written against them):
 
   quantload_ttft_seconds, quantload_tpot_seconds, quantload_itl_seconds,
   quantload_e2e_seconds, quantload_client_lag_seconds       histograms {server, quant, experiment}
-  quantload_requests_total                                  counter {server, quant, experiment, outcome}
+  quantload_requests_total                                  counter {server, quant, experiment,
+                                                             outcome}
   quantload_output_tokens_total, quantload_prompt_tokens_total   counters {server, quant}
   quantload_active_users                                    gauge {server, quant}
   quantload_stage_info                                      gauge {server, quant, experiment, users,
@@ -147,8 +148,16 @@ class LoadMetrics(Collector):
                 requests.add_metric(list(key), count)
             yield requests
             for name, doc, values in (
-                ("quantload_output_tokens_total", "Completion tokens (server usage).", self._output_tokens),
-                ("quantload_prompt_tokens_total", "Prompt tokens (server usage).", self._prompt_tokens),
+                (
+                    "quantload_output_tokens_total",
+                    "Completion tokens (server usage).",
+                    self._output_tokens,
+                ),
+                (
+                    "quantload_prompt_tokens_total",
+                    "Prompt tokens (server usage).",
+                    self._prompt_tokens,
+                ),
             ):
                 counter = CounterMetricFamily(name, doc, labels=("server", "quant"))
                 for pair, count in sorted(values.items()):

@@ -146,11 +146,15 @@ def _plan(
 
 
 def sweep_plan(
-    settings: LoadSettings, target: TargetInfo, prompts: Sequence[Prompt], run_id: str, invocation: str
+    settings: LoadSettings,
+    target: TargetInfo,
+    prompts: Sequence[Prompt],
+    run_id: str,
+    invocation: str,
 ) -> LoadPlan:
     """Closed loop: every prompt at each user level, the whole sweep repeated."""
     requests = tuple(PlannedRequest(prompt_id=p.id) for p in prompts)
-    stages = []
+    stages: list[StagePlan] = []
     for repeat in range(settings.repeats):
         for users in settings.users:
             index = len(stages)
@@ -191,7 +195,7 @@ def open_loop_plan(
 ) -> LoadPlan:
     """Open loop: one stage per rate, Poisson arrivals cycling through the prompts."""
     rates = tuple(rates_rps if rates_rps is not None else settings.rates_rps)
-    stages = []
+    stages: list[StagePlan] = []
     for index, rate in enumerate(rates):
         offsets = poisson_offsets(rate, settings.open_loop_requests, settings.seed + index)
         requests = tuple(
@@ -231,7 +235,7 @@ def prefix_cache_plan(
     chosen = [prompts[i % len(prompts)] for i in range(settings.prefix_requests)]
     requests = tuple(PlannedRequest(prompt_id=p.id) for p in chosen)
     priming = tuple(PlannedRequest(prompt_id=p.id) for p in chosen[: settings.prefix_users])
-    stages = []
+    stages: list[StagePlan] = []
     for repeat in range(settings.repeats):
         for cache_on in (False, True):
             index = len(stages)

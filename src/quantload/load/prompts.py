@@ -63,7 +63,12 @@ def load_builtin() -> list[Prompt]:
         row = json.loads(line)
         text = str(row["prompt"])
         prompts.append(
-            Prompt(str(row["id"]), text, int(row.get("tokens") or estimate_tokens(text)), row.get("category", ""))
+            Prompt(
+                str(row["id"]),
+                text,
+                int(row.get("tokens") or estimate_tokens(text)),
+                row.get("category", ""),
+            )
         )
     return prompts
 
@@ -100,7 +105,9 @@ def load_sharegpt(path: Path) -> list[Prompt]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot read ShareGPT file {path}: {error}", "give a JSON list") from None
+        raise ConfigError(
+            f"cannot read ShareGPT file {path}: {error}", "give a JSON list"
+        ) from None
     if not isinstance(data, list):
         raise ConfigError(f"{path} is not a ShareGPT list of conversations", "give a JSON list")
     prompts = []
@@ -133,7 +140,11 @@ def load_jsonl(path: Path) -> list[Prompt]:
         ident = str(row.get("id", number)) if isinstance(row, Mapping) else str(number)
         tokens = row.get("tokens") if isinstance(row, Mapping) else None
         count = int(tokens) if isinstance(tokens, int) else estimate_tokens(text)
-        prompts.append(Prompt(ident, text, count, str(row.get("category", "")) if isinstance(row, Mapping) else ""))
+        prompts.append(
+            Prompt(
+                ident, text, count, str(row.get("category", "")) if isinstance(row, Mapping) else ""
+            )
+        )
     return prompts
 
 
@@ -143,12 +154,18 @@ def load_prompt_file(path: Path) -> list[Prompt]:
         with path.open(encoding="utf-8") as handle:
             start = handle.read(1024).lstrip()
     except OSError as error:
-        raise ConfigError(f"cannot read prompt file {path}: {error}", "check load.prompts") from None
+        raise ConfigError(
+            f"cannot read prompt file {path}: {error}", "check load.prompts"
+        ) from None
     return load_sharegpt(path) if start.startswith("[") else load_jsonl(path)
 
 
 def select_prompts(
-    source: str, count: int, min_tokens: int = 1, max_tokens: int | None = None, cwd: Path | None = None
+    source: str,
+    count: int,
+    min_tokens: int = 1,
+    max_tokens: int | None = None,
+    cwd: Path | None = None,
 ) -> list[Prompt]:
     """The first `count` prompts of `source` ("builtin" or a file) within the length bounds."""
     if source == BUILTIN:
@@ -159,7 +176,9 @@ def select_prompts(
             path = cwd / path
         prompts = load_prompt_file(path)
     kept = [
-        p for p in prompts if p.tokens >= min_tokens and (max_tokens is None or p.tokens <= max_tokens)
+        p
+        for p in prompts
+        if p.tokens >= min_tokens and (max_tokens is None or p.tokens <= max_tokens)
     ]
     if not kept:
         raise ConfigError(
