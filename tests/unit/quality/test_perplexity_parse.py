@@ -173,3 +173,11 @@ def test_run_refuses_a_context_other_than_asked(fake_toolchain: Toolchain) -> No
         run_perplexity(
             fake_toolchain, MODEL, TEXT, 512, 3, runner=ReplayRunner(captured_run("perplexity_ok"))
         )
+
+
+def test_real_model_run_is_parsed(captured: Path) -> None:
+    output = parse_perplexity_output(*read(captured, "perplexity_smollm2_q8_0"))
+    assert (output.perplexity, output.perplexity_error) == (24.0798, 2.42231)
+    assert output.running_perplexity == (13.8633, 23.3592, 23.9671, 24.0798)
+    assert output.tokens_scored == 4 * 255
+    assert output.chunk_perplexity()[0] == pytest.approx(13.8633)
