@@ -1,5 +1,7 @@
 """An in-process stand-in for llama-server's `/metrics`, `/slots` and `/props`, with faults.
 
+For the exporter's tests and its scrape benchmark: no llama.cpp needed, timing and faults scripted.
+
 Behaviour is scripted through attributes that a test may change while it runs:
 `metrics_text`, `slots`, `props`, `delay_s` (before every answer), `mode` ("ok", "garbage",
 "http500", "not_http"), `api_key` (answers 401 without `Authorization: Bearer <key>`).

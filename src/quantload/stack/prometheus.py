@@ -208,6 +208,20 @@ class PrometheusProcess:
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
 
+    def wait_scraping(self, timeout_s: float = 20.0) -> bool:
+        """Wait until every configured target has been scraped once (Prometheus hands new targets
+        to its scrapers up to 5 s after start); True when they were, False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline and self.alive():
+                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                    body = client.get(f"{self.url}/api/v1/targets").json()
+                    active = body["data"]["activeTargets"]
+                    if active and all(t.get("health") != "unknown" for t in active):
+                        return True
+                time.sleep(READY_POLL_S)
+        return False
+
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + self.startup_timeout_s
         with httpx.Client(timeout=2.0) as client:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-from fake_llama_server import FakeLlamaServer
 from prometheus_client import CollectorRegistry
 
 from quantload.exporter.collector import LlamaServerCollector
+from quantload.exporter.fake_server import FakeLlamaServer
 from quantload.exporter.targets import Target
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fake_llama_server import FakeLlamaServer, metrics_text, slots_payload
 from prometheus_client import CollectorRegistry
 
 from quantload.exporter.collector import LlamaServerCollector
+from quantload.exporter.fake_server import FakeLlamaServer, metrics_text, slots_payload
 from quantload.exporter.fetch import Fetcher, Request
 from quantload.exporter.targets import Target
 

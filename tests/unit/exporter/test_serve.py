@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from fake_llama_server import FakeLlamaServer
 
 from quantload.exporter import ExporterError, Target, start_exporter
+from quantload.exporter.fake_server import FakeLlamaServer
 
 
 def test_serves_metrics_and_ignores_target_parameters(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from fake_llama_server import metrics_text
 
+from quantload.exporter.fake_server import metrics_text
 from quantload.exporter.server_metrics import (
     RENAMES,
     ServerDataError,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from fake_llama_server import slots_payload
 
+from quantload.exporter.fake_server import slots_payload
 from quantload.exporter.server_metrics import ServerDataError
 from quantload.exporter.slots import cells_from_log, cells_from_slots, parse_slots
 
