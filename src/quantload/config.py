@@ -26,7 +26,9 @@ ENV_ALIASES: dict[str, str] = {
     "QUANTLOAD_CACHE_DIR": "toolchain.cache_dir",
 }
 # Environment variables that belong to quantload but are not configuration keys.
-ENV_NOT_CONFIG: frozenset[str] = frozenset({"QUANTLOAD_HF_ENDPOINT"})
+ENV_NOT_CONFIG: frozenset[str] = frozenset(
+    {"QUANTLOAD_HF_ENDPOINT", "QUANTLOAD_REQUIRE_INTEGRATION", "QUANTLOAD_TEST_WIKITEXT"}
+)
 
 Quant = Literal["F16", "Q8_0", "Q4_K_M"]
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]

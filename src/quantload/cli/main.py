@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(done.exit_code or 0)
     except typer.Abort:
         return 1
-    except Exception as error:  # noqa: BLE001 - a click usage error arrives here too
+    except Exception as error:
         exit_code = getattr(error, "exit_code", None)
         show = getattr(error, "show", None)
         if exit_code is not None and callable(show):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -93,13 +94,31 @@ def build_tools(
     progress: ProgressCallback = no_progress,
     pin: SdistPin = PINNED_SDIST,
 ) -> Path:
-    """Configure and build the four tools; return the bin folder. Reuses a finished build."""
+    """Configure and build the four tools; return the bin folder. Reuses a finished build.
+
+    A lock file serializes builds: a second process waits for the first and then reuses its work.
+    """
     done = built_bin_dir(tree)
     if done is not None:
         return done
     check_build_prerequisites()
     build = build_dir(tree)
     build.mkdir(parents=True, exist_ok=True)
+    with (build / ".quantload-build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(0, None, "waiting for another build of llama.cpp")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        done = built_bin_dir(tree)
+        if done is not None:
+            return done
+        return _build_locked(tree, build, jobs, progress, pin)
+
+
+def _build_locked(
+    tree: Path, build: Path, jobs: int, progress: ProgressCallback, pin: SdistPin
+) -> Path:
     log = build / "quantload-build.log"
     started = time.monotonic()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []

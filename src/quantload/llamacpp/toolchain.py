@@ -103,13 +103,13 @@ def find_toolchain(settings: ToolchainSettings, environ: Mapping[str, str]) -> T
     bins = built_bin_dir(tree)
     if bins is None:
         return None
-    tools = _tools_in(bins)
-    if tools is None:
+    built = _tools_in(bins)
+    if built is None:
         return None
     return Toolchain(
-        tools,
+        built,
         "cache",
-        binary_version(tools["llama-server"]),
+        binary_version(built["llama-server"]),
         sdist=PINNED_SDIST.requirement,
         build=read_build_record(tree),
     )

@@ -89,7 +89,9 @@ def read_gguf(path: Path) -> GgufSummary:
     if not architecture:
         raise ModelError(f"{path} has no general.architecture key", "is it a model file?")
     file_type_id = metadata.get("general.file_type")
-    file_type = FILE_TYPE_NAMES.get(int(file_type_id), str(file_type_id)) if file_type_id is not None else "unknown"
+    file_type = "unknown"
+    if file_type_id is not None:
+        file_type = FILE_TYPE_NAMES.get(int(file_type_id), str(file_type_id))
     return GgufSummary(
         path=path,
         size_bytes=size,

@@ -1,0 +1,36 @@
+# quantload: the two commands a new user needs are `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+MODEL ?= smollm2-135m
+PROFILE ?= quick
+OUT ?= results
+
+.PHONY: run test check venv toolchain clean-venv
+
+$(BIN)/quantload: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/quantload
+
+toolchain: venv
+	$(BIN)/quantload toolchain
+
+## The main job on the embedded default (local processes): prepare, quality, speed, serve, load, report.
+run: toolchain
+	$(BIN)/quantload run --model $(MODEL) --profile $(PROFILE) --out $(OUT)
+
+## Lint and type checks.
+check: venv
+	$(BIN)/ruff check src tests benchmarks locustfiles
+	$(BIN)/mypy src
+
+## The tests: unit, then integration against real llama-server, Prometheus, Locust and Chromium.
+test: toolchain
+	$(BIN)/python -m pytest -ra
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,85 @@
+"""`quantload kv`: predict the KV-cache size from GGUF metadata (or config.json) and check it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from quantload.cli.context import cli_context
+from quantload.errors import ConfigError, ModelError
+from quantload.kvcache import KvPrediction, kv_shape_from_gguf, kv_shape_from_hf_config, predict_kv
+from quantload.kvcheck import kv_check_with_server
+from quantload.llamacpp.server import ServerSpec
+from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.models.gguf_meta import read_gguf
+
+
+def _predict(model: Path, slots: int, ctx: int, type_k: str, type_v: str, unified: bool) -> KvPrediction:
+    if model.suffix == ".json":
+        try:
+            config = json.loads(model.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ModelError(f"cannot read {model}: {error}", "give a Hugging Face config.json") from None
+        shape = kv_shape_from_hf_config(config, model.name)
+    else:
+        shape = kv_shape_from_gguf(read_gguf(model))
+    return predict_kv(shape, slots, ctx, type_k, type_v, unified)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `kv` command."""
+
+    @app.command("kv")
+    def kv(
+        ctx: typer.Context,
+        model: Path = typer.Argument(..., help="A .gguf file, or a Hugging Face config.json."),
+        slots: int | None = typer.Option(None, "--slots", help="Server slots (-np)."),
+        ctx_per_slot: int | None = typer.Option(None, "--ctx-per-slot", help="Tokens per slot."),
+        cache_type_k: str | None = typer.Option(None, "--cache-type-k", help="K cache type (-ctk)."),
+        cache_type_v: str | None = typer.Option(None, "--cache-type-v", help="V cache type (-ctv)."),
+        unified: bool | None = typer.Option(None, "--unified/--no-unified", help="One KV pool (-kvu)."),
+        check: bool = typer.Option(False, "--check", help="Start llama-server and compare."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        log: Path | None = typer.Option(None, "--log", help="Where to keep the server log."),
+    ) -> None:
+        """Predict the KV-cache size, show the formula, and optionally check it against llama-server."""
+        cli = cli_context(ctx)
+        settings = cli.config(
+            {
+                "server.slots": slots,
+                "server.ctx_per_slot": ctx_per_slot,
+                "server.cache_type_k": cache_type_k,
+                "server.cache_type_v": cache_type_v,
+                "server.kv_unified": unified,
+            }
+        ).settings
+        server = settings.server
+        prediction = _predict(
+            model, server.slots, server.ctx_per_slot, server.cache_type_k, server.cache_type_v,
+            server.kv_unified,
+        )
+        result = prediction.as_dict()
+        if check:
+            if model.suffix == ".json":
+                raise ConfigError("--check needs a .gguf model, not a config.json", "pass the GGUF file")
+            toolchain = ensure_toolchain(settings.toolchain, cli.environ)
+            log_path = log or Path(f"kv-check-{model.stem}.log")
+            spec = ServerSpec.from_settings(server, model, model.stem)
+            checked = kv_check_with_server(toolchain, spec, prediction, log_path, server.startup_timeout_s)
+            result = checked.as_dict()
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        table = Table("factor", "value", title=f"KV cache of {model.name}")
+        for key in ("n_layer", "n_head_kv", "head_dim_k", "head_dim_v", "slots", "ctx_per_slot",
+                    "unified", "n_stream", "cells_per_stream", "cache_type_k", "cache_type_v"):
+            table.add_row(key, str(result[key]))
+        table.add_row("predicted", f"{result['predicted_mib']:.2f} MiB")
+        if check:
+            table.add_row("reported by llama-server", f"{result['reported_mib']:.2f} MiB")
+            table.add_row("difference", f"{result['diff_pct']:+.2f} %")
+        cli.console.print(table)
+        cli.console.print(prediction.formula(), highlight=False)

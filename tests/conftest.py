@@ -1,0 +1,84 @@
+"""Shared fixtures: the llama.cpp toolchain, the tiny synthetic models, WikiText-2 test data.
+
+Integration fixtures skip with a reason when a tool is missing, unless QUANTLOAD_REQUIRE_INTEGRATION=1
+(set by CI), where a missing tool fails the test instead of hiding it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+from quantload.config import ToolchainSettings
+from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain
+from quantload.models.prepare import prepare_models
+from quantload.paths import cache_root
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def missing(reason: str) -> None:
+    """Skip, or fail when CI demands every integration test to run."""
+    if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
+        pytest.fail(f"required for integration tests: {reason}")
+    pytest.skip(reason)
+
+
+def _toolchain_settings() -> ToolchainSettings:
+    llama_bin = os.environ.get("QUANTLOAD_LLAMA_BIN")
+    return ToolchainSettings(llama_bin=Path(llama_bin) if llama_bin else None)
+
+
+@pytest.fixture(scope="session")
+def toolchain() -> Toolchain:
+    """The llama.cpp tools, found without building (run 'quantload toolchain' first)."""
+    found = find_toolchain(_toolchain_settings(), os.environ)
+    if found is None:
+        missing("llama.cpp tools not built: run 'quantload toolchain'")
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="session")
+def test_cache() -> Path:
+    """Persistent cache for test artefacts (tiny models), beside quantload's own cache."""
+    return cache_root(None, os.environ) / "test-artefacts"
+
+
+@pytest.fixture(scope="session")
+def tiny_models(toolchain: Toolchain, test_cache: Path) -> dict[str, Path]:
+    """F16, Q8_0 and Q4_K_M files of the tiny synthetic Qwen2 model: {quant: path}."""
+    out = test_cache / "tiny"
+    settings = _toolchain_settings()
+    manifest = prepare_models(
+        "tiny", out, toolchain, cache_root(None, os.environ), os.environ,
+        functools.partial(ensure_llama_source, settings, os.environ),
+    )
+    return {quant: out / entry.file for quant, entry in manifest.files.items()}
+
+
+@pytest.fixture(scope="session")
+def wikitext_test_raw() -> Path:
+    """WikiText-2 test split for tests only (the product never reads this folder)."""
+    candidates = [
+        Path(os.environ["QUANTLOAD_TEST_WIKITEXT"]) if os.environ.get("QUANTLOAD_TEST_WIKITEXT") else None,
+        REPO_ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw",
+    ]
+    for path in candidates:
+        if path is not None and path.is_file():
+            return path
+    missing("WikiText-2 test data not found: set QUANTLOAD_TEST_WIKITEXT")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(autouse=True)
+def _no_quantload_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see no QUANTLOAD_* configuration from the developer's shell."""
+    for name in list(os.environ):
+        if name.startswith("QUANTLOAD_") and name not in (
+            "QUANTLOAD_LLAMA_BIN", "QUANTLOAD_REQUIRE_INTEGRATION", "QUANTLOAD_TEST_WIKITEXT",
+        ):
+            monkeypatch.delenv(name)

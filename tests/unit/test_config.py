@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quantload.cli.main import main
+from quantload.config import describe, load_config
+from quantload.errors import ConfigError
+
+
+def test_defaults_are_the_seed_protocol(tmp_path: Path) -> None:
+    config = load_config(tmp_path, {})
+    assert config.settings.load.users == (1, 2, 4, 8)
+    assert config.settings.load.repeats == 3
+    assert config.settings.server.slots == 8
+    assert config.settings.server.ctx_per_slot == 4096
+    assert config.source_of("load.users") == "default"
+
+
+def test_layers_file_then_env_then_flags(tmp_path: Path) -> None:
+    (tmp_path / "quantload.toml").write_text("[load]\nmax_tokens = 64\nrepeats = 2\nusers = [1, 3]\n")
+    env = {"QUANTLOAD_LOAD__MAX_TOKENS": "32", "QUANTLOAD_LLAMA_BIN": "/opt/llama"}
+    config = load_config(tmp_path, env, {"load.repeats": 5, "load.seed": None})
+    load = config.settings.load
+    assert (load.max_tokens, load.repeats, load.users) == (32, 5, (1, 3))
+    assert config.source_of("load.max_tokens") == "env:QUANTLOAD_LOAD__MAX_TOKENS"
+    assert config.source_of("load.repeats") == "flag"
+    assert config.source_of("load.users") == "file:quantload.toml"
+    assert config.settings.toolchain.llama_bin == Path("/opt/llama")
+
+
+def test_profile_presets_sit_below_user_settings(tmp_path: Path) -> None:
+    config = load_config(tmp_path, {"QUANTLOAD_LOAD__MAX_TOKENS": "20"}, {"run.profile": "quick"})
+    assert config.settings.load.repeats == 1
+    assert config.source_of("load.repeats") == "profile:quick"
+    assert config.settings.load.max_tokens == 20
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "needle"),
+    [
+        ("[load]\nfoo = 1\n", {}, "'load.foo'"),
+        ("[nope]\nx = 1\n", {}, "'nope'"),
+        ("[load]\nmax_tokens = 'many'\n", {}, "'load.max_tokens'"),
+        ("", {"QUANTLOAD_SERVER__SLOTS": "-3"}, "'server.slots'"),
+        ("", {"QUANTLOAD_TYPO": "1"}, "QUANTLOAD_TYPO"),
+        ("[load\n", {}, "not valid TOML"),
+        ("[run]\nprofile = 'huge'\n", {}, "'run.profile'"),
+    ],
+)
+def test_bad_configuration_names_the_key(tmp_path: Path, toml: str, env: dict[str, str], needle: str) -> None:
+    (tmp_path / "quantload.toml").write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path, env)
+    assert needle in caught.value.one_line()
+    assert "\n" not in caught.value.one_line()
+
+
+def test_describe_masks_secrets(tmp_path: Path) -> None:
+    config = load_config(tmp_path, {"QUANTLOAD_SERVER__API_KEY": "s3cret"})
+    rows = {key: (value, source) for key, value, source in describe(config)}
+    assert "s3cret" not in rows["server.api_key"][0]
+    assert rows["server.api_key"][1] == "env:QUANTLOAD_SERVER__API_KEY"
+
+
+def test_cli_reports_config_error_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quantload.toml").write_text("[server]\nslots = 'eight'\n")
+    assert main(["config", "show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: configuration key 'server.slots'")
+    assert len(err.splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_cli_config_show_lists_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("QUANTLOAD_LOAD__REPEATS", "7")
+    assert main(["config", "show", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"source": "env:QUANTLOAD_LOAD__REPEATS"' in out

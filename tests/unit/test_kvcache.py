@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from quantload.errors import ModelError
+from quantload.kvcache import KvShape, kv_shape_from_hf_config, pad_cells, predict_kv
+from quantload.llamacpp.server_log import parse_kv_sizes, parse_slot_layout
+
+QWEN25_05B_CONFIG = {  # published hyperparameters of Qwen2.5-0.5B-Instruct
+    "hidden_size": 896,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 24,
+    "max_position_embeddings": 32768,
+}
+
+
+def test_qwen25_05b_seed_layout_is_384_mib() -> None:
+    shape = kv_shape_from_hf_config(QWEN25_05B_CONFIG)
+    assert shape.bytes_per_token_f16 == 12_288
+    prediction = predict_kv(shape, slots=8, ctx_per_slot=4096)
+    assert f"{prediction.total_mib:.2f}" == "384.00"
+    assert prediction.n_stream == 8 and prediction.cells_per_stream == 4096
+
+
+def test_single_slot_4096_is_48_mib() -> None:
+    shape = kv_shape_from_hf_config(QWEN25_05B_CONFIG)
+    assert f"{predict_kv(shape, 1, 4096).total_mib:.2f}" == "48.00"
+
+
+def test_padding_and_streams() -> None:
+    shape = KvShape(2, (2, 2), 64, 64, 32768, "test")
+    assert pad_cells(1000) == 1024 and pad_cells(1024) == 1024
+    split = predict_kv(shape, slots=3, ctx_per_slot=1000)  # n_ctx 3000 -> 3072 -> 1024 per stream
+    assert (split.n_ctx, split.cells_per_stream, split.n_stream) == (3072, 1024, 3)
+    unified = predict_kv(shape, slots=3, ctx_per_slot=1000, unified=True)
+    assert (unified.cells_per_stream, unified.n_stream) == (3072, 1)
+
+
+@pytest.mark.parametrize(("cache_type", "bytes_per_32"), [("f16", 64), ("q8_0", 34), ("q4_0", 18), ("f32", 128)])
+def test_quantized_cache_types_count_blocks(cache_type: str, bytes_per_32: int) -> None:
+    shape = KvShape(1, (1,), 32, 32, 4096, "test")
+    prediction = predict_kv(shape, 1, 256, cache_type, cache_type)
+    assert prediction.k_bytes == 256 * bytes_per_32
+
+
+def test_block_misaligned_head_is_refused() -> None:
+    shape = KvShape(1, (1,), 48, 48, 4096, "test")
+    with pytest.raises(ModelError, match="not a multiple"):
+        predict_kv(shape, 1, 256, "q4_0", "q4_0")
+
+
+def test_hf_config_missing_key() -> None:
+    with pytest.raises(ModelError, match="lacks"):
+        kv_shape_from_hf_config({"hidden_size": 896})
+
+
+LOG = """0.01.422.440 I llama_kv_cache:        CPU KV buffer size =    32.00 MiB
+0.01.422.441 I llama_kv_cache: size =   32.00 MiB (  4096 cells,   2 layers,  8/8 seqs), K (f16):   16.00 MiB, V (f16):   16.00 MiB
+0.01.500.000 I srv  load_model: initializing, n_slots = 8, n_ctx_slot = 4096, kv_unified = 'false'
+"""
+
+
+def test_parse_server_log() -> None:
+    (line,) = parse_kv_sizes(LOG)
+    assert (line.total_mib, line.cells, line.layers, line.seqs, line.type_k, line.v_mib) == (
+        32.0, 4096, 2, 8, "f16", 16.0,
+    )
+    layout = parse_slot_layout(LOG)
+    assert layout is not None and layout.n_ctx_slot == 4096 and not layout.kv_unified
+    assert parse_kv_sizes("nothing here") == []
