@@ -20,12 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import httpx
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from quantload.exporter import names
-from quantload.exporter.fetch import ERROR_CLASSES, PARSE, Fetched, Fetcher, Request
+from quantload.exporter.fetch import ERROR_CLASSES, PARSE, Fetched, Fetcher, TargetRequest
 from quantload.exporter.labels import UNKNOWN, discover
 from quantload.exporter.names import MetricSpec
 from quantload.exporter.ratelimit import RateLimitedLog
@@ -110,7 +109,6 @@ class LlamaServerCollector(Collector):
         targets: Sequence[Target],
         timeout_s: float = 0.5,
         *,
-        transport: httpx.BaseTransport | None = None,
         log_interval_s: float = 60.0,
         logger: logging.Logger | None = None,
     ) -> None:
@@ -120,7 +118,7 @@ class LlamaServerCollector(Collector):
             for endpoint in COUNTED_ENDPOINTS:
                 for error in ERROR_CLASSES:
                     state.errors[(endpoint, error)] = 0
-        self._fetcher = Fetcher(timeout_s, max(4, 3 * len(self._states)), transport)
+        self._fetcher = Fetcher(timeout_s, len(self._states) + 2)
         self._ratelimited = RateLimitedLog(logger or _log, log_interval_s)
         self._lock = threading.Lock()
 
@@ -152,23 +150,23 @@ class LlamaServerCollector(Collector):
         """Release the HTTP client and worker threads."""
         self._fetcher.close()
 
-    def _requests(self) -> list[Request]:
-        requests: list[Request] = []
+    def _requests(self) -> list[TargetRequest]:
+        requests: list[TargetRequest] = []
         for state in self._states:
-            name, headers = state.target.name, state.headers()
-            requests.append(Request((name, "metrics"), state.target.endpoint("/metrics"), headers))
-            requests.append(Request((name, "slots"), state.target.endpoint("/slots"), headers))
-            if not state.labels_known:
-                requests.append(Request((name, "props"), state.target.endpoint("/props"), headers))
+            paths = (
+                ["/metrics", "/slots"] if state.labels_known else ["/metrics", "/slots", "/props"]
+            )
+            target = state.target
+            requests.append(TargetRequest(target.name, target.url, paths, state.headers()))
         return requests
 
     def _read(self, state: _TargetState, results: dict[tuple[str, str], Fetched]) -> _Reading:
         name = state.target.name
-        props = results.get((name, "props"))
+        props = results.get((name, "/props"))
         if props is not None and props.ok:
             self._learn_labels(state, props)
-        metrics, metrics_result = _parsed(results[(name, "metrics")], parse_server_metrics)
-        slots, slots_result = _parsed(results[(name, "slots")], _slots_from_body)
+        metrics, metrics_result = _parsed(results[(name, "/metrics")], parse_server_metrics)
+        slots, slots_result = _parsed(results[(name, "/slots")], _slots_from_body)
         for endpoint, result in (("metrics", metrics_result), ("slots", slots_result)):
             if result.error is not None:
                 key = (endpoint, result.error)

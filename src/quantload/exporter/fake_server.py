@@ -4,12 +4,14 @@ For the exporter's tests and its scrape benchmark: no llama.cpp needed, timing a
 
 Behaviour is scripted through attributes that a test may change while it runs:
 `metrics_text`, `slots`, `props`, `delay_s` (before every answer), `mode` ("ok", "garbage",
-"http500", "not_http"), `api_key` (answers 401 without `Authorization: Bearer <key>`).
+"http500", "not_http", "trickle": the body one byte every 50 ms), `api_key` (answers 401
+without `Authorization: Bearer <key>`).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -147,6 +149,12 @@ def _handler_for(fake: FakeLlamaServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes; on a kept-alive connection Nagle's
+            # algorithm would hold the body back until the client's delayed ACK (~40 ms).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             fake.count(path)
@@ -164,7 +172,13 @@ def _handler_for(fake: FakeLlamaServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if fake.mode == "trickle":
+                    for index in range(len(body)):
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                else:
+                    self.wfile.write(body)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 

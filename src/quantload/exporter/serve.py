@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-import httpx
 from prometheus_client import CollectorRegistry, start_http_server
 
 from quantload.errors import QuantloadError
@@ -53,10 +52,9 @@ def start_exporter(
     port: int = 9646,
     timeout_s: float = 0.5,
     host: str = "127.0.0.1",
-    transport: httpx.BaseTransport | None = None,
 ) -> ExporterHandle:
     """Serve the metrics of `targets` at http://host:port/metrics (port 0 picks a free one)."""
-    collector = LlamaServerCollector(targets, timeout_s, transport=transport)
+    collector = LlamaServerCollector(targets, timeout_s)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:

@@ -7,14 +7,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
 from quantload.exporter.collector import LlamaServerCollector
 from quantload.exporter.fake_server import FakeLlamaServer, metrics_text, slots_payload
-from quantload.exporter.fetch import Fetcher, Request
+from quantload.exporter.fetch import Fetched, Fetcher, TargetRequest
 from quantload.exporter.targets import Target
 
 MakeFake = Callable[[], FakeLlamaServer]
@@ -206,24 +206,42 @@ def test_not_http_is_a_protocol_error(fake_servers: MakeFake, registry_for: Make
     assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "protocol"}) == 1
 
 
-def test_a_hung_read_is_not_started_again() -> None:
+def test_a_trickling_answer_is_cut_at_the_deadline_and_not_restarted(
+    fake_servers: MakeFake, registry_for: MakeRegistry
+) -> None:
+    fake = fake_servers()
+    fake.mode = "trickle"
+    registry, _ = registry_for([_target(fake.url)], 0.3)
+    for _ in range(3):
+        started = time.monotonic()
+        value = Scrape(registry)
+        assert time.monotonic() - started < 0.6
+        assert value("quantload_target_up", Q8) == 0
+        time.sleep(0.2)  # the abandoned read returns within one byte's wait
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "timeout"}) == 3
+    # Each read is abandoned at the deadline, so every scrape starts a fresh one.
+    assert fake.reads["/metrics"] == 3
+
+
+def test_a_hung_target_is_not_read_again_while_its_read_runs() -> None:
     release = threading.Event()
     calls: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(str(request.url))
-        release.wait(5)  # a transport that ignores timeouts: the thread hangs
-        return httpx.Response(200, text="x")
+    def hang(*args: object) -> dict[str, Fetched]:
+        calls.append("read")
+        release.wait(5)
+        return {}
 
-    fetcher = Fetcher(0.1, 4, httpx.MockTransport(handler))
-    request = Request(("a", "metrics"), "http://a/metrics")
+    fetcher = Fetcher(0.1, 2)
+    request = TargetRequest("a", "http://127.0.0.1:1", ["/metrics"])
     try:
-        for _ in range(3):
-            started = time.monotonic()
-            result = fetcher.fetch_all([request])[("a", "metrics")]
-            assert result.error == "timeout"
-            assert time.monotonic() - started < 0.5
-        assert len(calls) == 1
+        with mock.patch("quantload.exporter.fetch._read_target", hang):
+            for _ in range(3):
+                started = time.monotonic()
+                result = fetcher.fetch_all([request])[("a", "/metrics")]
+                assert result.error == "timeout"
+                assert time.monotonic() - started < 0.5
+        assert calls == ["read"]
     finally:
         release.set()
         fetcher.close()
