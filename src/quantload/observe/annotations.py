@@ -35,16 +35,23 @@ class StageSpan:
     experiment: str
     users: int | None
     repeat: int | None
+    rate_rps: float | None = None
 
     @property
     def text(self) -> str:
-        users = f"{self.users} users" if self.users is not None else "stage"
+        if self.users is not None:
+            users = f"{self.users} users"
+        else:
+            users = f"{self.rate_rps:g} req/s" if self.rate_rps is not None else "stage"
         repeat = f", repeat {self.repeat}" if self.repeat is not None else ""
         return f"{self.experiment}: {users} on {self.quant} ({self.server}){repeat}"
 
 
 def _key(event: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(event.get(k) for k in ("server", "quant", "experiment", "stage_users", "repeat"))
+    if event.get("stage_id"):
+        return (event.get("server"), event["stage_id"])
+    fields = ("server", "quant", "experiment", "stage_users", "stage_rate_rps", "repeat")
+    return tuple(event.get(k) for k in fields)
 
 
 def read_stage_spans(path: Path) -> list[StageSpan]:
@@ -72,7 +79,7 @@ def read_stage_spans(path: Path) -> list[StageSpan]:
 
 
 def _span(start: dict[str, Any], end_s: float) -> StageSpan:
-    users, repeat = start.get("stage_users"), start.get("repeat")
+    users, repeat, rate = start.get("stage_users"), start.get("repeat"), start.get("stage_rate_rps")
     return StageSpan(
         start_s=float(start["unix_s"]),
         end_s=end_s,
@@ -81,6 +88,7 @@ def _span(start: dict[str, Any], end_s: float) -> StageSpan:
         experiment=str(start.get("experiment", "")),
         users=users if isinstance(users, int) else None,
         repeat=repeat if isinstance(repeat, int) else None,
+        rate_rps=float(rate) if isinstance(rate, int | float) else None,
     )
 
 

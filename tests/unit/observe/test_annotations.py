@@ -48,6 +48,27 @@ def stages(tmp_path: Path) -> Path:
     return path
 
 
+def test_open_loop_stages_pair_by_stage_id(tmp_path: Path) -> None:
+    path = tmp_path / "stages.jsonl"
+    lines = []
+    for index, (rate, start) in enumerate(((0.5, 10.0), (1.0, 20.0))):
+        base = {
+            "server": "s",
+            "quant": "F16",
+            "experiment": "open_loop",
+            "stage_users": None,
+            "stage_rate_rps": rate,
+            "repeat": 0,
+            "stage_id": f"st{index}",
+        }
+        lines.append(json.dumps({**base, "event": "stage_start", "unix_s": start}))
+        lines.append(json.dumps({**base, "event": "stage_end", "unix_s": start + 5}))
+    path.write_text("\n".join(lines))
+    spans = read_stage_spans(path)
+    assert [(s.start_s, s.end_s) for s in spans] == [(10.0, 15.0), (20.0, 25.0)]
+    assert spans[1].text == "open_loop: 1 req/s on F16 (s), repeat 0"
+
+
 def test_spans_pair_starts_with_ends(stages: Path) -> None:
     spans = read_stage_spans(stages)
     assert [(s.quant, s.users, s.start_s, s.end_s) for s in spans] == [
@@ -85,9 +106,7 @@ class _FakeGrafana:
                 return
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def url(self) -> str:
