@@ -115,9 +115,7 @@ def test_a_run_past_its_time_limit_is_stopped_without_a_result(
     toolchain: Toolchain, tiny_models: dict[str, Path], wikitext_test_raw: Path
 ) -> None:
     with pytest.raises(MeasurementError, match="did not finish within"):
-        measure_quality(
-            toolchain, tiny_models["F16"], wikitext_test_raw, ctx_tokens=128, timeout_s=2.0
-        )
+        measure_quality(toolchain, tiny_models["F16"], wikitext_test_raw, ctx_tokens=128, timeout_s=2.0)
 
 
 def test_speed_command_places_each_file_on_the_roofline(

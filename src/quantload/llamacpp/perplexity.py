@@ -23,12 +23,8 @@ from quantload.progress import ProgressCallback, no_progress
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf)"
 FINAL_ESTIMATE = re.compile(rf"Final estimate: PPL = ({_NUMBER}) \+/- ({_NUMBER})")
 CHUNK_VALUE = re.compile(rf"\[(\d+)\]({_NUMBER}),")
-PLAN = re.compile(
-    r"calculating perplexity over (\d+) chunks, n_ctx=(\d+), batch_size=(\d+), n_seq=(\d+)"
-)
-TOO_SHORT = re.compile(
-    r"you need at least (\d+) tokens to evaluate perplexity with a context of (\d+)"
-)
+PLAN = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+), batch_size=(\d+), n_seq=(\d+)")
+TOO_SHORT = re.compile(r"you need at least (\d+) tokens to evaluate perplexity with a context of (\d+)")
 TOKENIZED_TO = re.compile(r"tokenizes to only (\d+) tokens")
 LOAD_FAILURE = re.compile(
     r"unable to load model|failed to load model|error loading model|failed to create context"
@@ -116,8 +112,7 @@ def parse_perplexity_output(stdout: str, stderr: str) -> PerplexityOutput:
     last = running[-1][1]
     if abs(last - perplexity) > ROUNDING_TOLERANCE * max(1.0, perplexity):
         raise MeasurementError(
-            f"llama-perplexity's last running value {last} differs from its final estimate"
-            f" {perplexity}",
+            f"llama-perplexity's last running value {last} differs from its final estimate {perplexity}",
             "the output is garbled; run it again",
         )
     return PerplexityOutput(
@@ -142,8 +137,7 @@ def diagnose_failure(run: ToolRun, model_path: Path, dataset_path: Path) -> None
         )
     if run.signal_name is not None:
         raise MeasurementError(
-            f"llama-perplexity was killed by {run.signal_name} after {done} chunks;"
-            " no result was recorded",
+            f"llama-perplexity was killed by {run.signal_name} after {done} chunks; no result was recorded",
             "out of memory? try a smaller --ctx; otherwise run it again",
         )
     short = TOO_SHORT.search(run.stderr)

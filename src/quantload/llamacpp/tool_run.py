@@ -72,9 +72,7 @@ def run_tool(
             env=dict(env) if env is not None else None,
         )
     except OSError as error:
-        raise ToolchainError(
-            f"{command[0]} cannot run: {error}", "rebuild or reinstall llama.cpp"
-        ) from None
+        raise ToolchainError(f"{command[0]} cannot run: {error}", "rebuild or reinstall llama.cpp") from None
     assert process.stdout is not None and process.stderr is not None
     streams: dict[int, tuple[Stream, codecs.BufferedIncrementalDecoder, list[str]]] = {
         process.stdout.fileno(): ("stdout", codecs.getincrementaldecoder("utf-8")("replace"), []),

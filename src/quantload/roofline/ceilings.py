@@ -1,23 +1,27 @@
 """Where a measured prefill or decode speed sits against this machine's limits (a roofline).
 
-For each llama-bench test, one forward pass handles `tokens_per_pass` tokens (1 when decoding; a
-micro-batch of min(prompt, n_ubatch) tokens when prefilling) and reads, per pass, every weight once
-(see `weights`) plus the KV cache of the test's context (f16 cells padded to 256, as llama.cpp
-allocates them: an upper bound on what attention reads). Per token:
+One forward pass handles `tokens_per_pass` tokens (1 when decoding; a micro-batch of
+min(prompt, n_ubatch) tokens when prefilling) and reads every weight once (see `weights`) plus the
+KV cache of the test's context (f16 cells padded to 256, as llama.cpp allocates them: an upper
+bound on what attention reads). The output projection runs for every generated token, but in
+llama-bench's prefill only for the last token of each batch, so it is spread over the prompt:
 
-    bytes per token = (weight bytes + KV bytes) / tokens_per_pass
-    flops per token = 2 x multiplied parameters
+    decode,  per token:  bytes = weights + KV             flops = 2 x params
+    prefill, per token:  bytes = (weights - output + KV) / tokens_per_pass + output x batches / prompt
+                         flops = 2 x (params - output params) + 2 x output params x batches / prompt
     memory ceiling = bandwidth / bytes;  compute ceiling = arithmetic rate / flops
     ceiling = the lower of the two; `bound` names it; fraction = measured / ceiling
 
-With one token per pass (decode) the memory ceiling is the lower: decode is memory-bound, which is
-the issue's "bandwidth / bytes read per generated token". A 512-token micro-batch divides the
-weight bytes by 512, so prefill is compute-bound: "arithmetic rate / (2 x parameters)". Attention's
-own arithmetic (a few percent at these contexts) is left out of the flops.
+With one token per pass the memory ceiling is the lower: decode is memory-bound ("bandwidth / bytes
+read per generated token"). A 512-token micro-batch divides the weight bytes by 512, so prefill is
+compute-bound ("arithmetic rate / (2 x parameters)", with the output projection counted as above).
+Attention's own arithmetic (a few percent at these contexts) is left out of the flops.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,6 +67,7 @@ class RooflineResult(BaseModel):
     bits_per_weight: float
     weight_bytes_per_pass: int
     matmul_params: int
+    output_params: int = Field(description="parameters of the output projection (logits)")
     tied_embeddings: bool
     kv_note: str = Field(description="how KV bytes were found, or why they are left out")
     bandwidth_bytes_per_s: float
@@ -78,29 +83,56 @@ def _kv_bytes(summary: GgufSummary, context_tokens: int, type_k: str, type_v: st
     return predict_kv(shape, 1, max(1, context_tokens), type_k, type_v).total_bytes
 
 
-def bench_ceiling(
-    name: str,
-    test: BenchTest,
-    tokens_per_pass: int,
-    traffic: WeightTraffic,
-    kv_bytes_per_pass: int,
-    limits: MachineLimits,
-) -> BenchCeiling:
-    """The roofline of one test, given what a pass reads and how many tokens share it."""
-    bytes_per_token = (traffic.bytes_per_pass + kv_bytes_per_pass) / tokens_per_pass
-    flops_per_token = 2.0 * traffic.matmul_params
-    memory = limits.bandwidth_bytes_per_s / bytes_per_token
-    compute = limits.arithmetic_flops_per_s / flops_per_token
+@dataclass(frozen=True)
+class TokenCost:
+    """What one token of a test costs: bytes read and flops done."""
+
+    tokens_per_pass: int
+    weight_bytes_per_token: float
+    kv_bytes_per_token: float
+    flops_per_token: float
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.weight_bytes_per_token + self.kv_bytes_per_token
+
+
+def decode_cost(traffic: WeightTraffic, kv_bytes: int) -> TokenCost:
+    """One generated token: every weight and the KV cache read, every parameter multiplied."""
+    return TokenCost(1, traffic.bytes_per_pass, kv_bytes, 2.0 * traffic.matmul_params)
+
+
+def prefill_cost(
+    traffic: WeightTraffic, kv_bytes: int, n_prompt: int, n_batch: int, n_ubatch: int
+) -> TokenCost:
+    """One prompt token: weights shared by a micro-batch, the output projection by the prompt."""
+    per_pass = max(1, min(n_prompt, n_ubatch))
+    prompt = max(1, n_prompt)
+    output_share = math.ceil(prompt / max(1, n_batch)) / prompt  # logit rows per prompt token
+    body_bytes = traffic.bytes_per_pass - traffic.output_bytes
+    body_params = traffic.matmul_params - traffic.output_params
+    return TokenCost(
+        tokens_per_pass=per_pass,
+        weight_bytes_per_token=body_bytes / per_pass + traffic.output_bytes * output_share,
+        kv_bytes_per_token=kv_bytes / per_pass,
+        flops_per_token=2.0 * (body_params + traffic.output_params * output_share),
+    )
+
+
+def bench_ceiling(name: str, test: BenchTest, cost: TokenCost, limits: MachineLimits) -> BenchCeiling:
+    """The roofline of one test, given what one of its tokens costs."""
+    memory = limits.bandwidth_bytes_per_s / cost.bytes_per_token
+    compute = limits.arithmetic_flops_per_s / cost.flops_per_token
     ceiling = min(memory, compute)
     return BenchCeiling(
         test=name,
-        tokens_per_pass=tokens_per_pass,
+        tokens_per_pass=cost.tokens_per_pass,
         context_tokens=test.n_depth + test.n_prompt + test.n_gen,
-        weight_bytes_per_token=traffic.bytes_per_pass / tokens_per_pass,
-        kv_bytes_per_token=kv_bytes_per_pass / tokens_per_pass,
-        bytes_per_token=bytes_per_token,
-        flops_per_token=flops_per_token,
-        intensity_flops_per_byte=flops_per_token / bytes_per_token,
+        weight_bytes_per_token=cost.weight_bytes_per_token,
+        kv_bytes_per_token=cost.kv_bytes_per_token,
+        bytes_per_token=cost.bytes_per_token,
+        flops_per_token=cost.flops_per_token,
+        intensity_flops_per_byte=cost.flops_per_token / cost.bytes_per_token,
         memory_ceiling_tokens_per_s=memory,
         compute_ceiling_tokens_per_s=compute,
         ceiling_tokens_per_s=ceiling,
@@ -125,17 +157,16 @@ def roofline(speed: SpeedResult, summary: GgufSummary, limits: MachineLimits) ->
     prefill = bench_ceiling(
         f"pp{speed.prefill.n_prompt}",
         speed.prefill,
-        max(1, min(speed.prefill.n_prompt, speed.n_ubatch)),
-        traffic,
-        prefill_kv,
+        prefill_cost(traffic, prefill_kv, speed.prefill.n_prompt, speed.n_batch, speed.n_ubatch),
         limits,
     )
-    decode = bench_ceiling(f"tg{speed.decode.n_gen}", speed.decode, 1, traffic, decode_kv, limits)
+    decode = bench_ceiling(f"tg{speed.decode.n_gen}", speed.decode, decode_cost(traffic, decode_kv), limits)
     return RooflineResult(
         quant=summary.file_type,
         bits_per_weight=round(traffic.bits_per_weight, 3),
         weight_bytes_per_pass=traffic.bytes_per_pass,
         matmul_params=traffic.matmul_params,
+        output_params=traffic.output_params,
         tied_embeddings=traffic.tied_embeddings,
         kv_note=kv_note,
         bandwidth_bytes_per_s=limits.bandwidth_bytes_per_s,

@@ -31,6 +31,9 @@ class _Ceiling(Protocol):
     @property
     def bound(self) -> str: ...
 
+    @property
+    def flops_per_token(self) -> float: ...
+
 
 def _unpacking(quant: str) -> str:
     for prefix, phrase in _UNPACKING.items():
@@ -42,15 +45,13 @@ def _unpacking(quant: str) -> str:
 def explain_quant(quant: str, traffic: WeightTraffic, prefill: _Ceiling, decode: _Ceiling) -> str:
     """Why `quant` decodes as it does (bytes per token) and prefills as it does (arithmetic)."""
     megabytes = traffic.bytes_per_pass / 1e6
-    gigaflops = 2 * traffic.matmul_params / 1e9
+    gigaflops = prefill.flops_per_token / 1e9
     bits = traffic.bits_per_weight
     decode_part = (
-        f"{quant} stores {bits:.1f} bits per weight, so each generated token reads"
-        f" {megabytes:,.0f} MB"
+        f"{quant} stores {bits:.1f} bits per weight, so each generated token reads {megabytes:,.0f} MB"
     )
     prefill_part = (
-        f"prefill is {prefill.bound}-bound at the same {gigaflops:.2f} GFLOP per token in every"
-        " format,"
+        f"prefill is {prefill.bound}-bound at the same {gigaflops:.2f} GFLOP per token in every format,"
     )
     if bits >= FLOAT_BITS_THRESHOLD:
         return (

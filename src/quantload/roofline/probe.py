@@ -153,9 +153,7 @@ def _median_rate(work: float, run: Callable[[], object], passes: int) -> list[fl
     return rates
 
 
-def measure_bandwidth(
-    buffer_bytes: int, threads: int, passes: int = BANDWIDTH_PASSES
-) -> list[float]:
+def measure_bandwidth(buffer_bytes: int, threads: int, passes: int = BANDWIDTH_PASSES) -> list[float]:
     """Streaming-read rates in bytes/s, one per pass."""
     data = np.ones(buffer_bytes // 4, dtype=np.float32)
     slices = np.array_split(data, threads)

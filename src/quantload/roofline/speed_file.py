@@ -66,9 +66,7 @@ class SpeedFile(BaseModel):
 
     def with_entry(self, label: str, entry: SpeedEntry, machine: MachineLimits) -> SpeedFile:
         """A copy with `entry` stored (or replaced) under `label` and `machine` as the limits."""
-        return self.model_copy(
-            update={"machine": machine, "results": {**self.results, label: entry}}
-        )
+        return self.model_copy(update={"machine": machine, "results": {**self.results, label: entry}})
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object as written to disk."""
@@ -86,9 +84,7 @@ def load_speed_file(path: Path) -> SpeedFile:
         ) from None
 
 
-def save_speed_entry(
-    path: Path, label: str, entry: SpeedEntry, machine: MachineLimits
-) -> SpeedFile:
+def save_speed_entry(path: Path, label: str, entry: SpeedEntry, machine: MachineLimits) -> SpeedFile:
     """Add `entry` under `label` to the file at `path` (created if absent), atomically."""
     current = load_speed_file(path) if path.exists() else SpeedFile()
     updated = current.with_entry(label, entry, machine)

@@ -65,9 +65,7 @@ def test_download_is_cached_and_reused(tmp_path: Path) -> None:
     path = resolve_dataset(None, tmp_path, {}, lambda: client_answering(200, archive(), seen))
     assert path == cached_text_path(tmp_path)
     assert path.read_bytes() == TEXT
-    assert seen == [
-        "https://huggingface.co/datasets/ggml-org/ci/resolve/main/wikitext-2-raw-v1.zip"
-    ]
+    assert seen == ["https://huggingface.co/datasets/ggml-org/ci/resolve/main/wikitext-2-raw-v1.zip"]
     assert resolve_dataset(None, tmp_path, {}, no_network) == path
     assert not list(path.parent.glob(".*partial"))
 

@@ -48,9 +48,7 @@ def test_entries_merge_by_quant_and_round_trip(tmp_path: Path, fake_toolchain: T
     assert load_speed_file(path) == updated
 
 
-def test_a_file_of_another_kind_is_not_overwritten(
-    tmp_path: Path, fake_toolchain: Toolchain
-) -> None:
+def test_a_file_of_another_kind_is_not_overwritten(tmp_path: Path, fake_toolchain: Toolchain) -> None:
     path = tmp_path / "speed.json"
     path.write_text("[]")
     with pytest.raises(ConfigError, match=r"is not a quantload\.speed/1 file"):
