@@ -7,6 +7,7 @@ from collections.abc import Callable
 import typer
 
 from quantload.cli import cmd_config, cmd_exporter, cmd_quality, cmd_speed, cmd_toolchain
+from quantload.cli import cmd_load
 
 REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_config.register,
@@ -14,4 +15,5 @@ REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_exporter.register,
     cmd_quality.register,
     cmd_speed.register,
+    cmd_load.register,
 )

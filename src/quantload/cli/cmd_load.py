@@ -1,0 +1,156 @@
+"""`quantload load`: stream load at running servers, headless, and summarize every stage."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from quantload.cli.context import cli_context
+from quantload.cli.progress_view import progress_bar
+from quantload.errors import ConfigError
+from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.summary import StageSummary
+from quantload.rundir import make_run_id, write_json_atomic
+
+EXPERIMENTS = ("sweep", "open_loop", "prefix_cache")
+SUMMARY_JSON = "load-summary.json"
+
+
+def _numbers(text: str | None, kind: type[int] | type[float]) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"not a comma list of numbers: {text!r}", "e.g. 1,2,4,8") from None
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _table(summaries: list[StageSummary]) -> Table:
+    table = Table(
+        "server", "quant", "experiment", "users", "rate", "rep", "cache", "status", "ok/planned",
+        "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "tok/s", "conc.", "client",
+        title="quantload load: stages",
+    )  # fmt: skip
+    for s in summaries:
+        client = "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
+        table.add_row(
+            s.server, s.quant, s.experiment, str(s.users or "-"),
+            "-" if s.rate_rps is None else f"{s.rate_rps:g}", str(s.repeat),
+            "on" if s.cache_prompt else "off",
+            s.status if not s.reason else f"{s.status}: {s.reason[:40]}",
+            f"{s.requests_ok}/{s.requests_planned}",
+            _ms(s.ttft_p50_s), _ms(s.ttft_p99_s), _ms(s.tpot_p50_s),
+            "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.1f}",
+            "-" if s.delivered_concurrency is None else f"{s.delivered_concurrency:.2f}",
+            client,
+        )  # fmt: skip
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `load` command."""
+
+    @app.command("load")
+    def load(
+        ctx: typer.Context,
+        url: Annotated[list[str], typer.Option("--url", help="Server base URL; repeat for several.")],
+        out: Annotated[Path, typer.Option("--out", help="Folder for records.jsonl, stages.jsonl.")],
+        name: Annotated[list[str] | None, typer.Option("--name", help="Server label, per --url.")] = None,
+        quant: Annotated[list[str] | None, typer.Option("--quant", help="Quant label, per --url.")] = None,
+        model: Annotated[str, typer.Option(help="Model name sent in requests.")] = "",
+        experiment: Annotated[
+            list[str] | None,
+            typer.Option("--experiment", "-e", help="sweep, open_loop, prefix_cache; repeatable."),
+        ] = None,
+        users: Annotated[str | None, typer.Option(help="Closed-loop users, e.g. 1,2,4,8.")] = None,
+        repeats: Annotated[int | None, typer.Option(help="Repeats of each stage.")] = None,
+        rates: Annotated[str | None, typer.Option(help="Open-loop rates in requests/s, e.g. 0.5,1.")] = None,
+        prompts: Annotated[str | None, typer.Option(help="builtin, a ShareGPT JSON or a JSONL.")] = None,
+        prompt_count: Annotated[int | None, typer.Option(help="Prompts per stage.")] = None,
+        max_tokens: Annotated[int | None, typer.Option(help="max_tokens per request.")] = None,
+        ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--stop-at-eos")] = None,
+        cache_prompt: Annotated[
+            bool | None, typer.Option("--cache-prompt/--no-cache-prompt", help="Sweep/open loop.")
+        ] = None,
+        workers: Annotated[int | None, typer.Option(help="Locust workers; 0 = one process.")] = None,
+        metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
+        request_timeout: Annotated[float | None, typer.Option(help="Per-request deadline, s.")] = None,
+        api_key_env: Annotated[
+            str | None, typer.Option(help="Environment variable holding the API key.")
+        ] = None,
+        run_id: Annotated[str | None, typer.Option(help="Run id (default: time + config hash).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
+    ) -> None:
+        """Stream chat completions at each --url in turn; one record per request, one summary per stage."""
+        cli = cli_context(ctx)
+        flags: dict[str, Any] = {
+            "load.users": _numbers(users, int),
+            "load.repeats": repeats,
+            "load.rates_rps": _numbers(rates, float),
+            "load.prompts": prompts,
+            "load.prompt_count": prompt_count,
+            "load.max_tokens": max_tokens,
+            "load.ignore_eos": ignore_eos,
+            "load.cache_prompt": cache_prompt,
+            "load.workers": workers,
+            "load.metrics_port": metrics_port,
+            "load.request_timeout_s": request_timeout,
+        }
+        config = cli.config(flags)
+        settings = config.settings
+        experiments = experiment or ["sweep"]
+        unknown = [e for e in experiments if e not in EXPERIMENTS]
+        if unknown:
+            raise ConfigError(f"unknown experiment {unknown[0]!r}", f"choose from {', '.join(EXPERIMENTS)}")
+        names, quants = list(name or []), list(quant or [])
+        if len(names) > len(url) or len(quants) > len(url):
+            raise ConfigError("more --name/--quant than --url", "give one per --url, in order")
+        api_key = settings.server.api_key.get_secret_value() if settings.server.api_key else None
+        if api_key_env is not None:
+            api_key = cli.environ.get(api_key_env) or os.environ.get(api_key_env)
+            if not api_key:
+                raise ConfigError(f"environment variable {api_key_env} is empty or unset")
+        targets = [
+            Target(
+                name=names[i] if i < len(names) else f"server{i}",
+                quant=quants[i] if i < len(quants) else "unknown",
+                model=model,
+                url=address,
+                api_key=api_key,
+            )
+            for i, address in enumerate(url)
+        ]
+        run = run_id or make_run_id(settings.model_dump(mode="json"))
+        summaries: list[StageSummary] = []
+        with progress_bar(cli.err_console, "load") as progress:
+            for target in targets:
+                for kind in experiments:
+                    if kind == "sweep":
+                        summaries += run_sweep(target, settings.load, out, run, progress)
+                    elif kind == "open_loop":
+                        summaries += run_open_loop(target, settings.load, out, run, progress)
+                    else:
+                        summaries += run_prefix_cache_experiment(target, settings.load, out, run, progress)
+        write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
+        if as_json:
+            typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
+        else:
+            cli.console.print(_table(summaries))
+            cli.console.print(f"records: {out / 'records.jsonl'}  run id: {run}")
+        saturated = [s for s in summaries if s.client_saturated]
+        if saturated:
+            cli.err_console.print(
+                f"warning: the load generator may have been the bottleneck in {len(saturated)}"
+                " stage(s) (client column): its numbers include client delay"
+            )
+        if any(s.status != "ok" for s in summaries):
+            raise typer.Exit(1)
