@@ -181,7 +181,7 @@ class LlamaServerCollector(Collector):
 
     def _add_health(self, out: _Families, state: _TargetState, reading: _Reading) -> None:
         labels = state.labels
-        duration = max(reading.metrics_result.duration_s, reading.slots_result.duration_s)
+        duration = reading.metrics_result.duration_s + reading.slots_result.duration_s
         out.add(names.TARGET_UP, labels, float(reading.metrics is not None))
         out.add(names.TARGET_SCRAPE_DURATION, labels, duration)
         for (endpoint, error), count in sorted(state.errors.items()):

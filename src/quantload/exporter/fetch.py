@@ -199,12 +199,17 @@ class Fetcher:
                 futures[request.name] = (request, future)
         # Each task stops itself at the deadline; the grace lets it report how it failed.
         wait([future for _, future in futures.values()], timeout=self.timeout_s + GRACE_S)
+        detail = f"no answer within {self.timeout_s:g} s"
         for name, (request, future) in futures.items():
             answers = future.result() if future.done() else {}
+            # Paths are read one after another: the time already spent goes to the first one
+            # missing, so a target's durations add up to the time it took.
+            spent = time.monotonic() - started - sum(a.duration_s for a in answers.values())
             for path in request.paths:
-                elapsed = time.monotonic() - started
-                late = Fetched(None, TIMEOUT, f"no answer within {self.timeout_s:g} s", elapsed)
-                results[(name, path)] = answers.get(path, late)
+                if path not in answers:
+                    answers[path] = Fetched(None, TIMEOUT, detail, max(spent, 0.0))
+                    spent = 0.0
+                results[(name, path)] = answers[path]
         return results
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ TARGET_UP = MetricSpec(
 TARGET_SCRAPE_DURATION = MetricSpec(
     "quantload_target_scrape_duration_seconds",
     "gauge",
-    "Seconds spent reading this server's endpoints during the scrape",
+    "Seconds spent reading this server's /metrics and /slots during the scrape",
 )
 TARGET_SCRAPE_ERRORS = MetricSpec(  # + endpoint, error
     "quantload_target_scrape_errors_total",
