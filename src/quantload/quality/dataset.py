@@ -53,9 +53,10 @@ def cached_text_path(cache_dir: Path) -> Path:
     return cache_dir / "datasets" / ARCHIVE_MEMBER
 
 
-def describe_dataset(path: Path, name: str = DATASET_NAME) -> DatasetInfo:
-    """Name, size and SHA-256 of a text file."""
+def describe_dataset(path: Path) -> DatasetInfo:
+    """Name, size and SHA-256 of a text file (named WikiText-2 when it is `wiki.test.raw`)."""
     data = path.read_bytes()
+    name = DATASET_NAME if path.name == Path(ARCHIVE_MEMBER).name else path.name
     return DatasetInfo(
         name=name, path=str(path), size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
     )

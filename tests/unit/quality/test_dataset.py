@@ -107,5 +107,12 @@ def test_describe_records_size_and_hash(tmp_path: Path) -> None:
     text = tmp_path / "t.raw"
     text.write_bytes(b"abc")
     info = describe_dataset(text)
+    assert info.name == "t.raw"
     assert info.size_bytes == 3
     assert info.sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_the_test_split_is_named(tmp_path: Path) -> None:
+    text = tmp_path / "wiki.test.raw"
+    text.write_bytes(b"x")
+    assert describe_dataset(text).name == "WikiText-2 raw, test split"
