@@ -306,9 +306,7 @@ def run_plan(
             if time.monotonic() > deadline:
                 exit_note = "load process overran its time bound and was killed"
                 break
-            done += sum(
-                1 for line in records.lines() if prefix in line and '"warmup":false' in line
-            )
+            done += sum(1 for line in records.lines() if prefix in line and '"warmup":false' in line)
             for line in stages.lines():
                 if prefix in line and '"stage_start"' in line:
                     event = StageEvent.from_json_line(line)
@@ -378,7 +376,5 @@ def summarize_invocation(plan: LoadPlan, run_dir: Path) -> list[StageSummary]:
     for event in iter_stage_events(run_dir / STAGES_JSONL):
         if event.event == "stage_end" and event.stage_id.startswith(head):
             ends[event.stage_id] = event
-    records = [
-        r for r in iter_records(run_dir / RECORDS_JSONL) if (r.stage_id or "").startswith(head)
-    ]
+    records = [r for r in iter_records(run_dir / RECORDS_JSONL) if (r.stage_id or "").startswith(head)]
     return [summarize_stage(ends[s.stage_id], records) for s in plan.stages if s.stage_id in ends]

@@ -230,11 +230,7 @@ def stream_request(pool: ConnectionPool, request: bytes, timeout_s: float) -> St
             return failure
     assert sock is not None
     result = _exchange(pool, sock, request, deadline)
-    if (
-        reused
-        and result.bytes_received == 0
-        and result.error_class in ("connect_error", "stream_cut")
-    ):
+    if reused and result.bytes_received == 0 and result.error_class in ("connect_error", "stream_cut"):
         pool.note_stale()
         sock, connect_s, failure = _connect(pool, deadline)
         if failure is not None:
@@ -281,9 +277,7 @@ def _fail(result: StreamResult, error_class: str, message: str) -> StreamResult:
     return result
 
 
-def _exchange(
-    pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float
-) -> StreamResult:
+def _exchange(pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float) -> StreamResult:
     result = StreamResult()
     parser = ResponseParser()
     buf = bytearray(RECV_BYTES)

@@ -102,10 +102,7 @@ def _chunk(data: bytes) -> bytes:
 
 
 def _event(obj: Any, spaced: bool = False) -> bytes:
-    if spaced:
-        text = json.dumps(obj, separators=(", ", ": "))
-    else:
-        text = json.dumps(obj, separators=(",", ":"))
+    text = json.dumps(obj, separators=(", ", ": ") if spaced else (",", ":"))
     return _chunk(b"data: " + text.encode() + b"\n\n")
 
 
@@ -114,6 +111,27 @@ class _Handler:
         self.script = script
         self.stats = stats
         self.rng = random.Random(script.seed)
+        self._base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": script.model}
+        self._opening = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
+        )
+        if script.pathological:
+            role = {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
+            empty = {"index": 0, "delta": {"content": ""}, "finish_reason": None}
+            self._opening += _event({**self._base, "choices": [role]})
+            self._opening += _chunk(b": keep-alive\n\n")
+            self._opening += _event({**self._base, "choices": [empty]}, spaced=True)
+        self._tokens: list[bytes] = []
+
+    def _token_event(self, index: int) -> bytes:
+        """The (pre-serialized) chunk of token `index`; odd ones with spaced JSON."""
+        while len(self._tokens) <= index:
+            k = len(self._tokens)
+            choice = {"index": 0, "delta": {"content": f"tok{k} "}, "finish_reason": None}
+            spaced = bool(k % 2) and self.script.pathological
+            self._tokens.append(_event({**self._base, "choices": [choice]}, spaced=spaced))
+        return self._tokens[index]
 
     def plan(self, body: dict[str, Any]) -> RequestPlan:
         text = json.dumps(body.get("messages", body.get("prompt", "")))
@@ -184,17 +202,13 @@ class _Handler:
                 },
             )
         if method == "GET" and path == "/slots":
-            slots = [
-                {"id": i, "n_ctx": 4096, "is_processing": False} for i in range(self.script.slots)
-            ]
+            slots = [{"id": i, "n_ctx": 4096, "is_processing": False} for i in range(self.script.slots)]
             return await self._json(writer, 200, slots)
         if method == "POST" and path.startswith("/slots/"):
             if not self.script.slots_erasable:
                 return await self._json(writer, 501, _error(501, "slot actions not supported"))
             self.stats.erased += 1
-            return await self._json(
-                writer, 200, {"id_slot": path.rsplit("/", 1)[-1], "n_erased": 0}
-            )
+            return await self._json(writer, 200, {"id_slot": path.rsplit("/", 1)[-1], "n_erased": 0})
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
@@ -284,36 +298,8 @@ class _Handler:
     ) -> bool:
         script = self.script
         close = script.close_after_stream
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
-        )
-        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": script.model}
-        if script.pathological:
-            writer.write(
-                _event(
-                    {
-                        **base,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {"role": "assistant", "content": None},
-                                "finish_reason": None,
-                            }
-                        ],
-                    }
-                )
-            )
-            writer.write(_chunk(b": keep-alive\n\n"))
-            writer.write(
-                _event(
-                    {
-                        **base,
-                        "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}],
-                    },
-                    spaced=True,
-                )
-            )
+        base = self._base
+        writer.write(self._opening)
         await writer.drain()
         kind, _, arg = plan.fault.partition(":")
         fault_at = int(arg) if arg else -1
@@ -329,19 +315,11 @@ class _Handler:
                     await writer.drain()
                     return False
                 if kind == "error_after":
-                    writer.write(
-                        _event({"error": {"code": 500, "message": "scripted error event"}})
-                    )
+                    writer.write(_event({"error": {"code": 500, "message": "scripted error event"}}))
                     writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
                     await writer.drain()
                     return not close
-            delta = {"content": f"tok{index} "}
-            writer.write(
-                _event(
-                    {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                    spaced=bool(index % 2) and script.pathological,
-                )
-            )
+            writer.write(self._token_event(index))
         prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
         cached = 0
         timings = {
@@ -379,9 +357,7 @@ async def _sleep_until(when: float) -> None:
 class FakeServer:
     """The fake server on its own thread and event loop; `with FakeServer(...) as server:`."""
 
-    def __init__(
-        self, script: FakeScript | None = None, host: str = "127.0.0.1", port: int = 0
-    ) -> None:
+    def __init__(self, script: FakeScript | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         self.script = script or FakeScript()
         self.host = host
         self.port = port

@@ -234,11 +234,7 @@ class LoadRuntime:
         found = self._pools.get(key)
         if found is None:
             endpoint = Endpoint.from_url(stage.url, stage.path, self.api_key)
-            reuse = (
-                stage.reuse_connections
-                if stage.reuse_connections in ("always", "never")
-                else "auto"
-            )
+            reuse = stage.reuse_connections if stage.reuse_connections in ("always", "never") else "auto"
             pool = ConnectionPool(endpoint, stage.connect_timeout_s, reuse)  # type: ignore[arg-type]
             found = self._pools[key] = (endpoint, pool)
         return found
@@ -413,9 +409,7 @@ class StageController:
 
     def on_health_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         data = msg.data
-        self.add_health(
-            str(data["process"]), float(data["cpu_s"]), float(data["wall_s"]), list(data["lags"])
-        )
+        self.add_health(str(data["process"]), float(data["cpu_s"]), float(data["wall_s"]), list(data["lags"]))
 
     def refresh_users_gauge(self) -> None:
         runner = self.runner
@@ -479,13 +473,9 @@ class StageController:
             self.runner.send_message(MSG_STAGE, {"labels": list(labels)})
         freeze_heap(self.monitor)
 
-    def _run_phase(
-        self, stage: StagePlan, warmup: bool, start_unix_s: float | None
-    ) -> StageTracker:
+    def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
-        tracker = StageTracker(
-            stage.stage_id, len(tickets), warmup, self.plan.max_consecutive_errors
-        )
+        tracker = StageTracker(stage.stage_id, len(tickets), warmup, self.plan.max_consecutive_errors)
         self.hub.tracker = tracker
         if not tickets:
             return tracker
@@ -495,15 +485,11 @@ class StageController:
         reason = None
         while not tracker.finished:
             if tracker.tripped:
-                reason = (
-                    f"{tracker.consecutive_errors} requests in a row failed"
-                    f" (last: {tracker.last_error})"
-                )
+                reason = f"{tracker.consecutive_errors} requests in a row failed (last: {tracker.last_error})"
                 break
             if time.monotonic() > deadline:
                 reason = (
-                    f"stage timeout after {stage.timeout_s:g} s"
-                    f" ({tracker.done} of {tracker.planned} done)"
+                    f"stage timeout after {stage.timeout_s:g} s ({tracker.done} of {tracker.planned} done)"
                 )
                 break
             if isinstance(self.runner, MasterRunner) and self.runner.worker_count == 0:
@@ -517,9 +503,7 @@ class StageController:
             while tracker.done < self.book.handed_out - handed_before and time.monotonic() < grace:
                 gevent.sleep(POLL_S)
         elif tracker.ok == 0 and tracker.planned > 0:
-            self.abort_reason = (
-                f"all {tracker.planned} requests failed (last: {tracker.last_error})"
-            )
+            self.abort_reason = f"all {tracker.planned} requests failed (last: {tracker.last_error})"
         return tracker
 
     def _run_stage(self, stage: StagePlan) -> None:
@@ -605,9 +589,7 @@ class StageController:
             line.client_cpu_frac = self.health.cpu_frac()
             line.loop_lag_p99_s = self.health.lag_p99_s()
             line.loop_lag_max_s = self.health.lag_max_s()
-            line.client_saturated = self.health.saturated(
-                plan.saturation_cpu_frac, plan.saturation_lag_s
-            )
+            line.client_saturated = self.health.saturated(plan.saturation_cpu_frac, plan.saturation_lag_s)
             if line.client_saturated:
                 _log.warning(
                     "stage %s: the load generator itself may have been the bottleneck "
@@ -652,9 +634,7 @@ def assemble(
         runtime = LoadRuntime(environment, source, WorkerSink(runner), metrics, api_key)
 
         def forward(name: str, cpu_s: float, wall_s: float, lags: list[float]) -> None:
-            runner.send_message(
-                MSG_HEALTH, {"process": name, "cpu_s": cpu_s, "wall_s": wall_s, "lags": lags}
-            )
+            runner.send_message(MSG_HEALTH, {"process": name, "cpu_s": cpu_s, "wall_s": wall_s, "lags": lags})
 
         monitor = HealthMonitor(forward)
 
@@ -670,9 +650,7 @@ def assemble(
     controller = None
     if isinstance(runner, MasterRunner):
         master_tickets = MasterTickets(runner)
-        runner.register_message(
-            MSG_RECORD, lambda environment, msg, **_: hub.put_line(msg.data["line"])
-        )
+        runner.register_message(MSG_RECORD, lambda environment, msg, **_: hub.put_line(msg.data["line"]))
         book: TicketBook[Any] = master_tickets.book
         source = tickets or _NoTickets()
     else:

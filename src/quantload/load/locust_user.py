@@ -145,9 +145,7 @@ def _keep_gauges(environment: Environment, metrics: LoadMetrics, labels: tuple[s
         runner = environment.runner
         users = int(runner.user_count) if runner is not None else 0
         metrics.set_active_users(labels[0], labels[1], users)
-        metrics.set_stage(
-            [labels[0], labels[1], "interactive", str(users), "0", ""] if users else None
-        )
+        metrics.set_stage([labels[0], labels[1], "interactive", str(users), "0", ""] if users else None)
         gevent.sleep(1.0)
 
 
@@ -197,9 +195,7 @@ def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> Non
         def on_test_start(environment: Environment, **_: Any) -> None:
             if base and not started and isinstance(runner, WorkerRunner):
                 started.append(True)
-                serve_metrics(
-                    metrics, settings.metrics_host, base + 1 + max(runner.worker_index, 0)
-                )
+                serve_metrics(metrics, settings.metrics_host, base + 1 + max(runner.worker_index, 0))
 
         environment.events.test_start.add_listener(on_test_start)  # type: ignore[no-untyped-call]
 

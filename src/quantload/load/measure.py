@@ -24,11 +24,7 @@ def _int(value: Any) -> int | None:
 def _timings(raw: dict[str, Any] | None) -> dict[str, float] | None:
     if raw is None:
         return None
-    return {
-        k: float(v)
-        for k, v in raw.items()
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    }
+    return {k: float(v) for k, v in raw.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def build_record(

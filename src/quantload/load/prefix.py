@@ -88,9 +88,7 @@ def erase_slots(url: str, api_key: str | None = None, timeout_s: float = 30.0) -
                 return f"slots unknown (/slots answered HTTP {slots.status_code})"
             count = len(slots.json())
             for slot in range(count):
-                answer = client.post(
-                    f"{base}/slots/{slot}", params={"action": "erase"}, headers=headers
-                )
+                answer = client.post(f"{base}/slots/{slot}", params={"action": "erase"}, headers=headers)
                 if answer.status_code != 200:
                     return (
                         f"slots not erased (HTTP {answer.status_code}; llama-server needs"

@@ -105,9 +105,7 @@ def load_sharegpt(path: Path) -> list[Prompt]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise ConfigError(
-            f"cannot read ShareGPT file {path}: {error}", "give a JSON list"
-        ) from None
+        raise ConfigError(f"cannot read ShareGPT file {path}: {error}", "give a JSON list") from None
     if not isinstance(data, list):
         raise ConfigError(f"{path} is not a ShareGPT list of conversations", "give a JSON list")
     prompts = []
@@ -141,9 +139,7 @@ def load_jsonl(path: Path) -> list[Prompt]:
         tokens = row.get("tokens") if isinstance(row, Mapping) else None
         count = int(tokens) if isinstance(tokens, int) else estimate_tokens(text)
         prompts.append(
-            Prompt(
-                ident, text, count, str(row.get("category", "")) if isinstance(row, Mapping) else ""
-            )
+            Prompt(ident, text, count, str(row.get("category", "")) if isinstance(row, Mapping) else "")
         )
     return prompts
 
@@ -154,9 +150,7 @@ def load_prompt_file(path: Path) -> list[Prompt]:
         with path.open(encoding="utf-8") as handle:
             start = handle.read(1024).lstrip()
     except OSError as error:
-        raise ConfigError(
-            f"cannot read prompt file {path}: {error}", "check load.prompts"
-        ) from None
+        raise ConfigError(f"cannot read prompt file {path}: {error}", "check load.prompts") from None
     return load_sharegpt(path) if start.startswith("[") else load_jsonl(path)
 
 
@@ -175,11 +169,7 @@ def select_prompts(
         if not path.is_absolute() and cwd is not None:
             path = cwd / path
         prompts = load_prompt_file(path)
-    kept = [
-        p
-        for p in prompts
-        if p.tokens >= min_tokens and (max_tokens is None or p.tokens <= max_tokens)
-    ]
+    kept = [p for p in prompts if p.tokens >= min_tokens and (max_tokens is None or p.tokens <= max_tokens)]
     if not kept:
         raise ConfigError(
             f"no prompt in {source} is between {min_tokens} and {max_tokens} tokens",

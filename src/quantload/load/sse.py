@@ -94,9 +94,9 @@ class ResponseParser:
         self.error_body = bytearray()
         self.comments = 0
         self._buf = bytearray()
-        self._mode: Literal[
-            "head", "chunk_size", "chunk_data", "chunk_crlf", "trailer", "length", "eof"
-        ] = "head"
+        self._mode: Literal["head", "chunk_size", "chunk_data", "chunk_crlf", "trailer", "length", "eof"] = (
+            "head"
+        )
         self._remaining = 0
         self._sse = _SseSplitter()
 
@@ -111,10 +111,47 @@ class ResponseParser:
             return []
         self._buf += data
         events: list[bytes] = []
+        if self._mode == "chunk_size":
+            self._whole_chunks(events)
         while self._step(events):
             pass
         self.comments = self._sse.comments
         return events
+
+    def _whole_chunks(self, events: list[bytes]) -> None:
+        """Fast path: consume every complete chunk in the buffer with one trim at the end.
+
+        A streaming server usually sends one SSE event per chunk and the client usually reads
+        whole chunks, so this handles nearly all the traffic; partial chunks, the last chunk and
+        trailers are left to the general state machine.
+        """
+        buf = self._buf
+        length = len(buf)
+        pos = 0
+        head = self.head
+        plain = head is not None and head.status == 200
+        sse = self._sse
+        while True:
+            end = buf.find(b"\r\n", pos)
+            if end < 0:
+                break
+            try:
+                size = int(bytes(buf[pos:end]).split(b";", 1)[0], 16)
+            except ValueError:
+                break  # the state machine raises the ProtocolError
+            stop = end + 2 + size
+            if size == 0 or stop + 2 > length:
+                break
+            if buf[stop : stop + 2] != b"\r\n":
+                raise ProtocolError("chunk not followed by CRLF")
+            piece = bytes(buf[end + 2 : stop])
+            if plain:
+                events.extend(sse.feed(piece))
+            else:
+                self._body(piece, events)
+            pos = stop + 2
+        if pos:
+            del buf[:pos]
 
     def feed_eof(self) -> list[bytes]:
         """The peer closed the connection: a close-delimited body is now complete."""
@@ -246,6 +283,15 @@ class _SseSplitter:
         return bool(self._partial or self._data)
 
     def feed(self, data: bytes | bytearray) -> list[bytes]:
+        if (
+            not self._partial
+            and not self._data
+            and data.startswith(b"data:")
+            and data.find(b"\n") == len(data) - 2
+            and data.endswith(b"\n\n")
+        ):  # the usual case: exactly one one-line event
+            value = bytes(data[5:-2])
+            return [value[1:] if value.startswith(b" ") else value]
         text = self._partial + bytes(data)
         lines = text.split(b"\n")
         self._partial = lines.pop()
@@ -279,6 +325,7 @@ class _SseSplitter:
         # `event:`, `id:`, `retry:` and unknown fields carry nothing we measure
 
 
+_loads = json.loads
 ChunkKind = Literal["content", "empty", "done", "error", "malformed"]
 
 
@@ -296,21 +343,21 @@ class ChunkInfo:
 
 
 def _choice_text(choice: Any) -> int:
-    """Characters of generated text in one choice: content, reasoning, or legacy `text`."""
-    if not isinstance(choice, dict):
+    """Characters of generated text in one choice: content, reasoning, tool calls, legacy text."""
+    if type(choice) is not dict:
         return 0
     chars = 0
     delta = choice.get("delta")
-    if isinstance(delta, dict):
+    if type(delta) is dict:
         for key in ("content", "reasoning_content", "reasoning"):
             value = delta.get(key)
-            if isinstance(value, str):
+            if value and type(value) is str:
                 chars += len(value)
         calls = delta.get("tool_calls")
-        if isinstance(calls, list) and calls:
+        if calls and type(calls) is list:
             chars += sum(len(json.dumps(call)) for call in calls)
     text = choice.get("text")
-    if isinstance(text, str):
+    if text and type(text) is str:
         chars += len(text)
     return chars
 
@@ -325,7 +372,7 @@ def classify_payload(payload: bytes) -> ChunkInfo:
     if stripped == b"[DONE]":
         return ChunkInfo("done")
     try:
-        obj = json.loads(stripped)
+        obj = _loads(stripped)
     except ValueError:
         return ChunkInfo("malformed", error=stripped[:120].decode("utf-8", "replace"))
     if not isinstance(obj, dict):
@@ -336,16 +383,16 @@ def classify_payload(payload: bytes) -> ChunkInfo:
         return ChunkInfo("error", error=str(message)[:300])
     info = ChunkInfo("empty")
     choices = obj.get("choices")
-    if isinstance(choices, list):
+    if choices and type(choices) is list:
         for choice in choices:
             info.text_chars += _choice_text(choice)
-            if isinstance(choice, dict) and choice.get("finish_reason"):
+            if type(choice) is dict and choice.get("finish_reason"):
                 info.finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
-    if isinstance(usage, dict):
+    if usage and type(usage) is dict:
         info.usage = usage
     timings = obj.get("timings")
-    if isinstance(timings, dict):
+    if timings and type(timings) is dict:
         info.timings = timings
     if info.text_chars > 0:
         info.kind = "content"

@@ -50,16 +50,19 @@ class StageSummary:
         return asdict(self)
 
 
-def delivered_concurrency(intervals: Sequence[tuple[float, float]]) -> float | None:
+def delivered_concurrency(intervals: Sequence[tuple[float, float]], users: int | None = None) -> float | None:
     """Time-averaged requests in flight while new ones were still being sent.
 
-    The window runs from the first send to the last send, the part of a closed-loop stage where
-    every user should be busy (after it, the tail drains). None for fewer than two requests.
+    The window ends at the last send (after it, the tail drains) and starts at the first send,
+    or, given the closed-loop `users`, at the users-th send (when every user has started), so the
+    random offset before each user's first request does not count as missing concurrency.
+    None for fewer than two requests.
     """
     if len(intervals) < 2:
         return None
-    start = min(s for s, _ in intervals)
-    stop = max(s for s, _ in intervals)
+    starts = sorted(s for s, _ in intervals)
+    start = starts[users - 1] if users is not None and 1 <= users < len(starts) else starts[0]
+    stop = starts[-1]
     if stop <= start:
         return None
     busy = sum(max(0.0, min(end, stop) - max(begin, start)) for begin, end in intervals)
@@ -108,7 +111,9 @@ def summarize_stage(end: StageEvent, records: Iterable[RequestRecord]) -> StageS
         itl_p99_s=percentile(gaps, 99),
         e2e_p50_s=percentile([r.e2e_s for r in ok if r.e2e_s is not None], 50),
         output_tokens_per_s=tokens / span if span > 0 else None,
-        delivered_concurrency=delivered_concurrency(intervals),
+        delivered_concurrency=delivered_concurrency(
+            intervals, end.stage_users if end.stage_rate_rps is None else None
+        ),
         lag_p99_s=percentile([r.lag_s for r in measured], 99),
         prefix_tokens=end.prefix_tokens,
         client_cpu_frac=end.client_cpu_frac,

@@ -280,9 +280,7 @@ class ClientHealth:
     wall_s: dict[str, float] = field(default_factory=dict)
     lag_samples_s: list[float] = field(default_factory=list)
 
-    def add(
-        self, process: str, cpu_s: float, wall_s: float, lag_samples_s: Iterable[float]
-    ) -> None:
+    def add(self, process: str, cpu_s: float, wall_s: float, lag_samples_s: Iterable[float]) -> None:
         """One window of measurements from one process."""
         self.cpu_s[process] = self.cpu_s.get(process, 0.0) + cpu_s
         self.wall_s[process] = self.wall_s.get(process, 0.0) + wall_s
@@ -304,6 +302,4 @@ class ClientHealth:
         cpu, lag = self.cpu_frac(), self.lag_p99_s()
         if cpu is None and lag is None:
             return None
-        return (cpu is not None and cpu >= cpu_frac_limit) or (
-            lag is not None and lag >= lag_limit_s
-        )
+        return (cpu is not None and cpu >= cpu_frac_limit) or (lag is not None and lag >= lag_limit_s)

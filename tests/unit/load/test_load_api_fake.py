@@ -67,7 +67,9 @@ def stages_of(run_dir: Path) -> list[StageEvent]:
 def test_sweep_records_every_request_and_fault(fake: FakeServer, tmp_path: Path) -> None:
     target = Target("fake", "Q8_0", "m", fake.url)
     seen: list[tuple[float, float | None]] = []
-    summaries = run_sweep(target, settings(), tmp_path, "run-1", lambda d, t, n="": seen.append((d, t)), PROMPTS)
+    summaries = run_sweep(
+        target, settings(), tmp_path, "run-1", lambda d, t, n="": seen.append((d, t)), PROMPTS
+    )
     records = records_of(tmp_path)
     measured = [r for r in records if not r.warmup]
     assert len(measured) == 12 and len(records) == 14
@@ -91,7 +93,12 @@ def test_sweep_records_every_request_and_fault(fake: FakeServer, tmp_path: Path)
     assert all(e.requests_planned == 6 for e in events)
     assert [s.requests_ok for s in summaries] == [2, 2]
     assert [s.goodput_requests for s in summaries] == [2, 2]
-    assert summaries[0].errors == {"http_5xx": 1, "stream_cut": 1, "malformed_chunk": 1, "server_error_event": 1}
+    assert summaries[0].errors == {
+        "http_5xx": 1,
+        "stream_cut": 1,
+        "malformed_chunk": 1,
+        "server_error_event": 1,
+    }
     assert seen and seen[-1] == (12, 12)
     assert (tmp_path / "load-plans").is_dir() and list((tmp_path / "logs").glob("locust-sweep-*.log"))
 
@@ -131,7 +138,9 @@ def test_open_loop_measures_from_the_intended_time(fake: FakeServer, tmp_path: P
     target = Target("fake", "Q8_0", "m", fake.url)
     load = settings(open_loop_requests=12, open_loop_users=4, warmup_requests=0)
     summaries = run_open_loop(target, load, tmp_path, "run-5", rates_rps=[20.0], prompts=PROMPTS[:1])
-    assert [(s.experiment, s.rate_rps, s.users, s.status) for s in summaries] == [("open_loop", 20.0, 4, "ok")]
+    assert [(s.experiment, s.rate_rps, s.users, s.status) for s in summaries] == [
+        ("open_loop", 20.0, 4, "ok")
+    ]
     records = records_of(tmp_path)
     assert len(records) == 12
     intended = [r.intended_unix_s for r in records]
@@ -150,7 +159,7 @@ def test_distributed_master_and_workers_produce_the_same_records(fake: FakeServe
     records = records_of(tmp_path)
     assert len([r for r in records if not r.warmup]) == 6
     assert len({r.worker for r in records}) >= 1
-    end = [e for e in stages_of(tmp_path) if e.event == "stage_end"][0]
+    end = next(e for e in stages_of(tmp_path) if e.event == "stage_end")
     assert end.workers == 2 and end.requests_done == 6
     assert len(list((tmp_path / "logs").glob("locust-*-worker*.log"))) == 2
 

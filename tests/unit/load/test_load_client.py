@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from quantload.llamacpp.server import free_port
 from quantload.load.client import ConnectionPool, Endpoint, EndpointError, stream_request
 from quantload.load.fakeserver import FakeScript, FakeServer
-from quantload.llamacpp.server import free_port
 
 
 def body(text: str = "hello", max_tokens: int = 6) -> bytes:

@@ -73,7 +73,10 @@ def test_jsonl_prompts_in_several_shapes(tmp_path: Path) -> None:
 
 
 def test_directives_and_fake_tokenizer() -> None:
-    assert parse_directive("x [[fake ttft_ms=5 fault=cut_after:2]] y") == {"ttft_ms": "5", "fault": "cut_after:2"}
+    assert parse_directive("x [[fake ttft_ms=5 fault=cut_after:2]] y") == {
+        "ttft_ms": "5",
+        "fault": "cut_after:2",
+    }
     assert count_tokens("Hello, world!") == 4
 
 
