@@ -162,7 +162,7 @@ def test_faults_are_contained_per_target(
             started = time.monotonic()
             value = Scrape(registry)
             durations.append(time.monotonic() - started)
-    assert max(durations) < timeout_s + 0.3, durations
+    assert max(durations) < timeout_s + 0.5, durations
     assert value("quantload_target_up", labels("good")) == 1
     assert value("llamacpp_requests_processing", labels("good")) == 2
     assert value("quantload_server_slots", labels("good")) == 8
@@ -215,7 +215,7 @@ def test_a_trickling_answer_is_cut_at_the_deadline_and_not_restarted(
     for _ in range(3):
         started = time.monotonic()
         value = Scrape(registry)
-        assert time.monotonic() - started < 0.6
+        assert time.monotonic() - started < 0.8
         assert value("quantload_target_up", Q8) == 0
         time.sleep(0.2)  # the abandoned read returns within one byte's wait
     assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "timeout"}) == 3
