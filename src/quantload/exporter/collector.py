@@ -147,7 +147,7 @@ class LlamaServerCollector(Collector):
             return out.all()
 
     def close(self) -> None:
-        """Release the HTTP client and worker threads."""
+        """Close the connections to the servers and stop the worker threads."""
         self._fetcher.close()
 
     def _requests(self) -> list[TargetRequest]:
