@@ -36,12 +36,10 @@ LOADGEN_METRICS = {
     "quantload_active_users",
     "quantload_stage_info",
 }
-EXPORTER_METRICS = {
-    value.name for value in vars(names).values() if isinstance(value, names.MetricSpec)
-} | {name for name, _ in RENAMES.values()}
-needs_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool not installed"
-)
+EXPORTER_METRICS = {value.name for value in vars(names).values() if isinstance(value, names.MetricSpec)} | {
+    name for name, _ in RENAMES.values()
+}
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 
 
 def _template() -> dict[str, Any]:

@@ -153,9 +153,7 @@ class LlamaServerCollector(Collector):
     def _requests(self) -> list[TargetRequest]:
         requests: list[TargetRequest] = []
         for state in self._states:
-            paths = (
-                ["/metrics", "/slots"] if state.labels_known else ["/metrics", "/slots", "/props"]
-            )
+            paths = ["/metrics", "/slots"] if state.labels_known else ["/metrics", "/slots", "/props"]
             target = state.target
             requests.append(TargetRequest(target.name, target.url, paths, state.headers()))
         return requests
@@ -249,9 +247,7 @@ def _cells_in_log(target: Target) -> int | None:
     return cells_from_log(head.decode("utf-8", errors="replace"))
 
 
-def _add_slots(
-    out: _Families, labels: dict[str, str], slots: list[SlotState], kv: KvCapacity | None
-) -> None:
+def _add_slots(out: _Families, labels: dict[str, str], slots: list[SlotState], kv: KvCapacity | None) -> None:
     held_busy = sum(s.tokens for s in slots if s.busy)
     held_idle = sum(s.tokens for s in slots if not s.busy)
     out.add(names.SLOTS, labels, float(len(slots)))

@@ -66,9 +66,7 @@ def metrics_text(
     )
 
 
-def slots_payload(
-    n_slots: int = 8, busy: int = 2, tokens: int = 100, n_ctx: int = 4096
-) -> list[Any]:
+def slots_payload(n_slots: int = 8, busy: int = 2, tokens: int = 100, n_ctx: int = 4096) -> list[Any]:
     """A `/slots` body: `busy` slots processing and holding `tokens` each, one idle slot that
     worked before (holding `tokens // 2`), the rest never used."""
     slots: list[Any] = []
@@ -164,9 +162,7 @@ def _handler_for(fake: FakeLlamaServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"\x16\x03\x01 definitely not HTTP\r\n\r\n")
                 self.close_connection = True
                 return
-            status, content_type, body = fake.answer(
-                path, {k.lower(): v for k, v in self.headers.items()}
-            )
+            status, content_type, body = fake.answer(path, {k.lower(): v for k, v in self.headers.items()})
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)

@@ -191,9 +191,7 @@ class Fetcher:
                         detail = "the previous read has not finished"
                         results[(request.name, path)] = Fetched(None, TIMEOUT, detail, 0.0)
                     continue
-                connection = self._connections.setdefault(
-                    request.name, _Connection(request.base_url)
-                )
+                connection = self._connections.setdefault(request.name, _Connection(request.base_url))
                 future = self._pool.submit(_read_target, connection, request, deadline)
                 self._inflight[request.name] = future
                 futures[request.name] = (request, future)
@@ -220,9 +218,7 @@ class Fetcher:
                 connection.close()
 
 
-def _read_target(
-    connection: _Connection, request: TargetRequest, deadline: float
-) -> dict[str, Fetched]:
+def _read_target(connection: _Connection, request: TargetRequest, deadline: float) -> dict[str, Fetched]:
     answers: dict[str, Fetched] = {}
     for path in request.paths:
         started = time.monotonic()

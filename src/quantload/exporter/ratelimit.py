@@ -31,9 +31,7 @@ class RateLimitedLog:
             return False
         held = self._held.pop(key, 0)
         suffix = (
-            f" ({held} more like this in the last {now - last:.0f} s)"
-            if held and last is not None
-            else ""
+            f" ({held} more like this in the last {now - last:.0f} s)" if held and last is not None else ""
         )
         self._logger.log(level, "%s%s", message, suffix)
         self._last[key] = now

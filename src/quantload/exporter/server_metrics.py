@@ -103,9 +103,7 @@ def parse_server_metrics(text: str) -> list[ServerSample]:
         if line.startswith("#"):
             parts = line.split(None, 3)
             if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                (helps if parts[1] == "HELP" else types)[parts[2]] = (
-                    parts[3] if len(parts) > 3 else ""
-                )
+                (helps if parts[1] == "HELP" else types)[parts[2]] = parts[3] if len(parts) > 3 else ""
             continue
         match = _SAMPLE.match(line)
         if match is None:

@@ -99,9 +99,7 @@ def dashboard_queries(dashboard: Mapping[str, Any]) -> list[DashboardQuery]:
     for annotation in dashboard.get("annotations", {}).get("list", []):
         if annotation.get("expr") and _is_prometheus(annotation.get("datasource"), False):
             where = f"annotation {annotation.get('name')!r}"
-            queries.append(
-                DashboardQuery("annotation", where, annotation["expr"], annotation.get("step"))
-            )
+            queries.append(DashboardQuery("annotation", where, annotation["expr"], annotation.get("step")))
     for variable in dashboard.get("templating", {}).get("list", []):
         if variable.get("type") != "query" or not _is_prometheus(variable.get("datasource"), False):
             continue

@@ -41,14 +41,10 @@ def _series(data: dict[str, Any]) -> list[Series]:
         return [Series({}, [(float(result[0]), float(result[1]))])] if kind == "scalar" else []
     if kind == "vector":
         return [
-            Series(item["metric"], [(float(item["value"][0]), float(item["value"][1]))])
-            for item in result
+            Series(item["metric"], [(float(item["value"][0]), float(item["value"][1]))]) for item in result
         ]
     if kind == "matrix":
-        return [
-            Series(item["metric"], [(float(t), float(v)) for t, v in item["values"]])
-            for item in result
-        ]
+        return [Series(item["metric"], [(float(t), float(v)) for t, v in item["values"]]) for item in result]
     raise PrometheusQueryError(f"unexpected result type {kind!r} from Prometheus")
 
 

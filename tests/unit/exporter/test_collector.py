@@ -41,9 +41,7 @@ def _target(url: str, **kwargs: object) -> Target:
     return Target("a", url, quant="Q8_0", model="tiny", **kwargs)  # type: ignore[arg-type]
 
 
-def test_server_metrics_are_renamed_and_labelled(
-    fake_servers: MakeFake, registry_for: MakeRegistry
-) -> None:
+def test_server_metrics_are_renamed_and_labelled(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     fake = fake_servers()
     fake.metrics_text = metrics_text(prompt_tokens=11, predicted=22, processing=2, deferred=3)
     registry, _ = registry_for([_target(fake.url)])
@@ -57,9 +55,7 @@ def test_server_metrics_are_renamed_and_labelled(
     assert "/props" not in fake.reads  # labels were configured: no discovery
 
 
-def test_slot_usage_and_kv_ratio_from_slots(
-    fake_servers: MakeFake, registry_for: MakeRegistry
-) -> None:
+def test_slot_usage_and_kv_ratio_from_slots(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     fake = fake_servers()
     fake.slots = slots_payload(n_slots=8, busy=3, tokens=1000, n_ctx=4096)
     registry, _ = registry_for([_target(fake.url)])
@@ -95,9 +91,7 @@ def test_kv_cells_from_configuration_and_from_log(
     assert value("quantload_target_info", {**b, "url": fake.url, "kv_cells_source": "log"}) == 1
 
 
-def test_labels_are_discovered_from_props_once(
-    fake_servers: MakeFake, registry_for: MakeRegistry
-) -> None:
+def test_labels_are_discovered_from_props_once(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     fake = fake_servers()
     fake.props = {"model_path": "/m/tiny-Q4_K_M.gguf", "model_ftype": "Q4_K - Medium"}
     registry, collector = registry_for([Target("a", fake.url)])

@@ -53,9 +53,7 @@ def test_discover_prefers_ftype_and_survives_junk() -> None:
 
 def test_parse_target_with_options(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    target = parse_target(
-        f"q8=http://127.0.0.1:8081/,quant=Q8_0,model=tiny,kv_cells=32768,log={log}"
-    )
+    target = parse_target(f"q8=http://127.0.0.1:8081/,quant=Q8_0,model=tiny,kv_cells=32768,log={log}")
     assert target == Target("q8", "http://127.0.0.1:8081", "Q8_0", "tiny", None, 32768, log)
     assert parse_target("a=https://h:1,api_key=k").api_key == "k"
 

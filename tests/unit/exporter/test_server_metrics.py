@@ -62,10 +62,7 @@ def test_export_name_sanitises() -> None:
 
 
 def test_nan_gauges_pass_and_nan_counters_are_dropped() -> None:
-    text = (
-        "# TYPE llamacpp:a gauge\nllamacpp:a -nan\n"
-        "# TYPE llamacpp:b_total counter\nllamacpp:b_total nan\n"
-    )
+    text = "# TYPE llamacpp:a gauge\nllamacpp:a -nan\n# TYPE llamacpp:b_total counter\nllamacpp:b_total nan\n"
     samples = parse_server_metrics(text)
     assert [s.name for s in samples] == ["llamacpp_a"]
     assert math.isnan(samples[0].value)

@@ -38,9 +38,9 @@ LOADGEN_METRICS = {
     "quantload_active_users",
     "quantload_stage_info",
 }
-EXPORTER_METRICS = {
-    value.name for value in vars(names).values() if isinstance(value, names.MetricSpec)
-} | {name for name, _ in RENAMES.values()}
+EXPORTER_METRICS = {value.name for value in vars(names).values() if isinstance(value, names.MetricSpec)} | {
+    name for name, _ in RENAMES.values()
+}
 
 
 def _datasource_uid() -> str:
@@ -139,18 +139,14 @@ def test_check_dashboard_reports_errors_and_empty_results() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         query = request.content.decode()
         if "broken" in query:
-            return httpx.Response(
-                400, json={"status": "error", "errorType": "bad_data", "error": "bad"}
-            )
+            return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "bad"})
         result = [] if "empty" in query else [{"metric": {}, "values": [[1, "1"]]}]
         return httpx.Response(
             200, json={"status": "success", "data": {"resultType": "matrix", "result": result}}
         )
 
     client = PrometheusClient("http://p", transport=httpx.MockTransport(handler))
-    checks = check_dashboard(
-        client, _dashboard_with(["good", "empty", "broken(", "$undefined"]), 0, 60, 1
-    )
+    checks = check_dashboard(client, _dashboard_with(["good", "empty", "broken(", "$undefined"]), 0, 60, 1)
     assert [check.ok for check in checks] == [True, False, False, False]
     assert "bad_data" in (checks[2].error or "")
     assert "unknown variable" in (checks[3].error or "")

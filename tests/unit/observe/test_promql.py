@@ -27,9 +27,7 @@ def test_range_query_posts_a_form_and_reads_a_matrix() -> None:
                 "status": "success",
                 "data": {
                     "resultType": "matrix",
-                    "result": [
-                        {"metric": {"quant": "Q8_0"}, "values": [[1.0, "0.5"], [2.0, "NaN"]]}
-                    ],
+                    "result": [{"metric": {"quant": "Q8_0"}, "values": [[1.0, "0.5"], [2.0, "NaN"]]}],
                 },
             },
         )
@@ -57,9 +55,7 @@ def test_instant_query_reads_vectors_and_scalars() -> None:
 
 def test_refused_queries_and_unreachable_servers_raise() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            400, json={"status": "error", "errorType": "bad_data", "error": "parse error"}
-        )
+        return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "parse error"})
 
     with pytest.raises(PrometheusQueryError, match="bad_data: parse error"):
         _client(refuse).query("sum(")
