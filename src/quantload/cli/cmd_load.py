@@ -34,25 +34,29 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
 
+def _stage(s: StageSummary) -> str:
+    load = f"{s.rate_rps:g}/s" if s.rate_rps is not None else f"{s.users}u"
+    return f"{s.experiment} {load} #{s.repeat} cache {'on' if s.cache_prompt else 'off'}"
+
+
 def _table(summaries: list[StageSummary]) -> Table:
     table = Table(
-        "server", "quant", "experiment", "users", "rate", "rep", "cache", "status", "ok/planned",
-        "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "tok/s", "conc.", "client",
-        title="quantload load: stages",
+        "target", "stage", "status", "ok", "TTFT p50/p99 ms", "TPOT ms", "tok/s", "conc.", "client",
+        title="quantload load: one row per stage",
     )  # fmt: skip
     for s in summaries:
         client = "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
         table.add_row(
-            s.server, s.quant, s.experiment, str(s.users or "-"),
-            "-" if s.rate_rps is None else f"{s.rate_rps:g}", str(s.repeat),
-            "on" if s.cache_prompt else "off",
-            s.status if not s.reason else f"{s.status}: {s.reason[:40]}",
+            f"{s.server} {s.quant}",
+            _stage(s),
+            s.status if not s.reason else f"{s.status}: {s.reason[:60]}",
             f"{s.requests_ok}/{s.requests_planned}",
-            _ms(s.ttft_p50_s), _ms(s.ttft_p99_s), _ms(s.tpot_p50_s),
+            f"{_ms(s.ttft_p50_s)}/{_ms(s.ttft_p99_s)}",
+            _ms(s.tpot_p50_s),
             "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.1f}",
             "-" if s.delivered_concurrency is None else f"{s.delivered_concurrency:.2f}",
             client,
-        )  # fmt: skip
+        )
     return table
 
 

@@ -54,6 +54,7 @@ API_KEY_ENV = "QL_TARGET_API_KEY"  # same name as quantload.load.locust_runtime.
 POLL_S = 0.5
 STARTUP_ALLOWANCE_S = 120.0
 STOP_GRACE_S = 10.0
+PREFIX_USER_MAX_TOKENS = 256  # the prompt-cache experiment's user turns stay short beside the prefix
 
 
 class LoadError(QuantloadError):
@@ -143,6 +144,9 @@ def run_prefix_cache_experiment(
 ) -> list[StageSummary]:
     """Shared system prompt of `settings.prefix_tokens`: cache_prompt off, then on, repeated.
 
+    The user turns after the shared prefix are the selected prompts of at most 256 tokens (all of
+    them if none is that short), cycled to `settings.prefix_requests` requests per stage.
+
     Before it starts, `reset_server` (if given, e.g. a restart) runs, then every slot is erased
     where the server allows it (`POST /slots/{id}?action=erase`, needs --slot-save-path). The
     states measured do not depend on either: "off" sends cache_prompt=false (every prompt token is
@@ -158,10 +162,12 @@ def run_prefix_cache_experiment(
         states.append("server restarted")
     states.append(erase_slots(target.url, target.api_key))
     states.append(f"prefix primed by {settings.prefix_users} warm-up request(s)")
+    candidates = _prompts(settings, prompts)
+    short = [p for p in candidates if p.tokens <= PREFIX_USER_MAX_TOKENS] or candidates
     plan = prefix_cache_plan(
         settings,
         target.info(),
-        _prompts(settings, prompts),
+        short,
         text,
         tokens,
         run_id,

@@ -286,7 +286,7 @@ class LoadRuntime:
             request_type=REQUEST_TYPE,
             name=route,
             response_time=elapsed_ms,
-            response_length=record.completion_tokens or 0,
+            response_length=result.bytes_received,
             exception=error,
             context={"stage_id": record.stage_id},
         )

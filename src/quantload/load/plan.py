@@ -234,7 +234,8 @@ def prefix_cache_plan(
     """The shared-prefix experiment: cache_prompt off, then on (primed by warm-ups), repeated."""
     chosen = [prompts[i % len(prompts)] for i in range(settings.prefix_requests)]
     requests = tuple(PlannedRequest(prompt_id=p.id) for p in chosen)
-    priming = tuple(PlannedRequest(prompt_id=p.id) for p in chosen[: settings.prefix_users])
+    # priming uses the warm-up prompt, so no measured request finds its whole prompt cached
+    priming = _warmups(settings.prefix_users)
     stages: list[StagePlan] = []
     for repeat in range(settings.repeats):
         for cache_on in (False, True):
