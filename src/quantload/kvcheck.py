@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantload.errors import MeasurementError
+from quantload.errors import MeasurementError, ServerError
 from quantload.kvcache import KvPrediction
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.server_log import KvSizeLine, parse_kv_sizes, parse_slot_layout
@@ -63,9 +63,44 @@ def kv_check_from_log(prediction: KvPrediction, log_text: str, log_path: Path | 
 def kv_check_with_server(
     toolchain: Toolchain, spec: ServerSpec, prediction: KvPrediction, log_path: Path, timeout_s: float
 ) -> KvCheck:
-    """Start llama-server with the prediction's layout, read its KV line, stop it, compare."""
+    """Start llama-server with the prediction's layout, read its KV line, stop it, compare.
+
+    The server is stopped as soon as it has printed the KV line and its slot layout, before it
+    finishes warming up: the allocation is what is being checked, not serving.
+    """
     if log_path.exists():
         log_path.unlink()
-    with LlamaServer(toolchain, spec, log_path, startup_timeout_s=timeout_s) as server:
+    server = LlamaServer(toolchain, spec, log_path, startup_timeout_s=timeout_s).launch_only()
+    try:
+        printed = server.wait_for_output("n_ctx_slot", timeout_s)
         text = server.log_text()
+    finally:
+        server.stop()
+    if not printed and not parse_kv_sizes(text):
+        tail = " | ".join(line.strip()[-160:] for line in text.strip().splitlines()[-2:])
+        raise ServerError(
+            f"llama-server for {spec.model_path.name} stopped before reporting its KV cache: {tail}",
+            f"full log in {log_path}",
+        )
     return kv_check_from_log(prediction, text, log_path)
+
+
+KV_SCHEMA = "quantload.kv/1"
+
+
+def kv_file_payload(checks: dict[str, KvCheck | str]) -> dict[str, Any]:
+    """The `kv.json` object: {"schema", "results": {quant: check or {"error": why}}}.
+
+    Each result holds every factor of the prediction (n_layer, n_head_kv, head dims, slots,
+    ctx_per_slot, unified, cache types, n_stream, cells_per_stream, k_bytes, v_bytes,
+    predicted_bytes, predicted_mib, formula), the reported size (`reported_mib`, `reported_lines`,
+    `reported_n_ctx_slot`), `diff_pct` ((predicted - reported) / reported x 100, both at the
+    0.01 MiB llama.cpp prints) and `server_log`.
+    """
+    return {
+        "schema": KV_SCHEMA,
+        "results": {
+            quant: check.as_dict() if isinstance(check, KvCheck) else {"error": check}
+            for quant, check in checks.items()
+        },
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def test_prepare_is_idempotent_and_rebuilds_a_corrupt_file(
     out = tmp_path / "tiny"
     out.mkdir()
     for path in tiny_models.values():
-        os.link(path, out / path.name)  # same content, fresh manifest: everything is rebuilt once
+        os.link(path, out / path.name)
+    shutil.copyfile(tiny_models["F16"].parent / "manifest.json", out / "manifest.json")
     first = _prepare("tiny", out, toolchain)
     started = time.monotonic()
     second = _prepare("tiny", out, toolchain)

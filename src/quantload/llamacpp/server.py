@@ -155,6 +155,23 @@ class LlamaServer:
             f"full log in {self.log_path}",
         )
 
+    def launch_only(self) -> LlamaServer:
+        """Start the process on a free port without waiting for it to become ready."""
+        self.port = self.spec.port or free_port(self.spec.host)
+        self._launch()
+        return self
+
+    def wait_for_output(self, needle: str, timeout_s: float) -> bool:
+        """Wait until the log contains `needle`; False if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if needle in self.log_text():
+                return True
+            if not self.alive():
+                return needle in self.log_text()
+            time.sleep(HEALTH_POLL_S / 2)
+        return False
+
     def _launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         command = self.spec.command(self.toolchain.path("llama-server"), self.port)
