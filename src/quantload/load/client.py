@@ -213,12 +213,18 @@ def _still_open(sock: socket.socket) -> bool:
     return False
 
 
-def stream_request(pool: ConnectionPool, request: bytes, timeout_s: float) -> StreamResult:
+def stream_request(
+    pool: ConnectionPool, request: bytes, timeout_s: float, socket_deadline: bool = True
+) -> StreamResult:
     """Send one request and read its whole stream; never raises for network or server faults.
 
     `timeout_s` bounds the whole request (connect included). Errors come back as
     `error_class`: connect_refused, connect_error, http_4xx, http_5xx, timeout, stream_cut,
     malformed_chunk, server_error_event, protocol_error.
+
+    With `socket_deadline=False` the reads block without a socket timeout and the caller must
+    enforce the deadline itself (under gevent: one `gevent.Timeout` around the call, instead of a
+    timer armed and disarmed for every read); connecting is still bounded.
     """
     deadline = time.perf_counter() + timeout_s
     sock = pool.take() if pool.reuse_enabled else None
@@ -229,7 +235,7 @@ def stream_request(pool: ConnectionPool, request: bytes, timeout_s: float) -> St
         if failure is not None:
             return failure
     assert sock is not None
-    result = _exchange(pool, sock, request, deadline)
+    result = _exchange(pool, sock, request, deadline, socket_deadline)
     if reused and result.bytes_received == 0 and result.error_class in ("connect_error", "stream_cut"):
         pool.note_stale()
         sock, connect_s, failure = _connect(pool, deadline)
@@ -237,7 +243,7 @@ def stream_request(pool: ConnectionPool, request: bytes, timeout_s: float) -> St
             failure.retried_stale = True
             return failure
         assert sock is not None
-        result = _exchange(pool, sock, request, deadline)
+        result = _exchange(pool, sock, request, deadline, socket_deadline)
         result.retried_stale = True
         reused = False
     result.connect_s = connect_s
@@ -277,7 +283,9 @@ def _fail(result: StreamResult, error_class: str, message: str) -> StreamResult:
     return result
 
 
-def _exchange(pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float) -> StreamResult:
+def _exchange(
+    pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float, socket_deadline: bool
+) -> StreamResult:
     result = StreamResult()
     parser = ResponseParser()
     buf = bytearray(RECV_BYTES)
@@ -286,13 +294,14 @@ def _exchange(pool: ConnectionPool, sock: socket.socket, request: bytes, deadlin
     try:
         result.sent_unix_s = time.time()
         sent = result.sent_perf_s = time.perf_counter()
-        sock.settimeout(max(deadline - sent, 0.001))
+        sock.settimeout(max(deadline - sent, 0.001) if socket_deadline else None)
         sock.sendall(request)
         while not parser.complete:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return _fail(result, "timeout", "request deadline passed")
-            sock.settimeout(remaining)
+            if socket_deadline:
+                sock.settimeout(remaining)
             count = sock.recv_into(buf)
             now = time.perf_counter() - sent
             if count == 0:

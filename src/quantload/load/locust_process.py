@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if assembly.controller is not None:
         gevent.spawn(assembly.controller.run)
     runner.greenlet.join()
+    assembly.runtime.flush()
     if environment.web_ui is not None:
         environment.web_ui.stop()  # type: ignore[no-untyped-call]
     return 0

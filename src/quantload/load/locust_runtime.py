@@ -28,13 +28,14 @@ import os
 import random
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import gevent
-from gevent.event import AsyncResult
+from gevent.event import AsyncResult, Event
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -173,13 +174,17 @@ class RecordHub:
     def __init__(self, records: JsonlAppender | None) -> None:
         self.records = records
         self.tracker: StageTracker | None = None
+        self.on_trip: Callable[[], object] | None = None
 
     def put(self, record: RequestRecord) -> None:
         if self.records is not None:
             self.records.append(record)
         tracker = self.tracker
         if tracker is not None and record.stage_id is not None:
+            tripped = tracker.tripped
             tracker.observe(record.stage_id, record.warmup, record.ok, record.error_class)
+            if tracker.tripped and not tripped and self.on_trip is not None:
+                self.on_trip()  # stop handing out this stage's tickets at once
 
     def put_line(self, line: str) -> None:
         self.put(RequestRecord.from_json_line(line))
@@ -224,6 +229,9 @@ class LoadRuntime:
         self.api_key = api_key
         self.worker = process_name()
         self._pools: dict[tuple[str, str, float, str], tuple[Endpoint, ConnectionPool]] = {}
+        self._finished: deque[tuple[Ticket, StreamResult, float, str]] = deque()
+        self._wake = Event()
+        self._recorder = gevent.spawn(self._record_loop)
 
     def take(self) -> Ticket | None:
         """The next ticket for a user (blocks); None when there will be no more."""
@@ -239,8 +247,13 @@ class LoadRuntime:
             found = self._pools[key] = (endpoint, pool)
         return found
 
-    def execute(self, ticket: Ticket, state: UserState) -> RequestRecord:
-        """Send one ticket when it is due; record, report and return what happened."""
+    def execute(self, ticket: Ticket, state: UserState) -> None:
+        """Send one ticket when it is due, then queue what happened for the recorder.
+
+        Building the record, writing it and reporting it to Locust and Prometheus happen in one
+        recorder greenlet, off the user's path: the user is back for its next ticket at once,
+        which keeps the delivered concurrency at the asked one when there are hundreds of users.
+        """
         stage = ticket.stage
         endpoint, pool = self._pool(stage)
         request = endpoint.request_bytes(ticket.body())
@@ -257,24 +270,51 @@ class LoadRuntime:
                     gevent.sleep(offset_s)
             intended = time.perf_counter()
         called_unix, called = time.time(), time.perf_counter()
+        deadline = gevent.Timeout(stage.request_timeout_s)
+        deadline.start()
         try:
-            result = stream_request(pool, request, stage.request_timeout_s)
+            result = stream_request(pool, request, stage.request_timeout_s, socket_deadline=False)
+        except gevent.Timeout as fired:
+            if fired is not deadline:
+                raise
+            result = StreamResult(error_class="timeout", error="request deadline passed")
         except gevent.GreenletExit:
             self.sink.put(aborted_record(ticket, called - intended, self.worker, called_unix))
             raise
         except Exception as error:  # a bug must cost one record, not the user
             _log.exception("request failed inside the client")
             result = StreamResult(error_class="client_error", error=repr(error)[:300])
+        finally:
+            deadline.cancel()
         if not result.sent_unix_s:
             result.sent_unix_s, result.sent_perf_s = called_unix, called
         lag_s = result.sent_perf_s - intended
         if not result.ok:
             result.end_s = time.perf_counter() - result.sent_perf_s
-        record = build_record(ticket, result, lag_s, self.worker)
-        self.sink.put(record)
-        if not ticket.warmup:
-            self._report(record, result, stage.path)
-        return record
+        self._finished.append((ticket, result, lag_s, stage.path))
+        self._wake.set()
+
+    def _record_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._finished:
+                gevent.idle()  # only when no arrival on any stream waits to be stamped
+                self._record(*self._finished.popleft())
+
+    def _record(self, ticket: Ticket, result: StreamResult, lag_s: float, route: str) -> None:
+        try:
+            record = build_record(ticket, result, lag_s, self.worker)
+            self.sink.put(record)
+            if not ticket.warmup:
+                self._report(record, result, route)
+        except Exception:  # one broken record must not stop the recorder
+            _log.exception("could not record a finished request")
+
+    def flush(self) -> None:
+        """Record whatever finished requests are still queued (at exit)."""
+        while self._finished:
+            self._record(*self._finished.popleft())
 
     def _report(self, record: RequestRecord, result: StreamResult, route: str) -> None:
         events = self.environment.events
@@ -398,6 +438,7 @@ class StageController:
         self.health = ClientHealth()
         self.abort_reason: str | None = None
         self.monitor: HealthMonitor | None = None
+        hub.on_trip = book.cancel_pending
 
     @property
     def runner(self) -> Any:

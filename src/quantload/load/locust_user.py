@@ -49,17 +49,20 @@ class StreamingChatUser(User):
         self.state = UserState()
 
     @task
-    def stream_one(self) -> None:
-        """Take one ticket and send it; idle briefly when there is none."""
+    def stream(self) -> None:
+        """Send ticket after ticket, with no pause in between; idle briefly when there is none.
+
+        The loop stays inside one task on purpose: going back to Locust's task scheduler after
+        every request would add a scheduling round (and a wait) between requests, which at
+        hundreds of users shows up as less concurrency than asked.
+        """
         runtime = type(self).runtime
-        if runtime is None:
-            gevent.sleep(0.5)
-            return
-        ticket = runtime.take()
-        if ticket is None:
-            gevent.sleep(0.5)
-            return
-        runtime.execute(ticket, self.state)
+        while runtime is not None:
+            ticket = runtime.take()
+            if ticket is None:
+                break
+            runtime.execute(ticket, self.state)
+        gevent.sleep(0.5)
 
 
 class EndlessPrompts:
