@@ -253,6 +253,7 @@ class LoadRuntime:
         Building the record, writing it and reporting it to Locust and Prometheus happen in one
         recorder greenlet, off the user's path: the user is back for its next ticket at once,
         which keeps the delivered concurrency at the asked one when there are hundreds of users.
+        Failed requests are recorded at once instead, so the circuit breaker sees them in time.
         """
         stage = ticket.stage
         endpoint, pool = self._pool(stage)
@@ -291,6 +292,9 @@ class LoadRuntime:
         lag_s = result.sent_perf_s - intended
         if not result.ok:
             result.end_s = time.perf_counter() - result.sent_perf_s
+        if not result.ok:  # failures are recorded at once: the circuit breaker must see them
+            self._record(ticket, result, lag_s, stage.path)
+            return
         self._finished.append((ticket, result, lag_s, stage.path))
         self._wake.set()
 
