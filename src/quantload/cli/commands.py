@@ -6,13 +6,25 @@ from collections.abc import Callable
 
 import typer
 
-from quantload.cli import cmd_config, cmd_exporter, cmd_quality, cmd_speed, cmd_toolchain
-from quantload.cli import cmd_load
+from quantload.cli import (
+    cmd_config,
+    cmd_exporter,
+    cmd_kv,
+    cmd_load,
+    cmd_prepare,
+    cmd_quality,
+    cmd_run,
+    cmd_speed,
+    cmd_toolchain,
+)
 
 REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_config.register,
     cmd_toolchain.register,
     cmd_exporter.register,
+    cmd_prepare.register,
+    cmd_kv.register,
+    cmd_run.register,
     cmd_quality.register,
     cmd_speed.register,
     cmd_load.register,

@@ -1,0 +1,53 @@
+"""`quantload run`: the whole protocol on this machine, ending with where the report is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from quantload.cli.context import cli_context
+from quantload.cli.run_view import RichRunView
+from quantload.stack.native import NativeRun
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `run` command."""
+
+    @app.command("run")
+    def run(
+        ctx: typer.Context,
+        model: str | None = typer.Option(
+            None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, or a local F16 .gguf"
+        ),
+        profile: str | None = typer.Option(None, "--profile", help="quick, seed (default) or ci"),
+        out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
+        dataset: Path | None = typer.Option(
+            None, "--dataset", help="WikiText-2 wiki.test.raw (else downloaded when online)."
+        ),
+        servers_at_once: bool | None = typer.Option(
+            None, "--servers-at-once/--one-server-at-a-time",
+            help="Start every quantization's server together (the compose layout).",
+        ),
+    ) -> None:
+        """Prepare, measure quality and speed, serve each quantization under load, and report."""
+        cli = cli_context(ctx)
+        config = cli.config(
+            {
+                "model.source": model,
+                "run.profile": profile,
+                "run.out": out,
+                "run.servers_at_once": servers_at_once,
+                "quality.dataset": dataset,
+            }
+        )
+        settings = config.settings
+        with RichRunView(cli.err_console) as view:
+            native = NativeRun(config, cli.environ, settings.run.out, view)
+            view.message(f"run directory: {native.run_dir}")
+            native.execute()
+        paths = getattr(native, "report_paths", None)
+        if paths is not None:
+            cli.console.print(f"report: {paths.html}", highlight=False)
+            cli.console.print(f"        {paths.markdown}", highlight=False)
+        cli.console.print(f"run directory: {native.run_dir}", highlight=False)
