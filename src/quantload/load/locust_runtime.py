@@ -63,6 +63,7 @@ API_KEY_ENV = "QL_TARGET_API_KEY"
 LAG_PERIOD_S = 0.01
 HEALTH_WINDOW_S = 0.25
 POLL_S = 0.02
+RECORD_WAIT_MAX_S = 0.05
 SPAWN_TIMEOUT_S = 60.0
 WORKERS_TIMEOUT_S = 60.0
 REQUEST_TYPE = "POST"
@@ -303,7 +304,10 @@ class LoadRuntime:
             self._wake.wait()
             self._wake.clear()
             while self._finished:
-                gevent.idle()  # only when no arrival on any stream waits to be stamped
+                # wait until no arrival on any stream waits to be stamped, but not for long:
+                # a saturated loop is never idle, and the stage must still see its records
+                with gevent.Timeout(RECORD_WAIT_MAX_S, False):
+                    gevent.idle()
                 self._record(*self._finished.popleft())
 
     def _record(self, ticket: Ticket, result: StreamResult, lag_s: float, route: str) -> None:
