@@ -1,0 +1,182 @@
+"""From a loaded run (and a Prometheus connection, when there is one) to every figure of the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from quantload.analysis.capacity import CapacityVerdict, capacity
+from quantload.analysis.client_health import client_verdict, lagging_stages
+from quantload.analysis.gaps import Gap
+from quantload.analysis.header import Header, build_header
+from quantload.analysis.hist_check import histogram_check
+from quantload.analysis.kv_table import KvRow, kv_rows
+from quantload.analysis.levels import level_table
+from quantload.analysis.littles_law import littles_law_table, stage_windows
+from quantload.analysis.load_run import RunData
+from quantload.analysis.prom_source import PromConnection, TimeWindow
+from quantload.analysis.prompt_cache import CacheComparison, prompt_cache_table
+from quantload.analysis.roofline_table import roofline_frame
+from quantload.analysis.seed_table import seed_table
+from quantload.analysis.server_series import series_step_s, server_in_flight, server_series
+from quantload.analysis.stages import stage_table
+from quantload.analysis.ttft_split import ttft_split_table
+from quantload.config import ReportSettings
+from quantload.observe.promql import PrometheusQueryError
+from quantload.rundir import RECORDS_JSONL
+
+WINDOW_MARGIN_S = 5.0
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Every table, verdict and note the renderers show."""
+
+    run: RunData
+    slo: ReportSettings
+    quants: tuple[str, ...]
+    header: Header
+    stages: pd.DataFrame
+    levels: pd.DataFrame
+    open_loop: pd.DataFrame
+    seed: pd.DataFrame
+    capacity: tuple[CapacityVerdict, ...]
+    ttft_split: pd.DataFrame
+    prompt_cache: tuple[CacheComparison, ...]
+    kv: tuple[KvRow, ...]
+    roofline: pd.DataFrame
+    littles_law: pd.DataFrame
+    lagging: pd.DataFrame
+    client_sentence: str
+    server_series: pd.DataFrame
+    histogram_check: pd.DataFrame
+    prometheus_origin: str
+    gaps: tuple[Gap, ...]
+    notes: tuple[str, ...]
+
+
+def load_window(stages: pd.DataFrame) -> TimeWindow | None:
+    """From a little before the first stage to a little after the last one."""
+    if stages.empty:
+        return None
+    starts = pd.concat([stages["started_unix_s"], stages["first_sent_unix_s"]]).dropna()
+    ends = pd.concat([stages["ended_unix_s"], stages["last_end_unix_s"]]).dropna()
+    if starts.empty or ends.empty:
+        return None
+    return TimeWindow(float(starts.min()) - WINDOW_MARGIN_S, float(ends.max()) + WINDOW_MARGIN_S)
+
+
+def _quant_gaps(
+    run: RunData, quants: tuple[str, ...], stages: pd.DataFrame, levels: pd.DataFrame
+) -> list[Gap]:
+    gaps = []
+    for quant in quants:
+        if run.quality is not None and quant not in run.quality.results:
+            gaps.append(
+                Gap("quality", f"perplexity of {quant}", run.step_why("quality", quant, "quality.json"))
+            )
+        if run.speed is not None and quant not in run.speed.results:
+            gaps.append(
+                Gap("speed", f"llama-bench speed of {quant}", run.step_why("speed", quant, "speed.json"))
+            )
+        if run.kv and quant not in run.kv:
+            gaps.append(Gap("kv", f"KV check of {quant}", run.step_why("kv", quant, "kv.json")))
+        mine = stages[stages["quant"] == quant] if not stages.empty else stages
+        complete = (
+            levels[(levels["quant"] == quant) & (levels["repeats_used"] > 0)] if not levels.empty else levels
+        )
+        if not run.records.empty and complete.empty:
+            sweep = mine[mine["experiment"] == "sweep"] if not mine.empty else mine
+            why = (
+                "no sweep stage completed: "
+                + "; ".join(
+                    f"{s.users} users #{s.repeat} {s.status} ({s.reason})" for s in sweep.itertuples()
+                )
+                if not sweep.empty
+                else run.step_why("load", quant, RECORDS_JSONL)
+            )
+            gaps.append(Gap("load", f"concurrency sweep of {quant}", why))
+        has_prefix = not mine.empty and (mine["experiment"] == "prefix_cache").any()
+        if not run.records.empty and not has_prefix:
+            disabled = (
+                run.setting("load", "prefix_requests") == 0 or run.setting("load", "prefix_tokens") == 0
+            )
+            why = (
+                "disabled in the configuration (load.prefix_requests or load.prefix_tokens is 0)"
+                if disabled
+                else run.step_why("prefix_cache", quant, RECORDS_JSONL)
+            )
+            gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
+    for row in kv_rows(run.kv, quants):
+        if row.error:
+            gaps.append(Gap("kv", f"KV size reported by llama-server for {row.quant}", row.error))
+    return gaps
+
+
+def _excluded_notes(levels: pd.DataFrame) -> list[str]:
+    notes = []
+    for row in levels.to_dict("records") if not levels.empty else []:
+        for text in row["excluded"]:
+            notes.append(f"{row['quant']} at {row['users']} users, {text}: left out of the medians")
+    return notes
+
+
+def analyze(
+    run: RunData, slo: ReportSettings, prometheus: PromConnection, scrape_interval_s: float
+) -> Analysis:
+    """Compute every figure; missing inputs become gaps, never errors."""
+    quants = tuple(run.quants())
+    stages = stage_table(run, slo)
+    levels = level_table(stages, "sweep", "users", quants)
+    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
+    notes = list(run.reading_notes) + _excluded_notes(levels)
+    windows = stage_windows(run.records, stages)
+    series = pd.DataFrame(columns=["metric", "quant", "unix_s", "value"])
+    hist = pd.DataFrame()
+    server = {}
+    window = load_window(stages)
+    client = prometheus.client
+    if client is not None and window is not None:
+        try:
+            series = server_series(client, window, series_step_s(window, scrape_interval_s))
+            quant_of = {str(s.stage_id): str(s.quant) for s in stages.itertuples()}
+            server = server_in_flight(client, windows, quant_of)
+            hist = histogram_check(client, stages, run.records, scrape_interval_s)
+        except PrometheusQueryError as error:
+            notes.append(f"Prometheus stopped answering while the report read it: {error.problem}")
+        if series.empty:
+            gaps.append(
+                Gap("prometheus", "server time series", f"{prometheus.origin} has no exporter series")
+            )
+    elif not stages.empty:
+        for what in (
+            "server time series (busy slots, KV use, requests processing and deferred)",
+            "Little's law, server side (requests_processing)",
+            "Prometheus histogram cross-check of the percentiles",
+        ):
+            gaps.append(prometheus.gap(what))
+    lagging = lagging_stages(stages, slo.client_lag_threshold_s)
+    return Analysis(
+        run=run,
+        slo=slo,
+        quants=quants,
+        header=build_header(run, stages),
+        stages=stages,
+        levels=levels,
+        open_loop=level_table(stages, "open_loop", "rate_rps", quants),
+        seed=seed_table(run, levels, quants),
+        capacity=tuple(capacity(levels, quants, slo)),
+        ttft_split=ttft_split_table(run.records, stages, "sweep", quants),
+        prompt_cache=tuple(prompt_cache_table(stages, quants)),
+        kv=tuple(kv_rows(run.kv, quants)),
+        roofline=roofline_frame(run.speed, quants),
+        littles_law=littles_law_table(run.records, stages, windows, server),
+        lagging=lagging,
+        client_sentence=client_verdict(stages, lagging, slo.client_lag_threshold_s),
+        server_series=series,
+        histogram_check=hist,
+        prometheus_origin=prometheus.origin if client is not None else "",
+        gaps=tuple(gaps),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,141 @@
+"""The SLO verdict: which concurrency levels each quantization sustains, said in one sentence.
+
+A level meets the SLO when, in the median of its repeats, TTFT p99 and TPOT p99 are within their
+limits and at most 1 % of requests failed (a failed request has no latency, so more failures
+than the percentile tolerates cannot count as meeting it). The capacity is the highest level that
+meets it with every lower level meeting it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from quantload.analysis import fmt
+from quantload.config import ReportSettings
+
+MAX_FAILED_FRAC = 0.01
+
+
+def slo_text(slo: ReportSettings) -> str:
+    """The SLO in words."""
+    return (
+        f"TTFT p99 ≤ {fmt.duration(slo.slo_ttft_p99_s)} and TPOT p99 ≤ {fmt.duration(slo.slo_tpot_s)},"
+        f" with at most {fmt.percent(MAX_FAILED_FRAC, 0)} of requests failed"
+    )
+
+
+@dataclass(frozen=True)
+class LevelCheck:
+    """One concurrency level against the SLO; `meets` is None when its figures are missing."""
+
+    quant: str
+    users: int
+    ttft_p99_s: float | None
+    tpot_p99_s: float | None
+    failed_frac: float | None
+    meets: bool | None
+    every_repeat_meets: bool | None
+    why: str
+
+
+@dataclass(frozen=True)
+class CapacityVerdict:
+    """A quantization's capacity under the SLO and the sentence that says it."""
+
+    quant: str
+    max_users: int | None
+    tested_users: tuple[int, ...]
+    output_tok_s: float | None
+    goodput_rps: float | None
+    sentence: str
+    checks: tuple[LevelCheck, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _value(row: Any, name: str) -> float | None:
+    value = row.get(name)
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def check_level(quant: str, row: dict[str, Any], slo: ReportSettings) -> LevelCheck:
+    """Judge one row of the sweep level table."""
+    ttft, tpot, failed = _value(row, "ttft_p99_s"), _value(row, "tpot_p99_s"), _value(row, "failed_frac")
+    users = int(row["users"])
+    if ttft is None or failed is None:
+        return LevelCheck(quant, users, ttft, tpot, failed, None, None, "no complete repeat")
+    reasons = []
+    if ttft > slo.slo_ttft_p99_s:
+        reasons.append(f"TTFT p99 is {fmt.duration(ttft)}")
+    if tpot is not None and tpot > slo.slo_tpot_s:
+        reasons.append(f"TPOT p99 is {fmt.duration(tpot)}")
+    if failed > MAX_FAILED_FRAC:
+        reasons.append(f"{fmt.percent(failed)} of requests failed")
+    worst = (_value(row, "ttft_p99_s_max"), _value(row, "tpot_p99_s_max"), _value(row, "failed_frac_max"))
+    every = (
+        (worst[0] or 0.0) <= slo.slo_ttft_p99_s
+        and (worst[1] or 0.0) <= slo.slo_tpot_s
+        and (worst[2] or 0.0) <= MAX_FAILED_FRAC
+    )
+    return LevelCheck(
+        quant, users, ttft, tpot, failed, not reasons, every, "; ".join(reasons) or "meets the SLO"
+    )
+
+
+def _sentence(quant: str, checks: Sequence[LevelCheck], best: LevelCheck | None, row: dict[str, Any]) -> str:
+    judged = [c for c in checks if c.meets is not None]
+    if not judged:
+        return f"{quant}: not measured: no complete concurrency-sweep stage to judge."
+    if best is None:
+        first = judged[0]
+        return f"{quant} misses the SLO even at {first.users} concurrent user(s): {first.why}."
+    rate = fmt.number(_value(row, "output_tok_s"))
+    good = fmt.number(_value(row, "goodput_rps"), 2)
+    text = (
+        f"{quant} meets the SLO up to {best.users} concurrent user(s),"
+        f" delivering {rate} output tok/s ({good} good req/s)"
+    )
+    above = [c for c in judged if c.users > best.users]
+    if not above:
+        text += "; that is the highest level tested, so its limit may lie higher"
+    else:
+        text += f"; at {above[0].users} users {above[0].why}"
+        if any(c.meets for c in above[1:]):
+            text += " (a higher level met it again: the curve is not monotonic, repeat the run to be sure)"
+    if best.every_repeat_meets is False:
+        text += f" (at {best.users} users not every repeat met it)"
+    return text + "."
+
+
+def capacity(levels: pd.DataFrame, quants: Sequence[str], slo: ReportSettings) -> list[CapacityVerdict]:
+    """One verdict per quantization of the sweep level table (see the module docstring)."""
+    verdicts = []
+    for quant in quants:
+        rows = levels[levels["quant"] == quant].to_dict("records") if not levels.empty else []
+        checks = [check_level(quant, row, slo) for row in rows]
+        best_index = None
+        for index, check in enumerate(checks):
+            if check.meets is None:
+                continue
+            if not check.meets:
+                break
+            best_index = index
+        best = checks[best_index] if best_index is not None else None
+        best_row = rows[best_index] if best_index is not None else {}
+        verdicts.append(
+            CapacityVerdict(
+                quant=quant,
+                max_users=best.users if best else None,
+                tested_users=tuple(c.users for c in checks),
+                output_tok_s=_value(best_row, "output_tok_s"),
+                goodput_rps=_value(best_row, "goodput_rps"),
+                sentence=_sentence(quant, checks, best, best_row),
+                checks=tuple(checks),
+            )
+        )
+    return verdicts

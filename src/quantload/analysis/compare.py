@@ -1,0 +1,209 @@
+"""`quantload report --compare RUN_A RUN_B`: two runs side by side, with deltas.
+
+Each run is analysed from its own files (Prometheus is not needed: the compared figures all come
+from the run directories). A figure missing in either run shows as – and no delta is invented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from quantload.analysis import fmt
+from quantload.analysis.analyze import Analysis, analyze
+from quantload.analysis.document import Block, Bullets, Document, Paragraph, Section, Table
+from quantload.analysis.load_run import load_run
+from quantload.analysis.prom_source import PromConnection
+from quantload.analysis.render_html import render_html
+from quantload.analysis.render_md import render_markdown
+from quantload.analysis.report import check_run_dir
+from quantload.analysis.seed_table import level_column, users_levels
+from quantload.config import ReportSettings
+
+COMPARE_MD = "compare.md"
+COMPARE_HTML = "compare.html"
+COMPARE_CSV = "compare.csv"
+
+
+@dataclass(frozen=True)
+class ComparePaths:
+    """Where the comparison was written."""
+
+    md: Path
+    html: Path
+    csv: Path
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One compared figure: how to read it from an analysis, how to show it, which way is better."""
+
+    name: str
+    read: Callable[[Analysis, str], float | None]
+    show: Callable[[float | None], str]
+    lower_is_better: bool
+
+
+def _seed(column: str) -> Callable[[Analysis, str], float | None]:
+    def read(analysis: Analysis, quant: str) -> float | None:
+        rows = analysis.seed[analysis.seed["quant"] == quant] if not analysis.seed.empty else analysis.seed
+        if rows.empty or column not in rows:
+            return None
+        value = rows.iloc[0][column]
+        return None if value is None or pd.isna(value) else float(value)
+
+    return read
+
+
+def _capacity(analysis: Analysis, quant: str) -> float | None:
+    found = [v.max_users for v in analysis.capacity if v.quant == quant]
+    return float(found[0]) if found and found[0] is not None else None
+
+
+def _cache_speedup(analysis: Analysis, quant: str) -> float | None:
+    found = [c.speedup_p50 for c in analysis.prompt_cache if c.quant == quant]
+    return found[0] if found else None
+
+
+def _kv_diff(analysis: Analysis, quant: str) -> float | None:
+    found = [k.diff_pct for k in analysis.kv if k.quant == quant]
+    return found[0] / 100 if found and found[0] is not None else None
+
+
+def metrics(levels: list[int]) -> list[Metric]:
+    """The figures compared, the seed's table first."""
+    chosen = [
+        Metric("file size", _seed("file_size_bytes"), fmt.mib, True),
+        Metric("perplexity", _seed("perplexity"), lambda v: fmt.number(v, 3), True),
+        Metric("prefill tok/s (llama-bench)", _seed("prefill_tok_s"), fmt.number, False),
+        Metric("decode tok/s (llama-bench)", _seed("decode_tok_s"), fmt.number, False),
+    ]
+    for users in levels:
+        chosen += [
+            Metric(f"TTFT p50 @{users}u", _seed(level_column("ttft_p50_s", users)), fmt.duration, True),
+            Metric(f"TTFT p99 @{users}u", _seed(level_column("ttft_p99_s", users)), fmt.duration, True),
+            Metric(f"output tok/s @{users}u", _seed(level_column("output_tok_s", users)), fmt.number, False),
+        ]
+    chosen += [
+        Metric("users sustained under the SLO", _capacity, lambda v: fmt.number(v, 0), False),
+        Metric(
+            "prompt-cache TTFT p50 speed-up", _cache_speedup, lambda v: f"{v:.2f}×" if v else fmt.DASH, False
+        ),
+        Metric("KV predicted vs reported", _kv_diff, lambda v: fmt.percent(v, 2, True), True),
+    ]
+    return chosen
+
+
+def _delta_row(metric: Metric, quant: str, a: Analysis, b: Analysis) -> dict[str, Any]:
+    value_a, value_b = metric.read(a, quant), metric.read(b, quant)
+    delta = value_b - value_a if value_a is not None and value_b is not None else None
+    relative = delta / value_a if delta is not None and value_a else None
+    better = None
+    if delta is not None and delta != 0:
+        better = "B" if (delta < 0) == metric.lower_is_better else "A"
+    return {
+        "quant": quant,
+        "metric": metric.name,
+        "a": value_a,
+        "b": value_b,
+        "delta": delta,
+        "delta_frac": relative,
+        "better": better,
+    }
+
+
+def _offline(run_dir: Path, settings: ReportSettings) -> Analysis:
+    run = load_run(run_dir)
+    return analyze(run, settings, PromConnection(None, "", ["not read for a comparison"]), 1.0)
+
+
+def compare_frame(a: Analysis, b: Analysis) -> tuple[pd.DataFrame, list[Metric]]:
+    """One row per (quant, metric) present in either run."""
+    levels = sorted(set(users_levels(a.run, a.levels)) | set(users_levels(b.run, b.levels)))
+    chosen = metrics(levels)
+    quants = list(dict.fromkeys([*a.quants, *b.quants]))
+    rows = [_delta_row(metric, quant, a, b) for quant in quants for metric in chosen]
+    return pd.DataFrame(rows), chosen
+
+
+def _document(a: Analysis, b: Analysis, frame: pd.DataFrame, chosen: list[Metric]) -> Document:
+    shows = {m.name: m.show for m in chosen}
+    facts = [("run", a.header.run_id, b.header.run_id)]
+    for label, _ in a.header.facts()[1:]:
+        left = dict(a.header.facts()).get(label, fmt.DASH)
+        right = dict(b.header.facts()).get(label, fmt.DASH)
+        facts.append((label, left, right))
+    blocks: list[Block] = [Table(("", "A", "B"), tuple(facts), (False, False, False))]
+    rows = []
+    for r in frame.to_dict("records"):
+        show = shows[r["metric"]]
+        delta = r["delta"]
+        delta_text = (
+            fmt.DASH
+            if delta is None or pd.isna(delta)
+            else (
+                ("+" if delta > 0 else "") + show(delta)
+                if "TTFT" in r["metric"] or "size" in r["metric"]
+                else f"{delta:+,.3g}"
+            )
+        )
+        rows.append(
+            (
+                str(r["quant"]),
+                str(r["metric"]),
+                show(r["a"]),
+                show(r["b"]),
+                delta_text,
+                fmt.percent(r["delta_frac"], 1, True),
+                r["better"] or fmt.DASH,
+            )
+        )
+    table = Table(
+        ("quant", "figure", "A", "B", "B − A", "change", "better"),
+        tuple(rows),
+        (False, False, True, True, True, True, False),
+        "Load figures are medians of repeats; – = not measured in that run, so no delta.",
+    )
+    verdicts = [f"A: {v.sentence}" for v in a.capacity] + [f"B: {v.sentence}" for v in b.capacity]
+    gaps = [f"A {g.text()}" for g in a.gaps] + [f"B {g.text()}" for g in b.gaps]
+    sections = [
+        Section("runs", "The two runs", tuple(blocks)),
+        Section("deltas", "Side by side", (table,)),
+        Section("verdicts", "Capacity verdicts", (Bullets(tuple(verdicts), "verdict"),)),
+    ]
+    if gaps:
+        sections.append(
+            Section(
+                "gaps",
+                "Not measured",
+                (Paragraph("Figures missing in either run:"), Bullets(tuple(gaps), "warning")),
+            )
+        )
+    return Document(
+        f"quantload comparison: {a.header.run_id} (A) and {b.header.run_id} (B)",
+        f"A = {a.run.run_dir}, B = {b.run.run_dir}",
+        tuple(sections),
+    )
+
+
+def compare_runs(
+    run_a: Path, run_b: Path, out_dir: Path | None = None, settings: ReportSettings | None = None
+) -> ComparePaths:
+    """Write compare.md, compare.html and compare.csv for two run directories."""
+    check_run_dir(run_a)
+    check_run_dir(run_b)
+    slo = settings or ReportSettings()
+    a, b = _offline(run_a, slo), _offline(run_b, slo)
+    out = out_dir or Path.cwd() / f"compare-{a.header.run_id}-vs-{b.header.run_id}"
+    out.mkdir(parents=True, exist_ok=True)
+    frame, chosen = compare_frame(a, b)
+    document = _document(a, b, frame, chosen)
+    paths = ComparePaths(out / COMPARE_MD, out / COMPARE_HTML, out / COMPARE_CSV)
+    paths.md.write_text(render_markdown(document), encoding="utf-8")
+    paths.html.write_text(render_html(document, out), encoding="utf-8")
+    frame.to_csv(paths.csv, index=False, float_format="%.6g")
+    return paths

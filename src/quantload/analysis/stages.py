@@ -1,0 +1,117 @@
+"""One row per load stage, computed exactly from its measured (non-warm-up) records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from quantload.analysis.load_run import RunData
+from quantload.analysis.stats import finite, mean, percentile
+from quantload.config import ReportSettings
+
+UNFINISHED = "unfinished"  # records but no stage_end line: the run stopped inside the stage
+
+
+def _stage_events(stages: pd.DataFrame) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    starts: dict[str, dict[str, Any]] = {}
+    ends: dict[str, dict[str, Any]] = {}
+    for event in stages.to_dict("records"):
+        target = starts if event["event"] == "stage_start" else ends
+        target[str(event["stage_id"])] = event
+    return starts, ends
+
+
+def _good(frame: pd.DataFrame, slo: ReportSettings) -> int:
+    """Requests that met both SLO limits on their own (goodput in the DistServe sense)."""
+    ok = frame[frame["ok"]]
+    ttft_ok = ok["ttft_s"].le(slo.slo_ttft_p99_s)
+    tpot_ok = ok["tpot_s"].isna() | ok["tpot_s"].le(slo.slo_tpot_s)
+    return int((ttft_ok & tpot_ok).sum())
+
+
+def _latency(ok: pd.DataFrame) -> dict[str, float | None]:
+    return {
+        "ttft_p50_s": percentile(ok["ttft_s"], 50),
+        "ttft_p99_s": percentile(ok["ttft_s"], 99),
+        "tpot_p50_s": percentile(ok["tpot_s"], 50),
+        "tpot_p99_s": percentile(ok["tpot_s"], 99),
+        "e2e_p50_s": percentile(ok["e2e_s"], 50),
+        "e2e_mean_s": mean(ok["e2e_s"]),
+    }
+
+
+def _throughput(ok: pd.DataFrame, good: int) -> dict[str, float | None]:
+    sent, ended = finite(ok["sent_unix_s"]), finite(ok["end_unix_s"])
+    span = (max(ended) - min(sent)) if sent and ended else 0.0
+    tokens = float(sum(finite(ok["completion_tokens"])))
+    return {
+        "first_sent_unix_s": min(sent) if sent else None,
+        "last_end_unix_s": max(ended) if ended else None,
+        "span_s": span if span > 0 else None,
+        "output_tokens": tokens,
+        "output_tok_s": tokens / span if span > 0 else None,
+        "requests_per_s": len(ok) / span if span > 0 else None,
+        "goodput_rps": good / span if span > 0 else None,
+    }
+
+
+def _one_stage(
+    stage_id: str, frame: pd.DataFrame, start: dict[str, Any], end: dict[str, Any], slo: ReportSettings
+) -> dict[str, Any]:
+    head: dict[str, Any] = end or start or (frame.iloc[0].to_dict() if not frame.empty else {})
+    ok = frame[frame["ok"]]
+    failed = frame[~frame["ok"]]
+    errors = failed["error_class"].fillna("client_error").value_counts().to_dict()
+    good = _good(frame, slo)
+    requests = len(frame)
+    row: dict[str, Any] = {
+        "stage_id": stage_id,
+        "quant": head.get("quant"),
+        "server": head.get("server"),
+        "experiment": head.get("experiment"),
+        "users": head.get("stage_users"),
+        "rate_rps": head.get("stage_rate_rps"),
+        "repeat": head.get("repeat"),
+        "cache_prompt": bool(head.get("cache_prompt")),
+        "status": end.get("status") if end else UNFINISHED,
+        "reason": end.get("reason") if end else "no stage_end line: the run stopped inside this stage",
+        "started_unix_s": start.get("unix_s") if start else None,
+        "ended_unix_s": end.get("unix_s") if end else None,
+        "requests": requests,
+        "ok": len(ok),
+        "failed": len(failed),
+        "failed_frac": len(failed) / requests if requests else None,
+        "errors": {str(k): int(v) for k, v in errors.items()},
+        "good": good,
+        "good_frac": good / requests if requests else None,
+        "lag_p99_s": percentile(frame["lag_s"], 99),
+        "lag_max_s": max(finite(frame["lag_s"]), default=None),
+        "client_saturated": end.get("client_saturated") if end else None,
+        "loop_lag_p99_s": end.get("loop_lag_p99_s") if end else None,
+        "client_cpu_frac": end.get("client_cpu_frac") if end else None,
+        "cache_n_mean": mean(ok["cache_n"]),
+        "prompt_tokens_mean": mean(ok["prompt_tokens"]),
+        "prefix_tokens": head.get("prefix_tokens"),
+        "server_state": head.get("server_state"),
+    }
+    row.update(_latency(ok))
+    row.update(_throughput(ok, good))
+    return row
+
+
+def stage_table(run: RunData, slo: ReportSettings) -> pd.DataFrame:
+    """Every stage that has measured records or a stage_end line, in the order they ran."""
+    records = run.records
+    measured = records[~records["warmup"] & records["experiment"].ne("warmup")]
+    starts, ends = _stage_events(run.stages)
+    ids: list[str] = list(dict.fromkeys([*ends, *measured["stage_id"].dropna().astype(str).tolist()]))
+    rows = []
+    for stage_id in ids:
+        frame = measured[measured["stage_id"] == stage_id]
+        rows.append(_one_stage(stage_id, frame, starts.get(stage_id, {}), ends.get(stage_id, {}), slo))
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    order = table["started_unix_s"].fillna(table["first_sent_unix_s"]).fillna(table["ended_unix_s"])
+    return table.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order")

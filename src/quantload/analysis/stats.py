@@ -1,0 +1,71 @@
+"""Exact statistics from raw values: percentiles and medians across repeats with their range."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import numpy as np
+
+Method = Literal["linear", "inverted_cdf"]
+PERCENTILE_METHOD: Final = "linear"
+PERCENTILE_METHOD_TEXT = (
+    "exact, from the raw per-request records: numpy.percentile(method='linear'), i.e. Hyndman & Fan "
+    "type 7 (linear interpolation between the two nearest order statistics)"
+)
+
+
+def finite(values: Iterable[object]) -> list[float]:
+    """The values that are finite numbers (None, NaN and non-numbers dropped)."""
+    out: list[float] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            continue
+        number = float(value)
+        if math.isfinite(number):
+            out.append(number)
+    return out
+
+
+def percentile(values: Iterable[object], q: float, method: Method = PERCENTILE_METHOD) -> float | None:
+    """The q-th percentile (0-100) of the finite values (PERCENTILE_METHOD unless told); None when empty."""
+    data = finite(values)
+    if not data:
+        return None
+    return float(np.percentile(np.asarray(data, dtype=np.float64), q, method=method))
+
+
+def mean(values: Iterable[object]) -> float | None:
+    """Arithmetic mean of the finite values; None when empty."""
+    data = finite(values)
+    return sum(data) / len(data) if data else None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of per-repeat figures and their range."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"median": self.median, "min": self.low, "max": self.high, "repeats": self.n}
+
+
+def spread(values: Iterable[object]) -> Spread | None:
+    """Median, min and max of the finite values (one per repeat); None when there are none."""
+    data = finite(values)
+    if not data:
+        return None
+    return Spread(float(np.median(np.asarray(data))), min(data), max(data), len(data))
+
+
+def relative_diff(value: float | None, reference: float | None) -> float | None:
+    """(value - reference) / reference, None when either is missing or the reference is 0."""
+    if value is None or reference is None or reference == 0:
+        return None
+    return (value - reference) / reference
