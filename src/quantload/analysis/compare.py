@@ -33,7 +33,7 @@ COMPARE_CSV = "compare.csv"
 class ComparePaths:
     """Where the comparison was written."""
 
-    md: Path
+    markdown: Path
     html: Path
     csv: Path
 
@@ -203,7 +203,7 @@ def compare_runs(
     frame, chosen = compare_frame(a, b)
     document = _document(a, b, frame, chosen)
     paths = ComparePaths(out / COMPARE_MD, out / COMPARE_HTML, out / COMPARE_CSV)
-    paths.md.write_text(render_markdown(document), encoding="utf-8")
+    paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
     frame.to_csv(paths.csv, index=False, float_format="%.6g")
     return paths

@@ -43,7 +43,7 @@ class ReportError(QuantloadError):
 class ReportPaths:
     """Where the report's files were written."""
 
-    md: Path
+    markdown: Path
     html: Path
     csv: Path
     summary: Path
@@ -51,7 +51,7 @@ class ReportPaths:
     not_measured: int
 
     def all(self) -> list[Path]:
-        return [self.md, self.html, self.csv, self.summary, *self.plots]
+        return [self.markdown, self.html, self.csv, self.summary, *self.plots]
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -123,14 +123,14 @@ def build_report(
     figures = draw_plots(analysis, out / PLOTS_DIR)
     document = build_document(analysis, figures, out)
     paths = ReportPaths(
-        md=out / REPORT_MD,
+        markdown=out / REPORT_MD,
         html=out / REPORT_HTML,
         csv=out / TABLE_CSV,
         summary=out / SUMMARY_JSON,
         plots=tuple(p for p in figures.values() if p is not None),
         not_measured=len(analysis.gaps),
     )
-    paths.md.write_text(render_markdown(document), encoding="utf-8")
+    paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
     analysis.seed.to_csv(paths.csv, index=False, float_format="%.6g")
     files = {

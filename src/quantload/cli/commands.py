@@ -13,6 +13,7 @@ from quantload.cli import (
     cmd_load,
     cmd_prepare,
     cmd_quality,
+    cmd_report,
     cmd_run,
     cmd_speed,
     cmd_toolchain,
@@ -28,4 +29,5 @@ REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_quality.register,
     cmd_speed.register,
     cmd_load.register,
+    cmd_report.register,
 )
