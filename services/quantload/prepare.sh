@@ -1,0 +1,36 @@
+#!/bin/sh
+# The compose `prepare` job (installed in the image as quantload-prepare):
+#   1. F16, Q8_0 and Q4_K_M files of $QL_MODEL in /models (the `models` volume), with manifest.json;
+#   2. links named by quantization (/models/Q4_K_M.gguf, ...) that the llama-server services load;
+#   3. perplexity and llama-bench speed of each file into the run folder /results/$QL_RUN.
+# Every step reuses what an earlier run left, so running it again is cheap.
+set -eu
+
+models="${QL_MODELS_DIR:-/models}"
+run_dir="${QL_RESULTS_DIR:-/results}/${QL_RUN:-compose}"
+mkdir -p "$run_dir/logs"
+
+quantload prepare --model "${QL_MODEL:-smollm2-135m}" --out "$models"
+
+# The file names depend on the model; the servers need fixed ones. Relative links, so they resolve
+# in every container that mounts the volume.
+python - "$models" <<'PY'
+import json
+import os
+import sys
+
+folder = sys.argv[1]
+with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as handle:
+    files = json.load(handle)["files"]
+for quant, entry in files.items():
+    link = os.path.join(folder, f"{quant}.gguf")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(entry["file"], link)
+    print(f"{link} -> {entry['file']}")
+PY
+cp "$models/manifest.json" "$run_dir/manifest.json"
+
+quantload quality "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" --out "$run_dir/quality.json"
+quantload speed "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" --out "$run_dir/speed.json"
+echo "prepared: $models, results in $run_dir"
