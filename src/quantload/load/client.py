@@ -110,6 +110,8 @@ class StreamResult:
     error_class: str | None = None
     error: str | None = None
     bytes_received: int = 0
+    events: list[tuple[float, bytes]] = field(default_factory=list, repr=False)
+    classified: bool = False
 
     @property
     def ok(self) -> bool:
@@ -214,7 +216,11 @@ def _still_open(sock: socket.socket) -> bool:
 
 
 def stream_request(
-    pool: ConnectionPool, request: bytes, timeout_s: float, socket_deadline: bool = True
+    pool: ConnectionPool,
+    request: bytes,
+    timeout_s: float,
+    socket_deadline: bool = True,
+    classify: bool = True,
 ) -> StreamResult:
     """Send one request and read its whole stream; never raises for network or server faults.
 
@@ -225,6 +231,10 @@ def stream_request(
     With `socket_deadline=False` the reads block without a socket timeout and the caller must
     enforce the deadline itself (under gevent: one `gevent.Timeout` around the call, instead of a
     timer armed and disarmed for every read); connecting is still bounded.
+
+    While reading, each SSE event is only stamped with the arrival time of the read that
+    completed it; what the events say is worked out afterwards by `classify_stream`, which
+    `classify=False` leaves to the caller (the Locust runtime does it off the users' path).
     """
     deadline = time.perf_counter() + timeout_s
     sock = pool.take() if pool.reuse_enabled else None
@@ -248,7 +258,7 @@ def stream_request(
         reused = False
     result.connect_s = connect_s
     result.connection_reused = reused
-    return result
+    return classify_stream(result) if classify else result
 
 
 def _connect(
@@ -286,10 +296,12 @@ def _fail(result: StreamResult, error_class: str, message: str) -> StreamResult:
 def _exchange(
     pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float, socket_deadline: bool
 ) -> StreamResult:
+    """Send and read to the end of the message, stamping every event; no chunk is parsed here."""
     result = StreamResult()
     parser = ResponseParser()
     buf = bytearray(RECV_BYTES)
     view = memoryview(buf)
+    events = result.events
     keep = False
     try:
         result.sent_unix_s = time.time()
@@ -313,28 +325,11 @@ def _exchange(
             else:
                 result.bytes_received += count
                 payloads = parser.feed(view[:count])
-            head = parser.head
-            if head is not None and result.status is None:
-                result.status = head.status
-                result.ttfb_s = now
             for payload in payloads:
-                info = classify_payload(payload)
-                if info.kind == "content":
-                    result.content_times_s.append(now)
-                elif info.kind == "empty":
-                    result.empty_chunks += 1
-                elif info.kind == "done":
-                    result.done_seen = True
-                elif info.kind == "error":
-                    return _fail(result, "server_error_event", info.error or "error event")
-                else:
-                    return _fail(result, "malformed_chunk", f"not JSON: {info.error}")
-                if info.finish_reason:
-                    result.finish_reason = info.finish_reason
-                if info.usage is not None:
-                    result.usage = info.usage
-                if info.timings is not None:
-                    result.timings = info.timings
+                events.append((now, payload))
+            if result.status is None and parser.head is not None:
+                result.status = parser.head.status
+                result.ttfb_s = now
             if parser.complete:
                 result.end_s = now
         result.comments = parser.comments
@@ -345,8 +340,6 @@ def _exchange(
             error_class = "http_5xx" if head.status >= 500 else "http_4xx"
             keep = head.keep_alive
             return _fail(result, error_class, f"HTTP {head.status}: {body[:240]}")
-        if not result.done_seen and result.finish_reason is None:
-            return _fail(result, "stream_cut", "stream ended without [DONE] or finish_reason")
         keep = head.keep_alive and (head.chunked or head.content_length is not None)
         return result
     except TimeoutError:
@@ -364,3 +357,45 @@ def _exchange(
             pool.give(sock)
         else:
             _close(sock)
+
+
+PAYLOAD_ERRORS = ("malformed_chunk", "server_error_event")
+
+
+def classify_stream(result: StreamResult) -> StreamResult:
+    """Turn the stamped events into content times, usage, timings and the final verdict.
+
+    A malformed payload or an `{"error": ...}` event makes the request fail with that class
+    (it outranks the transport's view, e.g. the connection closed right after it); a stream
+    whose message ended without `[DONE]` or a finish_reason is `stream_cut`. Idempotent.
+    """
+    if result.classified:
+        return result
+    result.classified = True
+    payload_error: tuple[str, str] | None = None
+    for stamp, payload in result.events:
+        info = classify_payload(payload)
+        kind = info.kind
+        if kind == "content":
+            result.content_times_s.append(stamp)
+        elif kind == "empty":
+            result.empty_chunks += 1
+        elif kind == "done":
+            result.done_seen = True
+        elif payload_error is None:
+            if kind == "error":
+                payload_error = ("server_error_event", info.error or "error event")
+            else:
+                payload_error = ("malformed_chunk", f"not JSON: {info.error}")
+        if info.finish_reason:
+            result.finish_reason = info.finish_reason
+        if info.usage is not None:
+            result.usage = info.usage
+        if info.timings is not None:
+            result.timings = info.timings
+    result.events = []
+    if payload_error is not None and result.error_class not in ("http_4xx", "http_5xx"):
+        return _fail(result, *payload_error)
+    if result.error_class is None and not result.done_seen and result.finish_reason is None:
+        return _fail(result, "stream_cut", "stream ended without [DONE] or finish_reason")
+    return result

@@ -39,7 +39,13 @@ from gevent.event import AsyncResult, Event
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from quantload.load.client import ConnectionPool, Endpoint, StreamResult, stream_request
+from quantload.load.client import (
+    ConnectionPool,
+    Endpoint,
+    StreamResult,
+    classify_stream,
+    stream_request,
+)
 from quantload.load.measure import aborted_record, build_record
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
@@ -275,7 +281,9 @@ class LoadRuntime:
         deadline = gevent.Timeout(stage.request_timeout_s)
         deadline.start()
         try:
-            result = stream_request(pool, request, stage.request_timeout_s, socket_deadline=False)
+            result = stream_request(
+                pool, request, stage.request_timeout_s, socket_deadline=False, classify=False
+            )
         except gevent.Timeout as fired:
             if fired is not deadline:
                 raise
@@ -293,7 +301,7 @@ class LoadRuntime:
         lag_s = result.sent_perf_s - intended
         if not result.ok:
             result.end_s = time.perf_counter() - result.sent_perf_s
-        if not result.ok:  # failures are recorded at once: the circuit breaker must see them
+        if not result.ok:  # transport failures are recorded at once: the breaker must see them
             self._record(ticket, result, lag_s, stage.path)
             return
         self._finished.append((ticket, result, lag_s, stage.path))
@@ -312,6 +320,9 @@ class LoadRuntime:
 
     def _record(self, ticket: Ticket, result: StreamResult, lag_s: float, route: str) -> None:
         try:
+            classify_stream(result)
+            if not result.ok and result.end_s is None:
+                result.end_s = result.content_times_s[-1] if result.content_times_s else 0.0
             record = build_record(ticket, result, lag_s, self.worker)
             self.sink.put(record)
             if not ticket.warmup:

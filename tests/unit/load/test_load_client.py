@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from quantload.llamacpp.server import free_port
-from quantload.load.client import ConnectionPool, Endpoint, EndpointError, stream_request
+from quantload.load.client import ConnectionPool, Endpoint, EndpointError, classify_stream, stream_request
 from quantload.load.fakeserver import FakeScript, FakeServer
 
 
@@ -157,3 +157,16 @@ def test_a_dead_kept_alive_connection_is_retried_once_on_a_fresh_one() -> None:
     assert first.ok and second.ok, (first.error, second.error)
     assert second.retried_stale and not second.connection_reused
     assert pool.server_closes_streams  # learned: later requests open fresh connections
+
+
+def test_classification_can_wait_until_after_the_stream(server: FakeServer) -> None:
+    endpoint = Endpoint.from_url(server.url)
+    pool = ConnectionPool(endpoint, reuse="never")
+    raw = stream_request(pool, endpoint.request_bytes(body()), 5.0, classify=False)
+    assert raw.ok and raw.events and not raw.content_times_s  # only stamped so far
+    done = classify_stream(raw)
+    assert done is raw and done.ok and len(done.content_times_s) == 6 and not done.events
+    assert classify_stream(done) is done  # idempotent
+    cut = stream_request(pool, endpoint.request_bytes(body("[[fake fault=malformed_after:2]]")), 5.0, classify=False)
+    assert cut.error_class == "stream_cut"  # what the transport saw: the server hung up
+    assert classify_stream(cut).error_class == "malformed_chunk"  # what really went wrong
