@@ -37,6 +37,7 @@ class ServerSpec:
     gpu_layers: int = 0
     api_key: str | None = None
     verbosity: int = 4
+    slot_save_path: Path | None = None  # enables /slots actions (erase) for a known cache state
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
@@ -79,6 +80,8 @@ class ServerSpec:
             args += ["-t", str(self.threads)]
         if self.api_key:
             args += ["--api-key", self.api_key]
+        if self.slot_save_path is not None:
+            args += ["--slot-save-path", str(self.slot_save_path)]
         return [*args, *self.extra_args]
 
 

@@ -12,6 +12,7 @@ run too. A server that dies marks its quantization's remaining steps failed and 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shutil
 import time
@@ -45,6 +46,7 @@ from quantload.rundir import (
 from quantload.stack.run_state import RunState
 
 PREPARED_DIR = "prepared"
+SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
 
 
 class RunView(Protocol):
@@ -170,14 +172,18 @@ class NativeRun:
             self._quality(toolchain, manifest)
             self._speed(toolchain, manifest)
             self._serve_and_load(toolchain, manifest)
-            self._report()
+            self.children.stop_servers()
+            self.children.stop_exporter()
             status = "finished"
+            self.state.finish("finished")
+            self._report()
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
             self.children.stop_all()
-            self.state.finish(status)  # type: ignore[arg-type]
+            if self.state.data["status"] == "running":
+                self.state.finish(status)  # type: ignore[arg-type]
         return self.run_dir
 
     @contextlib.contextmanager
@@ -229,6 +235,10 @@ class NativeRun:
             result.append(manifest)
         return _absolute(result[0], folder)
 
+    def _quants(self, manifest: Manifest) -> list[str]:
+        """The quantizations asked for, in the order asked (the manifest also holds the F16 base)."""
+        return [quant for quant in self.settings.model.quants if quant in manifest.files]
+
     def _quality(self, toolchain: Toolchain, manifest: Manifest) -> None:
         from quantload.quality.dataset import resolve_dataset
         from quantload.quality.measure import measure_quality
@@ -241,7 +251,8 @@ class NativeRun:
             self.state.skip("quality", None, error.one_line())
             self.view.message(f"quality skipped: {error.one_line()}")
             return
-        for quant, entry in manifest.files.items():
+        for quant in self._quants(manifest):
+            entry = manifest.files[quant]
             with self._step("quality", quant, f"perplexity {quant}") as step:
                 started = time.monotonic()
                 result = measure_quality(
@@ -262,7 +273,8 @@ class NativeRun:
             started = time.monotonic()
             limits = probe_machine(self.cache / "machine")
             step.busy_seconds = time.monotonic() - started
-        for quant, entry in manifest.files.items():
+        for quant in self._quants(manifest):
+            entry = manifest.files[quant]
             with self._step("speed", quant, f"llama-bench {quant}") as step:
                 started = time.monotonic()
                 bench = measure_speed(
@@ -285,7 +297,7 @@ class NativeRun:
         self.exporter_port = free_port(self.settings.observe.exporter_host)
         self.loadgen_port = free_port(self.settings.load.metrics_host)
         self._start_prometheus()
-        quants = list(manifest.files)
+        quants = self._quants(manifest)
         if self.settings.run.servers_at_once:
             self.state.note("servers ran all at once (they shared this machine's cores)")
             served = [s for s in (self._start_server(toolchain, manifest, q) for q in quants) if s]
@@ -340,7 +352,10 @@ class NativeRun:
         model_path = Path(entry.path)
         alias = f"{manifest.source.get('name', 'model')}-{quant}"
         log_path = self.run_dir / LOGS_DIR / f"llama-server-{quant}.log"
-        spec = ServerSpec.from_settings(self.settings.server, model_path, alias)
+        spec = dataclasses.replace(
+            ServerSpec.from_settings(self.settings.server, model_path, alias),
+            slot_save_path=self.run_dir / SLOTS_DIR,
+        )
         server = LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
         started: list[_Served] = []
         with self._step("serve", quant, f"start llama-server {quant}") as step:

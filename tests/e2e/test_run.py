@@ -1,0 +1,127 @@
+"""`quantload run` end to end on the tiny model: real llama-server, Prometheus, Locust, report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quantload.llamacpp.toolchain import Toolchain
+
+from .conftest import only_run_dir
+
+pytestmark = pytest.mark.integration
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
+    run = _json(ci_run / "run.json")
+    assert run["status"] == "finished"
+    steps = {(s["name"], s["quant"]): s for s in run["steps"]}
+    for quant in ("F16", "Q8_0", "Q4_K_M"):
+        for name in ("quality", "speed", "serve", "kv", "load", "prefix_cache"):
+            assert steps[(name, quant)]["status"] == "ok", steps[(name, quant)]
+    assert steps[("report", None)]["status"] == "ok"
+    assert run["prometheus"]["available"] is True
+    assert all(server["status"] == "ok" for server in run["servers"].values())
+    logs = {p.name for p in (ci_run / "logs").iterdir()}
+    assert {"llama-server-F16.log", "llama-server-Q8_0.log", "llama-server-Q4_K_M.log", "prometheus.log"} <= logs
+    assert any(name.startswith("locust-") for name in logs)
+
+
+def test_every_report_section_has_numbers(ci_run: Path) -> None:
+    summary = _json(ci_run / "summary.json")
+    assert summary["not_measured"] == []
+    assert summary["quants"] == ["F16", "Q8_0", "Q4_K_M"]
+    for row in summary["table"]:
+        for key in ("file_size_bytes", "perplexity", "perplexity_error", "prefill_tok_s", "decode_tok_s",
+                    "ttft_p50_s_at_1_users", "ttft_p99_s_at_2_users", "output_tok_s_at_2_users"):
+            assert _number(row[key]), (row["quant"], key, row[key])
+    assert {(level["quant"], level["users"]) for level in summary["sweep_levels"]} == {
+        (q, u) for q in ("F16", "Q8_0", "Q4_K_M") for u in (1, 2)
+    }
+    assert all(_number(c["output_tok_s"]) or c["max_users"] is None for c in summary["capacity"])
+    assert all(c["sentence"] for c in summary["capacity"])
+    for entry in summary["prompt_cache"]:
+        assert _number(entry["off"]["ttft_p50_s"]) and _number(entry["on"]["ttft_p50_s"])
+        assert entry["on"]["cache_n_mean"] > entry["off"]["cache_n_mean"] == 0
+    assert all(entry["diff_pct"] == 0.0 for entry in summary["kv"])
+    assert all(_number(entry["fraction_of_ceiling"]) for entry in summary["roofline"])
+    assert all(_number(split["prefill_p50_s"]) for split in summary["ttft_split"])
+    assert summary["littles_law"] and summary["prometheus"]["histogram_check"]
+    with (ci_run / "table.csv").open() as handle:
+        assert [row["quant"] for row in csv.DictReader(handle)] == ["F16", "Q8_0", "Q4_K_M"]
+    for plot in summary["files"]["plots"]:
+        assert (ci_run / plot).stat().st_size > 10_000
+    html = (ci_run / "report.html").read_text()
+    assert "data:image/png;base64," in html and "<table" in html
+
+
+def test_report_can_be_rebuilt_from_the_run_directory_alone(ci_run: Path, tmp_path: Path) -> None:
+    from .conftest import run_quantload
+
+    result = run_quantload(["report", str(ci_run)], cwd=tmp_path, timeout_s=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (ci_run / "report.html").is_file()
+
+
+def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
+    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUANTLOAD_") or k == "QUANTLOAD_LLAMA_BIN"}
+    env["QUANTLOAD_MODEL__QUANTS"] = '["Q8_0", "Q4_K_M"]'
+    env["QUANTLOAD_LOAD__REPEATS"] = "3"
+    command = [sys.executable, "-m", "quantload.cli.main", "run", "--model", "tiny", "--profile", "ci",
+               "--out", str(tmp_path)]
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed_pid = None
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and process.poll() is None and killed_pid is None:
+            time.sleep(0.2)
+            runs = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+            if not runs:
+                continue
+            try:
+                run = _json(runs[0] / "run.json")
+            except ValueError:
+                continue
+            loading = [s for s in run["steps"] if s["name"] == "load" and s["quant"] == "Q8_0" and s["status"] == "running"]
+            if loading and (runs[0] / "records.jsonl").is_file() and (runs[0] / "records.jsonl").stat().st_size > 0:
+                killed_pid = run["servers"]["Q8_0"]["pid"]
+                os.kill(killed_pid, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert killed_pid is not None, "the Q8_0 load step was never seen running"
+    assert process.returncode == 0, stderr[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    run = _json(run_dir / "run.json")
+    assert run["status"] == "finished"
+    assert run["servers"]["Q8_0"]["status"] == "died"
+    assert run["servers"]["Q4_K_M"]["status"] == "ok"
+    steps = {(s["name"], s["quant"]): s for s in run["steps"]}
+    assert steps[("load", "Q8_0")]["status"] == "failed"
+    assert steps[("prefix_cache", "Q8_0")]["status"] == "skipped"
+    assert steps[("load", "Q4_K_M")]["status"] == "ok"
+    summary = _json(run_dir / "summary.json")
+    q4 = next(row for row in summary["table"] if row["quant"] == "Q4_K_M")
+    assert _number(q4["ttft_p50_s_at_1_users"])
+    report = (run_dir / "report.md").read_text()
+    assert "Q8_0" in report and "died" in report
