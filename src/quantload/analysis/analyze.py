@@ -91,7 +91,8 @@ def _quant_gaps(
             why = (
                 "no sweep stage completed: "
                 + "; ".join(
-                    f"{s.users} users #{s.repeat} {s.status} ({s.reason})" for s in sweep.itertuples()
+                    f"{s.users} user(s), repeat {s.repeat}: {s.status} ({s.reason})"
+                    for s in sweep.itertuples()
                 )
                 if not sweep.empty
                 else run.step_why("load", quant, RECORDS_JSONL)
@@ -131,6 +132,11 @@ def analyze(
     levels = level_table(stages, "sweep", "users", quants)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
     notes = list(run.reading_notes) + _excluded_notes(levels)
+    if run.stages.empty and not run.records.empty:
+        notes.append(
+            "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
+            " are used as they are"
+        )
     windows = stage_windows(run.records, stages)
     series = pd.DataFrame(columns=["metric", "quant", "unix_s", "value"])
     hist = pd.DataFrame()

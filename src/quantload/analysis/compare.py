@@ -46,6 +46,15 @@ class Metric:
     read: Callable[[Analysis, str], float | None]
     show: Callable[[float | None], str]
     lower_is_better: bool
+    signed: bool = False  # `show` already prints a sign
+
+    def delta_text(self, delta: float | None) -> str:
+        """B - A in the figure's own units, with its sign."""
+        if delta is None:
+            return fmt.DASH
+        if self.signed:
+            return self.show(delta)
+        return ("+" if delta > 0 else "−" if delta < 0 else "±") + self.show(abs(delta))
 
 
 def _seed(column: str) -> Callable[[Analysis, str], float | None]:
@@ -93,7 +102,7 @@ def metrics(levels: list[int]) -> list[Metric]:
         Metric(
             "prompt-cache TTFT p50 speed-up", _cache_speedup, lambda v: f"{v:.2f}×" if v else fmt.DASH, False
         ),
-        Metric("KV predicted vs reported", _kv_diff, lambda v: fmt.percent(v, 2, True), True),
+        Metric("KV predicted vs reported", _kv_diff, lambda v: fmt.percent(v, 2, True), True, signed=True),
     ]
     return chosen
 
@@ -121,50 +130,38 @@ def _offline(run_dir: Path, settings: ReportSettings) -> Analysis:
     return analyze(run, settings, PromConnection(None, "", ["not read for a comparison"]), 1.0)
 
 
-def compare_frame(a: Analysis, b: Analysis) -> tuple[pd.DataFrame, list[Metric]]:
-    """One row per (quant, metric) present in either run."""
+def compare_rows(a: Analysis, b: Analysis) -> tuple[list[dict[str, Any]], list[Metric]]:
+    """One row per (quant, metric) of either run: a, b, delta, delta_frac, better."""
     levels = sorted(set(users_levels(a.run, a.levels)) | set(users_levels(b.run, b.levels)))
     chosen = metrics(levels)
     quants = list(dict.fromkeys([*a.quants, *b.quants]))
-    rows = [_delta_row(metric, quant, a, b) for quant in quants for metric in chosen]
-    return pd.DataFrame(rows), chosen
+    return [_delta_row(metric, quant, a, b) for quant in quants for metric in chosen], chosen
 
 
-def _document(a: Analysis, b: Analysis, frame: pd.DataFrame, chosen: list[Metric]) -> Document:
-    shows = {m.name: m.show for m in chosen}
+def _document(a: Analysis, b: Analysis, rows: list[dict[str, Any]], chosen: list[Metric]) -> Document:
+    by_name = {m.name: m for m in chosen}
     facts = [("run", a.header.run_id, b.header.run_id)]
-    for label, _ in a.header.facts()[1:]:
-        left = dict(a.header.facts()).get(label, fmt.DASH)
-        right = dict(b.header.facts()).get(label, fmt.DASH)
-        facts.append((label, left, right))
+    right = dict(b.header.facts())
+    for label, left in a.header.facts()[1:]:
+        facts.append((label, left, right.get(label, fmt.DASH)))
     blocks: list[Block] = [Table(("", "A", "B"), tuple(facts), (False, False, False))]
-    rows = []
-    for r in frame.to_dict("records"):
-        show = shows[r["metric"]]
-        delta = r["delta"]
-        delta_text = (
-            fmt.DASH
-            if delta is None or pd.isna(delta)
-            else (
-                ("+" if delta > 0 else "") + show(delta)
-                if "TTFT" in r["metric"] or "size" in r["metric"]
-                else f"{delta:+,.3g}"
-            )
-        )
-        rows.append(
+    cells = []
+    for r in rows:
+        metric = by_name[r["metric"]]
+        cells.append(
             (
                 str(r["quant"]),
-                str(r["metric"]),
-                show(r["a"]),
-                show(r["b"]),
-                delta_text,
+                metric.name,
+                metric.show(r["a"]),
+                metric.show(r["b"]),
+                metric.delta_text(r["delta"]),
                 fmt.percent(r["delta_frac"], 1, True),
                 r["better"] or fmt.DASH,
             )
         )
     table = Table(
         ("quant", "figure", "A", "B", "B − A", "change", "better"),
-        tuple(rows),
+        tuple(cells),
         (False, False, True, True, True, True, False),
         "Load figures are medians of repeats; – = not measured in that run, so no delta.",
     )
@@ -200,10 +197,10 @@ def compare_runs(
     a, b = _offline(run_a, slo), _offline(run_b, slo)
     out = out_dir or Path.cwd() / f"compare-{a.header.run_id}-vs-{b.header.run_id}"
     out.mkdir(parents=True, exist_ok=True)
-    frame, chosen = compare_frame(a, b)
-    document = _document(a, b, frame, chosen)
+    rows, chosen = compare_rows(a, b)
+    document = _document(a, b, rows, chosen)
     paths = ComparePaths(out / COMPARE_MD, out / COMPARE_HTML, out / COMPARE_CSV)
     paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
-    frame.to_csv(paths.csv, index=False, float_format="%.6g")
+    pd.DataFrame(rows).to_csv(paths.csv, index=False, float_format="%.6g")
     return paths

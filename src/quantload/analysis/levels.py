@@ -1,7 +1,8 @@
 """Load figures per level (users, rate or cache state): the median of the repeats and their range.
 
-Only complete stages (status "ok") count; failed, aborted and unfinished ones are named in the
-row's `excluded` so the reader sees what a figure does not include.
+Only complete stages count (status "ok", or "unrecorded" when stages.jsonl is absent); failed,
+aborted and unfinished ones are named in the row's `excluded`, so the reader sees what a figure
+leaves out.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from quantload.analysis.stages import USABLE
 from quantload.analysis.stats import spread
 
 LEVEL_METRICS: tuple[str, ...] = (
@@ -31,7 +33,7 @@ LEVEL_METRICS: tuple[str, ...] = (
 
 
 def _excluded(group: pd.DataFrame) -> list[str]:
-    bad = group[group["status"] != "ok"]
+    bad = group[~group["status"].isin(USABLE)]
     return [
         f"repeat {row.repeat}: {row.status} ({row.reason or 'no reason given'})" for row in bad.itertuples()
     ]
@@ -44,7 +46,7 @@ def level_table(stages: pd.DataFrame, experiment: str, key: str, quant_order: Se
     chosen = stages[stages["experiment"] == experiment]
     rows: list[dict[str, Any]] = []
     for (quant, level), group in chosen.groupby(["quant", key], sort=False, dropna=True):
-        used = group[group["status"] == "ok"]
+        used = group[group["status"].isin(USABLE)]
         row: dict[str, Any] = {
             "quant": quant,
             key: level,

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from quantload.analysis.stages import USABLE
 from quantload.analysis.stats import relative_diff
 
 TOLERANCE = 0.10
@@ -68,7 +69,7 @@ def stage_windows(records: pd.DataFrame, stages: pd.DataFrame) -> list[Window]:
     if stages.empty:
         return windows
     for stage in stages.itertuples():
-        if stage.experiment not in EXPERIMENTS or stage.status != "ok":
+        if stage.experiment not in EXPERIMENTS or stage.status not in USABLE:
             continue
         frame = _stage_records(records, str(stage.stage_id))
         if len(frame) < 2:

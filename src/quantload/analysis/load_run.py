@@ -139,27 +139,35 @@ class RunData:
         return seen
 
     def step_why(self, name: str, quant: str | None, what_file: str) -> str:
-        """Why a step's output is missing, from run.json's account of the step."""
+        """Why a step's output (the whole file, or one quant's entry) is missing, from run.json."""
         steps = [s for s in self.run.get("steps", []) if isinstance(s, dict) and s.get("name") == name]
-        mine = [s for s in steps if quant is None or s.get("quant") in (quant, None)]
-        if mine:
-            step = mine[-1]
-            status, error = step.get("status"), step.get("error")
-            label = f"the {name} step" + (f" for {step['quant']}" if step.get("quant") else "")
-            if status == "failed":
-                return f"{label} failed: {error or 'no reason recorded'}"
-            if status == "skipped":
-                return f"{label} was skipped: {error or 'no reason recorded'}"
-            if status == "running":
-                return f"{label} was still running when the run stopped"
-            return f"{label} finished but {what_file} has no entry for it"
+        if quant is not None:
+            steps = [s for s in steps if s.get("quant") in (quant, None)]
+        missing = f"{what_file} has no entry for {quant}" if quant else f"{what_file} is absent"
+        if steps:
+            troubles = [_step_trouble(name, s) for s in steps if s.get("status") != "ok"]
+            if troubles:
+                return "; ".join(troubles)
+            return f"{missing} although run.json records the {name} step as done (moved or deleted?)"
         status = self.run.get("status")
         if status in ("running", "interrupted", "failed"):
             state = "is still running or stopped" if status == "running" else str(status)
             return f"the run {state} before the {name} step"
         if not self.run:
-            return f"{what_file} is absent and there is no run.json to say why"
-        return f"{what_file} is absent and run.json does not mention a {name} step"
+            return f"{missing} and there is no run.json to say why"
+        return f"{missing} and run.json does not mention a {name} step"
+
+
+def _step_trouble(name: str, step: dict[str, Any]) -> str:
+    label = f"the {name} step" + (f" for {step['quant']}" if step.get("quant") else "")
+    status, error = step.get("status"), step.get("error") or "no reason recorded"
+    if status == "failed":
+        return f"{label} failed: {error}"
+    if status == "skipped":
+        return f"{label} was skipped: {error}"
+    if status == "running":
+        return f"{label} was still running when the run stopped"
+    return f"{label} ended as {status!r}"
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:

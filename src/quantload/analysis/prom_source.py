@@ -70,8 +70,9 @@ def _try(url: str, window: TimeWindow, label: str, why_not: list[str]) -> Promet
 def _tsdb(run: RunData) -> Path | None:
     """The saved TSDB folder (the one holding `wal/`), if the run kept one."""
     recorded = run.run.get("prometheus", {}) if isinstance(run.run.get("prometheus"), dict) else {}
-    bases = [Path(str(recorded["data_dir"]))] if recorded.get("data_dir") else []
-    bases.append(run.run_dir / PROMETHEUS_DIR)
+    bases = [run.run_dir / PROMETHEUS_DIR]
+    if recorded.get("data_dir"):
+        bases.append(Path(str(recorded["data_dir"])))
     for base in bases:
         for candidate in (base / "data", base):
             if (candidate / "wal").is_dir():

@@ -11,6 +11,8 @@ from quantload.analysis.stats import finite, mean, percentile
 from quantload.config import ReportSettings
 
 UNFINISHED = "unfinished"  # records but no stage_end line: the run stopped inside the stage
+UNRECORDED = "unrecorded"  # stages.jsonl absent: completeness unknown, the records are used as they are
+USABLE = ("ok", UNRECORDED)
 
 
 def _stage_events(stages: pd.DataFrame) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -57,7 +59,12 @@ def _throughput(ok: pd.DataFrame, good: int) -> dict[str, float | None]:
 
 
 def _one_stage(
-    stage_id: str, frame: pd.DataFrame, start: dict[str, Any], end: dict[str, Any], slo: ReportSettings
+    stage_id: str,
+    frame: pd.DataFrame,
+    start: dict[str, Any],
+    end: dict[str, Any],
+    slo: ReportSettings,
+    no_stage_lines: bool,
 ) -> dict[str, Any]:
     head: dict[str, Any] = end or start or (frame.iloc[0].to_dict() if not frame.empty else {})
     ok = frame[frame["ok"]]
@@ -74,8 +81,12 @@ def _one_stage(
         "rate_rps": head.get("stage_rate_rps"),
         "repeat": head.get("repeat"),
         "cache_prompt": bool(head.get("cache_prompt")),
-        "status": end.get("status") if end else UNFINISHED,
-        "reason": end.get("reason") if end else "no stage_end line: the run stopped inside this stage",
+        "status": end.get("status") if end else (UNRECORDED if no_stage_lines else UNFINISHED),
+        "reason": end.get("reason")
+        if end
+        else "stages.jsonl is absent"
+        if no_stage_lines
+        else "no stage_end line: the run stopped inside this stage",
         "started_unix_s": start.get("unix_s") if start else None,
         "ended_unix_s": end.get("unix_s") if end else None,
         "requests": requests,
@@ -109,7 +120,11 @@ def stage_table(run: RunData, slo: ReportSettings) -> pd.DataFrame:
     rows = []
     for stage_id in ids:
         frame = measured[measured["stage_id"] == stage_id]
-        rows.append(_one_stage(stage_id, frame, starts.get(stage_id, {}), ends.get(stage_id, {}), slo))
+        rows.append(
+            _one_stage(
+                stage_id, frame, starts.get(stage_id, {}), ends.get(stage_id, {}), slo, run.stages.empty
+            )
+        )
     table = pd.DataFrame(rows)
     if table.empty:
         return table

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from quantload.analysis.levels import sort_by_quant
+from quantload.analysis.stages import USABLE
 from quantload.analysis.stats import percentile
 
 
@@ -22,7 +23,7 @@ def ttft_split_table(
     """Per (quant, users): TTFT, prefill and queueing+network p50/p99, pooled over complete repeats."""
     if stages.empty or records.empty:
         return pd.DataFrame()
-    complete = stages[(stages["experiment"] == experiment) & (stages["status"] == "ok")]
+    complete = stages[(stages["experiment"] == experiment) & stages["status"].isin(USABLE)]
     ids = set(complete["stage_id"].astype(str))
     chosen = records[records["stage_id"].isin(ids) & records["ok"] & ~records["warmup"]]
     chosen = chosen.dropna(subset=["ttft_s", "prompt_ms"])
