@@ -222,3 +222,39 @@ def test_locustfile_interactive_mode_shows_ttft_and_tpot_and_serves_metrics(
     assert records and {r.experiment for r in records} == {"interactive"}
     assert scraped, "the load generator's /metrics never showed a TTFT observation"
     assert 'quantload_stage_info{experiment="interactive"' in scraped[-1]
+
+
+def test_locustfile_distributed_workers_send_their_records_to_the_master(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    master_port = free_port()
+    locustfile = str(REPO / "locustfiles" / "chat_stream.py")
+    common = ["--ql-server", "fake", "--ql-quant", "Q8_0", "--ql-metrics-port", "0"]
+    master = subprocess.Popen(
+        [
+            sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless",
+            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
+            "--expect-workers", "1", "-u", "2", "-r", "2", "-t", "5s", "--host", fake.url,
+            "--only-summary", "--ql-out", str(tmp_path / "out"), *common,
+        ],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [
+            sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
+            "--master-port", str(master_port), *common,
+        ],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _, err = master.communicate(timeout=90)
+        worker.wait(30)
+    finally:
+        for process in (master, worker):
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
+    assert master.returncode == 0, err[-2000:]
+    records = records_of(tmp_path / "out")
+    assert records and all(r.ok for r in records)
+    assert {r.worker for r in records} == {f"{r.worker.split(':')[0]}:{worker.pid}" for r in records[:1]}
