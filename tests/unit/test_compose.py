@@ -1,0 +1,771 @@
+"""The compose stack checked without a Docker engine.
+
+What is checked, and with what:
+- the files as compose reads them (anchors, `${VAR:-default}` interpolation with .env.example);
+- a real compose implementation's `config` (docker compose v2, else Debian's docker-compose 1.29.2)
+  on the base file and with the GPU override, then the Compose Specification JSON schema (shipped
+  in the npm package dclint) on what it produced, and dclint's own rules;
+- every command: quantload subcommands and flags through the real CLI, Locust's through Locust's
+  own parser, llama-server's flags and LLAMA_* variables against the pinned llama.cpp source;
+- ports, images, mounts, secrets, health and start order;
+- the Dockerfile: hadolint, base images, build context, non-root user, tool folder; and the
+  prepare job's script run against a stand-in `quantload`.
+
+dclint rules switched off (tests/unit/compose/dclint.json): `require-project-name-field` (a
+top-level `name` is rejected by docker-compose 1.29, and the project name follows the folder or
+`-p`), `no-unbound-port-interfaces` and `require-quotes-in-ports` (dclint reads
+`${QL_BIND_ADDRESS:-127.0.0.1}:...` without interpolating it; the bindings are checked here after
+interpolation), and the four ordering rules (the file follows the order of a run).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from compose.cli_args import BadParameter, UsageError, check_quantload_argv
+from compose.dockerfile import DockerIgnore, copy_sources, env_assignments, parse_dockerfile
+from compose.llama_args import arg_cpp_path, flags_in, parse_arg_cpp, server_env, server_flags
+from compose.stack import (
+    BASE_FILE,
+    ENV_EXAMPLE,
+    GPU_FILE,
+    REPO,
+    MissingVariable,
+    all_strings,
+    command_of,
+    env_example,
+    environment_of,
+    example_env,
+    interpolate,
+    interpolate_tree,
+    is_quantload,
+    option_value,
+    parse_port,
+    read_yaml,
+    references,
+    services,
+)
+from compose.tools import (
+    INSTALL_HINTS,
+    compose_command,
+    compose_schema,
+    dclint_command,
+    hadolint_command,
+)
+
+from quantload.config import load_config
+from quantload.llamacpp.build import TOOL_NAMES
+from quantload.llamacpp.sdist import PINNED_SDIST
+
+DOCKERFILE = REPO / "services" / "quantload" / "Dockerfile"
+DOCKERIGNORE = REPO / "services" / "quantload" / "Dockerfile.dockerignore"
+PREPARE_SCRIPT = REPO / "services" / "quantload" / "prepare.sh"
+DCLINT_CONFIG = Path(__file__).parent / "compose" / "dclint.json"
+SERVERS = {"llama-f16": "F16", "llama-q8-0": "Q8_0", "llama-q4-k-m": "Q4_K_M"}
+LONG_RUNNING = {*SERVERS, "exporter", "prometheus", "grafana", "locust-master", "locust-worker"}
+ON_DEMAND = {"load": "load", "report": "report"}
+LLAMA_BUILD = f"b{PINNED_SDIST.version.split('.')[0]}"
+LOOPBACK = "127.0.0.1"
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict[str, Any]:
+    """docker-compose.yml parsed, not interpolated."""
+    return read_yaml(BASE_FILE)
+
+
+@pytest.fixture(scope="module")
+def gpu_raw() -> dict[str, Any]:
+    """docker-compose.gpu.yml parsed, not interpolated."""
+    return read_yaml(GPU_FILE)
+
+
+@pytest.fixture(scope="module")
+def stack(raw: dict[str, Any]) -> dict[str, Any]:
+    """docker-compose.yml interpolated with .env.example's values."""
+    resolved: dict[str, Any] = interpolate_tree(raw, example_env())
+    return resolved
+
+
+@pytest.fixture(scope="module")
+def llama_options() -> Any:
+    """llama-server's options from the pinned source tree, or a skip when it is not cached."""
+    path = arg_cpp_path()
+    if not path.is_file():
+        pytest.skip(f"pinned llama.cpp source not cached ({path}): run 'quantload toolchain'")
+    return parse_arg_cpp(path.read_text(encoding="utf-8"))
+
+
+def _tool(command: list[str] | None, name: str) -> list[str]:
+    if command is None:
+        pytest.skip(f"{name} not installed ({INSTALL_HINTS[name]})")
+    assert command is not None
+    return command
+
+
+# ---------------------------------------------------------------- the files and .env.example
+
+
+def test_the_stack_has_every_service(raw: dict[str, Any]) -> None:
+    assert set(services(raw)) == {"prepare", *LONG_RUNNING, *ON_DEMAND}
+
+
+def test_env_example_lists_every_variable_with_the_compose_default() -> None:
+    texts = [BASE_FILE.read_text(encoding="utf-8"), GPU_FILE.read_text(encoding="utf-8")]
+    used = [ref for text in texts for ref in references(text)]
+    documented = env_example()
+    assert {ref.name for ref in used} == set(documented), "compose variables and .env.example differ"
+    for ref in used:
+        if ref.operator in (":-", "-"):
+            assert documented[ref.name] == ref.default, f"{ref.name}: .env.example and compose disagree"
+    # The two secrets have no value anywhere; everything else has a default in the files.
+    assert documented["GRAFANA_ADMIN_PASSWORD"] == "" and documented["LLAMA_API_KEY"] == ""
+    unguarded = {ref.name for ref in used if ref.operator == ""}
+    assert not unguarded, f"variables without a default: {unguarded}"
+
+
+def test_env_example_explains_every_variable() -> None:
+    lines = ENV_EXAMPLE.read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            # each assignment sits under a comment, possibly after sibling assignments
+            above = reversed(lines[:index])
+            first_non_assignment = next(row for row in above if not re.match(r"^[A-Z_0-9]+=", row))
+            assert first_non_assignment.startswith("#"), f"no comment above {line!r}"
+
+
+def test_interpolating_with_nothing_set_equals_the_example(raw: dict[str, Any]) -> None:
+    """.env.example is documentation of the defaults, not a requirement (bar the password)."""
+    bare = interpolate_tree(raw, {"GRAFANA_ADMIN_PASSWORD": "not-a-real-password"})
+    assert bare == interpolate_tree(raw, example_env())
+
+
+def test_grafana_refuses_to_start_without_a_password(raw: dict[str, Any]) -> None:
+    with pytest.raises(MissingVariable, match="GRAFANA_ADMIN_PASSWORD"):
+        interpolate_tree(raw, {})
+    grafana = raw["services"]["grafana"]["environment"]
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "${GRAFANA_ANONYMOUS_VIEWER:-false}"
+    assert grafana["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+
+
+# ---------------------------------------------------------------- ports, images, mounts
+
+
+@pytest.mark.parametrize("path", [BASE_FILE, GPU_FILE], ids=lambda p: p.name)
+def test_every_published_port_binds_to_loopback_by_default(path: Path) -> None:
+    resolved = interpolate_tree(read_yaml(path), example_env())
+    published = 0
+    for name, service in services(resolved).items():
+        assert service.get("network_mode") != "host", f"{name} uses the host network"
+        for entry in service.get("ports", []):
+            binding = parse_port(entry)
+            assert binding.host_ip == LOOPBACK, f"{name}: {entry!r} does not bind to {LOOPBACK}"
+            published += 1
+    raw_text = path.read_text(encoding="utf-8")
+    for entry in re.findall(r'^\s*- "(\$\{QL_BIND_ADDRESS[^"]*)"', raw_text, flags=re.M):
+        assert entry.startswith("${QL_BIND_ADDRESS:-127.0.0.1}:"), entry
+    if path == BASE_FILE:
+        assert published == 7  # three servers, Prometheus, Grafana, Locust UI and master
+
+
+def test_published_host_ports_do_not_collide(stack: dict[str, Any]) -> None:
+    ports = [parse_port(e).host_port for s in services(stack).values() for e in s.get("ports", [])]
+    assert len(ports) == len(set(ports)), ports
+    assert "locust-worker" not in {n for n, s in services(stack).items() if s.get("ports")}
+
+
+def _images(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for name, service in services(data).items():
+        if "image" in service:
+            yield name, str(service["image"])
+    for name, service in services(data).items():
+        for key, value in (service.get("build") or {}).get("args", {}).items():
+            if key.endswith("_IMAGE"):
+                yield f"{name} build arg {key}", str(value)
+
+
+@pytest.mark.parametrize("path", [BASE_FILE, GPU_FILE], ids=lambda p: p.name)
+def test_every_image_is_pinned(path: Path) -> None:
+    resolved = interpolate_tree(read_yaml(path), example_env())
+    for where, image in _images(resolved):
+        repository, sep, tag = image.rpartition(":")
+        assert sep and "/" not in tag, f"{where}: {image} has no tag"
+        assert tag not in {"latest", "stable", "edge", "nightly"}, f"{where}: {image}"
+        assert re.search(r"\d", tag), f"{where}: {image} has no version in its tag"
+        if "llama.cpp" in repository:
+            assert tag.endswith(f"-{LLAMA_BUILD}"), f"{where}: {image} is not llama.cpp {LLAMA_BUILD}"
+
+
+def test_llama_cpp_images_match_the_native_pin(stack: dict[str, Any], gpu_raw: dict[str, Any]) -> None:
+    """The servers, the tools in our image and the GPU servers are all the sdist's build."""
+    gpu = interpolate_tree(gpu_raw, example_env())
+    found = {image for _, image in _images(stack) if "llama.cpp" in image}
+    found |= {image for _, image in _images(gpu) if "llama.cpp" in image}
+    prefix = "ghcr.io/ggml-org/llama.cpp:"
+    assert found == {
+        f"{prefix}server-{LLAMA_BUILD}",
+        f"{prefix}full-{LLAMA_BUILD}",
+        f"{prefix}server-cuda-{LLAMA_BUILD}",
+    }
+
+
+def test_our_image_is_tagged_with_the_package_version(stack: dict[str, Any]) -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    ours = {service["image"] for service in services(stack).values() if is_quantload(service)}
+    assert ours == {f"quantload:{version}"}
+    for name, service in services(stack).items():
+        if is_quantload(service):
+            assert service["build"]["dockerfile"] == "services/quantload/Dockerfile", name
+            assert (REPO / service["build"]["context"]).resolve() == REPO
+
+
+def test_every_mount_exists_and_every_volume_is_declared(stack: dict[str, Any]) -> None:
+    declared = set(stack.get("volumes") or {})
+    used: set[str] = set()
+    for name, service in services(stack).items():
+        for entry in service.get("volumes", []):
+            source, target = str(entry).split(":")[:2]
+            assert target.startswith("/"), f"{name}: {entry}"
+            if source.startswith((".", "/")):
+                assert not source.startswith("/"), f"{name}: absolute host path {source}"
+                assert (REPO / source).exists(), f"{name}: {source} is not in the repository"
+            else:
+                assert source in declared, f"{name}: volume {source} is not declared"
+                used.add(source)
+    assert used == declared, f"declared but unused volumes: {declared - used}"
+
+
+def test_prometheus_and_grafana_mount_the_native_files(stack: dict[str, Any]) -> None:
+    prometheus = services(stack)["prometheus"]
+    assert "./prometheus:/etc/prometheus:ro" in prometheus["volumes"]
+    config_flag = next(a for a in command_of(prometheus) if a.startswith("--config.file="))
+    assert config_flag == "--config.file=/etc/prometheus/prometheus.yml"
+    config = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    for rule_file in config["rule_files"]:
+        assert (REPO / "prometheus" / rule_file).is_file(), rule_file
+    grafana = services(stack)["grafana"]
+    mounts = {str(v).split(":")[0]: str(v).split(":")[1] for v in grafana["volumes"]}
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    provider = yaml.safe_load(
+        (REPO / "grafana" / "provisioning" / "dashboards" / "quantload.yml").read_text(encoding="utf-8")
+    )
+    assert mounts["./grafana/dashboards"] == provider["providers"][0]["options"]["path"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (REPO / "grafana" / "dashboards" / Path(home).name).is_file()
+    datasource = yaml.safe_load(
+        (REPO / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    )
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+# ---------------------------------------------------------------- what Prometheus scrapes
+
+
+def _scrape_targets() -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    config = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    static: set[tuple[str, int]] = set()
+    dns: set[tuple[str, int]] = set()
+    for job in config["scrape_configs"]:
+        for group in job.get("static_configs", []):
+            for target in group["targets"]:
+                host, _, port = target.partition(":")
+                static.add((host, int(port)))
+        for sd in job.get("dns_sd_configs", []):
+            dns.update((name, int(sd["port"])) for name in sd["names"])
+    return static, dns
+
+
+def test_prometheus_scrape_addresses_are_services_of_the_stack(stack: dict[str, Any]) -> None:
+    static, dns = _scrape_targets()
+    named = services(stack)
+    exporter = command_of(named["exporter"])
+    master = command_of(named["locust-master"])
+    assert ("exporter", int(option_value(exporter, "--port"))) in static
+    assert option_value(exporter, "--host") == "0.0.0.0"
+    assert ("locust-master", int(option_value(master, "--ql-metrics-port"))) in static
+    assert ("localhost", 9090) in static  # Prometheus itself
+    # Load generators are found by DNS: every locust-worker replica, and the `load` job by alias.
+    (dns_name, dns_port) = next(iter(dns))
+    assert dns == {(dns_name, dns_port)} and dns_name == "locust-worker"
+    assert dns_name in named
+    assert int(option_value(command_of(named["locust-worker"]), "--ql-metrics-port")) == dns_port
+    assert named["load"]["networks"]["default"]["aliases"] == [dns_name]
+    assert int(option_value(command_of(named["load"]), "--metrics-port")) == dns_port
+    for name in ("locust-master", "locust-worker", "load"):
+        assert environment_of(named[name])["QUANTLOAD_LOAD__METRICS_HOST"] == "0.0.0.0"
+
+
+def test_the_exporter_reads_every_server_and_its_log(stack: dict[str, Any]) -> None:
+    command = command_of(services(stack)["exporter"])
+    targets = [command[i + 1] for i, arg in enumerate(command) if arg == "--target"]
+    seen: dict[str, str] = {}
+    for spec in targets:
+        name, _, rest = spec.partition("=")
+        url, *options = rest.split(",")
+        fields = dict(option.split("=", 1) for option in options)
+        assert url == f"http://{name}:8080", spec
+        seen[name] = fields["quant"]
+        log = environment_of(services(stack)[name])["LLAMA_ARG_LOG_FILE"]
+        assert fields["log"] == log, f"{name}: the exporter reads another log than the server writes"
+    assert seen == SERVERS
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _quantload_commands(stack: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        name: command_of(service)
+        for name, service in services(stack).items()
+        if is_quantload(service) and command_of(service)[0] == "quantload"
+    }
+
+
+def test_quantload_services_run_real_subcommands_with_real_flags(stack: dict[str, Any]) -> None:
+    commands = _quantload_commands(stack)
+    assert set(commands) == {"exporter", "load", "report"}
+    for name, argv in commands.items():
+        try:
+            check_quantload_argv(argv)
+        except UsageError as error:
+            pytest.fail(f"{name}: {shlex.join(argv)}: {error.format_message()}")
+
+
+def test_the_cli_check_catches_a_wrong_flag() -> None:
+    with pytest.raises(UsageError, match="No such option"):
+        check_quantload_argv(["quantload", "exporter", "--target", "a=http://a:1", "--no-such-flag"])
+    with pytest.raises(UsageError, match="no such quantload subcommand"):
+        check_quantload_argv(["quantload", "no-such-command"])
+    with pytest.raises(BadParameter):
+        check_quantload_argv(["quantload", "exporter", "--port", "not-a-number"])
+
+
+def test_the_load_job_names_match_the_exporter(stack: dict[str, Any]) -> None:
+    params = check_quantload_argv(_quantload_commands(stack)["load"])
+    assert params["url"] == [f"http://{name}:8080" for name in SERVERS]
+    assert params["name"] == list(SERVERS) and params["quant"] == list(SERVERS.values())
+    assert params["experiment"] == ["sweep", "prefix_cache"]
+    report = check_quantload_argv(_quantload_commands(stack)["report"])
+    assert str(report["run_dir"]) == str(params["out"]) == "/results/compose"
+    assert report["prometheus"] == "http://prometheus:9090"
+
+
+def test_quantload_environment_is_valid_configuration(stack: dict[str, Any], tmp_path: Path) -> None:
+    """Every QUANTLOAD_* variable given to a container is a key quantload accepts."""
+    for name, service in services(stack).items():
+        if not is_quantload(service):
+            continue
+        environ = {k: v for k, v in environment_of(service).items() if k.startswith("QUANTLOAD_")}
+        settings = load_config(tmp_path, environ).settings
+        assert settings.load.metrics_host == "0.0.0.0", name
+        assert settings.server.api_key is None or settings.server.api_key.get_secret_value() == "", name
+
+
+def test_an_api_key_reaches_servers_and_every_client(raw: dict[str, Any]) -> None:
+    with_key = interpolate_tree(raw, example_env(LLAMA_API_KEY="k-123"))
+    api_key_env = _locust_api_key_variable()
+    for name, service in services(with_key).items():
+        environment = environment_of(service)
+        if name in SERVERS:
+            assert environment["LLAMA_API_KEY"] == "k-123", name
+        elif is_quantload(service):
+            assert environment["QUANTLOAD_SERVER__API_KEY"] == "k-123", name
+    assert environment_of(services(with_key)["locust-worker"])[api_key_env] == "k-123"
+    texts = [" ".join(all_strings(s.get("command", []))) for s in services(with_key).values()]
+    assert not any("k-123" in text for text in texts), "the key must not be on a command line"
+
+
+def _locust_api_key_variable() -> str:
+    """API_KEY_ENV of quantload.load.locust_runtime, read without importing Locust here."""
+    source = (REPO / "src" / "quantload" / "load" / "locust_runtime.py").read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "API_KEY_ENV" for t in node.targets
+        ):
+            assert isinstance(node.value, ast.Constant)
+            return str(node.value.value)
+    raise AssertionError("API_KEY_ENV not found")
+
+
+def test_locust_commands_parse_with_the_locustfile(stack: dict[str, Any]) -> None:
+    """Locust's own parser, with quantload's options registered by the locustfile: `--list` parses
+    everything, then lists the user classes and exits without starting anything. Master and worker
+    are checked at the same time."""
+    processes: dict[str, subprocess.Popen[str]] = {}
+    for name in ("locust-master", "locust-worker"):
+        argv = command_of(services(stack)[name])
+        assert argv[:3] == ["locust", "-f", "locustfiles/chat_stream.py"], name
+        assert (REPO / argv[2]).is_file()
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("QUANTLOAD_")}
+        environ.update(environment_of(services(stack)[name]))
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "locust", *argv[1:], "--list"],
+            cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    for name, process in processes.items():
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, f"{name}: {err[-2000:]}"
+        assert "ChatStreamUser" in out, name
+
+
+def test_llama_server_flags_exist_in_the_pinned_source(stack: dict[str, Any], llama_options: Any) -> None:
+    flags = server_flags(llama_options)
+    variables = server_env(llama_options)
+    for name in SERVERS:
+        service = services(stack)[name]
+        argv = command_of(service)
+        unknown = [flag for flag in flags_in(argv) if flag not in flags]
+        assert not unknown, f"{name}: llama-server has no {unknown}"
+        for variable in environment_of(service):
+            assert variable in variables, f"{name}: llama-server reads no {variable}"
+    assert {"-np", "-c", "--metrics", "-lv"} <= set(argv)
+    assert option_value(argv, "-np") == "8" and option_value(argv, "-c") == str(8 * 4096)
+    assert option_value(argv, "-lv") == "4"
+    assert "-kvu" not in argv  # 8 separate slots of 4,096 tokens, as native mode runs them
+
+
+def test_the_source_check_catches_a_wrong_flag(llama_options: Any) -> None:
+    flags = server_flags(llama_options)
+    assert "--no-such-flag" not in flags
+    assert "--kl-divergence" not in flags  # a llama-perplexity option
+    assert {"-m", "--metrics", "-ngl"} <= flags
+
+
+def test_every_server_loads_its_own_quantization(stack: dict[str, Any]) -> None:
+    for name, quant in SERVERS.items():
+        environment = environment_of(services(stack)[name])
+        assert environment["LLAMA_ARG_MODEL"] == f"/models/{quant}.gguf"
+        assert environment["LLAMA_ARG_LOG_FILE"] == f"/results/compose/logs/llama-server-{quant}.log"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX only")
+def test_prometheus_flags_exist(stack: dict[str, Any]) -> None:
+    """Against the prometheus binary native mode uses, when installed (an older 2.x; the same flags)."""
+    binary = subprocess.run(
+        ["sh", "-c", "command -v prometheus"], capture_output=True, text=True, check=False
+    )
+    if binary.returncode != 0:
+        pytest.skip("prometheus not installed (apt-get install prometheus)")
+    text = subprocess.run(
+        [binary.stdout.strip(), "--help"], capture_output=True, text=True, timeout=30, check=False
+    )
+    help_text = text.stdout + text.stderr
+    for arg in command_of(services(stack)["prometheus"]):
+        assert arg.split("=", 1)[0] in help_text, arg
+
+
+def test_python_healthchecks_compile(stack: dict[str, Any]) -> None:
+    for name, service in services(stack).items():
+        test = service.get("healthcheck", {}).get("test", [])
+        if test[:3] == ["CMD", "python", "-c"]:
+            compile(test[3], f"<{name} healthcheck>", "exec")
+
+
+# ---------------------------------------------------------------- order, health, profiles
+
+
+def test_start_order_and_health(stack: dict[str, Any]) -> None:
+    named = services(stack)
+    for name in SERVERS:
+        assert named[name]["depends_on"] == {"prepare": {"condition": "service_completed_successfully"}}
+        assert "/health" in " ".join(named[name]["healthcheck"]["test"])
+    for name in ("exporter", "locust-master", "load"):
+        assert named[name]["depends_on"] == {s: {"condition": "service_healthy"} for s in SERVERS}, name
+    assert named["locust-worker"]["depends_on"] == {"locust-master": {"condition": "service_healthy"}}
+    assert named["grafana"]["depends_on"] == {"prometheus": {"condition": "service_healthy"}}
+    for name in LONG_RUNNING - {"locust-worker"}:
+        assert "healthcheck" in named[name], f"{name} has no healthcheck"
+    for name in LONG_RUNNING:
+        assert named[name].get("restart") == "unless-stopped", name
+        assert "profiles" not in named[name], name
+    for name, profile in ON_DEMAND.items():
+        assert named[name]["profiles"] == [profile] and "restart" not in named[name]
+    assert "restart" not in named["prepare"] and "profiles" not in named["prepare"]
+
+
+# ---------------------------------------------------------------- the GPU override
+
+
+def test_gpu_override_swaps_image_layers_and_reservation(gpu_raw: dict[str, Any], llama_options: Any) -> None:
+    gpu = interpolate_tree(gpu_raw, example_env())
+    assert set(services(gpu)) == set(SERVERS), "the override should touch the servers only"
+    variables = server_env(llama_options)
+    for name, service in services(gpu).items():
+        assert service["image"] == f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMA_BUILD}"
+        assert environment_of(service) == {"LLAMA_ARG_N_GPU_LAYERS": "99"}
+        assert "-ngl" in variables["LLAMA_ARG_N_GPU_LAYERS"].flags
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["capabilities"] == ["gpu"] and device["driver"] == "nvidia", name
+        assert "command" not in service, f"{name}: keep the base command; -ngl comes as a variable"
+
+
+# ---------------------------------------------------------------- real validators
+
+
+def _compose_config(files: list[Path], profiles: list[str]) -> dict[str, Any]:
+    command = _tool(compose_command(), "compose")
+    argv = [*command]
+    for path in files:
+        argv += ["-f", str(path)]
+    for profile in profiles:
+        argv += ["--profile", profile]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "COMPOSE_", "GRAFANA_", "LLAMA_"))}
+    env["GRAFANA_ADMIN_PASSWORD"] = "not-a-real-password"
+    result = subprocess.run(
+        [*argv, "config"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded: dict[str, Any] = yaml.safe_load(result.stdout)
+    return loaded
+
+
+VARIANTS = {
+    "base": [BASE_FILE],
+    "gpu": [BASE_FILE, GPU_FILE],
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_compose_config_accepts_the_stack(variant: str) -> None:
+    config = _compose_config(VARIANTS[variant], ["load", "report"])
+    assert set(config["services"]) == {"prepare", *LONG_RUNNING, *ON_DEMAND}
+    for name in SERVERS:
+        image = config["services"][name]["image"]
+        assert ("server-cuda-" in image) == (variant == "gpu"), image
+    schema = compose_schema()
+    if schema is None:
+        pytest.skip(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
+    jsonschema.Draft7Validator(schema).validate(_json_safe(config))
+
+
+@pytest.mark.parametrize("path", [BASE_FILE, GPU_FILE], ids=lambda p: p.name)
+def test_files_match_the_compose_specification_schema(path: Path) -> None:
+    schema = compose_schema()
+    if schema is None:
+        pytest.skip(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
+    jsonschema.Draft7Validator(schema).validate(read_yaml(path))
+
+
+def test_the_schema_check_catches_a_mistake() -> None:
+    schema = compose_schema()
+    if schema is None:
+        pytest.skip(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
+    broken = read_yaml(BASE_FILE)
+    broken["services"]["prometheus"]["healthcheck"]["retry"] = 3  # a misspelt key
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema).validate(broken)
+
+
+def test_dclint_passes() -> None:
+    command = _tool(dclint_command(), "dclint")
+    result = subprocess.run(
+        [*command, "-c", str(DCLINT_CONFIG), "--color", "false", str(BASE_FILE), str(GPU_FILE)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
+
+
+def _json_safe(node: Any) -> Any:
+    """compose config output through JSON, as the schema sees documents (keys as strings)."""
+    return json.loads(json.dumps(node, default=str))
+
+
+# ---------------------------------------------------------------- the Dockerfile
+
+
+def test_hadolint_passes() -> None:
+    command = _tool(hadolint_command(), "hadolint")
+    result = subprocess.run(
+        [*command, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_bases_are_pinned() -> None:
+    dockerfile = parse_dockerfile(DOCKERFILE)
+    bases = [dockerfile.resolve(stage.base) for stage in dockerfile.stages]
+    python, llama = dockerfile.global_args["PYTHON_IMAGE"], dockerfile.global_args["LLAMA_CPP_FULL_IMAGE"]
+    assert re.fullmatch(r"python:3\.\d+\.\d+-slim-[a-z]+", python), python  # full version and distro
+    assert llama == f"ghcr.io/ggml-org/llama.cpp:full-{LLAMA_BUILD}"
+    assert bases == [llama, python, python]
+    assert dockerfile.stages[0].name == "llama-tools" and dockerfile.stages[1].name == "build"
+
+
+def test_dockerfile_copies_only_what_the_context_sends() -> None:
+    dockerfile = parse_dockerfile(DOCKERFILE)
+    ignore = DockerIgnore(DOCKERIGNORE)
+    copied = 0
+    for stage in dockerfile.stages:
+        for instruction in stage.of("COPY"):
+            flags, sources, _ = copy_sources(instruction)
+            if "from" in flags:
+                continue
+            for source in sources:
+                assert (REPO / source).exists(), f"line {instruction.line}: {source} is not in the repository"
+                assert ignore.sends(source.rstrip("/")), f"line {instruction.line}: {source} is ignored"
+                copied += 1
+    assert copied >= 5
+    for heavy in (".venv", ".git", "results", "tests", "grafana/dashboards", ".env"):
+        assert not ignore.sends(heavy), f"{heavy} would be sent to the build"
+    assert ignore.sends("src/quantload/cli/main.py")
+    assert not ignore.sends("src/quantload/__pycache__/x.pyc")
+
+
+def test_dockerfile_runs_as_an_unprivileged_user_with_the_tools_on_hand(tmp_path: Path) -> None:
+    dockerfile = parse_dockerfile(DOCKERFILE)
+    final = dockerfile.final
+    users = final.of("USER")
+    assert len(users) == 1, "one USER, after every step that needs root"
+    uid, _, gid = users[0].text.partition(":")
+    assert uid.isdigit() and int(uid) > 0 and gid.isdigit() and int(gid) > 0
+    after_user = [i for i in final.instructions if i.line > users[0].line]
+    assert not any(i.keyword == "RUN" and "apt-get" in i.text for i in after_user)
+    assert [i.keyword for i in final.instructions][-1] == "CMD"
+    # The four tools the toolchain expects are copied, with the shared libraries beside them.
+    (tools_run,) = dockerfile.stage("llama-tools").of("RUN")
+    for tool in TOOL_NAMES:
+        assert f"/app/{tool}" in tools_run.text, tool
+    assert "/app/*.so*" in tools_run.text
+    tools_copy = next(i for i in final.of("COPY") if copy_sources(i)[0].get("from") == "llama-tools")
+    destination = copy_sources(tools_copy)[2].rstrip("/")
+    env: dict[str, str] = {}
+    for instruction in final.of("ENV"):
+        env.update(env_assignments(instruction))
+    assert env["QUANTLOAD_LLAMA_BIN"] == destination and env["LD_LIBRARY_PATH"] == destination
+    quantload_env = {k: v for k, v in env.items() if k.startswith("QUANTLOAD_")}
+    config = load_config(tmp_path, quantload_env)  # every QUANTLOAD_* is a real setting
+    assert str(config.settings.toolchain.llama_bin) == destination
+    # The folders named volumes mount on belong to that user, so new volumes do too.
+    setup = next(i for i in final.of("RUN") if "useradd" in i.text)
+    assert f"--uid {uid}" in setup.text
+    for folder in ("/models", "/results", "/home/quantload/.cache"):
+        assert folder in setup.text.split("chown", 1)[1], folder
+
+
+def test_volume_targets_are_the_folders_the_image_prepares(stack: dict[str, Any]) -> None:
+    setup = next(i for i in parse_dockerfile(DOCKERFILE).final.of("RUN") if "useradd" in i.text)
+    for name, service in services(stack).items():
+        if not is_quantload(service):
+            continue
+        for entry in service.get("volumes", []):
+            target = str(entry).split(":")[1]
+            assert target in setup.text, f"{name}: {target} is not made by the image"
+
+
+# ---------------------------------------------------------------- the prepare job's script
+
+
+STUB = """#!{python}
+import json, pathlib, sys
+args = sys.argv[1:]
+with open({log!r}, "a", encoding="utf-8") as handle:
+    handle.write(json.dumps(["quantload", *args]) + "\\n")
+def value(option):
+    return args[args.index(option) + 1]
+if args[0] == "prepare":
+    out = pathlib.Path(value("--out"))
+    out.mkdir(parents=True, exist_ok=True)
+    files = {{}}
+    for quant in ("F16", "Q8_0", "Q4_K_M"):
+        name = "stub-model-" + quant + ".gguf"
+        (out / name).write_bytes(b"GGUF")
+        files[quant] = {{"quant": quant, "file": name, "path": str(out / name)}}
+    (out / "manifest.json").write_text(json.dumps({{"files": files}}))
+elif args[0] in ("quality", "speed"):
+    for model in args[1:args.index("--out")]:
+        assert pathlib.Path(model).read_bytes() == b"GGUF", model
+    pathlib.Path(value("--out")).write_text("{{}}")
+"""
+
+
+def _run_prepare(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "calls.jsonl"
+    stub = bin_dir / "quantload"
+    stub.write_text(STUB.format(python=sys.executable, log=str(log)), encoding="utf-8")
+    stub.chmod(0o755)
+    python = bin_dir / "python"
+    if not python.exists():
+        python.symlink_to(sys.executable)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "QL_MODELS_DIR": str(tmp_path / "models"),
+        "QL_RESULTS_DIR": str(tmp_path / "results"),
+        "QL_RUN": "r1",
+        "QL_MODEL": "tiny",
+    }
+    result = subprocess.run(
+        ["sh", str(PREPARE_SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    calls = (
+        [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+    )
+    return result, calls
+
+
+def test_prepare_script_links_each_quantization_and_fills_the_run_folder(tmp_path: Path) -> None:
+    result, calls = _run_prepare(tmp_path)
+    assert result.returncode == 0, result.stderr
+    models, run_dir = tmp_path / "models", tmp_path / "results" / "r1"
+    for quant in ("F16", "Q8_0", "Q4_K_M"):
+        link = models / f"{quant}.gguf"
+        assert link.is_symlink() and os.readlink(link) == f"stub-model-{quant}.gguf"  # relative
+    assert json.loads((run_dir / "manifest.json").read_text()) == json.loads(
+        (models / "manifest.json").read_text()
+    )
+    assert (run_dir / "logs").is_dir()
+    assert (run_dir / "quality.json").is_file() and (run_dir / "speed.json").is_file()
+    assert [call[1] for call in calls] == ["prepare", "quality", "speed"]
+    for call in calls:
+        check_quantload_argv(call)  # every step is a real subcommand with real flags
+    again, _ = _run_prepare(tmp_path)  # running it again replaces the links
+    assert again.returncode == 0, again.stderr
+
+
+def test_prepare_script_stops_at_the_first_failure(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "manifest.json").mkdir()  # unreadable manifest: the link step fails
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    failing = bin_dir / "quantload"
+    failing.write_text('#!/bin/sh\n[ "$1" = prepare ] && exit 0\necho ran >> "$0.calls"\n', encoding="utf-8")
+    failing.chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "QL_MODELS_DIR": str(tmp_path / "models"),
+        "QL_RESULTS_DIR": str(tmp_path / "results"),
+    }
+    result = subprocess.run(["sh", str(PREPARE_SCRIPT)], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert not (bin_dir / "quantload.calls").exists(), "quality/speed ran after a failed step"
+
+
+def test_prepare_service_runs_the_script(stack: dict[str, Any]) -> None:
+    prepare = services(stack)["prepare"]
+    assert command_of(prepare) == ["quantload-prepare"]
+    copy = next(i for i in parse_dockerfile(DOCKERFILE).final.of("COPY") if "prepare.sh" in i.text)
+    assert copy_sources(copy)[2] == "/usr/local/bin/quantload-prepare"
+    assert os.access(PREPARE_SCRIPT, os.X_OK), "prepare.sh must be executable (git mode 755)"
+    volumes = {str(v).split(":")[1] for v in prepare["volumes"]}
+    assert {"/models", "/results", "/home/quantload/.cache"} <= volumes
+    assert environment_of(prepare)["QL_MODEL"] == "smollm2-135m"
+    assert interpolate("${QL_RUN:-compose}", {}) == environment_of(prepare)["QL_RUN"]
