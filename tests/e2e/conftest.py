@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,15 @@ def run_quantload(args: list[str], cwd: Path, timeout_s: float = RUN_TIMEOUT_S) 
 def only_run_dir(parent: Path) -> Path:
     (run_dir,) = [p for p in parent.iterdir() if p.is_dir()]
     return run_dir
+
+
+QuantloadCli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="session")
+def quantload_cli() -> QuantloadCli:
+    """Runs `quantload ARGS` in a child process."""
+    return run_quantload
 
 
 @pytest.fixture(scope="session")

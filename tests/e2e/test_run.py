@@ -9,14 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quantload.llamacpp.toolchain import Toolchain
-
-from .conftest import only_run_dir
 
 pytestmark = pytest.mark.integration
 
@@ -72,10 +71,10 @@ def test_every_report_section_has_numbers(ci_run: Path) -> None:
     assert "data:image/png;base64," in html and "<table" in html
 
 
-def test_report_can_be_rebuilt_from_the_run_directory_alone(ci_run: Path, tmp_path: Path) -> None:
-    from .conftest import run_quantload
-
-    result = run_quantload(["report", str(ci_run)], cwd=tmp_path, timeout_s=300)
+def test_report_can_be_rebuilt_from_the_run_directory_alone(
+    ci_run: Path, tmp_path: Path, quantload_cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    result = quantload_cli(["report", str(ci_run)], cwd=tmp_path, timeout_s=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (ci_run / "report.html").is_file()
 
@@ -111,7 +110,7 @@ def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
             process.kill()
     assert killed_pid is not None, "the Q8_0 load step was never seen running"
     assert process.returncode == 0, stderr[-2000:]
-    run_dir = only_run_dir(tmp_path)
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     run = _json(run_dir / "run.json")
     assert run["status"] == "finished"
     assert run["servers"]["Q8_0"]["status"] == "died"

@@ -71,13 +71,14 @@ class ServerSpec:
             "-kvu" if self.kv_unified else "-no-kvu",
             "-ctk", self.cache_type_k,
             "-ctv", self.cache_type_v,
-            "-ngl", str(self.gpu_layers),
             "--metrics",
             "--no-webui",
             "-lv", str(self.verbosity),
         ]
         if self.threads:
             args += ["-t", str(self.threads)]
+        if self.gpu_layers:
+            args += ["-ngl", str(self.gpu_layers)]
         if self.api_key:
             args += ["--api-key", self.api_key]
         if self.slot_save_path is not None:
@@ -135,7 +136,10 @@ class LlamaServer:
             return ""
 
     def _log_tail(self, lines: int = 3) -> str:
-        tail = [line for line in self.log_text().strip().splitlines() if line.strip()][-lines:]
+        """The server's own error lines if it printed any, else its last lines."""
+        printed = [line for line in self.log_text().strip().splitlines() if line.strip()]
+        errors = [line for line in printed if "error" in line.lower()]
+        tail = errors[-lines:] if errors else printed[-lines:]
         return " | ".join(line.strip()[-160:] for line in tail) or "no output"
 
     def start(self) -> LlamaServer:
@@ -177,6 +181,8 @@ class LlamaServer:
 
     def _launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.spec.slot_save_path is not None:
+            self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
         command = self.spec.command(self.toolchain.path("llama-server"), self.port)
         with self.log_path.open("ab") as log:
             log.write(("$ " + " ".join(command) + "\n").encode())
