@@ -72,7 +72,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = "quantload.record/1"
 STAGE_SCHEMA = "quantload.stage/1"
@@ -96,9 +96,9 @@ ERROR_CLASSES: tuple[str, ...] = (
 class RequestRecord(BaseModel):
     """One request as the client saw it, with the server's own timings beside it."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
-    schema_: str = SCHEMA
+    schema_: str = Field(default=SCHEMA, alias="schema")
     run_id: str
     server: str
     quant: str
@@ -146,16 +146,12 @@ class RequestRecord(BaseModel):
 
     def to_json_line(self) -> str:
         """The record as one compact JSON line (`schema` key, not `schema_`)."""
-        data = self.model_dump(mode="json")
-        data["schema"] = data.pop("schema_")
-        return json.dumps(data, separators=(",", ":"))
+        return self.model_dump_json(by_alias=True)
 
     @classmethod
     def from_json_line(cls, line: str) -> RequestRecord:
         """Parse one line written by `to_json_line`."""
-        data = json.loads(line)
-        data["schema_"] = data.pop("schema", SCHEMA)
-        return cls.model_validate(data)
+        return cls.model_validate_json(line)
 
 
 class StageEvent(BaseModel):
@@ -167,9 +163,9 @@ class StageEvent(BaseModel):
     `client_saturated` (true when those say the client itself may have been the bottleneck).
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
-    schema_: str = STAGE_SCHEMA
+    schema_: str = Field(default=STAGE_SCHEMA, alias="schema")
     event: Literal["stage_start", "stage_end"]
     unix_s: float
     run_id: str
@@ -200,16 +196,12 @@ class StageEvent(BaseModel):
 
     def to_json_line(self) -> str:
         """The event as one compact JSON line (`schema` key, not `schema_`)."""
-        data = self.model_dump(mode="json")
-        data["schema"] = data.pop("schema_")
-        return json.dumps(data, separators=(",", ":"))
+        return self.model_dump_json(by_alias=True)
 
     @classmethod
     def from_json_line(cls, line: str) -> StageEvent:
         """Parse one line written by `to_json_line`."""
-        data = json.loads(line)
-        data["schema_"] = data.pop("schema", STAGE_SCHEMA)
-        return cls.model_validate(data)
+        return cls.model_validate_json(line)
 
 
 class JsonlAppender:

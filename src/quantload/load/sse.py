@@ -109,49 +109,60 @@ class ResponseParser:
         """Consume bytes; return the payloads of every event completed by them."""
         if self.complete:
             return []
-        self._buf += data
         events: list[bytes] = []
         if self._mode == "chunk_size":
-            self._whole_chunks(events)
+            raw = bytes(self._buf) + bytes(data) if self._buf else bytes(data)
+            used = self._whole_chunks(raw, events)
+            self._buf = bytearray(raw[used:]) if used < len(raw) else bytearray()
+        else:
+            self._buf += data
         while self._step(events):
             pass
         self.comments = self._sse.comments
         return events
 
-    def _whole_chunks(self, events: list[bytes]) -> None:
-        """Fast path: consume every complete chunk in the buffer with one trim at the end.
+    def _whole_chunks(self, raw: bytes, events: list[bytes]) -> int:
+        """Fast path: consume every complete chunk of `raw`; return how many bytes it used.
 
         A streaming server usually sends one SSE event per chunk and the client usually reads
-        whole chunks, so this handles nearly all the traffic; partial chunks, the last chunk and
+        whole chunks, so this handles nearly all the traffic, and a chunk holding exactly one
+        `data: ...` line is cut out of `raw` in one slice. Partial chunks, the last chunk and
         trailers are left to the general state machine.
         """
-        buf = self._buf
-        length = len(buf)
+        length = len(raw)
         pos = 0
         head = self.head
         plain = head is not None and head.status == 200
         sse = self._sse
         while True:
-            end = buf.find(b"\r\n", pos)
+            end = raw.find(b"\r\n", pos)
             if end < 0:
                 break
             try:
-                size = int(bytes(buf[pos:end]).split(b";", 1)[0], 16)
+                size = int(raw[pos:end].split(b";", 1)[0], 16)
             except ValueError:
                 break  # the state machine raises the ProtocolError
-            stop = end + 2 + size
+            start = end + 2
+            stop = start + size
             if size == 0 or stop + 2 > length:
                 break
-            if buf[stop : stop + 2] != b"\r\n":
+            if raw[stop : stop + 2] != b"\r\n":
                 raise ProtocolError("chunk not followed by CRLF")
-            piece = bytes(buf[end + 2 : stop])
-            if plain:
-                events.extend(sse.feed(piece))
+            if (
+                plain
+                and sse.idle
+                and raw.startswith(b"data:", start)
+                and raw.find(b"\n", start, stop) == stop - 2
+                and raw[stop - 1] == 0x0A
+            ):  # exactly one one-line event
+                first = start + 6 if raw[start + 5] == 0x20 else start + 5
+                events.append(raw[first : stop - 2])
+            elif plain:
+                events.extend(sse.feed(raw[start:stop]))
             else:
-                self._body(piece, events)
+                self._body(raw[start:stop], events)
             pos = stop + 2
-        if pos:
-            del buf[:pos]
+        return pos
 
     def feed_eof(self) -> list[bytes]:
         """The peer closed the connection: a close-delimited body is now complete."""
@@ -281,6 +292,11 @@ class _SseSplitter:
     @property
     def pending(self) -> bool:
         return bool(self._partial or self._data)
+
+    @property
+    def idle(self) -> bool:
+        """No partial line or event waiting for more bytes."""
+        return not self._partial and not self._data
 
     def feed(self, data: bytes | bytearray) -> list[bytes]:
         if (
