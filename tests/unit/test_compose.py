@@ -425,6 +425,16 @@ def test_locust_commands_parse_with_the_locustfile(stack: dict[str, Any]) -> Non
         assert "ChatStreamUser" in out, name
 
 
+def test_locust_workers_label_records_like_the_master(stack: dict[str, Any]) -> None:
+    """Interactive workers build their own requests, so they need the master's --ql-* labels."""
+    master = command_of(services(stack)["locust-master"])
+    worker = command_of(services(stack)["locust-worker"])
+    for option in ("--ql-server", "--ql-quant", "--ql-model", "--ql-run-id", "--ql-metrics-port"):
+        assert option_value(worker, option) == option_value(master, option), option
+    assert option_value(master, "--host") == f"http://{option_value(master, '--ql-server')}:8080"
+    assert option_value(worker, "--master-host") == "locust-master"
+
+
 def test_llama_server_flags_exist_in_the_pinned_source(stack: dict[str, Any], llama_options: Any) -> None:
     flags = server_flags(llama_options)
     variables = server_env(llama_options)
