@@ -256,5 +256,6 @@ def test_locustfile_distributed_workers_send_their_records_to_the_master(
                 process.wait(5)
     assert master.returncode == 0, err[-2000:]
     records = records_of(tmp_path / "out")
-    assert records and all(r.ok for r in records)
+    assert any(r.ok for r in records)
+    assert all(r.ok or r.error_class == "aborted" for r in records)  # -t ends users mid-request
     assert {r.worker for r in records} == {f"{r.worker.split(':')[0]}:{worker.pid}" for r in records[:1]}
