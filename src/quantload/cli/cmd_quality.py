@@ -19,11 +19,10 @@ from quantload.quality.results import QualityFile, save_quality_result
 
 
 def quality_table(results: QualityFile) -> Table:
-    """One row per file: perplexity +/- error and the settings it rests on."""
-    table = Table(
-        "quant", "perplexity", "+/-", "ctx", "chunks", "tokens scored", "seconds", "file",
-        title="Perplexity on WikiText-2 test (lower is better)",
-    )  # fmt: skip
+    """One row per file: perplexity +/- error and the settings it rests on (files listed apart)."""
+    table = Table(title="Perplexity on WikiText-2 test (lower is better)")
+    for header in ("quant", "perplexity", "+/-", "ctx", "chunks", "tokens scored", "seconds"):
+        table.add_column(header, no_wrap=True, justify="left" if header == "quant" else "right")
     for label, result in results.results.items():
         table.add_row(
             label,
@@ -33,7 +32,6 @@ def quality_table(results: QualityFile) -> Table:
             str(result.chunks_scored),
             f"{result.tokens_scored:,}",
             f"{result.wall_time_s:.1f}",
-            Path(result.model_path).name,
         )
     return table
 
@@ -92,6 +90,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(results.to_json(), indent=2))
             return
         cli.console.print(quality_table(results))
+        for label, result in results.results.items():
+            cli.console.print(f"{label}: {result.model_path}", highlight=False)
         cli.console.print(
             f"text: {text} (sha256 {next(iter(results.results.values())).dataset.sha256[:12]});"
             f" llama.cpp: {toolchain.label}" + (f"; written to {out}" if out else ""),

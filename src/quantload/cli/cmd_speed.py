@@ -46,6 +46,25 @@ def speed_table(speeds: SpeedFile) -> Table:
     return table
 
 
+BUSY_LOAD_PER_CPU = 0.5
+
+
+def busy_note(speeds: SpeedFile) -> str | None:
+    """A warning when other work shared the CPUs while llama-bench ran, else None."""
+    worst = 0.0
+    cpus = 1
+    for entry in speeds.results.values():
+        loads = [x for x in (entry.bench.load_average_1m_start, entry.bench.load_average_1m_end) if x]
+        if loads and max(loads) > worst:
+            worst, cpus = max(loads), entry.bench.usable_cpus
+    if worst <= BUSY_LOAD_PER_CPU * cpus:
+        return None
+    return (
+        f"note: the machine was busy (1-minute load average up to {worst:.1f} on {cpus} CPUs), so"
+        " these speeds are lower than an idle machine gives and noisy; rerun when it is quiet"
+    )
+
+
 def print_machine(console: Console, limits: MachineLimits) -> None:
     """The probe's two numbers and where they came from."""
     console.print(
@@ -118,6 +137,9 @@ def register(app: typer.Typer) -> None:
             return
         cli.console.print(speed_table(speeds))
         print_machine(cli.console, limits)
+        note = busy_note(speeds)
+        if note is not None:
+            cli.console.print(note, style="yellow", highlight=False)
         for label, entry in speeds.results.items():
             cli.console.print(f"{label}: {entry.roofline.explanation}", highlight=False)
         if out is not None:

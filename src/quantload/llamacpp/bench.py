@@ -9,6 +9,7 @@ a missing test, a sample count that is not R) is an error, never a partial resul
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -117,6 +118,11 @@ class SpeedResult(BaseModel):
     prefill: BenchTest
     decode: BenchTest
     wall_time_s: float
+    load_average_1m_start: float | None = Field(
+        default=None, description="1-minute system load average before the run (None where unknown)"
+    )
+    load_average_1m_end: float | None = None
+    usable_cpus: int = Field(description="CPUs this process may use; load above it means contention")
     command: list[str]
     llama_cpp: dict[str, Any] = Field(description="Toolchain.version_record()")
     measured_at: str = Field(description="UTC time the run finished, ISO 8601")
@@ -163,6 +169,21 @@ def pick_test(records: Sequence[BenchRecord], n_prompt: int, n_gen: int, reps: i
             "the output is garbled; run it again",
         )
     return record
+
+
+def load_average_1m() -> float | None:
+    """The system's 1-minute load average, or None where the platform has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def bench_command(
@@ -245,6 +266,7 @@ def measure_speed(
     command = bench_command(
         toolchain.path("llama-bench"), model_path, prompt_tokens, gen_tokens, reps, threads
     )
+    load_start = load_average_1m()
     run = runner(command, on_output=_StepProgress(progress, reps), timeout_s=timeout_s)
     _diagnose(run, model_path)
     records = parse_bench_json(run.stdout)
@@ -271,6 +293,9 @@ def measure_speed(
         prefill=BenchTest.from_record(prefill),
         decode=BenchTest.from_record(decode),
         wall_time_s=round(run.wall_time_s, 3),
+        load_average_1m_start=load_start,
+        load_average_1m_end=load_average_1m(),
+        usable_cpus=usable_cpus(),
         command=list(run.command),
         llama_cpp=toolchain.version_record(),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),

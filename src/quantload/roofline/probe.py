@@ -19,7 +19,6 @@ Other processes running at the same time lower them; the samples are kept so the
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import statistics
 import time
@@ -32,6 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from quantload.llamacpp.bench import load_average_1m, usable_cpus
 from quantload.rundir import read_json, write_json_atomic
 
 MIB = 1024 * 1024
@@ -86,6 +86,7 @@ class MachineLimits(BaseModel):
     machine: MachineId
     probed_at: str = Field(description="UTC, ISO 8601")
     probe_wall_s: float
+    load_average_1m_start: float | None = Field(default=None, description="system load before the probe")
     source: Literal["probe", "cache"] = "probe"
 
     @property
@@ -102,13 +103,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def this_machine() -> MachineId:
@@ -176,6 +170,7 @@ def measure_arithmetic(size: int = MATRIX_SIZE, passes: int = MATMUL_PASSES) -> 
 def run_probe() -> MachineLimits:
     """Measure now, without looking at any cache (a few seconds)."""
     started = time.monotonic()
+    load_start = load_average_1m()
     threads = usable_cpus()
     buffer_bytes = buffer_size_bytes()
     bandwidth = measure_bandwidth(buffer_bytes, threads)
@@ -193,6 +188,7 @@ def run_probe() -> MachineLimits:
         machine=this_machine(),
         probed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         probe_wall_s=round(time.monotonic() - started, 3),
+        load_average_1m_start=load_start,
     )
 
 

@@ -63,6 +63,7 @@ def test_measure_speed_keeps_both_tests_and_reports_progress(fake_toolchain: Too
     assert result.build_number == 0
     assert result.llama_cpp["binary_version"] == "version: test"
     assert calls == [(step, 8) for step in range(1, 9)]
+    assert result.usable_cpus >= 1
 
 
 def test_killed_run_leaves_truncated_json_that_is_refused() -> None:

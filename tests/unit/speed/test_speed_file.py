@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from speed_helpers import bench_run, limits, write_small_gguf
 
+from quantload.cli.cmd_speed import busy_note
 from quantload.errors import ConfigError
 from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.tool_run import ToolRun
@@ -18,6 +19,7 @@ from quantload.roofline.ceilings import roofline
 from quantload.roofline.speed_file import (
     SPEED_SCHEMA,
     SpeedEntry,
+    SpeedFile,
     load_speed_file,
     save_speed_entry,
 )
@@ -53,3 +55,16 @@ def test_a_file_of_another_kind_is_not_overwritten(tmp_path: Path, fake_toolchai
     path.write_text("[]")
     with pytest.raises(ConfigError, match=r"is not a quantload\.speed/1 file"):
         save_speed_entry(path, "F16", entry(tmp_path, fake_toolchain), limits())
+
+
+def test_a_busy_machine_is_flagged(tmp_path: Path, fake_toolchain: Toolchain) -> None:
+    one = entry(tmp_path, fake_toolchain)
+    cpus = one.bench.usable_cpus
+
+    def with_load(load: float) -> SpeedFile:
+        bench = one.bench.model_copy(update={"load_average_1m_start": load, "load_average_1m_end": 0.1})
+        return SpeedFile().with_entry("F16", one.model_copy(update={"bench": bench}), limits())
+
+    assert busy_note(with_load(0.1 * cpus)) is None
+    note = busy_note(with_load(4.0 * cpus))
+    assert note is not None and f"{4.0 * cpus:.1f} on {cpus} CPUs" in note
