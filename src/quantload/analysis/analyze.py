@@ -18,7 +18,7 @@ from quantload.analysis.load_run import RunData
 from quantload.analysis.prom_source import PromConnection, TimeWindow
 from quantload.analysis.prompt_cache import CacheComparison, prompt_cache_table
 from quantload.analysis.roofline_table import roofline_frame
-from quantload.analysis.seed_table import seed_table
+from quantload.analysis.seed_table import seed_table, users_levels
 from quantload.analysis.server_series import series_step_s, server_in_flight, server_series
 from quantload.analysis.stages import stage_table
 from quantload.analysis.ttft_split import ttft_split_table
@@ -83,21 +83,8 @@ def _quant_gaps(
         if run.kv and quant not in run.kv:
             gaps.append(Gap("kv", f"KV check of {quant}", run.step_why("kv", quant, "kv.json")))
         mine = stages[stages["quant"] == quant] if not stages.empty else stages
-        complete = (
-            levels[(levels["quant"] == quant) & (levels["repeats_used"] > 0)] if not levels.empty else levels
-        )
-        if not run.records.empty and complete.empty:
-            sweep = mine[mine["experiment"] == "sweep"] if not mine.empty else mine
-            why = (
-                "no sweep stage completed: "
-                + "; ".join(
-                    f"{s.users} user(s), repeat {s.repeat}: {s.status} ({s.reason})"
-                    for s in sweep.itertuples()
-                )
-                if not sweep.empty
-                else run.step_why("load", quant, RECORDS_JSONL)
-            )
-            gaps.append(Gap("load", f"concurrency sweep of {quant}", why))
+        if not run.records.empty:
+            gaps += _sweep_gaps(run, quant, mine, levels)
         has_prefix = not mine.empty and (mine["experiment"] == "prefix_cache").any()
         if not run.records.empty and not has_prefix:
             disabled = (
@@ -115,9 +102,40 @@ def _quant_gaps(
     return gaps
 
 
+def _sweep_gaps(run: RunData, quant: str, mine: pd.DataFrame, levels: pd.DataFrame) -> list[Gap]:
+    """The sweep levels of `quant` without a complete repeat, and why."""
+    rows = levels[levels["quant"] == quant] if not levels.empty else levels
+    complete = rows[rows["repeats_used"] > 0] if not rows.empty else rows
+    trouble = run.step_trouble("load", quant)
+    if complete.empty:
+        sweep = mine[mine["experiment"] == "sweep"] if not mine.empty else mine
+        reasons = [
+            f"{s.users} user(s), repeat {s.repeat}: {s.status} ({s.reason})" for s in sweep.itertuples()
+        ]
+        why = "; ".join([*reasons, *([trouble] if trouble else [])])
+        return [
+            Gap("load", f"concurrency sweep of {quant}", why or run.step_why("load", quant, RECORDS_JSONL))
+        ]
+    gaps = []
+    by_users = {int(r["users"]): r for r in rows.to_dict("records")}
+    for users in users_levels(run, levels):
+        row = by_users.get(users)
+        if row is not None and row["repeats_used"] > 0:
+            continue
+        reasons = list(row["excluded"]) if row is not None else []
+        why = (
+            "; ".join([*reasons, *([trouble] if trouble else [])])
+            or "no stage at this level in records.jsonl"
+        )
+        gaps.append(Gap("load", f"concurrency sweep of {quant} at {users} users", why))
+    return gaps
+
+
 def _excluded_notes(levels: pd.DataFrame) -> list[str]:
     notes = []
     for row in levels.to_dict("records") if not levels.empty else []:
+        if row["repeats_used"] == 0:
+            continue  # the whole level is a gap instead
         for text in row["excluded"]:
             notes.append(f"{row['quant']} at {row['users']} users, {text}: left out of the medians")
     return notes

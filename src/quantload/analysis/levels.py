@@ -18,6 +18,8 @@ from quantload.analysis.stats import spread
 LEVEL_METRICS: tuple[str, ...] = (
     "ttft_p50_s",
     "ttft_p99_s",
+    "ttft_from_intended_p50_s",
+    "ttft_from_intended_p99_s",
     "tpot_p50_s",
     "tpot_p99_s",
     "e2e_p50_s",

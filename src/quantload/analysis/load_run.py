@@ -138,20 +138,31 @@ class RunData:
                 seen.append(quant)
         return seen
 
+    def step_trouble(self, name: str, quant: str | None) -> str | None:
+        """The steps of `name` (for `quant`) that did not end ok, in words; None when all did."""
+        steps = [s for s in self.run.get("steps", []) if isinstance(s, dict) and s.get("name") == name]
+        if quant is not None:
+            steps = [s for s in steps if s.get("quant") in (quant, None)]
+        troubles = [_step_trouble(name, s) for s in steps if s.get("status") != "ok"]
+        return "; ".join(troubles) or None
+
     def step_why(self, name: str, quant: str | None, what_file: str) -> str:
         """Why a step's output (the whole file, or one quant's entry) is missing, from run.json."""
         steps = [s for s in self.run.get("steps", []) if isinstance(s, dict) and s.get("name") == name]
         if quant is not None:
             steps = [s for s in steps if s.get("quant") in (quant, None)]
         missing = f"{what_file} has no entry for {quant}" if quant else f"{what_file} is absent"
-        if steps:
-            troubles = [_step_trouble(name, s) for s in steps if s.get("status") != "ok"]
-            if troubles:
-                return "; ".join(troubles)
-            return f"{missing} although run.json records the {name} step as done (moved or deleted?)"
         status = self.run.get("status")
-        if status in ("running", "interrupted", "failed"):
-            state = "is still running or stopped" if status == "running" else str(status)
+        stopped = status in ("running", "interrupted", "failed")
+        state = "is still running or stopped" if status == "running" else str(status)
+        if steps:
+            trouble = self.step_trouble(name, quant)
+            if trouble:
+                return trouble
+            if stopped:
+                return f"the run {state} before {what_file} was written"
+            return f"{missing} although run.json records the {name} step as done (moved or deleted?)"
+        if stopped:
             return f"the run {state} before the {name} step"
         if not self.run:
             return f"{missing} and there is no run.json to say why"
@@ -159,6 +170,7 @@ class RunData:
 
 
 def _step_trouble(name: str, step: dict[str, Any]) -> str:
+    """One step that did not end ok, in words."""
     label = f"the {name} step" + (f" for {step['quant']}" if step.get("quant") else "")
     status, error = step.get("status"), step.get("error") or "no reason recorded"
     if status == "failed":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from string import Template
 
@@ -25,6 +26,17 @@ def _e(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+_RANGE = re.compile(r"^(.+?) \((.+)\)$")
+
+
+def _cell(text: str, numeric: bool) -> str:
+    """A numeric 'median (min–max)' cell shows its range on a second, smaller line."""
+    found = _RANGE.match(text) if numeric else None
+    if found is None:
+        return _e(text)
+    return f'{_e(found.group(1))}<span class="range">{_e(found.group(2))}</span>'
+
+
 def _table(table: Table) -> str:
     head = "".join(
         f'<th class="{"num" if table.is_numeric(i) else "txt"}" scope="col">{_e(c)}</th>'
@@ -33,7 +45,7 @@ def _table(table: Table) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="{"num" if table.is_numeric(i) else "txt"}">{_e(cell)}</td>'
+            f'<td class="{"num" if table.is_numeric(i) else "txt"}">{_cell(cell, table.is_numeric(i))}</td>'
             for i, cell in enumerate(row)
         )
         + "</tr>"

@@ -27,6 +27,7 @@ from quantload.analysis.sections_checks import client_section, littles_law_secti
 from quantload.analysis.sections_load import (
     capacity_section,
     load_plots,
+    open_loop_section,
     prompt_cache_section,
     seed_section,
     stages_section,
@@ -185,6 +186,7 @@ def build_document(analysis: Analysis, plots: Mapping[str, Path | None], out_dir
         seed_section(analysis),
         load_plots(analysis, plots, out_dir),
         capacity_section(analysis),
+        open_loop_section(analysis),
         ttft_split_section(analysis),
         prompt_cache_section(analysis),
         quality_speed_section(analysis, plots, out_dir),

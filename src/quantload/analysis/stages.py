@@ -40,6 +40,8 @@ def _latency(ok: pd.DataFrame) -> dict[str, float | None]:
         "tpot_p99_s": percentile(ok["tpot_s"], 99),
         "e2e_p50_s": percentile(ok["e2e_s"], 50),
         "e2e_mean_s": mean(ok["e2e_s"]),
+        "ttft_from_intended_p50_s": percentile(ok["ttft_from_intended_s"], 50),
+        "ttft_from_intended_p99_s": percentile(ok["ttft_from_intended_s"], 99),
     }
 
 

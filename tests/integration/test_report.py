@@ -1,0 +1,418 @@
+"""`quantload report` on run directories made by really running the parts on the tiny model.
+
+One session fixture runs the protocol the way `quantload run` does (prepare, quality, speed and
+roofline, then per quantization: llama-server, KV check, concurrency sweep, prompt-cache
+experiment; exporter and Prometheus watching), small enough for a couple of minutes on 2 cores.
+Incomplete variants are copies with files deleted. Assertions compare the report with the run's
+own files (records, quality.json, ...), never with numbers typed here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quantload.analysis import ReportPaths, build_report
+from quantload.cli.main import main
+from quantload.config import ReportSettings, load_config
+from quantload.exporter import Target as ExporterTarget
+from quantload.exporter import start_exporter
+from quantload.kvcache import kv_shape_from_gguf, predict_kv
+from quantload.kvcheck import KvCheck, kv_check_from_log, kv_file_payload
+from quantload.llamacpp.bench import measure_speed
+from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
+from quantload.llamacpp.toolchain import Toolchain
+from quantload.load.api import Target, run_prefix_cache_experiment, run_sweep
+from quantload.load.records import iter_records
+from quantload.models.manifest import load_manifest, save_manifest
+from quantload.quality.measure import measure_quality
+from quantload.quality.results import save_quality_result
+from quantload.roofline.ceilings import roofline
+from quantload.roofline.gguf_scan import summarize
+from quantload.roofline.probe import probe_machine
+from quantload.roofline.speed_file import SpeedEntry, save_speed_entry
+from quantload.rundir import write_json_atomic
+from quantload.stack.prometheus import PrometheusProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+FLAGS = {
+    "run.profile": "ci",
+    "model.source": "tiny",
+    "load.ignore_eos": True,
+    "load.metrics_port": 0,
+    "load.first_round_jitter_s": 0.02,
+    "load.request_timeout_s": 60,
+    "load.stage_timeout_s": 120,
+}
+
+
+class RunState:
+    """run.json as the orchestrator keeps it (schema quantload.run/1)."""
+
+    def __init__(self, run_dir: Path, run_id: str) -> None:
+        self.path = run_dir / "run.json"
+        self.data: dict[str, object] = {
+            "schema": "quantload.run/1", "run_id": run_id, "started_unix_s": time.time(),
+            "finished_unix_s": None, "status": "running", "profile": "ci", "model": "tiny",
+            "servers_at_once": False, "steps": [], "servers": {},
+            "prometheus": {"available": False, "url": None, "why": "not started yet", "data_dir": None},
+            "notes": ["servers ran one at a time, so they did not compete for cores"],
+        }  # fmt: skip
+        self.save()
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.data)
+
+    def step(self, name: str, quant: str | None, started: float, error: str | None = None) -> None:
+        steps = self.data["steps"]
+        assert isinstance(steps, list)
+        steps.append(
+            {"name": name, "quant": quant, "status": "failed" if error else "ok", "started_unix_s": started,
+             "finished_unix_s": time.time(), "error": error}
+        )  # fmt: skip
+        self.save()
+
+
+def build_tiny_run(
+    run_dir: Path, toolchain: Toolchain, models: dict[str, Path], wikitext: Path, cache: Path
+) -> None:
+    """Run every step on the tiny model into `run_dir`, the way `quantload run` orders them."""
+    config = load_config(run_dir, {}, FLAGS)
+    settings = config.settings
+    run_id = run_dir.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(
+        run_dir / "config.json",
+        {"settings": settings.model_dump(mode="json"), "sources": dict(config.sources)},
+    )
+    state = RunState(run_dir, run_id)
+    manifest = load_manifest(next(iter(models.values())).parent / "manifest.json")
+    assert manifest is not None
+    save_manifest(run_dir / "manifest.json", manifest)
+    quants = list(models)
+    for quant in quants:
+        started = time.time()
+        result = measure_quality(
+            toolchain, models[quant], wikitext, settings.quality.ctx, settings.quality.chunks
+        )
+        save_quality_result(run_dir / "quality.json", quant, result)
+        state.step("quality", quant, started)
+    limits = probe_machine(cache / "machine")
+    for quant in quants:
+        started = time.time()
+        speed = settings.speed
+        bench = measure_speed(toolchain, models[quant], speed.prompt_tokens, speed.gen_tokens, speed.reps)
+        entry = SpeedEntry(bench=bench, roofline=roofline(bench, summarize(models[quant]), limits))
+        save_speed_entry(run_dir / "speed.json", quant, entry, limits)
+        state.step("speed", quant, started)
+    exporter_port, loadgen_port = free_port(), free_port()
+    load = settings.load.model_copy(update={"metrics_port": loadgen_port})
+    prometheus: PrometheusProcess | None = None
+    if shutil.which("prometheus") is not None:
+        prometheus = PrometheusProcess(
+            run_dir, f"http://127.0.0.1:{exporter_port}", [f"http://127.0.0.1:{loadgen_port}"], 1.0
+        )
+        prometheus.start()
+        state.data["prometheus"] = {
+            "available": True, "url": prometheus.url, "why": None, "data_dir": str(prometheus.folder),
+        }  # fmt: skip
+    else:
+        state.data["prometheus"] = {
+            "available": False, "url": None, "why": "the 'prometheus' binary is not installed", "data_dir": None,
+        }  # fmt: skip
+    checks: dict[str, KvCheck | str] = {}
+    try:
+        for quant in quants:
+            log = run_dir / "logs" / f"llama-server-{quant}.log"
+            spec = ServerSpec.from_settings(settings.server, models[quant], f"tiny-{quant}")
+            started = time.time()
+            with LlamaServer(toolchain, spec, log, startup_timeout_s=120) as server:
+                state.data["servers"][quant] = {"url": server.url, "log": str(log), "status": "running"}  # type: ignore[index]
+                state.step("serve", quant, started)
+                prediction = predict_kv(
+                    kv_shape_from_gguf(summarize(models[quant])), spec.slots, spec.ctx_per_slot,
+                    spec.cache_type_k, spec.cache_type_v, spec.kv_unified,
+                )  # fmt: skip
+                started = time.time()
+                checks[quant] = kv_check_from_log(prediction, server.log_text(), log)
+                state.step("kv", quant, started)
+                name = f"llama-{quant.lower()}"
+                exporter = start_exporter(
+                    [ExporterTarget(name, server.url, quant=quant, model="tiny", log_path=log)],
+                    port=exporter_port,
+                )
+                try:
+                    if prometheus is not None:
+                        prometheus.wait_scraping()
+                    target = Target(name=name, quant=quant, model="tiny", url=server.url)
+                    for step, run in (("load", run_sweep), ("prefix_cache", run_prefix_cache_experiment)):
+                        started = time.time()
+                        summaries = run(target, load, run_dir, run_id)
+                        bad = [s for s in summaries if s.status != "ok"]
+                        state.step(step, quant, started, f"{len(bad)} stages failed" if bad else None)
+                    time.sleep(2.0)  # the last scrapes of this server
+                finally:
+                    exporter.stop()
+                state.data["servers"][quant]["status"] = "ok"  # type: ignore[index]
+        write_json_atomic(run_dir / "kv.json", kv_file_payload(checks))
+    finally:
+        if prometheus is not None:
+            prometheus.stop()  # gone when the report runs: it must replay the saved data
+    state.data.update(status="finished", finished_unix_s=time.time())
+    state.save()
+
+
+# ---------------------------------------------------------------------------------------- fixtures
+
+
+def missing(reason: str) -> None:
+    """Skip, or fail when CI demands every integration test."""
+    if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(
+    toolchain: Toolchain,
+    tiny_models: dict[str, Path],
+    wikitext_test_raw: Path,
+    test_cache: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """A complete run directory of the tiny model (about two minutes on 2 cores)."""
+    run_dir = tmp_path_factory.mktemp("report-runs") / "tiny-run"
+    build_tiny_run(run_dir, toolchain, tiny_models, wikitext_test_raw, test_cache)
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(tiny_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the run (reports write into it; variants delete from it)."""
+    copy = tmp_path / tiny_run.name
+    shutil.copytree(tiny_run, copy)
+    state = json.loads((copy / "run.json").read_text())
+    if state["prometheus"].get("data_dir"):
+        state["prometheus"]["data_dir"] = str(copy / "prometheus")
+    (copy / "run.json").write_text(json.dumps(state))
+    return copy
+
+
+def has_prometheus_data(run_dir: Path) -> bool:
+    return (run_dir / "prometheus" / "data" / "wal").is_dir()
+
+
+def jsonl(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def table(paths: ReportPaths) -> dict[str, dict[str, str]]:
+    with paths.csv.open(newline="") as handle:
+        return {row["quant"]: row for row in csv.DictReader(handle)}
+
+
+def summary_of(paths: ReportPaths) -> dict[str, object]:
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} in summary.json")
+
+    data = json.loads(paths.summary.read_text(), parse_constant=refuse)
+    assert isinstance(data, dict)
+    return data
+
+
+def median_of_stage_percentiles(run_dir: Path, quant: str, users: int, q: float) -> float:
+    """Recomputed from the raw files: per complete stage the exact percentile, then the median."""
+    complete = {
+        e["stage_id"]
+        for e in jsonl(run_dir / "stages.jsonl")
+        if e["event"] == "stage_end" and e["status"] == "ok"
+    }
+    per_stage: dict[str, list[float]] = {}
+    for r in iter_records(run_dir / "records.jsonl"):
+        wanted = (r.quant, r.stage_users, r.experiment) == (quant, users, "sweep") and r.stage_id in complete
+        if wanted and not r.warmup and r.ok and r.ttft_s is not None:
+            per_stage.setdefault(r.stage_id or "", []).append(r.ttft_s)
+    return float(np.median([np.percentile(v, q, method="linear") for v in per_stage.values()]))
+
+
+# ------------------------------------------------------------------------------------------- tests
+
+
+def test_report_of_a_complete_run_matches_the_run_files(run_copy: Path) -> None:
+    started = time.monotonic()
+    paths = build_report(run_copy, None, ReportSettings())
+    took_s = time.monotonic() - started
+    assert took_s < 120, f"the report took {took_s:.0f} s"
+    rows = table(paths)
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    quality = json.loads((run_copy / "quality.json").read_text())["results"]
+    speed = json.loads((run_copy / "speed.json").read_text())["results"]
+    assert list(rows) == list(manifest["files"])
+    for quant, row in rows.items():
+        assert int(row["file_size_bytes"]) == manifest["files"][quant]["size_bytes"]
+        assert float(row["perplexity"]) == pytest.approx(quality[quant]["perplexity"], rel=1e-5)
+        assert float(row["perplexity_error"]) == pytest.approx(quality[quant]["perplexity_error"], rel=1e-5)
+        assert float(row["decode_tok_s"]) == pytest.approx(
+            speed[quant]["bench"]["decode"]["tokens_per_s"], rel=1e-5
+        )
+        assert float(row["prefill_tok_s"]) == pytest.approx(
+            speed[quant]["bench"]["prefill"]["tokens_per_s"], rel=1e-5
+        )
+        for users in (1, 2):
+            for q in (50, 99):
+                expected = median_of_stage_percentiles(run_copy, quant, users, q)
+                assert float(row[f"ttft_p{q}_s_at_{users}_users"]) == pytest.approx(expected, rel=1e-5)
+            assert float(row[f"output_tok_s_at_{users}_users_max"]) >= float(
+                row[f"output_tok_s_at_{users}_users_min"]
+            )
+    summary = summary_of(paths)
+    kv = json.loads((run_copy / "kv.json").read_text())["results"]
+    assert {r["quant"]: r["reported_mib"] for r in summary["kv"]} == {
+        q: v["reported_mib"] for q, v in kv.items()
+    }  # type: ignore[union-attr,index]
+    header = summary["header"]
+    assert isinstance(header, dict)
+    assert header["llama_cpp"].startswith(manifest["llama_cpp"]["sdist"])
+    assert header["model_note"] == manifest["source"]["note"]
+    assert "one at a time" in header["servers"]
+    markdown = paths.markdown.read_text()
+    assert "random weights: quality figures are meaningless" in markdown
+    assert "cache_prompt=false on every request" in markdown
+    names = {p.name for p in paths.plots}
+    assert {"ttft_vs_concurrency.png", "throughput_vs_concurrency.png", "latency_vs_throughput.png",
+            "quality_speed_size.png"} <= names  # fmt: skip
+    if has_prometheus_data(run_copy):
+        assert "server_timeseries.png" in names
+        assert summary["not_measured"] == [], summary["not_measured"]
+        prometheus = summary["prometheus"]
+        assert isinstance(prometheus, dict) and "on a copy of" in str(prometheus["origin"])
+        assert prometheus["series_points"] > 0 and prometheus["histogram_check"]
+        law = summary["littles_law"]
+        assert isinstance(law, list) and any(row["server_processing"] is not None for row in law)
+
+
+def stop_the_run_during_its_last_quant(run_dir: Path) -> str:
+    """What a Ctrl-C in the middle of Q4_K_M's sweep leaves: run.json interrupted, a torn record,
+    a stage without its end line, no prompt-cache stages and no kv.json."""
+    state = json.loads((run_dir / "run.json").read_text())
+    state.update(status="interrupted", finished_unix_s=None)
+    state["steps"] = [
+        s for s in state["steps"] if not (s["quant"] == "Q4_K_M" and s["name"] in ("load", "prefix_cache"))
+    ]
+    state["steps"].append({"name": "load", "quant": "Q4_K_M", "status": "running", "started_unix_s": time.time(),
+                           "finished_unix_s": None, "error": None})  # fmt: skip
+    (run_dir / "run.json").write_text(json.dumps(state))
+    records = (run_dir / "records.jsonl").read_text().splitlines()
+    q4 = [line for line in records if '"quant":"Q4_K_M"' in line and '"experiment":"sweep"' in line]
+    kept = [line for line in records if '"quant":"Q4_K_M"' not in line] + q4[:7]
+    (run_dir / "records.jsonl").write_text("\n".join(kept) + "\n" + q4[7][:60])
+    events = (run_dir / "stages.jsonl").read_text().splitlines()
+    q4_events = [line for line in events if '"quant":"Q4_K_M"' in line]
+    kept_events = [line for line in events if '"quant":"Q4_K_M"' not in line] + q4_events[:3]
+    (run_dir / "stages.jsonl").write_text("\n".join(kept_events) + "\n")
+    (run_dir / "kv.json").unlink()
+    return "the load step for Q4_K_M was still running when the run stopped"
+
+
+def lose_the_quality_step(run_dir: Path) -> str:
+    state = json.loads((run_dir / "run.json").read_text())
+    for step in state["steps"]:
+        if step["name"] == "quality":
+            step.update(status="failed", error="llama-perplexity was killed (signal 9)")
+    (run_dir / "run.json").write_text(json.dumps(state))
+    (run_dir / "quality.json").unlink()
+    return "the quality step for F16 failed: llama-perplexity was killed (signal 9)"
+
+
+def lose_prometheus(run_dir: Path) -> str:
+    shutil.rmtree(run_dir / "prometheus", ignore_errors=True)
+    return "the run folder holds no saved Prometheus data"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [stop_the_run_during_its_last_quant, lose_the_quality_step, lose_prometheus],
+    ids=lambda f: f.__name__,
+)
+def test_an_incomplete_run_still_reports_what_is_missing_and_why(run_copy: Path, damage: object) -> None:
+    assert callable(damage)
+    why = damage(run_copy)
+    paths = build_report(run_copy, f"http://127.0.0.1:{free_port()}", ReportSettings())
+    markdown = paths.markdown.read_text()
+    assert "not measured: " in markdown and why in markdown, markdown[:3000]
+    for path in paths.all():
+        assert path.is_file()
+    rows = table(paths)
+    summary = summary_of(paths)
+    if damage is lose_the_quality_step:
+        assert all(row["perplexity"] == "" for row in rows.values())
+        assert "quality_speed_size.png" not in {p.name for p in paths.plots}
+    if damage is stop_the_run_during_its_last_quant:
+        assert rows["Q4_K_M"]["ttft_p50_s_at_2_users"] == ""  # unfinished stage: no figure
+        assert summary["header"]["status"] == "interrupted"  # type: ignore[index]
+        assert "1 line(s) of records.jsonl could not be read" in markdown
+        assert "Q4_K_M at 2 users, repeat 0: unfinished" in markdown
+    if damage is lose_prometheus:
+        assert "server_timeseries.png" not in {p.name for p in paths.plots}
+        assert "apt-get install prometheus" in markdown
+
+
+def test_cli_reports_and_compares_real_runs(
+    run_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(run_copy), "--slo-ttft-p99", "0.5", "--slo-tpot", "0.05"]) == 0
+    assert str(run_copy / "report.html") in capsys.readouterr().out
+    other = tmp_path / "stopped"
+    shutil.copytree(run_copy, other)
+    lose_the_quality_step(other)
+    out = tmp_path / "comparison"
+    assert main(["report", "--compare", str(run_copy), str(other), "--out", str(out)]) == 0
+    compared = (out / "compare.md").read_text()
+    assert "perplexity" in compared and "not measured: quality (quality.json)" in compared
+
+
+def test_html_report_renders_in_headless_chromium(run_copy: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        missing("chromium is not installed (apt-get install -y chromium)")
+    assert browser is not None
+    paths = build_report(run_copy, None, ReportSettings())
+    url = paths.html.resolve().as_uri()
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    shot = tmp_path / "report.png"
+    base = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1400,3000", url],
+                   capture_output=True, timeout=120, check=False)  # fmt: skip
+    dom = subprocess.run(
+        [*base, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=False
+    ).stdout
+    assert shot.is_file(), "chromium wrote no screenshot"
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.shape == (3000, 1400)
+    assert pixels.std() > 20, "the page looks blank"
+    assert (pixels < 200).mean() > 0.05, "almost nothing is drawn on the page"
+    assert '<table id="seed-table" class="data">' in dom
+    seed_table = dom.split('id="seed-table"', 1)[1].split("</table>", 1)[0]
+    for quant in ("F16", "Q8_0", "Q4_K_M"):
+        assert f'<td class="txt">{quant}</td>' in seed_table
+    assert dom.count('<img alt="') == len(paths.plots) >= 4
+    assert dom.count('src="data:image/png;base64,') == len(paths.plots)
+    keep = os.environ.get("QL_REPORT_SCREENSHOT")
+    if keep:
+        shutil.copyfile(shot, keep)
