@@ -3,7 +3,7 @@
 #   1. F16, Q8_0 and Q4_K_M files of $QL_MODEL in /models (the `models` volume), with manifest.json;
 #   2. links named by quantization (/models/Q4_K_M.gguf, ...) that the llama-server services load;
 #   3. perplexity and llama-bench speed of each file into the run folder /results/$QL_RUN.
-# Every step reuses what an earlier run left, so running it again is cheap.
+# Running it again reuses the model files the manifest vouches for; quality and speed are measured anew.
 set -eu
 
 models="${QL_MODELS_DIR:-/models}"

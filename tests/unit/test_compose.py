@@ -488,6 +488,15 @@ def test_python_healthchecks_compile(stack: dict[str, Any]) -> None:
             compile(test[3], f"<{name} healthcheck>", "exec")
 
 
+def test_the_exporter_healthcheck_does_not_scrape(stack: dict[str, Any]) -> None:
+    """Any GET to the exporter reads every server's /metrics, resetting llama-server's throughput
+    gauges between Prometheus's scrapes; the healthcheck only opens a connection."""
+    test = services(stack)["exporter"]["healthcheck"]["test"]
+    port = option_value(command_of(services(stack)["exporter"]), "--port")
+    assert "create_connection" in test[3] and port in test[3]
+    assert not any(word in test[3] for word in ("urlopen", "http", "/metrics")), test
+
+
 # ---------------------------------------------------------------- order, health, profiles
 
 
