@@ -70,9 +70,11 @@ class FakeServerProcess:
         self.process.wait(10)
 
 
-def errors_of(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], list[tuple[float, float]]]:
-    """TTFT errors (ms), ITL errors (ms) and (start, end) intervals of successful requests."""
-    ttft, itl, intervals = [], [], []
+def errors_of(
+    rows: list[dict[str, Any]],
+) -> tuple[list[float], list[float], list[tuple[float, float]], list[float]]:
+    """TTFT errors, ITL errors, (start, end) of successful requests, server lateness (ms)."""
+    ttft, itl, intervals, late = [], [], [], []
     for row in rows:
         timings = row.get("timings") or {}
         times = row.get("content_times_s") or []
@@ -83,7 +85,8 @@ def errors_of(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], lis
         if gap_ms is not None:
             itl += [(b - a) * 1000 - gap_ms for a, b in itertools.pairwise(times)]
         intervals.append((row["sent_unix_s"], row["sent_unix_s"] + row["e2e_s"]))
-    return ttft, itl, intervals
+        late.append(timings.get("first_token_late_ms", 0.0))
+    return ttft, itl, intervals, late
 
 
 def run_floor(url: str, streams: int, requests: int, jitter_s: float, folder: Path) -> dict[str, Any]:
@@ -98,15 +101,15 @@ def run_floor(url: str, streams: int, requests: int, jitter_s: float, folder: Pa
         timeout=600,
     )  # fmt: skip
     data = json.loads(out.read_text())
-    ttft, itl, intervals = errors_of(data["records"])
+    ttft, itl, intervals, late = errors_of(data["records"])
     return {
-        "ttft": ttft, "itl": itl, "concurrency": delivered_concurrency(intervals, streams),
+        "ttft": ttft, "itl": itl, "late": late, "concurrency": delivered_concurrency(intervals, streams),
         "cpu_frac": data["cpu_s"] / data["wall_s"], "ok": len(ttft), "requests": requests,
     }  # fmt: skip
 
 
 def run_quantload(url: str, streams: int, requests: int, jitter_s: float, folder: Path) -> dict[str, Any]:
-    run_dir = folder / f"quantload-{streams}"
+    run_dir = folder / f"quantload-{streams}-{len(list(folder.glob('quantload-*')))}"
     settings = LoadSettings(
         users=(streams,), repeats=1, warmup_requests=0, max_tokens=TOKENS, request_timeout_s=60,
         first_round_jitter_s=jitter_s, metrics_port=0, max_consecutive_errors=50,
@@ -126,9 +129,9 @@ def run_quantload(url: str, streams: int, requests: int, jitter_s: float, folder
                 "content_times_s": times, "timings": record.timings,
             })  # fmt: skip
     ends = [e for e in iter_stage_events(run_dir / "stages.jsonl") if e.event == "stage_end"]
-    ttft, itl, intervals = errors_of(rows)
+    ttft, itl, intervals, late = errors_of(rows)
     return {
-        "ttft": ttft, "itl": itl, "concurrency": delivered_concurrency(intervals, streams),
+        "ttft": ttft, "itl": itl, "late": late, "concurrency": delivered_concurrency(intervals, streams),
         "cpu_frac": ends[0].client_cpu_frac if ends else None, "ok": len(ttft), "requests": requests,
         "saturated": ends[0].client_saturated if ends else None,
     }  # fmt: skip
@@ -145,8 +148,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| streams | quantload TTFT err p50/p99/min ms | floor TTFT err p50/p99/min ms | p99 ratio |"
         " quantload ITL err p50/p99 ms | floor ITL err p50/p99 ms | delivered (ql / floor) |"
-        " client CPU % of a core (ql / floor) | ok (ql / floor) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " client CPU % of a core (ql / floor) | server late p99 ms (ql / floor) | ok (ql / floor) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ql, fl = row["quantload"], row["floor"]
@@ -168,6 +171,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {row['streams']} | {fmt(ql['ttft'])} | {fmt(fl['ttft'])} | {ratio} | {itl(ql)} | {itl(fl)} |"
             f" {conc(ql['concurrency'])} / {conc(fl['concurrency'])} |"
             f" {pct(ql['cpu_frac'])} / {pct(fl['cpu_frac'])} |"
+            f" {percentile(ql['late'], 99) or 0:.1f} / {percentile(fl['late'], 99) or 0:.1f} |"
             f" {ql['ok']}/{ql['requests']} / {fl['ok']}/{fl['requests']} |"
         )
     return "\n".join(lines)
@@ -216,11 +220,12 @@ def main(argv: list[str] | None = None) -> int:
             "streams": r["streams"],
             "requests": r["requests"],
             **{
-                side: {k: v for k, v in r[side].items() if k not in ("ttft", "itl")}
+                side: {k: v for k, v in r[side].items() if k not in ("ttft", "itl", "late")}
                 | {
                     "ttft_err_ms": {q: percentile(r[side]["ttft"], q) for q in (50, 90, 99)},
                     "ttft_err_min_ms": min(r[side]["ttft"]) if r[side]["ttft"] else None,
                     "itl_err_ms": {q: percentile(r[side]["itl"], q) for q in (50, 99)},
+                    "server_late_ms": {q: percentile(r[side]["late"], q) for q in (50, 99)},
                 }
                 for side in ("floor", "quantload")
             },

@@ -25,8 +25,10 @@ def main(argv: list[str]) -> int:
             row["tokens"] = count_tokens(client, url, row["prompt"])
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     counts = sorted(row["tokens"] for row in rows)
-    print(f"{len(rows)} prompts: min {counts[0]}, median {counts[len(counts) // 2]}, "
-          f"p90 {counts[int(0.9 * len(counts))]}, max {counts[-1]}, total {sum(counts)}")
+    print(
+        f"{len(rows)} prompts: min {counts[0]}, median {counts[len(counts) // 2]}, "
+        f"p90 {counts[int(0.9 * len(counts))]}, max {counts[-1]}, total {sum(counts)}"
+    )
     return 0
 
 

@@ -5,7 +5,9 @@ inter-token gap and a token count, drawn from seeded ranges or set per request b
 the prompt text, e.g. `[[fake ttft_ms=300 itl_ms=10 tokens=5 fault=cut_after:3]]`. The scripted
 values come back in the last chunk's `timings` (`prompt_ms` = scripted TTFT,
 `predicted_per_token_ms` = scripted gap), so a client's error on every request is exact:
-measured minus scripted. Clocks start when the request body has been read.
+measured minus scripted. Clocks start when the request body has been read. The server's own
+lateness in sending the first token (its event loop is busy too) is reported as
+`timings.first_token_late_ms`, so a benchmark can tell a late server from a late client.
 
 Every stream also carries what real servers send and careless clients trip on (switch off with
 `pathological=False`): a role-only first chunk sent at once, an SSE comment (`: keep-alive`), an
@@ -33,7 +35,6 @@ import random
 import re
 import sys
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,7 @@ class _Handler:
             headers[name.strip().lower()] = value.strip()
         length = int(headers.get("content-length", "0") or 0)
         raw = await reader.readexactly(length) if length else b""
-        received = time.perf_counter()
+        received = asyncio.get_running_loop().time()
         path, _, query = target.partition("?")
         if method == "GET" and path in ("/health", "/v1/health"):
             return await self._json(writer, 200, {"status": "ok"})
@@ -296,52 +297,86 @@ class _Handler:
     async def _stream(
         self, writer: asyncio.StreamWriter, body: dict[str, Any], plan: RequestPlan, received: float
     ) -> bool:
-        script = self.script
-        close = script.close_after_stream
-        base = self._base
+        """Stream the scripted tokens; each write is a timer callback at its due time.
+
+        Timer callbacks instead of a coroutine sleeping per token keep the server cheap enough
+        to script hundreds of streams on a small machine (one timer handle per token, no task
+        switch), so the benchmark measures the client rather than the fake server.
+        """
+        loop = asyncio.get_running_loop()
+        close = self.script.close_after_stream
         writer.write(self._opening)
-        await writer.drain()
         kind, _, arg = plan.fault.partition(":")
         fault_at = int(arg) if arg else -1
         first_at = received + plan.ttft_ms / 1000
-        for index in range(plan.tokens):
-            await _sleep_until(first_at + index * plan.itl_ms / 1000)
+        done: asyncio.Future[bool] = loop.create_future()
+        handles: list[asyncio.TimerHandle] = []
+        late_ms = [0.0]
+
+        def finish(keep_open: bool) -> None:
+            for handle in handles:
+                handle.cancel()
+            if not done.done():
+                done.set_result(keep_open)
+
+        def emit(index: int) -> None:
+            if done.done():
+                return
+            if writer.transport.is_closing():
+                finish(False)
+                return
             if index == fault_at:
                 if kind == "cut_after":
                     writer.transport.abort()
-                    return False
+                    finish(False)
+                    return
                 if kind == "malformed_after":
                     writer.write(_chunk(b'data: {"choices": [{"delta": {"content": "x"\n\n'))
-                    await writer.drain()
-                    return False
+                    finish(False)
+                    return
                 if kind == "error_after":
                     writer.write(_event({"error": {"code": 500, "message": "scripted error event"}}))
                     writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-                    await writer.drain()
-                    return not close
+                    finish(not close)
+                    return
+            if index == 0:
+                late_ms[0] = (loop.time() - first_at) * 1000
             writer.write(self._token_event(index))
+            if index == plan.tokens - 1:
+                writer.write(self._tail(body, plan, late_ms[0]))
+                finish(not close)
+
+        if plan.tokens == 0:
+            writer.write(self._tail(body, plan, 0.0))
+            finish(not close)
+        for index in range(plan.tokens):
+            handles.append(loop.call_at(first_at + index * plan.itl_ms / 1000, emit, index))
+        keep_open = await done
+        await writer.drain()
+        return keep_open
+
+    def _tail(self, body: dict[str, Any], plan: RequestPlan, late_ms: float) -> bytes:
+        """The finish chunk, the usage+timings chunk, [DONE] and the end of the body."""
+        base = self._base
         prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
-        cached = 0
         timings = {
-            "cache_n": cached,
+            "cache_n": 0,
             "prompt_n": prompt_tokens,
             "prompt_ms": plan.ttft_ms,
             "predicted_n": plan.tokens,
             "predicted_ms": plan.itl_ms * max(plan.tokens - 1, 0),
             "predicted_per_token_ms": plan.itl_ms,
+            "first_token_late_ms": late_ms,
         }
-        tail = _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": plan.tokens,
             "total_tokens": prompt_tokens + plan.tokens,
-            "prompt_tokens_details": {"cached_tokens": cached},
+            "prompt_tokens_details": {"cached_tokens": 0},
         }
+        tail = _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         tail += _event({**base, "choices": [], "usage": usage, "timings": timings})
-        tail += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-        writer.write(tail)
-        await writer.drain()
-        return not close
+        return tail + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
 def _error(code: int, message: str) -> dict[str, Any]:
@@ -349,7 +384,7 @@ def _error(code: int, message: str) -> dict[str, Any]:
 
 
 async def _sleep_until(when: float) -> None:
-    delay = when - time.perf_counter()
+    delay = when - asyncio.get_running_loop().time()
     if delay > 0:
         await asyncio.sleep(delay)
 

@@ -289,7 +289,10 @@ class LoadRuntime:
                 raise
             result = StreamResult(error_class="timeout", error="request deadline passed")
         except gevent.GreenletExit:
-            self.sink.put(aborted_record(ticket, called - intended, self.worker, called_unix))
+            try:
+                self.sink.put(aborted_record(ticket, called - intended, self.worker, called_unix))
+            except Exception:  # shutting down: the master may be gone already
+                _log.debug("could not record an aborted request", exc_info=True)
             raise
         except Exception as error:  # a bug must cost one record, not the user
             _log.exception("request failed inside the client")
