@@ -8,16 +8,21 @@ Roles
 - local: one process; the controller, the ticket book and the users live together.
 - master: runs the controller and the ticket book, writes records.jsonl and stages.jsonl; sends
   no requests. Workers ask it for tickets (`ql_want` -> `ql_ticket`), send it every record
-  (`ql_record`) and a health report every second (`ql_health`). Locust merges the workers'
-  request statistics (the TTFT/TPOT rows included) on its own.
+  (`ql_record`) and a health report four times a second (`ql_health`). Locust merges the
+  workers' request statistics (the TTFT/TPOT rows included) on its own.
 - worker: runs users; sends every record to the master; serves its own /metrics.
 
 A user takes a ticket, waits until it is due (open loop: the Poisson schedule; closed loop: a
 random offset before its first request of a stage, so users do not start in lockstep), sends it
-with `stream_request`, builds the record, hands it to the sink, and (except for warm-ups) fires
-three Locust request events, the request itself, "TTFT" and "TPOT", and updates the Prometheus
-metrics. After each stage's users are spawned every process runs `gc.collect(); gc.freeze()`,
-so no full collection of Locust's import-time objects lands on a measured request.
+with `stream_request` (which only stamps each event's arrival) and goes straight back for the
+next ticket. One recorder greenlet per process, running when the event loop is idle, then works
+out what the events said, builds the record, hands it to the sink and (except for warm-ups)
+fires three Locust request events, the request itself, "TTFT" and "TPOT", and updates the
+Prometheus metrics. Transport failures skip the queue, so the circuit breaker sees them at once.
+After each stage's users are spawned every process runs `gc.collect(); gc.freeze()`, so no full
+collection of Locust's import-time objects lands on a measured request. A health monitor
+measures how late the event loop wakes up and how much CPU the process uses; the stage_end line
+says whether the client itself may have been the bottleneck.
 """
 
 from __future__ import annotations
