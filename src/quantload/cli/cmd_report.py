@@ -39,15 +39,20 @@ def register(app: typer.Typer) -> None:
             if run_dir is not None:
                 raise ConfigError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
             paths = compare_runs(compare[0], compare[1], out, settings.report)
-            cli.console.print(f"comparison: {paths.html}\n            {paths.markdown}", highlight=False)
+            cli.console.print(
+                f"comparison: {paths.html}\n            {paths.markdown}", highlight=False, soft_wrap=True
+            )
             return
         if run_dir is None:
             raise ConfigError("no run directory given", "quantload report results/<run-id>")
         written = build_report(run_dir, prometheus, settings.report, out, settings.observe.prometheus_binary)
-        cli.console.print(f"report: {written.html}\n        {written.markdown}", highlight=False)
-        cli.console.print(f"table:  {written.csv}", highlight=False)
+        cli.console.print(
+            f"report: {written.html}\n        {written.markdown}", highlight=False, soft_wrap=True
+        )
+        cli.console.print(f"table:  {written.csv}", highlight=False, soft_wrap=True)
         if written.not_measured:
             cli.console.print(
                 f"{written.not_measured} thing(s) were not measured; the report says which and why",
                 highlight=False,
+                soft_wrap=True,
             )

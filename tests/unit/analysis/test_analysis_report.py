@@ -118,3 +118,17 @@ def test_importing_the_package_has_no_side_effects() -> None:
     code = "import sys, quantload.analysis, quantload.cli.cmd_report; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_open_loop_latency_counts_from_the_intended_send(tmp_path: Path) -> None:
+    run_dir = write_synthetic_run(tmp_path / "run", quants=("Q8_0",), open_loop_rates=(2.0,))
+    paths = build_report(run_dir)
+    (level,) = strict_json(paths.summary)["open_loop_levels"]
+    per_stage: dict[str, list[float]] = {}
+    for line in (run_dir / "records.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["experiment"] == "open_loop":
+            per_stage.setdefault(record["stage_id"], []).append(record["ttft_from_intended_s"])
+    expected = median(float(np.percentile(v, 99, method="linear")) for v in per_stage.values())
+    assert level["rate_rps"] == 2.0 and level["ttft_from_intended_p99_s"] == pytest.approx(expected)
+    assert "## Open loop (Poisson arrivals)" in paths.markdown.read_text()
