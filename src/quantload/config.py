@@ -132,7 +132,7 @@ class LoadSettings(_Section):
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
     )
     saturation_cpu_frac: float = Field(default=0.9, gt=0)
-    saturation_lag_s: float = Field(default=0.02, gt=0)
+    saturation_lag_s: float = Field(default=0.05, gt=0)
 
 
 class ObserveSettings(_Section):

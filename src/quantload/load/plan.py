@@ -93,7 +93,7 @@ class LoadPlan(_Frozen):
     max_consecutive_errors: int = 20
     abort_grace_s: float = 10.0
     saturation_cpu_frac: float = 0.9
-    saturation_lag_s: float = 0.02
+    saturation_lag_s: float = 0.05
 
     @property
     def total_requests(self) -> int:
