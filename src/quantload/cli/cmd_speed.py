@@ -17,7 +17,7 @@ from quantload.models.gguf_meta import check_is_gguf
 from quantload.paths import cache_root
 from quantload.roofline.ceilings import roofline
 from quantload.roofline.gguf_scan import summarize
-from quantload.roofline.probe import MachineLimits, probe_machine
+from quantload.roofline.probe import BUSY_LOAD_PER_CPU, MachineLimits, probe_machine
 from quantload.roofline.speed_file import SpeedEntry, SpeedFile, save_speed_entry
 
 
@@ -46,9 +46,6 @@ def speed_table(speeds: SpeedFile) -> Table:
     return table
 
 
-BUSY_LOAD_PER_CPU = 0.5
-
-
 def busy_note(speeds: SpeedFile) -> str | None:
     """A warning when other work shared the CPUs while llama-bench ran, else None."""
     worst = 0.0
@@ -67,10 +64,11 @@ def busy_note(speeds: SpeedFile) -> str | None:
 
 def print_machine(console: Console, limits: MachineLimits) -> None:
     """The probe's two numbers and where they came from."""
+    load = "unknown" if limits.load_average_1m_start is None else f"{limits.load_average_1m_start:.1f}"
     console.print(
         f"machine: memory bandwidth {limits.bandwidth_bytes_per_s / 1e9:.1f} GB/s, f32 arithmetic"
         f" {limits.arithmetic_flops_per_s / 1e9:.1f} GFLOP/s ({limits.source}, {limits.probed_at};"
-        f" {limits.machine.usable_cpus} CPUs, shared with anything else running)",
+        f" {limits.machine.usable_cpus} CPUs, load average {load} when probed)",
         highlight=False,
     )
 

@@ -42,6 +42,8 @@ BANDWIDTH_PASSES = 7
 MATRIX_SIZE = 1536
 MATMUL_PASSES = 5
 DEFAULT_MAX_AGE_S = 24 * 3600.0
+# A 1-minute load average above this many runnable tasks per CPU means other work shared the CPUs.
+BUSY_LOAD_PER_CPU = 0.5
 BANDWIDTH_METHOD = (
     "numpy.max over a float32 buffer, one slice per CPU thread; bytes read / wall time;"
     " median of {passes} passes after a warm-up"
@@ -88,6 +90,12 @@ class MachineLimits(BaseModel):
     probe_wall_s: float
     load_average_1m_start: float | None = Field(default=None, description="system load before the probe")
     source: Literal["probe", "cache"] = "probe"
+
+    @property
+    def taken_when_busy(self) -> bool:
+        """True when other work shared the CPUs during the probe (or the load is unknown)."""
+        load = self.load_average_1m_start
+        return load is None or load > BUSY_LOAD_PER_CPU * self.machine.usable_cpus
 
     @property
     def balance_flops_per_byte(self) -> float:
@@ -203,7 +211,7 @@ def _read_cached(path: Path, machine: MachineId, max_age_s: float) -> MachineLim
     except (OSError, ValueError, ValidationError):
         return None
     age_s = (datetime.now(UTC) - datetime.fromisoformat(cached.probed_at)).total_seconds()
-    if cached.machine != machine or not 0 <= age_s <= max_age_s:
+    if cached.machine != machine or not 0 <= age_s <= max_age_s or cached.taken_when_busy:
         return None
     return cached.model_copy(update={"source": "cache"})
 
@@ -216,7 +224,8 @@ def probe_machine(
 ) -> MachineLimits:
     """This machine's limits: a cached probe younger than `max_age_s`, else a fresh one (cached).
 
-    `cache_dir` None never reads or writes a cache; `refresh` forces a new probe.
+    A cached probe that was taken while the machine was busy is not reused (probing again costs a
+    couple of seconds). `cache_dir` None never reads or writes a cache; `refresh` forces a new probe.
     """
     machine = this_machine()
     path = cache_path(cache_dir, machine) if cache_dir is not None else None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from speed_helpers import limits
 
 from quantload.roofline.probe import (
+    MachineLimits,
     buffer_size_bytes,
     cache_path,
     measure_arithmetic,
@@ -29,12 +31,13 @@ def test_buffer_is_larger_than_caches() -> None:
 
 
 class CountingProbe:
-    def __init__(self) -> None:
+    def __init__(self, load: float | None = 0.0) -> None:
         self.calls = 0
+        self.load = load
 
-    def __call__(self):  # type: ignore[no-untyped-def]
+    def __call__(self) -> MachineLimits:
         self.calls += 1
-        return limits(bandwidth_bytes_per_s=float(self.calls))
+        return limits(bandwidth_bytes_per_s=float(self.calls), load=self.load)
 
 
 def test_probe_runs_once_then_comes_from_the_cache(tmp_path: Path) -> None:
@@ -69,4 +72,13 @@ def test_no_cache_dir_means_no_cache(tmp_path: Path) -> None:
     probe = CountingProbe()
     probe_machine(None, probe=probe)
     probe_machine(None, probe=probe)
+    assert probe.calls == 2
+
+
+@pytest.mark.parametrize("load", [None, 100.0])
+def test_a_probe_taken_on_a_busy_or_unknown_machine_is_not_reused(tmp_path: Path, load: float | None) -> None:
+    probe = CountingProbe(load=load)
+    first = probe_machine(tmp_path, probe=probe)
+    assert first.taken_when_busy
+    probe_machine(tmp_path, probe=probe)
     assert probe.calls == 2
