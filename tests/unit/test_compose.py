@@ -538,9 +538,11 @@ def test_gpu_override_swaps_image_layers_and_reservation(gpu_raw: dict[str, Any]
 # ---------------------------------------------------------------- real validators
 
 
-def _compose_config(files: list[Path], profiles: list[str]) -> dict[str, Any]:
+def _compose_config(files: list[Path], profiles: list[str], tmp_path: Path) -> dict[str, Any]:
     command = _tool(compose_command(), "compose")
-    argv = [*command]
+    empty = tmp_path / "empty.env"  # a developer's own .env must not change what is checked
+    empty.write_text("", encoding="utf-8")
+    argv = [*command, "--env-file", str(empty)]
     for path in files:
         argv += ["-f", str(path)]
     for profile in profiles:
@@ -562,8 +564,8 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_compose_config_accepts_the_stack(variant: str) -> None:
-    config = _compose_config(VARIANTS[variant], ["load", "report"])
+def test_compose_config_accepts_the_stack(variant: str, tmp_path: Path) -> None:
+    config = _compose_config(VARIANTS[variant], ["load", "report"], tmp_path)
     assert set(config["services"]) == {"prepare", *LONG_RUNNING, *ON_DEMAND}
     for name in SERVERS:
         image = config["services"][name]["image"]
