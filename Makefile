@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 MODEL ?= smollm2-135m
 PROFILE ?= quick
 OUT ?= results
+DATASET ?=
 
 .PHONY: run test check venv toolchain clean-venv
 
@@ -21,7 +22,7 @@ toolchain: venv
 
 ## The main job on the embedded default (local processes): prepare, quality, speed, serve, load, report.
 run: toolchain
-	$(BIN)/quantload run --model $(MODEL) --profile $(PROFILE) --out $(OUT)
+	$(BIN)/quantload run --model $(MODEL) --profile $(PROFILE) --out $(OUT) $(if $(DATASET),--dataset $(DATASET))
 
 ## Lint and type checks.
 check: venv
