@@ -26,12 +26,12 @@ def _e(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-_RANGE = re.compile(r"^(.+?) \((.+)\)$")
+_SPREAD = re.compile(r"^(.+?) (\(.+\)|± .+)$")
 
 
 def _cell(text: str, numeric: bool) -> str:
-    """A numeric 'median (min–max)' cell shows its range on a second, smaller line."""
-    found = _RANGE.match(text) if numeric else None
+    """A numeric 'median (min–max)' or 'value ± error' cell shows its spread on a second, smaller line."""
+    found = _SPREAD.match(text) if numeric else None
     if found is None:
         return _e(text)
     return f'{_e(found.group(1))}<span class="range">{_e(found.group(2))}</span>'

@@ -19,6 +19,7 @@ from quantload.analysis.document import (
     Section,
     Table,
 )
+from quantload.analysis.roofline_table import busy_machine_note
 from quantload.analysis.section_parts import (
     gap_blocks,
     image_block,
@@ -82,6 +83,9 @@ def quality_speed_section(analysis: Analysis, plots: Mapping[str, Path | None], 
             )
         )
     blocks += gap_blocks(analysis, "quality")
+    busy = busy_machine_note(analysis.run.speed)
+    if busy:
+        blocks.append(Paragraph(busy, "warning"))
     roof = analysis.roofline
     if not roof.empty:
         machine = analysis.run.speed.machine if analysis.run.speed else None

@@ -16,7 +16,11 @@ PNG = base64.b64decode(
 
 def document() -> Document:
     table = Table(
-        ("quant", "TTFT | p99"), (("Q8_0", "<b>1 ms</b>"),), (False, True), "a caption", "seed-table"
+        ("quant", "TTFT | p99", "perplexity"),
+        (("Q8_0", "<b>1 ms</b>", "12.5 ± 0.3"), ("Q4_K_M", "120 ms (110–130 ms)", "–")),
+        (False, True, True),
+        "a caption",
+        "seed-table",
     )
     section = Section(
         "table",
@@ -35,7 +39,8 @@ def document() -> Document:
 
 def test_markdown_tables_escape_pipes() -> None:
     text = render_markdown(document())
-    assert "| quant | TTFT \\| p99 |" in text and "|---|---:|" in text
+    assert "| quant | TTFT \\| p99 | perplexity |" in text and "|---|---:|---:|" in text
+    assert "| Q4_K_M | 120 ms (110–130 ms) | – |" in text
     assert "![a plot](plots/x.png)" in text and "### more" in text
 
 
@@ -47,4 +52,6 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     assert "&lt;b&gt;1 ms&lt;/b&gt;" in page
     assert f"data:image/png;base64,{base64.b64encode(PNG).decode()}" in page
     assert 'id="seed-table"' in page and '<td class="num">' in page
+    assert '<td class="num">120 ms<span class="range">(110–130 ms)</span></td>' in page
+    assert '<td class="num">12.5<span class="range">± 0.3</span></td>' in page
     assert "http://" not in page and "https://" not in page and "<script" not in page
