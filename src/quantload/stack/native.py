@@ -319,7 +319,6 @@ class NativeRun:
                     self.children.stop_exporter()
                     one.server.stop()
                     self.children.servers.pop(quant, None)
-        write_json_atomic(self.run_dir / KV_JSON, kv_file_payload(self.kv_checks))
 
     def _start_prometheus(self) -> None:
         from quantload.stack.prometheus import PrometheusProcess
@@ -378,6 +377,8 @@ class NativeRun:
             except QuantloadError as error:
                 self.kv_checks[quant] = error.one_line()
                 raise
+            finally:
+                write_json_atomic(self.run_dir / KV_JSON, kv_file_payload(self.kv_checks))
         return started[0]
 
     def _start_exporter(self, served: Sequence[_Served]) -> None:
