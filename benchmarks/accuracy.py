@@ -5,7 +5,7 @@ inter-token gaps 5-20 ms, 16 tokens, pathological chunks on), runs the raw-async
 restarts the server, runs quantload's own load path (a one-stage closed-loop plan through
 `quantload.load.api.run_plan`, i.e. a real Locust process with the production user class), and
 judges every request exactly: error = measured minus the scripted value the server reports in
-`timings`. It prints one table and writes it, with the raw numbers, under benchmarks/results/.
+`timings`. It prints one table and writes it, with the raw numbers, under benchmarks/figures/.
 
     .venv/bin/python benchmarks/accuracy.py                 # about 2-3 minutes
     .venv/bin/python benchmarks/accuracy.py --streams 8,64 --scale 0.5
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--streams", default="1,8,64,256", help="comma list of concurrencies")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=HERE / "figures")
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.streams.split(",")]
     # one request lasts ~110 ms (mean scripted TTFT) + 15 gaps of ~12.5 ms: offset first requests
