@@ -115,7 +115,7 @@ def open_prometheus(
         yield PromConnection(None, "", ["the run has no load stages to look at"])
         return
     recorded = run.run.get("prometheus") if isinstance(run.run.get("prometheus"), dict) else None
-    candidates = [(url, "the Prometheus given with --prometheus")] if url else []
+    candidates = [(url, "the Prometheus the report was given")] if url else []
     if recorded and recorded.get("url") and recorded.get("url") != url:
         candidates.append((str(recorded["url"]), "the run's Prometheus"))
     if recorded and recorded.get("available") is False:

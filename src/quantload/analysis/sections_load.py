@@ -27,6 +27,14 @@ from quantload.analysis.section_parts import (
 from quantload.analysis.seed_table import level_column, users_levels
 
 
+def _plus_minus(number: float | None, spread: float | None, digits: int = 1) -> str:
+    """'12.3 ± 0.4', just the number when there is no spread, a dash when there is no number."""
+    if number is None:
+        return fmt.DASH
+    text = fmt.number(number, digits)
+    return f"{text} ± {fmt.number(spread, digits)}" if spread is not None else text
+
+
 def seed_section(analysis: Analysis) -> Section:
     """The seed's table, one row per quantization."""
     levels = users_levels(analysis.run, analysis.levels)
@@ -39,13 +47,9 @@ def seed_section(analysis: Analysis) -> Section:
         cells = [
             str(row["quant"]),
             fmt.mib(value(row["file_size_bytes"])),
-            f"{fmt.number(ppl, 3)} ± {fmt.number(err, 3)}" if ppl is not None else fmt.DASH,
-            f"{fmt.number(value(row['prefill_tok_s']))} ± {fmt.number(value(row['prefill_stddev_tok_s']))}"
-            if value(row["prefill_tok_s"]) is not None
-            else fmt.DASH,
-            f"{fmt.number(value(row['decode_tok_s']))} ± {fmt.number(value(row['decode_stddev_tok_s']))}"
-            if value(row["decode_tok_s"]) is not None
-            else fmt.DASH,
+            _plus_minus(ppl, err, 3),
+            _plus_minus(value(row["prefill_tok_s"]), value(row["prefill_stddev_tok_s"])),
+            _plus_minus(value(row["decode_tok_s"]), value(row["decode_stddev_tok_s"])),
         ]
         for users in levels:
             cells += [

@@ -2,7 +2,8 @@
 
 Columns: file size, perplexity and its +/- (one standard error), llama-bench prefill and decode
 tokens/s, then for each concurrency level TTFT p50, TTFT p99 and total output tokens/s, each with
-`_min` and `_max` over the repeats. An empty cell is a figure that was not measured.
+`_min` and `_max` over the repeats. An empty cell is a figure that was not measured (so is a
+standard deviation when llama-bench ran only once).
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ def seed_table(run: RunData, levels: pd.DataFrame, quants: Sequence[str]) -> pd.
     for quant in quants:
         quality = run.quality.results.get(quant) if run.quality else None
         speed = run.speed.results.get(quant) if run.speed else None
+        repeated = speed is not None and speed.bench.reps > 1  # one repetition has no spread to show
         row: dict[str, Any] = {
             "quant": quant,
             "file_size_bytes": _file_size(run, quant),
             "perplexity": quality.perplexity if quality else None,
             "perplexity_error": quality.perplexity_error if quality else None,
             "prefill_tok_s": speed.bench.prefill.tokens_per_s if speed else None,
-            "prefill_stddev_tok_s": speed.bench.prefill.stddev_tokens_per_s if speed else None,
+            "prefill_stddev_tok_s": speed.bench.prefill.stddev_tokens_per_s if speed and repeated else None,
             "decode_tok_s": speed.bench.decode.tokens_per_s if speed else None,
-            "decode_stddev_tok_s": speed.bench.decode.stddev_tokens_per_s if speed else None,
+            "decode_stddev_tok_s": speed.bench.decode.stddev_tokens_per_s if speed and repeated else None,
         }
         mine = levels[levels["quant"] == quant] if not levels.empty else levels
         for level in users:

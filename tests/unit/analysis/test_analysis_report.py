@@ -60,7 +60,7 @@ def test_report_files_and_the_table_match_the_records(synthetic_run: Path) -> No
     assert summary["schema"] == "quantload.report/1"
     whats = " | ".join(g["what"] + ": " + g["why"] for g in summary["not_measured"])
     assert "quality (quality.json)" in whats and "server time series" in whats
-    assert f"the Prometheus given with --prometheus at {dead} is not usable" in whats
+    assert f"the Prometheus the report was given at {dead} is not usable" in whats
     assert "the run had no Prometheus: prometheus not installed" in whats
     assert summary["percentile_method"]["numpy_method"] == "linear"
     html = paths.html.read_text()
