@@ -67,6 +67,11 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "within_deadline",
     "error_class",
 )
+NUMERIC_RECORD_COLUMNS: tuple[str, ...] = (
+    "stage_rate_rps", "intended_unix_s", "sent_unix_s", "end_unix_s", "lag_s", "ttft_s",
+    "ttft_from_intended_s", "e2e_s", "e2e_from_intended_s", "tpot_s", "prompt_tokens",
+    "completion_tokens", "cached_tokens", "prompt_ms", "predicted_ms", "prompt_n", "cache_n",
+)  # fmt: skip
 STAGE_COLUMNS: tuple[str, ...] = (
     "event",
     "unix_s",
@@ -224,6 +229,8 @@ def read_records(path: Path) -> tuple[pd.DataFrame, int]:
     frame = pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
     for column in ("warmup", "cache_prompt", "ok", "within_deadline"):
         frame[column] = frame[column].astype(bool)
+    for column in NUMERIC_RECORD_COLUMNS:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     return frame, bad
 
 
