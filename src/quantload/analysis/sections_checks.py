@@ -16,7 +16,7 @@ from quantload.analysis.document import (
     Section,
     Table,
 )
-from quantload.analysis.hist_check import QUANTILES
+from quantload.analysis.hist_check import MIN_SCRAPES, QUANTILES
 from quantload.analysis.littles_law import TOLERANCE
 from quantload.analysis.section_parts import (
     gap_blocks,
@@ -147,14 +147,18 @@ def server_section(analysis: Analysis, plots: Mapping[str, Path | None], out_dir
         text = (
             "Prometheus histogram_quantile over each stage's TTFT bucket counts, beside the exact"
             " percentile. A histogram places a quantile only within its bucket, shown as the resolution."
-            f" Where the scrapes caught exactly the stage's requests, the order statistic Prometheus' rule"
-            f" picks lies in the estimate's bucket in {sum(bool(v) for v in same)} of {len(same)} cases."
         )
+        if same:
+            text += (
+                " Where a stage lasted a few scrape intervals and the scrapes caught exactly its requests,"
+                " the order statistic Prometheus' rule picks lies in the estimate's bucket in"
+                f" {sum(bool(v) for v in same)} of {len(same)} cases."
+            )
         if partial:
             text += (
-                f" In {partial} stage(s) the scrapes caught a different number of requests than the records"
-                " hold (a stage shorter than a few scrape intervals, or boundaries between scrapes): their"
-                " estimates are shown but not judged."
+                f" {partial} of {len(hist)} stage(s) are shown but not judged: shorter than"
+                f" {MIN_SCRAPES} scrape intervals, or the scrapes caught a different number of requests"
+                " than the records hold."
             )
         blocks.append(Paragraph(text))
         rows = []
