@@ -101,3 +101,11 @@ def test_erase_slots_reports_the_state_it_left() -> None:
     with FakeServer(FakeScript(slots=3, slots_erasable=True)) as server:
         assert erase_slots(server.url) == "3 slots erased"
         assert server.stats.erased == 3
+
+
+def test_the_whole_builtin_set_passes_the_default_length_filter() -> None:
+    from quantload.config import LoadSettings
+
+    load = LoadSettings()
+    chosen = select_prompts(load.prompts, load.prompt_count, load.min_prompt_tokens, load.max_prompt_tokens)
+    assert len(chosen) == 100  # the seed protocol sends all 100
