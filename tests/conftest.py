@@ -16,15 +16,9 @@ from quantload.config import ToolchainSettings
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain
 from quantload.models.prepare import prepare_models
 from quantload.paths import cache_root
+from support import missing, run_quantload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def missing(reason: str) -> None:
-    """Skip, or fail when CI demands every integration test to run."""
-    if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
-        pytest.fail(f"required for integration tests: {reason}")
-    pytest.skip(reason)
 
 
 def _toolchain_settings() -> ToolchainSettings:
@@ -82,3 +76,23 @@ def _no_quantload_env(monkeypatch: pytest.MonkeyPatch) -> None:
             "QUANTLOAD_LLAMA_BIN", "QUANTLOAD_REQUIRE_INTEGRATION", "QUANTLOAD_TEST_WIKITEXT",
         ):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def ci_run(
+    toolchain: Toolchain, tiny_models: dict[str, Path], wikitext_test_raw: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """The run directory of one complete `quantload run --model tiny --profile ci` (a few minutes).
+
+    Shared by every test that reads a run (e2e checks, report tests); tests that change it work
+    on a copy.
+    """
+    out = tmp_path_factory.mktemp("ci-run")
+    result = run_quantload(
+        ["run", "--model", "tiny", "--profile", "ci", "--out", str(out), "--dataset", str(wikitext_test_raw)],
+        cwd=out,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    return run_dir

@@ -197,12 +197,6 @@ def test_the_master_serves_its_metrics_where_prometheus_looks(cluster: Cluster) 
     assert 'quantload_active_users{quant="Q4_K_M",server="llama-q4-k-m"}' in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="interactive workers serve /metrics on --ql-metrics-port + 1 + worker index "
-    "(quantload.load.locust_user), so Prometheus's DNS discovery of locust-worker on 9647 finds "
-    "nothing; needs a fixed per-worker port (reported to the lead)",
-)
 def test_each_worker_serves_its_request_metrics_where_prometheus_looks(cluster: Cluster) -> None:
     for address in WORKER_ADDRESSES:
         try:

@@ -3,40 +3,35 @@ the exporter reading them, Prometheus (Debian binary) scraping the exporter and 
 generator's metrics; then every query of every Grafana panel, annotation and variable is run
 against that Prometheus and must return data, and so must every recording rule.
 
-Traffic comes from one fixture, `load_driver`. Today it is a stand-in (a streaming httpx loop per
-user, counting with the load generator's own `LoadMetrics` collector and serving it like a Locust
-process would); to use the real load generator, replace that fixture only.
+Traffic comes from one fixture, `load_driver`: the real load generator (`quantload.load.api.run_sweep`,
+Locust processes streaming chat completions), driving both servers at once.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
-import json
-import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from wsgiref.simple_server import WSGIServer
 
-import httpx
 import pytest
 import yaml
-from prometheus_client import start_http_server
 
+from quantload.config import LoadSettings
 from quantload.exporter import Target, start_exporter
 from quantload.exporter.labels import model_from_filename
-from quantload.llamacpp.server import LlamaServer, ServerSpec
+from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.metrics import LoadMetrics, new_registry
+from quantload.load.api import Target as LoadApiTarget
+from quantload.load.api import run_sweep
 from quantload.observe.annotations import read_stage_spans
 from quantload.observe.dashboard import QueryCheck, check_dashboard, load_dashboard
 from quantload.observe.promql import PrometheusClient
 from quantload.stack.prometheus import CONFIG_DIR, PrometheusProcess
+from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -47,16 +42,8 @@ SLOTS = 4
 CTX_PER_SLOT = 512
 STAGE_USERS = (1, 2)
 STAGE_S = 8.0
+PROMPTS_PER_STAGE = 6
 SCRAPE_S = 1.0
-
-
-def require_binary(name: str) -> None:
-    """Skip when `name` is not installed, or fail when CI demands every integration test."""
-    if shutil.which(name) is None:
-        reason = f"{name} is not installed (apt-get install prometheus)"
-        if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 @dataclass(frozen=True)
@@ -81,122 +68,50 @@ class LoadDriver(Protocol):
         ...
 
 
-class StandInLoad:
-    """Streaming chat requests from one thread per user; per target one LoadMetrics collector,
-    served on its own port (like one Locust process per target), and stages.jsonl lines."""
+class LocustLoad:
+    """The real load generator: one `run_sweep` per target, all targets at once, each invocation's
+    Locust process serving its metrics on a port chosen before Prometheus starts."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._metrics: dict[str, LoadMetrics] = {}
-        self._servers: list[WSGIServer] = []
-        self._stages_lock = threading.Lock()
+        self._ports: dict[str, int] = {}
 
     def metrics_addresses(self, targets: Sequence[LoadTarget]) -> list[str]:
-        addresses = []
-        for target in targets:
-            metrics = LoadMetrics()
-            server, _ = start_http_server(0, addr="127.0.0.1", registry=new_registry(metrics))
-            self._metrics[target.name] = metrics
-            self._servers.append(server)
-            addresses.append(f"127.0.0.1:{server.server_address[1]}")
-        return addresses
+        self._ports = {target.name: free_port() for target in targets}
+        return [f"127.0.0.1:{self._ports[target.name]}" for target in targets]
 
     def run(self, targets: Sequence[LoadTarget], users: Sequence[int], stage_s: float) -> None:
-        threads = [threading.Thread(target=self._drive, args=(target, users, stage_s)) for target in targets]
+        errors: list[BaseException] = []
+
+        def drive(target: LoadTarget) -> None:
+            settings = LoadSettings(
+                users=tuple(users), repeats=1, prompt_count=PROMPTS_PER_STAGE, max_prompt_tokens=200,
+                max_tokens=16, ignore_eos=True, warmup_requests=1, first_round_jitter_s=0.02,
+                stage_timeout_s=stage_s * 10, metrics_port=self._ports[target.name],
+            )  # fmt: skip
+            try:
+                summaries = run_sweep(
+                    LoadApiTarget(target.name, target.quant, target.model, target.url), settings, self.run_dir, "obs"
+                )
+                assert all(summary.status == "ok" for summary in summaries), summaries
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=drive, args=(target,)) for target in targets]
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=stage_s * len(users) + 60)
+            thread.join(timeout=stage_s * 10 * len(users) + 120)
+        assert not errors, errors
 
     def close(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
-
-    def _stage_event(self, kind: str, target: LoadTarget, users: int, index: int) -> None:
-        event = {
-            "event": kind,
-            "unix_s": time.time(),
-            "server": target.name,
-            "quant": target.quant,
-            "experiment": "sweep",
-            "stage_users": users,
-            "repeat": 0,
-            "stage_id": f"{target.name}-{index}",
-        }
-        with self._stages_lock, (self.run_dir / "stages.jsonl").open("a") as stages:
-            stages.write(json.dumps(event) + "\n")
-
-    def _drive(self, target: LoadTarget, users: Sequence[int], stage_s: float) -> None:
-        metrics = self._metrics[target.name]
-        for index, count in enumerate(users):
-            metrics.set_stage((target.name, target.quant, "sweep", str(count), "0", ""))
-            metrics.set_active_users(target.name, target.quant, count)
-            self._stage_event("stage_start", target, count, index)
-            stop_at = time.monotonic() + stage_s
-            workers = [
-                threading.Thread(target=self._user, args=(target, metrics, stop_at, n)) for n in range(count)
-            ]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-            self._stage_event("stage_end", target, count, index)
-        metrics.set_stage(None)
-        metrics.set_active_users(target.name, target.quant, 0)
-
-    def _user(self, target: LoadTarget, metrics: LoadMetrics, stop_at: float, user: int) -> None:
-        number = 0
-        while time.monotonic() < stop_at:
-            number += 1
-            prompt = f"User {user} asks question {number}: count slowly from {number} upward."
-            _one_request(target, metrics, prompt)
-
-
-def _one_request(target: LoadTarget, metrics: LoadMetrics, prompt: str) -> None:
-    body = {
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 16,
-        "ignore_eos": True,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    labels = (target.name, target.quant, "sweep")
-    sent = time.monotonic()
-    content_times: list[float] = []
-    usage: dict[str, int] = {}
-    try:
-        # llama-server closes the connection after a stream: a fresh one per request.
-        with (
-            httpx.Client(timeout=30, headers={"Connection": "close"}) as client,
-            client.stream("POST", f"{target.url}/v1/chat/completions", json=body) as response,
-        ):
-            response.raise_for_status()
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
-                    content_times.append(time.monotonic())
-                usage = chunk.get("usage") or usage
-    except (httpx.HTTPError, ValueError) as error:
-        metrics.observe_request(labels, type(error).__name__, None, None, None, [], 0.0, None, None)
         return
-    end = time.monotonic()
-    tokens = usage.get("completion_tokens", len(content_times))
-    ttft = content_times[0] - sent if content_times else None
-    tpot = (end - sent - ttft) / (tokens - 1) if ttft is not None and tokens > 1 else None
-    gaps = [b - a for a, b in itertools.pairwise(content_times)]
-    metrics.observe_request(
-        labels, "ok", ttft, tpot, end - sent, gaps, 0.0, usage.get("prompt_tokens"), tokens
-    )
 
 
 @pytest.fixture
 def load_driver(tmp_path: Path) -> Iterator[LoadDriver]:
     """The one place that decides what drives the traffic (see the module docstring)."""
-    driver = StandInLoad(tmp_path)
+    driver = LocustLoad(tmp_path)
     yield driver
     driver.close()
 
@@ -231,7 +146,7 @@ def test_every_dashboard_query_has_data_from_a_real_run(
     load_driver: LoadDriver,
     tmp_path: Path,
 ) -> None:
-    require_binary("prometheus")
+    require_binary("prometheus", "apt-get install prometheus")
     q8, q4 = servers["Q8_0"], servers["Q4_K_M"]
     exporter_targets = [
         # Labels and KV cells given, the way native mode knows them...

@@ -7,8 +7,6 @@ are unaffected.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,18 +17,10 @@ from quantload.exporter import Target, start_exporter
 from quantload.exporter.fake_server import FakeLlamaServer
 from quantload.observe.promql import PrometheusClient
 from quantload.stack.prometheus import PrometheusProcess
+from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 EXPORTER_TIMEOUT_S = 0.5
-
-
-def require_binary(name: str) -> None:
-    """Skip when `name` is not installed, or fail when CI demands every integration test."""
-    if shutil.which(name) is None:
-        reason = f"{name} is not installed (apt-get install prometheus)"
-        if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 @pytest.fixture
@@ -48,7 +38,7 @@ def faulty_fakes() -> Iterator[dict[str, FakeLlamaServer]]:
 def test_faulty_targets_do_not_disturb_the_scrape(
     faulty_fakes: dict[str, FakeLlamaServer], tmp_path: Path
 ) -> None:
-    require_binary("prometheus")
+    require_binary("prometheus", "apt-get install prometheus")
     targets = [Target(n, f.url, quant=n.upper(), model="m") for n, f in faulty_fakes.items()]
     exporter = start_exporter(targets, port=0, timeout_s=EXPORTER_TIMEOUT_S)
     try:

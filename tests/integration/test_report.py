@@ -1,8 +1,8 @@
-"""`quantload report` on run directories made by really running the parts on the tiny model.
+"""`quantload report` on run directories made by the project's own `quantload run`.
 
-One session fixture runs the protocol the way `quantload run` does (prepare, quality, speed and
-roofline, then per quantization: llama-server, KV check, concurrency sweep, prompt-cache
-experiment; exporter and Prometheus watching), small enough for a couple of minutes on 2 cores.
+The shared session fixture `ci_run` (tests/conftest.py) is one real `quantload run --model tiny
+--profile ci` (prepare, quality, speed and roofline, then per quantization: llama-server, KV
+check, concurrency sweep, prompt-cache experiment; exporter and Prometheus watching).
 Incomplete variants are copies with files deleted. Assertions compare the report with the run's
 own files (records, quality.json, ...), never with numbers typed here.
 """
@@ -22,25 +22,10 @@ import pytest
 
 from quantload.analysis import ReportPaths, build_report
 from quantload.cli.main import main
-from quantload.config import ReportSettings, load_config
-from quantload.exporter import Target as ExporterTarget
-from quantload.exporter import start_exporter
-from quantload.kvcache import kv_shape_from_gguf, predict_kv
-from quantload.kvcheck import KvCheck, kv_check_from_log, kv_file_payload
-from quantload.llamacpp.bench import measure_speed
-from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
-from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.api import Target, run_prefix_cache_experiment, run_sweep
+from quantload.config import ReportSettings
+from quantload.llamacpp.server import free_port
 from quantload.load.records import iter_records
-from quantload.models.manifest import load_manifest, save_manifest
-from quantload.quality.measure import measure_quality
-from quantload.quality.results import save_quality_result
-from quantload.roofline.ceilings import roofline
-from quantload.roofline.gguf_scan import summarize
-from quantload.roofline.probe import probe_machine
-from quantload.roofline.speed_file import SpeedEntry, save_speed_entry
-from quantload.rundir import write_json_atomic
-from quantload.stack.prometheus import PrometheusProcess
+from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -48,162 +33,14 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
-FLAGS = {
-    "run.profile": "ci",
-    "model.source": "tiny",
-    "load.ignore_eos": True,
-    "load.metrics_port": 0,
-    "load.first_round_jitter_s": 0.02,
-    "load.request_timeout_s": 60,
-    "load.stage_timeout_s": 120,
-}
-
-
-class RunState:
-    """run.json as the orchestrator keeps it (schema quantload.run/1)."""
-
-    def __init__(self, run_dir: Path, run_id: str) -> None:
-        self.path = run_dir / "run.json"
-        self.data: dict[str, object] = {
-            "schema": "quantload.run/1", "run_id": run_id, "started_unix_s": time.time(),
-            "finished_unix_s": None, "status": "running", "profile": "ci", "model": "tiny",
-            "servers_at_once": False, "steps": [], "servers": {},
-            "prometheus": {"available": False, "url": None, "why": "not started yet", "data_dir": None},
-            "notes": ["servers ran one at a time, so they did not compete for cores"],
-        }  # fmt: skip
-        self.save()
-
-    def save(self) -> None:
-        write_json_atomic(self.path, self.data)
-
-    def step(self, name: str, quant: str | None, started: float, error: str | None = None) -> None:
-        steps = self.data["steps"]
-        assert isinstance(steps, list)
-        steps.append(
-            {"name": name, "quant": quant, "status": "failed" if error else "ok", "started_unix_s": started,
-             "finished_unix_s": time.time(), "error": error}
-        )  # fmt: skip
-        self.save()
-
-
-def build_tiny_run(
-    run_dir: Path, toolchain: Toolchain, models: dict[str, Path], wikitext: Path, cache: Path
-) -> None:
-    """Run every step on the tiny model into `run_dir`, the way `quantload run` orders them."""
-    config = load_config(run_dir, {}, FLAGS)
-    settings = config.settings
-    run_id = run_dir.name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
-        run_dir / "config.json",
-        {"settings": settings.model_dump(mode="json"), "sources": dict(config.sources)},
-    )
-    state = RunState(run_dir, run_id)
-    manifest = load_manifest(next(iter(models.values())).parent / "manifest.json")
-    assert manifest is not None
-    save_manifest(run_dir / "manifest.json", manifest)
-    quants = list(models)
-    for quant in quants:
-        started = time.time()
-        result = measure_quality(
-            toolchain, models[quant], wikitext, settings.quality.ctx, settings.quality.chunks
-        )
-        save_quality_result(run_dir / "quality.json", quant, result)
-        state.step("quality", quant, started)
-    limits = probe_machine(cache / "machine")
-    for quant in quants:
-        started = time.time()
-        speed = settings.speed
-        bench = measure_speed(toolchain, models[quant], speed.prompt_tokens, speed.gen_tokens, speed.reps)
-        entry = SpeedEntry(bench=bench, roofline=roofline(bench, summarize(models[quant]), limits))
-        save_speed_entry(run_dir / "speed.json", quant, entry, limits)
-        state.step("speed", quant, started)
-    exporter_port, loadgen_port = free_port(), free_port()
-    load = settings.load.model_copy(update={"metrics_port": loadgen_port})
-    prometheus: PrometheusProcess | None = None
-    if shutil.which("prometheus") is not None:
-        prometheus = PrometheusProcess(
-            run_dir, f"http://127.0.0.1:{exporter_port}", [f"http://127.0.0.1:{loadgen_port}"], 1.0
-        )
-        prometheus.start()
-        state.data["prometheus"] = {
-            "available": True, "url": prometheus.url, "why": None, "data_dir": str(prometheus.folder),
-        }  # fmt: skip
-    else:
-        state.data["prometheus"] = {
-            "available": False, "url": None, "why": "the 'prometheus' binary is not installed", "data_dir": None,
-        }  # fmt: skip
-    checks: dict[str, KvCheck | str] = {}
-    try:
-        for quant in quants:
-            log = run_dir / "logs" / f"llama-server-{quant}.log"
-            spec = ServerSpec.from_settings(settings.server, models[quant], f"tiny-{quant}")
-            started = time.time()
-            with LlamaServer(toolchain, spec, log, startup_timeout_s=120) as server:
-                state.data["servers"][quant] = {"url": server.url, "log": str(log), "status": "running"}  # type: ignore[index]
-                state.step("serve", quant, started)
-                prediction = predict_kv(
-                    kv_shape_from_gguf(summarize(models[quant])), spec.slots, spec.ctx_per_slot,
-                    spec.cache_type_k, spec.cache_type_v, spec.kv_unified,
-                )  # fmt: skip
-                started = time.time()
-                checks[quant] = kv_check_from_log(prediction, server.log_text(), log)
-                state.step("kv", quant, started)
-                name = f"llama-{quant.lower()}"
-                exporter = start_exporter(
-                    [ExporterTarget(name, server.url, quant=quant, model="tiny", log_path=log)],
-                    port=exporter_port,
-                )
-                try:
-                    if prometheus is not None:
-                        prometheus.wait_scraping()
-                    target = Target(name=name, quant=quant, model="tiny", url=server.url)
-                    for step, run in (("load", run_sweep), ("prefix_cache", run_prefix_cache_experiment)):
-                        started = time.time()
-                        summaries = run(target, load, run_dir, run_id)
-                        bad = [s for s in summaries if s.status != "ok"]
-                        state.step(step, quant, started, f"{len(bad)} stages failed" if bad else None)
-                    time.sleep(2.0)  # the last scrapes of this server
-                finally:
-                    exporter.stop()
-                state.data["servers"][quant]["status"] = "ok"  # type: ignore[index]
-        write_json_atomic(run_dir / "kv.json", kv_file_payload(checks))
-    finally:
-        if prometheus is not None:
-            prometheus.stop()  # gone when the report runs: it must replay the saved data
-    state.data.update(status="finished", finished_unix_s=time.time())
-    state.save()
-
-
 # ---------------------------------------------------------------------------------------- fixtures
 
 
-def missing(reason: str) -> None:
-    """Skip, or fail when CI demands every integration test."""
-    if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def tiny_run(
-    toolchain: Toolchain,
-    tiny_models: dict[str, Path],
-    wikitext_test_raw: Path,
-    test_cache: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Path:
-    """A complete run directory of the tiny model (about two minutes on 2 cores)."""
-    run_dir = tmp_path_factory.mktemp("report-runs") / "tiny-run"
-    build_tiny_run(run_dir, toolchain, tiny_models, wikitext_test_raw, test_cache)
-    return run_dir
-
-
 @pytest.fixture
-def run_copy(tiny_run: Path, tmp_path: Path) -> Path:
-    """A private copy of the run (reports write into it; variants delete from it)."""
-    copy = tmp_path / tiny_run.name
-    shutil.copytree(tiny_run, copy)
+def run_copy(ci_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the shared `quantload run` (reports write into it; variants delete from it)."""
+    copy = tmp_path / ci_run.name
+    shutil.copytree(ci_run, copy)
     state = json.loads((copy / "run.json").read_text())
     if state["prometheus"].get("data_dir"):
         state["prometheus"]["data_dir"] = str(copy / "prometheus")
@@ -387,10 +224,7 @@ def test_cli_reports_and_compares_real_runs(
 def test_html_report_renders_in_headless_chromium(run_copy: Path, tmp_path: Path) -> None:
     from PIL import Image
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        missing("chromium is not installed (apt-get install -y chromium)")
-    assert browser is not None
+    browser = require_binary("chromium", "apt-get install -y chromium")
     paths = build_report(run_copy, None, ReportSettings())
     url = paths.html.resolve().as_uri()
     profile = tmp_path / "profile"

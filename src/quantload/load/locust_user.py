@@ -8,8 +8,9 @@ process's runtime and streams it with quantload's own socket client.
 
 Interactive mode (`install_interactive`): the user count and host come from Locust's web UI or
 command line, users cycle through the prompt set forever, records go to `--ql-out` when given
-(workers forward theirs to the master), and `/metrics` is served on `--ql-metrics-port` (workers:
-port + 1 + worker index). Request parameters come from quantload's layered configuration
+(workers forward theirs to the master), and `/metrics` is served on `--ql-metrics-port` (a worker
+uses an explicit port as is, one worker per host; left at the default, workers take port + 1 +
+worker index so several fit on one host). Request parameters come from quantload's layered configuration
 (`quantload.toml`, `QUANTLOAD_LOAD__*`), e.g. `QUANTLOAD_LOAD__MAX_TOKENS=64`.
 """
 
@@ -131,7 +132,9 @@ def _add_arguments(parser: Any) -> None:
         "--ql-metrics-port",
         type=int,
         default=-1,
-        help="/metrics port (default load.metrics_port; 0 = off; workers add 1 + index)",
+        help="/metrics port (0 = off). Default load.metrics_port, where workers add 1 + their index "
+        "so several fit on one host; given explicitly, a worker uses it as is (one worker per host, "
+        "e.g. compose replicas found by DNS)",
     )
 
 
@@ -198,7 +201,8 @@ def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> Non
         def on_test_start(environment: Environment, **_: Any) -> None:
             if base and not started and isinstance(runner, WorkerRunner):
                 started.append(True)
-                serve_metrics(metrics, settings.metrics_host, base + 1 + max(runner.worker_index, 0))
+                own = port if port >= 0 else base + 1 + max(runner.worker_index, 0)
+                serve_metrics(metrics, settings.metrics_host, own)
 
         environment.events.test_start.add_listener(on_test_start)  # type: ignore[no-untyped-call]
 

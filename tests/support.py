@@ -1,0 +1,46 @@
+"""Helpers shared by the test folders (importable as `support`: pytest puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN_TIMEOUT_S = 900
+
+
+def missing(reason: str) -> None:
+    """Skip, or fail when CI demands every integration test to run (QUANTLOAD_REQUIRE_INTEGRATION=1)."""
+    if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":
+        pytest.fail(f"required for integration tests: {reason}")
+    pytest.skip(reason)
+
+
+def require_binary(name: str, install_hint: str) -> str:
+    """The path of `name`, or skip/fail naming how to install it."""
+    path = shutil.which(name)
+    if path is None:
+        missing(f"{name} is not installed ({install_hint})")
+    assert path is not None
+    return path
+
+
+def clean_env() -> dict[str, str]:
+    """The environment without the developer's own QUANTLOAD_* configuration."""
+    keep = ("QUANTLOAD_LLAMA_BIN",)
+    return {k: v for k, v in os.environ.items() if not k.startswith("QUANTLOAD_") or k in keep}
+
+
+def run_quantload(
+    args: list[str], cwd: Path, timeout_s: float = RUN_TIMEOUT_S, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`quantload ARGS` in a child process, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "quantload.cli.main", *args],
+        cwd=cwd, env=env if env is not None else clean_env(), capture_output=True, text=True,
+        timeout=timeout_s, check=False,
+    )
