@@ -16,6 +16,7 @@ from quantload.config import ToolchainSettings
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain
 from quantload.models.prepare import prepare_models
 from quantload.paths import cache_root
+from quantload.stack.native import PREPARED_DIR
 from support import missing, run_quantload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,15 +38,9 @@ def toolchain() -> Toolchain:
 
 
 @pytest.fixture(scope="session")
-def test_cache() -> Path:
-    """Persistent cache for test artefacts (tiny models), beside quantload's own cache."""
-    return cache_root(None, os.environ) / "test-artefacts"
-
-
-@pytest.fixture(scope="session")
-def tiny_models(toolchain: Toolchain, test_cache: Path) -> dict[str, Path]:
+def tiny_models(toolchain: Toolchain) -> dict[str, Path]:
     """F16, Q8_0 and Q4_K_M files of the tiny synthetic Qwen2 model: {quant: path}."""
-    out = test_cache / "tiny"
+    out = cache_root(None, os.environ) / PREPARED_DIR / "tiny"  # the folder `quantload run` uses
     settings = _toolchain_settings()
     manifest = prepare_models(
         "tiny", out, toolchain, cache_root(None, os.environ), os.environ,

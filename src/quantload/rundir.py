@@ -2,11 +2,11 @@
 
 Layout (`results/<run-id>/`):
   config.json          resolved configuration (secrets masked) and its sources
-  run.json             run state: steps started/finished/failed, times, quantizations, servers
+  run.json             run state: steps, servers, Prometheus (quantload.stack.run_state)
   manifest.json        prepared model files (quantload.models.manifest)
-  quality.json         perplexity per file (quantload.llamacpp.perplexity)
-  speed.json           llama-bench and roofline per file (quantload.llamacpp.bench)
-  kv.json              KV cache predicted vs reported per file (quantload.kvcache)
+  quality.json         perplexity per file (quantload.quality.results)
+  speed.json           llama-bench and roofline per file (quantload.roofline.speed_file)
+  kv.json              KV cache predicted vs reported per file (quantload.kvcheck)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
   logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)

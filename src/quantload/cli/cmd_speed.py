@@ -13,10 +13,9 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.models.gguf_meta import check_is_gguf
+from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.paths import cache_root
 from quantload.roofline.ceilings import roofline
-from quantload.roofline.gguf_scan import summarize
 from quantload.roofline.probe import BUSY_LOAD_PER_CPU, MachineLimits, probe_machine
 from quantload.roofline.speed_file import SpeedEntry, SpeedFile, save_speed_entry
 
@@ -114,7 +113,7 @@ def register(app: typer.Typer) -> None:
             )
         speeds = SpeedFile()
         for model in models:
-            summary = summarize(model)
+            summary = read_gguf(model)
             with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:
                 bench = measure_speed(
                     toolchain,

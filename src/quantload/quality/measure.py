@@ -7,10 +7,10 @@ from pathlib import Path
 
 from quantload.llamacpp.perplexity import run_perplexity
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.models.gguf_meta import read_gguf
 from quantload.progress import ProgressCallback, no_progress
 from quantload.quality.dataset import describe_dataset
 from quantload.quality.results import QualityResult
-from quantload.roofline.gguf_scan import summarize
 
 
 def measure_quality(
@@ -28,7 +28,7 @@ def measure_quality(
     Raises ModelError for a file that is not a loadable GGUF, MeasurementError for a run that did
     not produce a complete, consistent result (too-short text, killed, timed out, truncated).
     """
-    summary = summarize(model_path)
+    summary = read_gguf(model_path)
     dataset = describe_dataset(dataset_path)
     run = run_perplexity(
         toolchain, model_path, dataset_path, ctx_tokens, chunks, threads, progress, timeout_s

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from quantload.models.gguf_meta import GgufSummary
-from quantload.roofline.gguf_scan import scan_gguf
+from quantload.models.gguf_scan import scan_gguf
 
 EMBEDDING_TENSOR = "token_embd.weight"
 OUTPUT_TENSOR = "output.weight"

@@ -27,11 +27,11 @@ from quantload.kvcache import kv_shape_from_gguf, predict_kv
 from quantload.kvcheck import KvCheck, kv_check_from_log, kv_file_payload
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, ensure_toolchain
+from quantload.models.gguf_meta import read_gguf
 from quantload.models.manifest import Manifest, save_manifest
 from quantload.models.prepare import prepare_models
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
-from quantload.roofline.gguf_scan import summarize
 from quantload.rundir import (
     CONFIG_JSON,
     KV_JSON,
@@ -256,7 +256,8 @@ class NativeRun:
             with self._step("quality", quant, f"perplexity {quant}") as step:
                 started = time.monotonic()
                 result = measure_quality(
-                    toolchain, Path(entry.path), dataset, quality.ctx, quality.chunks, step.progress
+                    toolchain, Path(entry.path), dataset, quality.ctx, quality.chunks, step.progress,
+                    threads=quality.threads, timeout_s=quality.timeout_s,
                 )
                 step.busy_seconds = time.monotonic() - started
                 save_quality_result(self.run_dir / QUALITY_JSON, quant, result)
@@ -264,14 +265,13 @@ class NativeRun:
     def _speed(self, toolchain: Toolchain, manifest: Manifest) -> None:
         from quantload.llamacpp.bench import measure_speed
         from quantload.roofline.ceilings import roofline
-        from quantload.roofline.gguf_scan import summarize
         from quantload.roofline.probe import probe_machine
         from quantload.roofline.speed_file import SpeedEntry, save_speed_entry
 
         speed = self.settings.speed
         with self._step("roofline_probe", title="machine limits probe") as step:
             started = time.monotonic()
-            limits = probe_machine(self.cache / "machine")
+            limits = probe_machine(self.cache / "machine", max_age_s=speed.probe_max_age_s)
             step.busy_seconds = time.monotonic() - started
         for quant in self._quants(manifest):
             entry = manifest.files[quant]
@@ -279,10 +279,10 @@ class NativeRun:
                 started = time.monotonic()
                 bench = measure_speed(
                     toolchain, Path(entry.path), speed.prompt_tokens, speed.gen_tokens, speed.reps,
-                    speed.threads, step.progress,
+                    speed.threads, step.progress, timeout_s=speed.timeout_s,
                 )
                 step.busy_seconds = time.monotonic() - started
-                summary = summarize(Path(entry.path))
+                summary = read_gguf(Path(entry.path))
                 save_speed_entry(
                     self.run_dir / SPEED_JSON, quant,
                     SpeedEntry(bench=bench, roofline=roofline(bench, summary, limits)), limits,
@@ -369,7 +369,7 @@ class NativeRun:
             return None
         with self._step("kv", quant, f"KV check {quant}"):
             prediction = predict_kv(
-                kv_shape_from_gguf(summarize(model_path)),
+                kv_shape_from_gguf(read_gguf(model_path)),
                 spec.slots, spec.ctx_per_slot, spec.cache_type_k, spec.cache_type_v, spec.kv_unified,
             )
             try:

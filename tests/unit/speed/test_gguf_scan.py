@@ -1,4 +1,5 @@
-"""The fast GGUF scan agrees with gguf.GGUFReader and read_gguf, and refuses broken files."""
+"""The fast GGUF scan behind read_gguf agrees with gguf.GGUFReader (the library reader, used here
+as the reference), and refuses broken files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from speed_helpers import write_small_gguf
 
 from quantload.errors import ModelError
 from quantload.models.gguf_meta import read_gguf
-from quantload.roofline.gguf_scan import scan_gguf, summarize
+from quantload.models.gguf_scan import scan_gguf
 
 
 def write_mixed_gguf(path: Path) -> Path:
@@ -52,10 +53,26 @@ def test_tensor_table_matches_gguf_reader(tmp_path: Path, make: Callable[[Path],
     assert scan_gguf(path).tensor_table() == expected
 
 
+def _scalar(value: object) -> object:
+    return value.item() if isinstance(value, np.generic) else value
+
+
 @pytest.mark.parametrize("make", WRITERS)
-def test_summary_equals_read_gguf(tmp_path: Path, make: Callable[[Path], Path]) -> None:
+def test_summary_agrees_with_the_library_reader(tmp_path: Path, make: Callable[[Path], Path]) -> None:
+    import gguf
+
     path = make(tmp_path / "m.gguf")
-    assert summarize(path) == read_gguf(path)
+    reference = gguf.GGUFReader(path)
+    fields = {key: field.contents() for key, field in reference.fields.items()}
+    summary = read_gguf(path)
+    assert summary.architecture == fields["general.architecture"]
+    assert summary.n_params == sum(int(t.n_elements) for t in reference.tensors)
+    assert summary.tensor_bytes == sum(int(t.n_bytes) for t in reference.tensors)
+    assert summary.n_tensors == len(reference.tensors)
+    for key, value in fields.items():
+        if isinstance(value, list) or (key.startswith("tokenizer.ggml.") and key != "tokenizer.ggml.model"):
+            continue
+        assert _scalar(summary.metadata[key]) == pytest.approx(_scalar(value)), key
 
 
 def test_long_arrays_are_summarized_and_tokenizer_lists_skipped(tmp_path: Path) -> None:
@@ -82,7 +99,7 @@ def test_truncated_or_foreign_files_are_model_errors(tmp_path: Path) -> None:
     data_cut = tmp_path / "data_cut.gguf"
     data_cut.write_bytes(whole[:-100])
     with pytest.raises(ModelError, match="truncated: tensors end at byte"):
-        summarize(data_cut)
+        read_gguf(data_cut)
     other = tmp_path / "other.gguf"
     other.write_bytes(b"PK\x03\x04" + b"\0" * 64)
     with pytest.raises(ModelError, match="not a GGUF file"):

@@ -4,7 +4,8 @@
 150,000-token vocabulary in pure Python. This scanner walks the header of a GGUF v2/v3
 (little-endian) file once: scalars and strings are decoded, long arrays (the vocabulary, merges)
 are skipped by their length, and each tensor's bytes follow from its type's block size.
-`summarize` returns the same `GgufSummary` as `quantload.models.gguf_meta.read_gguf`.
+`quantload.models.gguf_meta.read_gguf` builds its summary from this scan (the tests check it
+against `gguf.GGUFReader`, the library reader, on real files).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from quantload.errors import ModelError
-from quantload.models.gguf_meta import FILE_TYPE_NAMES, GgufSummary, check_is_gguf
 
 # struct formats of the fixed-size GGUF value types, by type id.
 _SCALARS: dict[int, str] = {
@@ -29,6 +29,7 @@ _ARRAY = 9
 # Arrays longer than this are summarized as "<N items>", as read_gguf does.
 _ARRAY_LIMIT = 64
 DEFAULT_ALIGNMENT = 32
+GGUF_MAGIC = b"GGUF"
 SKIPPED_PREFIX = "tokenizer.ggml."
 KEPT_TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre")
 
@@ -137,6 +138,21 @@ def _scan(cursor: _Cursor) -> GgufScan:
     return GgufScan(metadata=metadata, tensors=tensors)
 
 
+def check_is_gguf(path: Path) -> None:
+    """Raise ModelError if `path` is missing or does not start with the GGUF magic."""
+    if not path.exists():
+        raise ModelError(f"model file {path} does not exist", "check the path")
+    if not path.is_file():
+        raise ModelError(f"{path} is not a file", "give the path of a .gguf file")
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"{path} is not a GGUF file (starts with {magic!r}, expected b'GGUF')",
+            "convert it with llama.cpp's convert_hf_to_gguf.py, or pass a .gguf file",
+        )
+
+
 def scan_gguf(path: Path) -> GgufScan:
     """Metadata and tensor table of a GGUF file; ModelError if it is not one or is cut short."""
     check_is_gguf(path)
@@ -149,33 +165,3 @@ def scan_gguf(path: Path) -> GgufScan:
     except (OSError, ValueError, struct.error) as error:
         raise ModelError(f"cannot read the GGUF header of {path} ({error})") from None
 
-
-def summarize(path: Path) -> GgufSummary:
-    """The GgufSummary `read_gguf` gives, from a fast scan; ModelError for a truncated file."""
-    scan = scan_gguf(path)
-    size = path.stat().st_size
-    end = max((t.data_end for t in scan.tensors.values()), default=0)
-    if end > size:
-        raise ModelError(
-            f"{path} is truncated: tensors end at byte {end}, the file has {size}",
-            "delete it and prepare it again",
-        )
-    metadata = scan.metadata
-    architecture = str(metadata.get("general.architecture", ""))
-    if not architecture:
-        raise ModelError(f"{path} has no general.architecture key", "is it a model file?")
-    file_type_id = metadata.get("general.file_type")
-    file_type = (
-        FILE_TYPE_NAMES.get(int(file_type_id), str(file_type_id)) if file_type_id is not None else "unknown"
-    )
-    return GgufSummary(
-        path=path,
-        size_bytes=size,
-        architecture=architecture,
-        name=str(metadata.get("general.name", path.stem)),
-        file_type=file_type,
-        n_params=sum(t.n_elements for t in scan.tensors.values()),
-        tensor_bytes=sum(t.n_bytes for t in scan.tensors.values()),
-        n_tensors=len(scan.tensors),
-        metadata=metadata,
-    )
