@@ -15,11 +15,11 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "speed": {"prompt_tokens": 128, "gen_tokens": 32, "reps": 2},
         "load": {
             "repeats": 1,
-            "prompt_count": 12,
+            "prompt_count": 10,
             "max_prompt_tokens": 400,
             "max_tokens": 32,
             "warmup_requests": 1,
-            "prefix_requests": 6,
+            "prefix_requests": 4,
         },
     },
     # The smallest end-to-end run, for tests on the tiny synthetic model.
