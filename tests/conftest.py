@@ -51,15 +51,20 @@ def tiny_models(toolchain: Toolchain) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def wikitext_test_raw() -> Path:
-    """WikiText-2 test split for tests only (the product never reads this folder)."""
-    candidates = [
-        Path(os.environ["QUANTLOAD_TEST_WIKITEXT"]) if os.environ.get("QUANTLOAD_TEST_WIKITEXT") else None,
-        REPO_ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw",
+    """WikiText-2 test split for tests only (the product never reads this folder).
+
+    QUANTLOAD_TEST_WIKITEXT, else `shared/data/wikitext-2-raw/wiki.test.raw` beside the checkout
+    or beside any folder above it.
+    """
+    configured = os.environ.get("QUANTLOAD_TEST_WIKITEXT")
+    candidates = [Path(configured)] if configured else []
+    candidates += [
+        folder / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw" for folder in REPO_ROOT.parents
     ]
     for path in candidates:
-        if path is not None and path.is_file():
+        if path.is_file():
             return path
-    missing("WikiText-2 test data not found: set QUANTLOAD_TEST_WIKITEXT")
+    missing("WikiText-2 test data not found: set QUANTLOAD_TEST_WIKITEXT to wiki.test.raw")
     raise AssertionError("unreachable")
 
 
