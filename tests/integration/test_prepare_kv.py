@@ -92,8 +92,11 @@ def test_kv_prediction_matches_server_exactly(
     tiny_models: dict[str, Path], toolchain: Toolchain, tmp_path: Path, type_k: str, type_v: str, unified: bool
 ) -> None:
     model = tiny_models["Q4_K_M"]
-    prediction = predict_kv(kv_shape_from_gguf(read_gguf(model)), 4, 1000, type_k, type_v, unified)
-    spec = ServerSpec(model, "tiny", slots=4, ctx_per_slot=1000, kv_unified=unified,
+    # 3 slots x 900 tokens: the unified pool is pad256(2700) = 2816 cells, the split one
+    # 3 x pad256(2816 // 3) = 3072, so the two layouts really differ.
+    prediction = predict_kv(kv_shape_from_gguf(read_gguf(model)), 3, 900, type_k, type_v, unified)
+    assert prediction.n_stream * prediction.cells_per_stream == (2816 if unified else 3072)
+    spec = ServerSpec(model, "tiny", slots=3, ctx_per_slot=900, kv_unified=unified,
                       cache_type_k=type_k, cache_type_v=type_v)
     check = kv_check_with_server(toolchain, spec, prediction, tmp_path / "server.log", 120)
     assert check.reported_mib == check.predicted_mib
