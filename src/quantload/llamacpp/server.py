@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
+from quantload.childproc import POLL_S, LoggedProcess
 from quantload.config import ServerSettings
 from quantload.errors import ServerError
 from quantload.llamacpp.toolchain import Toolchain
 
-HEALTH_POLL_S = 0.2
 PORT_ATTEMPTS = 3
 
 
@@ -103,62 +99,38 @@ def port_is_free(host: str, port: int) -> bool:
         return True
 
 
-class LlamaServer:
+class LlamaServer(LoggedProcess):
     """A running llama-server whose output goes to `log_path`. Use as a context manager."""
 
     def __init__(
         self, toolchain: Toolchain, spec: ServerSpec, log_path: Path, startup_timeout_s: float = 180.0
     ) -> None:
+        super().__init__(log_path)
         self.toolchain = toolchain
         self.spec = spec
-        self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.spec.host}:{self.port}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
-
-    def alive(self) -> bool:
-        """True while the process runs."""
-        return self._process is not None and self._process.poll() is None
-
-    def log_text(self) -> str:
-        """Everything the server has printed so far."""
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def _log_tail(self, lines: int = 3) -> str:
-        """The server's own error lines if it printed any, else its last lines."""
-        printed = [line for line in self.log_text().strip().splitlines() if line.strip()]
-        errors = [line for line in printed if "error" in line.lower()]
-        tail = errors[-lines:] if errors else printed[-lines:]
-        return " | ".join(line.strip()[-160:] for line in tail) or "no output"
-
     def start(self) -> LlamaServer:
         """Launch and wait until /health answers 200; raise ServerError if it cannot."""
-        timeout_s = self.startup_timeout_s
         wanted = self.spec.port
         for attempt in range(PORT_ATTEMPTS):
             self.port = wanted if wanted and attempt == 0 else free_port(self.spec.host)
             if wanted and attempt == 0 and not port_is_free(self.spec.host, wanted):
                 continue
             self._launch()
-            if self._wait_ready(timeout_s):
+            if self.wait_http_ok(f"{self.url}/health", self.startup_timeout_s):
                 return self
-            in_use = "couldn't bind" in self.log_text() or "address already in use" in self.log_text().lower()
-            if not in_use:
+            text = self.log_text()
+            if "couldn't bind" not in text and "address already in use" not in text.lower():
                 break
         self.stop()
         raise ServerError(
-            f"llama-server for {self.spec.model_path.name} did not become ready: {self._log_tail()}",
+            f"llama-server for {self.spec.model_path.name} did not become ready: {self.log_tail()}",
             f"full log in {self.log_path}",
         )
 
@@ -176,46 +148,13 @@ class LlamaServer:
                 return True
             if not self.alive():
                 return needle in self.log_text()
-            time.sleep(HEALTH_POLL_S / 2)
+            time.sleep(POLL_S / 2)
         return False
 
     def _launch(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
-        command = self.spec.command(self.toolchain.path("llama-server"), self.port)
-        with self.log_path.open("ab") as log:
-            log.write(("$ " + " ".join(command) + "\n").encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-    def _wait_ready(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if not self.alive():
-                    return False
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.url}/health").status_code == 200:
-                        return True
-                time.sleep(HEALTH_POLL_S)
-        return False
-
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """Terminate the process (kill after `timeout_s`); return its exit code."""
-        process = self._process
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout_s)
-        return process.returncode
+        self.launch(self.spec.command(self.toolchain.path("llama-server"), self.port))
 
     def __enter__(self) -> LlamaServer:
         return self.start()

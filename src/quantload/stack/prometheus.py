@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
+from quantload.childproc import LoggedProcess
 from quantload.errors import QuantloadError
 from quantload.llamacpp.server import free_port
 from quantload.rundir import LOGS_DIR, PROMETHEUS_DIR
@@ -100,7 +100,7 @@ def find_prometheus(binary: str) -> Path:
     return Path(found)
 
 
-class PrometheusProcess:
+class PrometheusProcess(LoggedProcess):
     """A Prometheus server for one run. Use as a context manager, or start() and stop()."""
 
     def __init__(
@@ -126,28 +126,16 @@ class PrometheusProcess:
         self.config_dir = config_dir
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__(run_dir / LOGS_DIR / "prometheus.log")
 
     @property
     def folder(self) -> Path:
         return self.run_dir / PROMETHEUS_DIR
 
     @property
-    def log_path(self) -> Path:
-        return self.run_dir / LOGS_DIR / "prometheus.log"
-
-    @property
     def url(self) -> str:
         """Base URL of the HTTP API, e.g. http://127.0.0.1:40123."""
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
-
-    def alive(self) -> bool:
-        """True while the process runs."""
-        return self._process is not None and self._process.poll() is None
 
     def write_config(self, port: int) -> Path:
         """Write prometheus.yml and its rule files into the run directory; return the yml path."""
@@ -181,14 +169,14 @@ class PrometheusProcess:
         for attempt in range(PORT_ATTEMPTS):
             self.port = self.wanted_port if self.wanted_port else free_port(self.host)
             self._launch(binary, self.write_config(self.port))
-            if self._wait_ready():
+            if self.wait_http_ok(f"{self.url}/-/ready", self.startup_timeout_s):
                 return self
             self.stop()
-            in_use = "address already in use" in self._log_text().lower()
+            in_use = "address already in use" in self.log_text().lower()
             if not in_use or self.wanted_port or attempt == PORT_ATTEMPTS - 1:
                 break
         raise PrometheusError(
-            f"Prometheus did not become ready on {self.url}: {self._log_tail()}",
+            f"Prometheus did not become ready on {self.url}: {self.log_tail()}",
             f"full log in {self.log_path}",
         )
 
@@ -200,13 +188,7 @@ class PrometheusProcess:
             f"--storage.tsdb.retention.time={RETENTION}",
             f"--web.listen-address={self.host}:{self.port}",
         ]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            log.write(("$ " + " ".join(command) + "\n").encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        self.launch(command)
 
     def wait_scraping(self, timeout_s: float = 20.0) -> bool:
         """Wait until every configured target has been scraped once (Prometheus hands new targets
@@ -221,40 +203,6 @@ class PrometheusProcess:
                         return True
                 time.sleep(READY_POLL_S)
         return False
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.startup_timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline and self.alive():
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.url}/-/ready").status_code == 200:
-                        return True
-                time.sleep(READY_POLL_S)
-        return False
-
-    def _log_text(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def _log_tail(self, lines: int = 3) -> str:
-        tail = [line for line in self._log_text().splitlines() if line.strip()][-lines:]
-        return " | ".join(line.strip()[-200:] for line in tail) or "no output"
-
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """Terminate Prometheus (kill after `timeout_s`); return its exit code."""
-        process = self._process
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout_s)
-        return process.returncode
 
     def __enter__(self) -> PrometheusProcess:
         return self.start()
