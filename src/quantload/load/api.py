@@ -349,27 +349,7 @@ def _close_stages(plan: LoadPlan, run_dir: Path, reason: str) -> None:
     try:
         for stage in missing:
             appender.append(
-                StageEvent(
-                    event="stage_end",
-                    unix_s=time.time(),
-                    run_id=plan.run_id,
-                    server=plan.target.name,
-                    quant=plan.target.quant,
-                    model=plan.target.model,
-                    url=plan.target.url,
-                    experiment=stage.experiment,
-                    stage_id=stage.stage_id,
-                    stage_index=stage.index,
-                    stage_users=stage.users,
-                    stage_rate_rps=stage.rate_rps,
-                    repeat=stage.repeat,
-                    cache_prompt=stage.cache_prompt,
-                    requests_planned=len(stage.requests),
-                    status="aborted",
-                    reason=reason,
-                    prefix_tokens=stage.prefix_tokens,
-                    server_state=stage.server_state,
-                )
+                plan.stage_event(stage, "stage_end", time.time(), status="aborted", reason=reason)
             )
     finally:
         appender.close()

@@ -54,7 +54,7 @@ from quantload.load.client import (
 from quantload.load.measure import aborted_record, build_record
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
-from quantload.load.records import JsonlAppender, RequestRecord, StageEvent
+from quantload.load.records import JsonlAppender, RequestRecord
 from quantload.load.tickets import (
     ClientHealth,
     StageContext,
@@ -628,30 +628,16 @@ class StageController:
         plan = self.plan
         runner = self.runner
         workers = int(runner.worker_count) if isinstance(runner, MasterRunner) else 0
-        line = StageEvent(
-            event=event,  # type: ignore[arg-type]
-            unix_s=unix_s if unix_s is not None else time.time(),
-            run_id=plan.run_id,
-            server=plan.target.name,
-            quant=plan.target.quant,
-            model=plan.target.model,
-            url=plan.target.url,
-            experiment=stage.experiment,
-            stage_id=stage.stage_id,
-            stage_index=stage.index,
-            stage_users=stage.users,
-            stage_rate_rps=stage.rate_rps,
-            repeat=stage.repeat,
-            cache_prompt=stage.cache_prompt,
-            requests_planned=len(stage.requests),
+        line = plan.stage_event(
+            stage,
+            event,
+            unix_s if unix_s is not None else time.time(),
             requests_done=done,
             requests_ok=ok,
             warmup_requests=warm,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             reason=reason,
             workers=workers,
-            prefix_tokens=stage.prefix_tokens,
-            server_state=stage.server_state,
         )
         if health:
             line.client_cpu_frac = self.health.cpu_frac()

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.config import LoadSettings
 from quantload.load.prompts import Prompt, warmup_prompt
-from quantload.load.records import Experiment
+from quantload.load.records import Experiment, StageEvent
 
 
 class _Frozen(BaseModel):
@@ -98,6 +98,31 @@ class LoadPlan(_Frozen):
     @property
     def total_requests(self) -> int:
         return sum(len(stage.requests) for stage in self.stages)
+
+    def stage_event(self, stage: StagePlan, event: str, unix_s: float, **fields: Any) -> StageEvent:
+        """A stages.jsonl line for `stage`: the plan's labels and the stage's own, plus `fields`."""
+        return StageEvent.model_validate(
+            {
+                "event": event,
+                "unix_s": unix_s,
+                "run_id": self.run_id,
+                "server": self.target.name,
+                "quant": self.target.quant,
+                "model": self.target.model,
+                "url": self.target.url,
+                "experiment": stage.experiment,
+                "stage_id": stage.stage_id,
+                "stage_index": stage.index,
+                "stage_users": stage.users,
+                "stage_rate_rps": stage.rate_rps,
+                "repeat": stage.repeat,
+                "cache_prompt": stage.cache_prompt,
+                "requests_planned": len(stage.requests),
+                "prefix_tokens": stage.prefix_tokens,
+                "server_state": stage.server_state,
+                **fields,
+            }
+        )
 
 
 def request_params(settings: LoadSettings) -> RequestParams:

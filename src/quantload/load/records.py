@@ -70,7 +70,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -93,7 +93,20 @@ ERROR_CLASSES: tuple[str, ...] = (
 )
 
 
-class RequestRecord(BaseModel):
+class _JsonLine(BaseModel):
+    """A model stored as one compact JSON line (the `schema` key, not `schema_`)."""
+
+    def to_json_line(self) -> str:
+        """This object as one JSON line."""
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_json_line(cls, line: str) -> Self:
+        """Parse one line written by `to_json_line`."""
+        return cls.model_validate_json(line)
+
+
+class RequestRecord(_JsonLine):
     """One request as the client saw it, with the server's own timings beside it."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -144,17 +157,9 @@ class RequestRecord(BaseModel):
     error_class: str | None = None
     error: str | None = None
 
-    def to_json_line(self) -> str:
-        """The record as one compact JSON line (`schema` key, not `schema_`)."""
-        return self.model_dump_json(by_alias=True)
-
-    @classmethod
-    def from_json_line(cls, line: str) -> RequestRecord:
-        """Parse one line written by `to_json_line`."""
-        return cls.model_validate_json(line)
 
 
-class StageEvent(BaseModel):
+class StageEvent(_JsonLine):
     """One line of stages.jsonl: a stage started or ended.
 
     Beyond the fields every reader relies on (event ... reason), a stage_end line carries the
@@ -194,14 +199,6 @@ class StageEvent(BaseModel):
     loop_lag_max_s: float | None = None
     client_saturated: bool | None = None
 
-    def to_json_line(self) -> str:
-        """The event as one compact JSON line (`schema` key, not `schema_`)."""
-        return self.model_dump_json(by_alias=True)
-
-    @classmethod
-    def from_json_line(cls, line: str) -> StageEvent:
-        """Parse one line written by `to_json_line`."""
-        return cls.model_validate_json(line)
 
 
 class JsonlAppender:
