@@ -73,6 +73,7 @@ def _run_logged(command: list[str], log: Path, on_line: ProgressCallback | None 
         assert process.stdout is not None
         for line in process.stdout:
             sink.write(line)
+            sink.flush()
             if on_line is not None:
                 step = _NINJA_STEP.match(line) or None
                 if step:
