@@ -37,31 +37,3 @@ def roofline_frame(speed: SpeedFile | None, quants: Sequence[str]) -> pd.DataFra
                 }
             )
     return pd.DataFrame(rows)
-
-
-BUSY_LOAD_PER_CPU = 0.5  # a 1-minute load average above this many runnable tasks per CPU: busy
-
-
-def busy_machine_note(speed: SpeedFile | None) -> str | None:
-    """A warning when other work shared the CPUs while llama-bench ran, else None."""
-    if speed is None:
-        return None
-    worst, cpus = 0.0, 1
-    for entry in speed.results.values():
-        bench = entry.bench
-        loads = [
-            x
-            for x in (
-                getattr(bench, "load_average_1m_start", None),
-                getattr(bench, "load_average_1m_end", None),
-            )
-            if x
-        ]
-        if loads and max(loads) > worst:
-            worst, cpus = max(loads), int(getattr(bench, "usable_cpus", 1) or 1)
-    if worst <= BUSY_LOAD_PER_CPU * cpus:
-        return None
-    return (
-        f"The machine was busy while llama-bench ran (1-minute load average up to {worst:.1f} on {cpus}"
-        " CPUs): these speeds are lower and noisier than an idle machine gives."
-    )

@@ -19,7 +19,6 @@ from quantload.analysis.document import (
     Section,
     Table,
 )
-from quantload.analysis.roofline_table import busy_machine_note
 from quantload.analysis.section_parts import (
     gap_blocks,
     image_block,
@@ -35,6 +34,7 @@ from quantload.analysis.sections_load import (
     ttft_split_section,
 )
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
+from quantload.roofline.speed_file import busy_note
 
 
 def overview(analysis: Analysis) -> Section:
@@ -83,7 +83,7 @@ def quality_speed_section(analysis: Analysis, plots: Mapping[str, Path | None], 
             )
         )
     blocks += gap_blocks(analysis, "quality")
-    busy = busy_machine_note(analysis.run.speed)
+    busy = busy_note(analysis.run.speed)
     if busy:
         blocks.append(Paragraph(busy, "warning"))
     roof = analysis.roofline

@@ -16,8 +16,8 @@ from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.paths import cache_root
 from quantload.roofline.ceilings import roofline
-from quantload.roofline.probe import BUSY_LOAD_PER_CPU, MachineLimits, probe_machine
-from quantload.roofline.speed_file import SpeedEntry, SpeedFile, save_speed_entry
+from quantload.roofline.probe import MachineLimits, probe_machine
+from quantload.roofline.speed_file import SpeedEntry, SpeedFile, busy_note, save_speed_entry
 
 
 def speed_table(speeds: SpeedFile) -> Table:
@@ -45,29 +45,13 @@ def speed_table(speeds: SpeedFile) -> Table:
     return table
 
 
-def busy_note(speeds: SpeedFile) -> str | None:
-    """A warning when other work shared the CPUs while llama-bench ran, else None."""
-    worst = 0.0
-    cpus = 1
-    for entry in speeds.results.values():
-        loads = [x for x in (entry.bench.load_average_1m_start, entry.bench.load_average_1m_end) if x]
-        if loads and max(loads) > worst:
-            worst, cpus = max(loads), entry.bench.usable_cpus
-    if worst <= BUSY_LOAD_PER_CPU * cpus:
-        return None
-    return (
-        f"note: the machine was busy (1-minute load average up to {worst:.1f} on {cpus} CPUs), so"
-        " these speeds are lower than an idle machine gives and noisy; rerun when it is quiet"
-    )
-
-
 def print_machine(console: Console, limits: MachineLimits) -> None:
     """The probe's two numbers and where they came from."""
-    load = "unknown" if limits.load_average_1m_start is None else f"{limits.load_average_1m_start:.1f}"
+    others = "unknown" if limits.other_cpu_frac is None else f"{limits.other_cpu_frac:.0%}"
     console.print(
         f"machine: memory bandwidth {limits.bandwidth_bytes_per_s / 1e9:.1f} GB/s, f32 arithmetic"
         f" {limits.arithmetic_flops_per_s / 1e9:.1f} GFLOP/s ({limits.source}, {limits.probed_at};"
-        f" {limits.machine.usable_cpus} CPUs, load average {load} when probed)",
+        f" {limits.machine.usable_cpus} CPUs, other processes used {others} of them meanwhile)",
         highlight=False,
     )
 

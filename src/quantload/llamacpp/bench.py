@@ -122,7 +122,11 @@ class SpeedResult(BaseModel):
         default=None, description="1-minute system load average before the run (None where unknown)"
     )
     load_average_1m_end: float | None = None
-    usable_cpus: int = Field(description="CPUs this process may use; load above it means contention")
+    usable_cpus: int | None = Field(default=None, description="CPUs this process may use")
+    other_cpu_frac: float | None = Field(
+        default=None,
+        description="share of all CPUs other processes used during the run (quantload.cpu_share)",
+    )
     command: list[str]
     llama_cpp: dict[str, Any] = Field(description="Toolchain.version_record()")
     measured_at: str = Field(description="UTC time the run finished, ISO 8601")
@@ -296,6 +300,7 @@ def measure_speed(
         load_average_1m_start=load_start,
         load_average_1m_end=load_average_1m(),
         usable_cpus=usable_cpus(),
+        other_cpu_frac=run.other_cpu_frac,
         command=list(run.command),
         llama_cpp=toolchain.version_record(),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from quantload import cpu_share
 from quantload.errors import ToolchainError
 
 Stream = Literal["stdout", "stderr"]
@@ -34,6 +35,7 @@ class ToolRun:
     stderr: str
     wall_time_s: float
     timed_out: bool
+    other_cpu_frac: float | None = None  # other processes' share of all CPUs during the run
 
     @property
     def signal_name(self) -> str | None:
@@ -63,6 +65,7 @@ def run_tool(
 ) -> ToolRun:
     """Run `command` to its end or `timeout_s`, passing output to `on_output` as it comes."""
     started = time.monotonic()
+    cpu_at_start = cpu_share.mark()
     try:
         process = subprocess.Popen(
             list(command),
@@ -114,6 +117,7 @@ def run_tool(
         stderr="".join(_parts(streams, "stderr")),
         wall_time_s=time.monotonic() - started,
         timed_out=timed_out,
+        other_cpu_frac=cpu_share.other_cpu_frac(cpu_at_start),
     )
 
 

@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from quantload import cpu_share
 from quantload.llamacpp.bench import load_average_1m, usable_cpus
 from quantload.rundir import read_json, write_json_atomic
 
@@ -43,7 +44,6 @@ MATRIX_SIZE = 1536
 MATMUL_PASSES = 5
 DEFAULT_MAX_AGE_S = 24 * 3600.0
 # A 1-minute load average above this many runnable tasks per CPU means other work shared the CPUs.
-BUSY_LOAD_PER_CPU = 0.5
 BANDWIDTH_METHOD = (
     "numpy.max over a float32 buffer, one slice per CPU thread; bytes read / wall time;"
     " median of {passes} passes after a warm-up"
@@ -89,13 +89,15 @@ class MachineLimits(BaseModel):
     probed_at: str = Field(description="UTC, ISO 8601")
     probe_wall_s: float
     load_average_1m_start: float | None = Field(default=None, description="system load before the probe")
+    other_cpu_frac: float | None = Field(
+        default=None, description="share of all CPUs other processes used during the probe"
+    )
     source: Literal["probe", "cache"] = "probe"
 
     @property
     def taken_when_busy(self) -> bool:
-        """True when other work shared the CPUs during the probe (or the load is unknown)."""
-        load = self.load_average_1m_start
-        return load is None or load > BUSY_LOAD_PER_CPU * self.machine.usable_cpus
+        """True when other work shared the CPUs during the probe (or that is unknown)."""
+        return self.other_cpu_frac is None or cpu_share.busy(self.other_cpu_frac)
 
     @property
     def balance_flops_per_byte(self) -> float:
@@ -179,6 +181,7 @@ def run_probe() -> MachineLimits:
     """Measure now, without looking at any cache (a few seconds)."""
     started = time.monotonic()
     load_start = load_average_1m()
+    cpu_at_start = cpu_share.mark()
     threads = usable_cpus()
     buffer_bytes = buffer_size_bytes()
     bandwidth = measure_bandwidth(buffer_bytes, threads)
@@ -197,6 +200,7 @@ def run_probe() -> MachineLimits:
         probed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         probe_wall_s=round(time.monotonic() - started, 3),
         load_average_1m_start=load_start,
+        other_cpu_frac=cpu_share.other_cpu_frac(cpu_at_start),
     )
 
 

@@ -37,6 +37,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from quantload import cpu_share
 from quantload.errors import ConfigError
 from quantload.llamacpp.bench import SpeedResult
 from quantload.roofline.ceilings import RooflineResult
@@ -90,3 +91,22 @@ def save_speed_entry(path: Path, label: str, entry: SpeedEntry, machine: Machine
     updated = current.with_entry(label, entry, machine)
     write_json_atomic(path, updated.to_json())
     return updated
+
+
+def busy_note(speeds: SpeedFile | None) -> str | None:
+    """A warning when other processes shared the CPUs while llama-bench ran, else None."""
+    if speeds is None:
+        return None
+    shares = {
+        label: entry.bench.other_cpu_frac
+        for label, entry in speeds.results.items()
+        if cpu_share.busy(entry.bench.other_cpu_frac)
+    }
+    if not shares:
+        return None
+    worst = max(value for value in shares.values() if value is not None)
+    return (
+        f"Other processes used up to {worst:.0%} of the CPUs while llama-bench ran"
+        f" ({', '.join(shares)}): those speeds are lower and noisier than an idle machine gives;"
+        " rerun when it is quiet."
+    )

@@ -36,9 +36,9 @@ def write_small_gguf(path: Path, tied: bool = True, n_embd: int = 64, vocab: int
 
 
 def limits(
-    bandwidth_bytes_per_s: float = 10e9, flops_per_s: float = 100e9, load: float | None = 0.0
+    bandwidth_bytes_per_s: float = 10e9, flops_per_s: float = 100e9, others: float | None = 0.0
 ) -> MachineLimits:
-    """MachineLimits with chosen numbers, probed now on a machine with this load average."""
+    """MachineLimits with chosen numbers, probed now while other work took `others` of the CPUs."""
     return MachineLimits(
         bandwidth_bytes_per_s=bandwidth_bytes_per_s,
         bandwidth_samples_bytes_per_s=[bandwidth_bytes_per_s],
@@ -52,7 +52,7 @@ def limits(
         machine=this_machine(),
         probed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         probe_wall_s=0.0,
-        load_average_1m_start=load,
+        other_cpu_frac=others,
     )
 
 

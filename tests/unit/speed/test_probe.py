@@ -31,13 +31,13 @@ def test_buffer_is_larger_than_caches() -> None:
 
 
 class CountingProbe:
-    def __init__(self, load: float | None = 0.0) -> None:
+    def __init__(self, others: float | None = 0.0) -> None:
         self.calls = 0
-        self.load = load
+        self.others = others
 
     def __call__(self) -> MachineLimits:
         self.calls += 1
-        return limits(bandwidth_bytes_per_s=float(self.calls), load=self.load)
+        return limits(bandwidth_bytes_per_s=float(self.calls), others=self.others)
 
 
 def test_probe_runs_once_then_comes_from_the_cache(tmp_path: Path) -> None:
@@ -75,9 +75,9 @@ def test_no_cache_dir_means_no_cache(tmp_path: Path) -> None:
     assert probe.calls == 2
 
 
-@pytest.mark.parametrize("load", [None, 100.0])
-def test_a_probe_taken_on_a_busy_or_unknown_machine_is_not_reused(tmp_path: Path, load: float | None) -> None:
-    probe = CountingProbe(load=load)
+@pytest.mark.parametrize("others", [None, 0.6])
+def test_a_probe_taken_on_a_busy_or_unknown_machine_is_not_reused(tmp_path: Path, others: float | None) -> None:
+    probe = CountingProbe(others=others)
     first = probe_machine(tmp_path, probe=probe)
     assert first.taken_when_busy
     probe_machine(tmp_path, probe=probe)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from speed_helpers import bench_run, limits, write_small_gguf
 
-from quantload.cli.cmd_speed import busy_note
 from quantload.errors import ConfigError
 from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.tool_run import ToolRun
@@ -20,6 +19,7 @@ from quantload.roofline.speed_file import (
     SPEED_SCHEMA,
     SpeedEntry,
     SpeedFile,
+    busy_note,
     load_speed_file,
     save_speed_entry,
 )
@@ -57,14 +57,15 @@ def test_a_file_of_another_kind_is_not_overwritten(tmp_path: Path, fake_toolchai
         save_speed_entry(path, "F16", entry(tmp_path, fake_toolchain), limits())
 
 
-def test_a_busy_machine_is_flagged(tmp_path: Path, fake_toolchain: Toolchain) -> None:
+def test_a_busy_machine_is_flagged_by_other_processes_cpu_share(tmp_path: Path, fake_toolchain: Toolchain) -> None:
     one = entry(tmp_path, fake_toolchain)
-    cpus = one.bench.usable_cpus
 
-    def with_load(load: float) -> SpeedFile:
-        bench = one.bench.model_copy(update={"load_average_1m_start": load, "load_average_1m_end": 0.1})
+    def with_others(share: float | None) -> SpeedFile:
+        bench = one.bench.model_copy(update={"other_cpu_frac": share, "load_average_1m_end": 9.0})
         return SpeedFile().with_entry("F16", one.model_copy(update={"bench": bench}), limits())
 
-    assert busy_note(with_load(0.1 * cpus)) is None
-    note = busy_note(with_load(4.0 * cpus))
-    assert note is not None and f"{4.0 * cpus:.1f} on {cpus} CPUs" in note
+    assert busy_note(with_others(0.05)) is None  # llama-bench's own load average does not count
+    assert busy_note(with_others(None)) is None
+    note = busy_note(with_others(0.6))
+    assert note is not None and "up to 60% of the CPUs" in note and "F16" in note
+    assert busy_note(None) is None

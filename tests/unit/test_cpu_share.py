@@ -1,0 +1,48 @@
+"""Other processes' CPU share: our own busy work does not count, someone else's does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from quantload import cpu_share
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.skipif(not cpu_share.PROC_STAT.is_file(), reason="needs /proc/stat (Linux)")
+def test_own_and_childrens_work_is_not_counted_as_other() -> None:
+    start = cpu_share.mark()
+    _spin(0.4)
+    subprocess.run([sys.executable, "-c", "import time\nend=time.monotonic()+0.4\nwhile time.monotonic()<end: pass"], check=True)
+    share = cpu_share.other_cpu_frac(start)
+    assert share is not None and share < 0.25
+
+
+@pytest.mark.skipif(not cpu_share.PROC_STAT.is_file(), reason="needs /proc/stat (Linux)")
+def test_a_stranger_spinning_is_counted() -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        start = cpu_share.mark()
+        time.sleep(1.0)
+        share = cpu_share.other_cpu_frac(start)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    import os
+
+    assert share is not None and share >= 0.8 / (os.cpu_count() or 1)
+
+
+def test_busy_threshold() -> None:
+    assert not cpu_share.busy(None)
+    assert not cpu_share.busy(0.1)
+    assert cpu_share.busy(0.5)
