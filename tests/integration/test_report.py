@@ -138,7 +138,10 @@ def test_report_of_a_complete_run_matches_the_run_files(run_copy: Path) -> None:
         assert isinstance(prometheus, dict) and "on a copy of" in str(prometheus["origin"])
         assert prometheus["series_points"] > 0 and prometheus["histogram_check"]
         law = summary["littles_law"]
-        assert isinstance(law, list) and any(row["server_processing"] is not None for row in law)
+        assert isinstance(law, list) and law
+        # A window spanning three 1 s scrape intervals must hold server samples; shorter ones may not.
+        long_enough = [row for row in law if row["window_s"] >= 3.0]
+        assert all(row["server_processing"] is not None for row in long_enough), long_enough
 
 
 def stop_the_run_during_its_last_quant(run_dir: Path) -> str:
