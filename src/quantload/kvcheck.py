@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from quantload.kvcache import KvPrediction
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.server_log import KvSizeLine, parse_kv_sizes, parse_slot_layout
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.rundir import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -104,3 +106,17 @@ def kv_file_payload(checks: dict[str, KvCheck | str]) -> dict[str, Any]:
             for quant, check in checks.items()
         },
     }
+
+
+def merge_kv_file(path: Path, label: str, check: KvCheck | str) -> None:
+    """Add (or replace) one entry of a `kv.json` file, creating it when absent."""
+    results: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            data = {}
+        if isinstance(data, dict) and data.get("schema") == KV_SCHEMA:
+            results = dict(data.get("results") or {})
+    results[label] = check.as_dict() if isinstance(check, KvCheck) else {"error": check}
+    write_json_atomic(path, {"schema": KV_SCHEMA, "results": results})

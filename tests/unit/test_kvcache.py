@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from quantload.errors import ModelError
@@ -69,3 +72,17 @@ def test_parse_server_log() -> None:
     layout = parse_slot_layout(LOG)
     assert layout is not None and layout.n_ctx_slot == 4096 and not layout.kv_unified
     assert parse_kv_sizes("nothing here") == []
+
+
+def test_kv_json_merges_entries(tmp_path: Path) -> None:
+    from quantload.kvcheck import kv_check_from_log, merge_kv_file
+
+    shape = KvShape(2, (2, 2), 64, 64, 32768, "test")
+    check = kv_check_from_log(predict_kv(shape, 8, 4096), LOG, None)
+    out = tmp_path / "kv.json"
+    merge_kv_file(out, "Q8_0", check)
+    merge_kv_file(out, "F16", "the server died")
+    data = json.loads(out.read_text())
+    assert data["schema"] == "quantload.kv/1"
+    assert data["results"]["Q8_0"]["diff_pct"] == 0.0
+    assert data["results"]["F16"] == {"error": "the server died"}

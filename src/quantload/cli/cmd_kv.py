@@ -11,7 +11,7 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError, ModelError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, kv_shape_from_hf_config, predict_kv
-from quantload.kvcheck import kv_check_with_server
+from quantload.kvcheck import KvCheck, kv_check_from_log, kv_check_with_server, merge_kv_file
 from quantload.llamacpp.server import ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import read_gguf
@@ -43,7 +43,12 @@ def register(app: typer.Typer) -> None:
         unified: bool | None = typer.Option(None, "--unified/--no-unified", help="One KV pool (-kvu)."),
         check: bool = typer.Option(False, "--check", help="Start llama-server and compare."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-        log: Path | None = typer.Option(None, "--log", help="Where to keep the server log."),
+        log: Path | None = typer.Option(None, "--log", help="Where to keep the server log (--check)."),
+        from_log: Path | None = typer.Option(
+            None, "--from-log", help="Compare with the log of a server already started with -lv 4."
+        ),
+        out: Path | None = typer.Option(None, "--out", help="Merge the result into this kv.json."),
+        label: str | None = typer.Option(None, "--label", help="Its key in --out (default: file type)."),
     ) -> None:
         """Predict the KV-cache size, show the formula, and optionally check it against llama-server."""
         cli = cli_context(ctx)
@@ -62,14 +67,27 @@ def register(app: typer.Typer) -> None:
             server.kv_unified,
         )
         result = prediction.as_dict()
-        if check:
+        checked: KvCheck | None = None
+        if from_log is not None:
+            try:
+                text = from_log.read_text(encoding="utf-8", errors="replace")
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot read {from_log}: {error.strerror}", "check the --from-log path"
+                ) from None
+            checked = kv_check_from_log(prediction, text, from_log)
+        elif check:
             if model.suffix == ".json":
                 raise ConfigError("--check needs a .gguf model, not a config.json", "pass the GGUF file")
             toolchain = ensure_toolchain(settings.toolchain, cli.environ)
             log_path = log or Path(f"kv-check-{model.stem}.log")
             spec = ServerSpec.from_settings(server, model, model.stem)
             checked = kv_check_with_server(toolchain, spec, prediction, log_path, server.startup_timeout_s)
+        if checked is not None:
             result = checked.as_dict()
+        if out is not None:
+            key = label or (read_gguf(model).file_type if model.suffix != ".json" else model.stem)
+            merge_kv_file(out, key, checked if checked is not None else "not checked against a server")
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
@@ -78,7 +96,7 @@ def register(app: typer.Typer) -> None:
                     "unified", "n_stream", "cells_per_stream", "cache_type_k", "cache_type_v"):
             table.add_row(key, str(result[key]))
         table.add_row("predicted", f"{result['predicted_mib']:.2f} MiB")
-        if check:
+        if checked is not None:
             table.add_row("reported by llama-server", f"{result['reported_mib']:.2f} MiB")
             table.add_row("difference", f"{result['diff_pct']:+.2f} %")
         cli.console.print(table)
