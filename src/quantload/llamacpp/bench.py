@@ -18,13 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from quantload.errors import MeasurementError, ModelError
-from quantload.llamacpp.tool_run import Stream, ToolRun, run_tool
+from quantload.errors import MeasurementError
+from quantload.llamacpp.tool_run import Stream, ToolRun, raise_for_load_failure_or_exit, run_tool
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
 
 _STEP = re.compile(r"llama-bench: benchmark (\d+)/(\d+): (.+)")
-_LOAD_FAILURE = re.compile(r"failed to load model|failed to create context|error loading model")
 
 
 class BenchRecord(BaseModel):
@@ -243,16 +242,7 @@ def _diagnose(run: ToolRun, model_path: Path) -> None:
             f"llama-bench was killed by {run.signal_name}; no result was recorded",
             "out of memory? otherwise run it again",
         )
-    if _LOAD_FAILURE.search(run.stderr):
-        raise ModelError(
-            f"llama-bench could not load {model_path}: {run.stderr_tail()}",
-            "check the file with 'quantload prepare' or llama.cpp's own tools",
-        )
-    if run.returncode != 0:
-        raise MeasurementError(
-            f"llama-bench exited with status {run.returncode}: {run.stderr_tail()}",
-            "see the message above",
-        )
+    raise_for_load_failure_or_exit(run, "llama-bench", model_path)
 
 
 def measure_speed(

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantload.errors import MeasurementError, ModelError
-from quantload.llamacpp.tool_run import Stream, ToolRun, run_tool
+from quantload.errors import MeasurementError
+from quantload.llamacpp.tool_run import Stream, ToolRun, raise_for_load_failure_or_exit, run_tool
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
 
@@ -26,9 +26,6 @@ CHUNK_VALUE = re.compile(rf"\[(\d+)\]({_NUMBER}),")
 PLAN = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+), batch_size=(\d+), n_seq=(\d+)")
 TOO_SHORT = re.compile(r"you need at least (\d+) tokens to evaluate perplexity with a context of (\d+)")
 TOKENIZED_TO = re.compile(r"tokenizes to only (\d+) tokens")
-LOAD_FAILURE = re.compile(
-    r"unable to load model|failed to load model|error loading model|failed to create context"
-)
 NEGATIVE_VARIANCE = "Unexpected negative standard deviation"
 # The running values are printed with 4 decimals; allow for that when checking the final estimate.
 ROUNDING_TOLERANCE = 1e-3
@@ -149,16 +146,7 @@ def diagnose_failure(run: ToolRun, model_path: Path, dataset_path: Path) -> None
             f"{dataset_path} tokenizes to {have}; a context of {ctx} needs at least {needed}",
             "use a longer text (WikiText-2 test) or a smaller --ctx",
         )
-    if LOAD_FAILURE.search(run.stderr):
-        raise ModelError(
-            f"llama-perplexity could not load {model_path}: {run.stderr_tail()}",
-            "check the file with 'quantload prepare' or llama.cpp's own tools",
-        )
-    if run.returncode != 0:
-        raise MeasurementError(
-            f"llama-perplexity exited with status {run.returncode}: {run.stderr_tail()}",
-            "see the message above",
-        )
+    raise_for_load_failure_or_exit(run, "llama-perplexity", model_path)
 
 
 def perplexity_command(

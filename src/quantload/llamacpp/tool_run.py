@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import selectors
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from quantload import cpu_share
-from quantload.errors import ToolchainError
+from quantload.errors import MeasurementError, ModelError, ToolchainError
 
 Stream = Literal["stdout", "stderr"]
 OutputCallback = Callable[[Stream, str], None]
 READ_BYTES = 65536
+MODEL_LOAD_FAILURE = re.compile(
+    r"unable to load model|failed to load model|error loading model|failed to create context"
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,20 @@ class ToolRun:
         """The last non-empty lines of stderr joined on one line, for error messages."""
         tail = [line.strip() for line in self.stderr.splitlines() if line.strip()][-lines:]
         return " | ".join(line[-200:] for line in tail) or "no output on stderr"
+
+
+def raise_for_load_failure_or_exit(run: ToolRun, tool_name: str, model_path: Path) -> None:
+    """Raise the errors every measuring tool shares: the model did not load, or a non-zero exit."""
+    if MODEL_LOAD_FAILURE.search(run.stderr):
+        raise ModelError(
+            f"{tool_name} could not load {model_path}: {run.stderr_tail()}",
+            "check the file with 'quantload prepare' or llama.cpp's own tools",
+        )
+    if run.returncode != 0:
+        raise MeasurementError(
+            f"{tool_name} exited with status {run.returncode}: {run.stderr_tail()}",
+            "see the message above",
+        )
 
 
 def _ignore(stream: Stream, text: str) -> None:

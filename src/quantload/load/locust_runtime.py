@@ -357,24 +357,16 @@ class LoadRuntime:
             exception=error,
             context={"stage_id": record.stage_id},
         )
-        if record.ok and record.ttft_s is not None:
-            events.request.fire(  # type: ignore[no-untyped-call]
-                request_type=LLM_TYPE,
-                name="TTFT",
-                response_time=record.ttft_s * 1000.0,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-        if record.ok and record.tpot_s is not None:
-            events.request.fire(  # type: ignore[no-untyped-call]
-                request_type=LLM_TYPE,
-                name="TPOT",
-                response_time=record.tpot_s * 1000.0,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+        for row_name, seconds in (("TTFT", record.ttft_s), ("TPOT", record.tpot_s)):
+            if record.ok and seconds is not None:
+                events.request.fire(  # type: ignore[no-untyped-call]
+                    request_type=LLM_TYPE,
+                    name=row_name,
+                    response_time=seconds * 1000.0,
+                    response_length=0,
+                    exception=None,
+                    context={},
+                )
         self.metrics.observe_request(
             (record.server, record.quant, record.experiment),
             "ok" if record.ok else (record.error_class or "client_error"),

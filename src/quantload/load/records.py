@@ -70,7 +70,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -158,7 +158,6 @@ class RequestRecord(_JsonLine):
     error: str | None = None
 
 
-
 class StageEvent(_JsonLine):
     """One line of stages.jsonl: a stage started or ended.
 
@@ -198,7 +197,6 @@ class StageEvent(_JsonLine):
     loop_lag_p99_s: float | None = None
     loop_lag_max_s: float | None = None
     client_saturated: bool | None = None
-
 
 
 class JsonlAppender:
@@ -242,8 +240,11 @@ class JsonlAppender:
                 self._fd = None
 
 
-def iter_records(path: Path) -> Iterator[RequestRecord]:
-    """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
+_LineT = TypeVar("_LineT", bound=_JsonLine)
+
+
+def _iter_json_lines(path: Path, line_type: type[_LineT]) -> Iterator[_LineT]:
+    """Objects of `line_type` from a JSONL file; blank lines and a torn last line are skipped."""
     if not path.is_file():
         return
     with path.open(encoding="utf-8") as handle:
@@ -251,20 +252,16 @@ def iter_records(path: Path) -> Iterator[RequestRecord]:
             if not line.strip():
                 continue
             try:
-                yield RequestRecord.from_json_line(line)
+                yield line_type.from_json_line(line)
             except ValueError:
                 continue
+
+
+def iter_records(path: Path) -> Iterator[RequestRecord]:
+    """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
+    return _iter_json_lines(path, RequestRecord)
 
 
 def iter_stage_events(path: Path) -> Iterator[StageEvent]:
     """Stage events from stages.jsonl; torn lines are skipped."""
-    if not path.is_file():
-        return
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                yield StageEvent.from_json_line(line)
-            except ValueError:
-                continue
+    return _iter_json_lines(path, StageEvent)

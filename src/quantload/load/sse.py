@@ -188,6 +188,18 @@ class ResponseParser:
         self.complete = True
         events.extend(self._sse.finish())
 
+    def _take_counted_body(self, events: list[bytes]) -> bool:
+        """Pass up to `_remaining` buffered body bytes on; False when nothing is buffered."""
+        buf = self._buf
+        if not buf:
+            return False
+        take = min(self._remaining, len(buf))
+        piece = bytes(buf[:take])
+        del buf[:take]
+        self._remaining -= take
+        self._body(piece, events)
+        return True
+
     def _step(self, events: list[bytes]) -> bool:
         buf = self._buf
         mode = self._mode
@@ -233,13 +245,8 @@ class ResponseParser:
                 self._remaining = size
             return True
         if mode == "chunk_data":
-            if not buf:
+            if not self._take_counted_body(events):
                 return False
-            take = min(self._remaining, len(buf))
-            piece = bytes(buf[:take])
-            del buf[:take]
-            self._remaining -= take
-            self._body(piece, events)
             if self._remaining == 0:
                 self._mode = "chunk_crlf"
             return True
@@ -261,13 +268,8 @@ class ResponseParser:
                 return False
             return True
         if mode == "length":
-            if not buf:
+            if not self._take_counted_body(events):
                 return False
-            take = min(self._remaining, len(buf))
-            piece = bytes(buf[:take])
-            del buf[:take]
-            self._remaining -= take
-            self._body(piece, events)
             if self._remaining == 0:
                 self._finish_body(events)
                 return False
