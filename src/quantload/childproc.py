@@ -7,6 +7,8 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 import httpx
 
@@ -14,7 +16,10 @@ POLL_S = 0.2
 
 
 class LoggedProcess:
-    """Starts one command with stdout and stderr appended to `log_path`; stops it by its own PID."""
+    """Starts one command with stdout and stderr appended to `log_path`; stops it by its own PID.
+
+    Subclasses implement `start` (launch and wait until ready); `with` starts and stops them.
+    """
 
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
@@ -64,6 +69,21 @@ class LoggedProcess:
                         return True
                 time.sleep(POLL_S)
         return False
+
+    def start(self) -> Self:
+        """Launch the process and wait until it is ready."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """Terminate (kill after `timeout_s`); return the exit code, None if never started."""

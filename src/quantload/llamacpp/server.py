@@ -6,7 +6,6 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from quantload.childproc import POLL_S, LoggedProcess
 from quantload.config import ServerSettings
@@ -155,15 +154,4 @@ class LlamaServer(LoggedProcess):
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
         self.launch(self.spec.command(self.toolchain.path("llama-server"), self.port))
-
-    def __enter__(self) -> LlamaServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 

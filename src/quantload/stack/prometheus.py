@@ -16,7 +16,6 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -203,14 +202,3 @@ class PrometheusProcess(LoggedProcess):
                         return True
                 time.sleep(READY_POLL_S)
         return False
-
-    def __enter__(self) -> PrometheusProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
