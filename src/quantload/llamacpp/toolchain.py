@@ -67,6 +67,40 @@ def binary_version(server: Path) -> str:
     return lines[0].strip()
 
 
+def check_tools_run(tools: Mapping[str, Path]) -> None:
+    """Start every tool but llama-server (checked by `binary_version`) once, to show it runs here.
+
+    llama-quantize has no --version: it prints its usage for --help and exits 1, which counts.
+    """
+    for name, path in tools.items():
+        if name == "llama-server":
+            continue
+        flag, expected = ("--help", "usage:") if name == "llama-quantize" else ("--version", "version")
+        try:
+            result = subprocess.run(
+                [str(path), flag], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise ToolchainError(f"{path} cannot run: {error}", "rebuild or reinstall llama.cpp") from None
+        text = (result.stdout + result.stderr).strip()
+        if result.returncode < 0 or expected not in text:
+            raise ToolchainError(
+                f"{path} {flag} failed (exit {result.returncode}): {text[-200:] or 'no output'}",
+                "rebuild or reinstall llama.cpp",
+            )
+
+
+def _checked(
+    tools: dict[str, Path],
+    origin: Origin,
+    sdist: str | None = None,
+    build: Mapping[str, object] | None = None,
+) -> Toolchain:
+    version = binary_version(tools["llama-server"])
+    check_tools_run(tools)
+    return Toolchain(tools, origin, version, sdist=sdist, build=build or {})
+
+
 def _tools_in(folder: Path) -> dict[str, Path] | None:
     found = {name: folder / name for name in TOOL_NAMES}
     return found if all(os.access(p, os.X_OK) for p in found.values()) else None
@@ -94,11 +128,10 @@ def _from_path(environ: Mapping[str, str]) -> dict[str, Path] | None:
 def find_toolchain(settings: ToolchainSettings, environ: Mapping[str, str]) -> Toolchain | None:
     """The tools already available, without building anything; None if there are none."""
     if settings.llama_bin is not None:
-        tools = _from_configured(settings.llama_bin)
-        return Toolchain(tools, "QUANTLOAD_LLAMA_BIN", binary_version(tools["llama-server"]))
+        return _checked(_from_configured(settings.llama_bin), "QUANTLOAD_LLAMA_BIN")
     on_path = _from_path(environ)
     if on_path is not None:
-        return Toolchain(on_path, "PATH", binary_version(on_path["llama-server"]))
+        return _checked(on_path, "PATH")
     tree = source_dir(cache_root(settings.cache_dir, environ))
     bins = built_bin_dir(tree)
     if bins is None:
@@ -106,13 +139,7 @@ def find_toolchain(settings: ToolchainSettings, environ: Mapping[str, str]) -> T
     built = _tools_in(bins)
     if built is None:
         return None
-    return Toolchain(
-        built,
-        "cache",
-        binary_version(built["llama-server"]),
-        sdist=PINNED_SDIST.requirement,
-        build=read_build_record(tree),
-    )
+    return _checked(built, "cache", sdist=PINNED_SDIST.requirement, build=read_build_record(tree))
 
 
 def ensure_toolchain(
