@@ -26,6 +26,7 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
+from support import require_binary
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -175,9 +176,7 @@ def test_distributed_master_and_two_workers(llama: Target, tmp_path: Path) -> No
 
 
 def test_locust_web_ui_shows_ttft_and_tpot_rows(llama: Target, tmp_path: Path) -> None:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    chromium = shutil.which("chromium-browser") or require_binary("chromium", "apt-get install -y chromium")
     web_port = free_port()
     env = {**os.environ, "QUANTLOAD_LOAD__MAX_TOKENS": "8"}
     locust = subprocess.Popen(

@@ -69,6 +69,7 @@ from compose.tools import (
 from quantload.config import load_config
 from quantload.llamacpp.build import TOOL_NAMES
 from quantload.llamacpp.sdist import PINNED_SDIST
+from support import missing
 
 DOCKERFILE = REPO / "services" / "quantload" / "Dockerfile"
 DOCKERIGNORE = REPO / "services" / "quantload" / "Dockerfile.dockerignore"
@@ -108,13 +109,13 @@ def llama_options() -> Any:
     """llama-server's options from the pinned source tree, or a skip when it is not cached."""
     path = arg_cpp_path()
     if not path.is_file():
-        pytest.skip(f"pinned llama.cpp source not cached ({path}): run 'quantload toolchain'")
+        missing(f"pinned llama.cpp source not cached ({path}): run 'quantload toolchain'")
     return parse_arg_cpp(path.read_text(encoding="utf-8"))
 
 
 def _tool(command: list[str] | None, name: str) -> list[str]:
     if command is None:
-        pytest.skip(f"{name} not installed ({INSTALL_HINTS[name]})")
+        missing(f"{name} not installed ({INSTALL_HINTS[name]})")
     assert command is not None
     return command
 
@@ -472,7 +473,7 @@ def test_prometheus_flags_exist(stack: dict[str, Any]) -> None:
         ["sh", "-c", "command -v prometheus"], capture_output=True, text=True, check=False
     )
     if binary.returncode != 0:
-        pytest.skip("prometheus not installed (apt-get install prometheus)")
+        missing("prometheus not installed (apt-get install prometheus)")
     text = subprocess.run(
         [binary.stdout.strip(), "--help"], capture_output=True, text=True, timeout=30, check=False
     )
@@ -572,7 +573,7 @@ def test_compose_config_accepts_the_stack(variant: str, tmp_path: Path) -> None:
         assert ("server-cuda-" in image) == (variant == "gpu"), image
     schema = compose_schema()
     if schema is None:
-        pytest.skip(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
+        missing(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
     jsonschema.Draft7Validator(schema).validate(_json_safe(config))
 
 
@@ -580,14 +581,14 @@ def test_compose_config_accepts_the_stack(variant: str, tmp_path: Path) -> None:
 def test_files_match_the_compose_specification_schema(path: Path) -> None:
     schema = compose_schema()
     if schema is None:
-        pytest.skip(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
+        missing(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
     jsonschema.Draft7Validator(schema).validate(read_yaml(path))
 
 
 def test_the_schema_check_catches_a_mistake() -> None:
     schema = compose_schema()
     if schema is None:
-        pytest.skip(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
+        missing(f"Compose Specification schema not found ({INSTALL_HINTS['dclint']})")
     broken = read_yaml(BASE_FILE)
     broken["services"]["prometheus"]["healthcheck"]["retry"] = 3  # a misspelt key
     with pytest.raises(jsonschema.ValidationError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from quantload.stack.prometheus import (
     native_config,
     scrape_address,
 )
+from support import require_binary
 
 PROMETHEUS_YML = CONFIG_DIR / "prometheus.yml"
 RULES = CONFIG_DIR / "rules" / "quantload.rules.yml"
@@ -39,7 +39,6 @@ LOADGEN_METRICS = {
 EXPORTER_METRICS = {value.name for value in vars(names).values() if isinstance(value, names.MetricSpec)} | {
     name for name, _ in RENAMES.values()
 }
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 
 
 def _template() -> dict[str, Any]:
@@ -47,10 +46,10 @@ def _template() -> dict[str, Any]:
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
+    promtool = require_binary("promtool", "apt-get install -y prometheus")
+    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60)
 
 
-@needs_promtool
 def test_promtool_accepts_the_config_and_rules() -> None:
     config = _promtool("check", "config", str(PROMETHEUS_YML))
     assert config.returncode == 0, config.stdout + config.stderr
@@ -123,7 +122,6 @@ def test_missing_binary_is_a_clean_error(tmp_path: Path) -> None:
     assert process.pid is None
 
 
-@needs_promtool
 def test_written_config_passes_promtool(tmp_path: Path) -> None:
     process = PrometheusProcess(tmp_path, "http://127.0.0.1:9646", ["127.0.0.1:9647"], 1.0)
     path = process.write_config(port=9090)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable
 
@@ -11,6 +10,7 @@ import pytest
 
 from quantload.exporter import ExporterError, Target, start_exporter
 from quantload.exporter.fake_server import FakeLlamaServer
+from support import require_binary
 
 
 def test_serves_metrics_and_ignores_target_parameters(
@@ -38,8 +38,8 @@ def test_busy_port_is_an_exporter_error() -> None:
         handle.stop()
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_accepts_the_exposition(fake_servers: Callable[[], FakeLlamaServer]) -> None:
+    promtool = require_binary("promtool", "apt-get install -y prometheus")
     fake = fake_servers()
     handle = start_exporter([Target("a", fake.url, "Q8_0", "tiny")], port=0)
     try:
@@ -47,6 +47,6 @@ def test_promtool_accepts_the_exposition(fake_servers: Callable[[], FakeLlamaSer
     finally:
         handle.stop()
     result = subprocess.run(
-        ["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30
+        [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=30
     )
     assert result.returncode == 0, result.stdout + result.stderr
