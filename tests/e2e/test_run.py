@@ -42,6 +42,12 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
     logs = {p.name for p in (ci_run / "logs").iterdir()}
     assert {"llama-server-F16.log", "llama-server-Q8_0.log", "llama-server-Q4_K_M.log", "prometheus.log"} <= logs
     assert any(name.startswith("locust-") for name in logs)
+    for quant in ("F16", "Q8_0", "Q4_K_M"):  # every child's output is kept in the run
+        for tool in ("llama-perplexity", "llama-bench"):
+            text = (ci_run / "logs" / f"{tool}-{quant}.log").read_text(encoding="utf-8")
+            assert text.startswith("$ ") and tool in text.splitlines()[0]
+            assert "# quantload: the tool's output ended after" in text
+    assert {"prepare-quantize-Q8_0.log", "prepare-quantize-Q4_K_M.log"} <= logs
 
 
 def test_every_report_section_has_numbers(ci_run: Path) -> None:
@@ -119,7 +125,8 @@ def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
     assert run["servers"]["Q4_K_M"]["status"] == "ok"
     steps = {(s["name"], s["quant"]): s for s in run["steps"]}
     assert steps[("load", "Q8_0")]["status"] == "failed"
-    assert steps[("prefix_cache", "Q8_0")]["status"] == "skipped"
+    assert steps[("prefix_cache", "Q8_0")]["status"] == "failed"
+    assert steps[("prefix_cache", "Q8_0")]["error"] == "llama-server died earlier in the run"
     assert steps[("load", "Q4_K_M")]["status"] == "ok"
     summary = _json(run_dir / "summary.json")
     q4 = next(row for row in summary["table"] if row["quant"] == "Q4_K_M")

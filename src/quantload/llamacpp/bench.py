@@ -19,7 +19,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quantload.errors import MeasurementError
-from quantload.llamacpp.tool_run import Stream, ToolRun, raise_for_load_failure_or_exit, run_tool
+from quantload.llamacpp.tool_run import (
+    Stream,
+    ToolRun,
+    logged_output,
+    raise_for_load_failure_or_exit,
+    run_tool,
+)
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
 
@@ -255,13 +261,18 @@ def measure_speed(
     progress: ProgressCallback = no_progress,
     timeout_s: float | None = None,
     runner: Callable[..., ToolRun] = run_tool,
+    log_path: Path | None = None,
 ) -> SpeedResult:
-    """Run llama-bench pp`prompt_tokens` and tg`gen_tokens` on one file, `reps` times each."""
+    """Run llama-bench pp`prompt_tokens` and tg`gen_tokens` on one file, `reps` times each.
+
+    With `log_path`, everything the tool prints is appended there as it comes.
+    """
     command = bench_command(
         toolchain.path("llama-bench"), model_path, prompt_tokens, gen_tokens, reps, threads
     )
     load_start = load_average_1m()
-    run = runner(command, on_output=_StepProgress(progress, reps), timeout_s=timeout_s)
+    with logged_output(log_path, command, _StepProgress(progress, reps)) as on_output:
+        run = runner(command, on_output=on_output, timeout_s=timeout_s)
     _diagnose(run, model_path)
     records = parse_bench_json(run.stdout)
     prefill = pick_test(records, prompt_tokens, 0, reps)

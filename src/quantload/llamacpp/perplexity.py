@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantload.errors import MeasurementError
-from quantload.llamacpp.tool_run import Stream, ToolRun, raise_for_load_failure_or_exit, run_tool
+from quantload.llamacpp.tool_run import (
+    Stream,
+    ToolRun,
+    logged_output,
+    raise_for_load_failure_or_exit,
+    run_tool,
+)
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
 
@@ -219,12 +225,17 @@ def run_perplexity(
     progress: ProgressCallback = no_progress,
     timeout_s: float | None = None,
     runner: Callable[..., ToolRun] = run_tool,
+    log_path: Path | None = None,
 ) -> PerplexityRun:
-    """Run llama-perplexity to completion; raise MeasurementError or ModelError otherwise."""
+    """Run llama-perplexity to completion; raise MeasurementError or ModelError otherwise.
+
+    With `log_path`, everything the tool prints is appended there as it comes.
+    """
     command = perplexity_command(
         toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads
     )
-    run = runner(command, on_output=_ChunkProgress(progress), timeout_s=timeout_s)
+    with logged_output(log_path, command, _ChunkProgress(progress)) as on_output:
+        run = runner(command, on_output=on_output, timeout_s=timeout_s)
     diagnose_failure(run, model_path, dataset_path)
     output = parse_perplexity_output(run.stdout, run.stderr)
     if output.ctx_tokens != ctx_tokens:

@@ -14,7 +14,8 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -74,6 +75,38 @@ def raise_for_load_failure_or_exit(run: ToolRun, tool_name: str, model_path: Pat
 
 def _ignore(stream: Stream, text: str) -> None:
     """An output callback that does nothing."""
+
+
+@contextmanager
+def logged_output(
+    log_path: Path | None, command: Sequence[str], on_output: OutputCallback
+) -> Iterator[OutputCallback]:
+    """`on_output`, also appending both streams to `log_path` as they arrive (None: no log).
+
+    The log starts with the command line; its last line says how the run ended, so a tool that
+    was killed or raised mid-way still leaves what it printed behind.
+    """
+    if log_path is None:
+        yield on_output
+        return
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+
+        def tee(stream: Stream, text: str) -> None:
+            log.write(text)
+            log.flush()
+            on_output(stream, text)
+
+        try:
+            yield tee
+        except BaseException as error:
+            elapsed_s = time.monotonic() - started
+            log.write(f"\n# quantload: stopped by {type(error).__name__} after {elapsed_s:.1f} s\n")
+            raise
+        log.write(f"\n# quantload: the tool's output ended after {time.monotonic() - started:.1f} s\n")
 
 
 def run_tool(

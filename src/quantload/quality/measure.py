@@ -22,16 +22,19 @@ def measure_quality(
     progress: ProgressCallback = no_progress,
     threads: int = 0,
     timeout_s: float | None = None,
+    log_path: Path | None = None,
 ) -> QualityResult:
     """Perplexity of `model_path` on `dataset_path` with llama-perplexity; `chunks` 0 = all.
 
     Raises ModelError for a file that is not a loadable GGUF, MeasurementError for a run that did
     not produce a complete, consistent result (too-short text, killed, timed out, truncated).
+    With `log_path`, llama-perplexity's output is appended there as it comes.
     """
     summary = read_gguf(model_path)
     dataset = describe_dataset(dataset_path)
     run = run_perplexity(
-        toolchain, model_path, dataset_path, ctx_tokens, chunks, threads, progress, timeout_s
+        toolchain, model_path, dataset_path, ctx_tokens, chunks, threads, progress, timeout_s,
+        log_path=log_path,
     )
     output = run.output
     return QualityResult(

@@ -232,6 +232,7 @@ class NativeRun:
             )
             step.busy_seconds = time.monotonic() - started
             save_manifest(self.run_dir / MANIFEST_JSON, _absolute(manifest, folder))
+            _copy_logs(folder / LOGS_DIR, self.run_dir / LOGS_DIR, prefix="prepare-")
             result.append(manifest)
         return _absolute(result[0], folder)
 
@@ -258,6 +259,7 @@ class NativeRun:
                 result = measure_quality(
                     toolchain, Path(entry.path), dataset, quality.ctx, quality.chunks, step.progress,
                     threads=quality.threads, timeout_s=quality.timeout_s,
+                    log_path=self.run_dir / LOGS_DIR / f"llama-perplexity-{quant}.log",
                 )
                 step.busy_seconds = time.monotonic() - started
                 save_quality_result(self.run_dir / QUALITY_JSON, quant, result)
@@ -280,6 +282,7 @@ class NativeRun:
                 bench = measure_speed(
                     toolchain, Path(entry.path), speed.prompt_tokens, speed.gen_tokens, speed.reps,
                     speed.threads, step.progress, timeout_s=speed.timeout_s,
+                    log_path=self.run_dir / LOGS_DIR / f"llama-bench-{quant}.log",
                 )
                 step.busy_seconds = time.monotonic() - started
                 summary = read_gguf(Path(entry.path))
@@ -434,7 +437,7 @@ class NativeRun:
             )
         for name, title, run in experiments:
             if item.quant in self.dead_quants:
-                self.state.skip(name, item.quant, "llama-server died earlier in the run")
+                self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")
                 continue
             with self._step(name, item.quant, title) as step:
                 summaries = run(step.progress)
@@ -449,13 +452,13 @@ class NativeRun:
             if not server.alive():
                 self.dead_quants.add(item.quant)
                 self.state.server(item.quant, status="died", exit_code=server.stop())
-                self.view.message(f"llama-server {item.quant} died; its remaining stages are skipped")
+                self.view.message(f"llama-server {item.quant} died; its remaining stages are marked failed")
         if item.quant not in self.dead_quants:
             self.state.server(item.quant, status="ok")
 
     def _mark_rest_failed(self, quant: str, why: str) -> None:
         for name in ("kv", "load", "prefix_cache"):
-            self.state.skip(name, quant, why)
+            self.state.fail_unrun(name, quant, why)
 
     def _report(self) -> None:
         from quantload.analysis import build_report
@@ -493,3 +496,11 @@ def _absolute(manifest: Manifest, folder: Path) -> Manifest:
         for quant, entry in manifest.files.items()
     }
     return manifest.model_copy(update={"files": files})
+
+
+def _copy_logs(source_dir: Path, target_dir: Path, prefix: str) -> None:
+    """Copy the tool logs of the shared prepared folder into the run (files made earlier included)."""
+    if not source_dir.is_dir():
+        return
+    for log in sorted(source_dir.glob("*.log")):
+        shutil.copyfile(log, target_dir / f"{prefix}{log.name}")

@@ -92,6 +92,11 @@ class RunState:
         index = self.begin(name, quant)
         self.end(index, "skipped", why)
 
+    def fail_unrun(self, name: str, quant: str | None, why: str) -> None:
+        """Record a step that could not run because something it needs failed earlier."""
+        index = self.begin(name, quant)
+        self.end(index, "failed", why)
+
     def server(self, quant: str, **fields: Any) -> None:
         """Update what is known about one quantization's server."""
         self.data["servers"].setdefault(quant, {}).update(fields)

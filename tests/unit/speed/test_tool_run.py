@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from quantload.errors import ToolchainError
-from quantload.llamacpp.tool_run import run_tool
+from quantload.llamacpp.tool_run import logged_output, run_tool
 
 PY = sys.executable
 
@@ -54,3 +54,36 @@ def test_exit_status_is_kept() -> None:
 def test_a_binary_that_cannot_start_is_a_toolchain_error(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError, match="cannot run"):
         run_tool([str(tmp_path / "llama-nothing")])
+
+
+def test_logged_output_keeps_everything_the_tool_printed(tmp_path: Path) -> None:
+    log_path = tmp_path / "logs" / "tool.log"
+    seen: list[str] = []
+    script = "import sys; print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)"
+    command = [PY, "-c", script]
+    with logged_output(log_path, command, lambda name, text: seen.append(text)) as on_output:
+        run = run_tool(command, on_output=on_output)
+    assert run.returncode == 3
+    lines = log_path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "$ " + " ".join(command)
+    assert {"to stdout", "to stderr"} <= set(lines)
+    assert lines[-1].startswith("# quantload: the tool's output ended after")
+    assert "".join(seen) in {"to stdout\nto stderr\n", "to stderr\nto stdout\n"}
+
+
+def test_logged_output_notes_an_interruption_and_passes_it_on(tmp_path: Path) -> None:
+    log_path = tmp_path / "tool.log"
+    with pytest.raises(KeyboardInterrupt), logged_output(log_path, ["tool"], lambda n, t: None) as on_output:
+        on_output("stderr", "half a line")
+        raise KeyboardInterrupt
+    text = log_path.read_text(encoding="utf-8")
+    assert "half a line" in text and "# quantload: stopped by KeyboardInterrupt after" in text
+
+
+def test_no_log_path_means_no_file(tmp_path: Path) -> None:
+    def callback(name: str, text: str) -> None:
+        return None
+
+    with logged_output(None, ["tool"], callback) as on_output:
+        assert on_output is callback
+    assert list(tmp_path.iterdir()) == []
