@@ -16,6 +16,15 @@ from quantload.cli import commands
 from quantload.cli.context import CliContext
 from quantload.errors import QuantloadError
 
+INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process ended by SIGINT
+
+
+def _print_version(value: bool) -> None:
+    """Eager --version: print and stop before a subcommand is asked for."""
+    if value:
+        typer.echo(f"quantload {__version__}")
+        raise typer.Exit()
+
 
 def build_app() -> typer.Typer:
     """The typer application with every subcommand registered."""
@@ -34,11 +43,11 @@ def build_app() -> typer.Typer:
         config_file: Annotated[
             Path | None, typer.Option("--config", help="Configuration file (default ./quantload.toml).")
         ] = None,
-        version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+        version: Annotated[
+            bool,
+            typer.Option("--version", help="Print the version.", is_eager=True, callback=_print_version),
+        ] = False,
     ) -> None:
-        if version:
-            typer.echo(f"quantload {__version__}")
-            raise typer.Exit()
         ctx.obj = CliContext(
             cwd=Path.cwd(),
             environ=dict(os.environ),
@@ -56,14 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a QuantloadError becomes one line on stderr and exit code 2."""
     app = build_app()
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode, typer turns `typer.Exit(n)` and Ctrl-C (130) into a return value.
+        exit_code = app(args=argv, standalone_mode=False)
     except QuantloadError as error:
         message = Text("error: ", style="bold red") + Text(error.one_line())
         Console(stderr=True, highlight=False, soft_wrap=True).print(message)
         return 2
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted")
-        return 130
+        return INTERRUPTED_EXIT_CODE
     except typer.Exit as done:
         return int(done.exit_code or 0)
     except typer.Abort:
@@ -75,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             show()
             return int(exit_code)
         raise
-    return 0
+    if exit_code == INTERRUPTED_EXIT_CODE:
+        Console(stderr=True).print("interrupted")
+    return exit_code if isinstance(exit_code, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""The `quantload` entry point passes every command's exit code on to the shell."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from quantload.cli import main as cli_main
+from quantload.errors import ModelError
+
+
+def _app_whose_command(action: str) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.command()
+    def go() -> None:
+        if action == "exit 3":
+            raise typer.Exit(3)
+        if action == "ctrl-c":
+            raise KeyboardInterrupt
+        if action == "user error":
+            raise ModelError("model.gguf is not a GGUF file", "pass a .gguf file")
+
+    @app.command()
+    def other() -> None:
+        return None
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("action", "exit_code", "stderr_part"),
+    [("exit 3", 3, ""), ("ctrl-c", 130, "interrupted"), ("user error", 2, "not a GGUF file"), ("ok", 0, "")],
+)
+def test_exit_codes_reach_the_shell(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], action: str, exit_code: int, stderr_part: str
+) -> None:
+    monkeypatch.setattr(cli_main, "build_app", lambda: _app_whose_command(action))
+    assert cli_main.main(["go"]) == exit_code
+    assert stderr_part in capsys.readouterr().err
+
+
+def test_the_real_cli_says_its_version() -> None:
+    assert cli_main.main(["--version"]) == 0
