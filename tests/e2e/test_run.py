@@ -133,3 +133,70 @@ def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
     assert _number(q4["ttft_p50_s_at_1_users"])
     report = (run_dir / "report.md").read_text()
     assert "Q8_0" in report and "died" in report
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes (other than this one) whose arguments contain `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        joined = " ".join(part.decode(errors="replace") for part in argv)
+        if text in joined and state != "Z":
+            found.append(f"{proc.name}: {joined[:200]}")
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for leftover processes in /proc")
+def test_ctrl_c_stops_every_child_and_the_report_still_builds(
+    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    env = clean_env()
+    env["QUANTLOAD_MODEL__QUANTS"] = '["Q8_0", "Q4_K_M"]'
+    env["QUANTLOAD_LOAD__REPEATS"] = "3"
+    command = [sys.executable, "-m", "quantload.cli.main", "run", "--model", "tiny", "--profile", "ci",
+               "--out", str(tmp_path)]
+    # SIGINT goes to quantload alone (not its process group), so quantload must stop its children
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    interrupted = False
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and process.poll() is None and not interrupted:
+            time.sleep(0.2)
+            runs = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+            if not runs:
+                continue
+            try:
+                run = _json(runs[0] / "run.json")
+            except ValueError:
+                continue
+            loading = [s for s in run["steps"] if s["name"] == "load" and s["status"] == "running"]
+            records = runs[0] / "records.jsonl"
+            if loading and records.is_file() and records.stat().st_size > 0:
+                process.send_signal(signal.SIGINT)
+                interrupted = True
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert interrupted, "no load step was seen running"
+    assert process.returncode == 130, stderr[-2000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert _processes_mentioning(str(run_dir)) == []
+    run = _json(run_dir / "run.json")
+    assert run["status"] == "interrupted"
+    assert run["finished_unix_s"] is not None
+    assert all(step["status"] != "running" for step in run["steps"])
+    measured = [line for line in (run_dir / "records.jsonl").read_text().splitlines() if line.strip()]
+    assert measured, "what was measured before Ctrl-C is kept"
+
+    result = run_quantload(["report", str(run_dir)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = (run_dir / "report.md").read_text()
+    assert "interrupted" in report
