@@ -110,7 +110,8 @@ def capacity_section(analysis: Analysis) -> Section:
         Paragraph(
             f"SLO: {slo_text(analysis.slo)}. A level meets it when the median of its repeats does;"
             " the capacity is the highest level met with every lower level met too. Goodput counts the"
-            " requests that met both limits on their own, per second of the stage."
+            " requests that succeeded within their deadline and met both limits on their own, per"
+            " second of the stage (open loop: TTFT from the intended send time)."
         ),
         Bullets(tuple(v.sentence for v in analysis.capacity), "verdict"),
     ]

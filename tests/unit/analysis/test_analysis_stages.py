@@ -119,3 +119,46 @@ def test_failed_requests_count_against_the_stage(tmp_path: Path) -> None:
     assert (sweep["failed"] == 2).all() and (sweep["requests"] == 6).all()
     assert sweep["failed_frac"].tolist() == pytest.approx([2 / 6] * len(sweep))
     assert sweep.iloc[0]["errors"] == {"http_5xx": 2}
+
+
+def _rewrite_records(run_dir: Path, change: Any) -> list[dict[str, Any]]:
+    path = run_dir / "records.jsonl"
+    records = [change(r) for r in raw(run_dir)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return records
+
+
+def test_goodput_counts_only_requests_within_their_deadline(tmp_path: Path) -> None:
+    run_dir = write_synthetic_run(tmp_path / "run", users_levels=(1,), repeats=1)
+    slow = {"n": 0}
+
+    def past_deadline(record: dict[str, Any]) -> dict[str, Any]:
+        if record["ok"] and not record["warmup"] and slow["n"] < 2:  # answered, but after the deadline
+            slow["n"] += 1
+            record["within_deadline"] = False
+        return record
+
+    records = _rewrite_records(run_dir, past_deadline)
+    loose = ReportSettings(slo_ttft_p99_s=60.0, slo_tpot_s=60.0)  # every ok request meets the SLO
+    for row in stage_table(load_run(run_dir), loose).to_dict("records"):
+        mine = [r for r in records if r["stage_id"] == row["stage_id"] and r["ok"] and not r["warmup"]]
+        span = max(r["sent_unix_s"] + r["e2e_s"] for r in mine) - min(r["sent_unix_s"] for r in mine)
+        within = sum(1 for r in mine if r["within_deadline"])
+        assert row["goodput_rps"] == pytest.approx(within / span)
+    assert slow["n"] == 2
+
+
+def test_open_loop_goodput_judges_ttft_from_the_intended_send(tmp_path: Path) -> None:
+    run_dir = write_synthetic_run(tmp_path / "run", users_levels=(), repeats=1, open_loop_rates=(2.0,))
+    slo = ReportSettings(slo_ttft_p99_s=1.0, slo_tpot_s=60.0)
+
+    def behind_schedule(record: dict[str, Any]) -> dict[str, Any]:
+        if record["ok"]:
+            record["ttft_s"] = 0.2  # fast once sent ...
+            record["ttft_from_intended_s"] = 1.5  # ... but sent long after it was due
+        return record
+
+    _rewrite_records(run_dir, behind_schedule)
+    rows = [r for r in stage_table(load_run(run_dir), slo).to_dict("records") if r["experiment"] == "open_loop"]
+    assert len(rows) == 2  # one per quantization
+    assert all(row["requests_per_s"] > 0 and row["goodput_rps"] == 0 for row in rows)
