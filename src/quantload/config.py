@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from quantload.errors import ConfigError
 from quantload.profiles import PROFILE_NAMES, profile_presets
@@ -149,8 +149,24 @@ class ObserveSettings(_Section):
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
     scrape_interval_s: float = Field(default=1.0, gt=0)
-    grafana_url: str | None = None
-    grafana_token: SecretStr | None = None
+    grafana_url: str | None = Field(
+        default=None, description="stage annotations are pushed here after each load; unset = none"
+    )
+    grafana_token: SecretStr | None = Field(
+        default=None, description="service-account token; used instead of user/password when set"
+    )
+    grafana_user: str | None = Field(default=None, description="basic auth, with grafana_password")
+    grafana_password: SecretStr | None = None
+
+    @field_validator("grafana_token", "grafana_user", "grafana_password", mode="before")
+    @classmethod
+    def _credential_text(cls, value: Any) -> Any:
+        """Credentials are text: undo the environment layer's comma splitting and integer parsing."""
+        if isinstance(value, list | tuple):
+            return ",".join(str(part) for part in value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
 
 
 class ReportSettings(_Section):

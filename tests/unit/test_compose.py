@@ -368,6 +368,30 @@ def test_the_load_job_names_match_the_exporter(stack: dict[str, Any]) -> None:
     assert report["prometheus"] == "http://prometheus:9090"
 
 
+def test_the_load_job_annotates_the_stack_grafana_as_its_admin(raw: dict[str, Any], tmp_path: Path) -> None:
+    """The load job pushes stage annotations to the compose Grafana with the admin's own login."""
+    password = "p,1=x/y+z"  # a comma: the environment layer must not split it into a list
+    stack = interpolate_tree(raw, example_env(GRAFANA_ADMIN_USER="ops", GRAFANA_ADMIN_PASSWORD=password))
+    grafana = environment_of(services(stack)["grafana"])
+    environ = {k: v for k, v in environment_of(services(stack)["load"]).items() if k.startswith("QUANTLOAD_")}
+    observe = load_config(tmp_path, environ).settings.observe
+    assert observe.grafana_url == "http://grafana:3000"
+    assert any(str(p).endswith(":3000") for p in services(stack)["grafana"]["ports"])
+    assert observe.grafana_user == grafana["GF_SECURITY_ADMIN_USER"] == "ops"
+    assert observe.grafana_password is not None
+    assert observe.grafana_password.get_secret_value() == grafana["GF_SECURITY_ADMIN_PASSWORD"] == password
+    assert observe.grafana_token is None
+    texts = [" ".join(all_strings(s.get("command", []))) for s in services(stack).values()]
+    assert not any(password in text for text in texts), "the password must not be on a command line"
+
+
+def test_servers_allow_slot_actions_in_a_folder_every_image_has(stack: dict[str, Any]) -> None:
+    """--slot-save-path enables POST /slots/{id}?action=erase (the prompt-cache experiment); llama-server
+    refuses to start when the folder does not exist, so it is /tmp, not a folder of our own."""
+    for name in SERVERS:
+        assert option_value(command_of(services(stack)[name]), "--slot-save-path") == "/tmp", name
+
+
 def test_quantload_environment_is_valid_configuration(stack: dict[str, Any], tmp_path: Path) -> None:
     """Every QUANTLOAD_* variable given to a container is a key quantload accepts."""
     for name, service in services(stack).items():

@@ -94,7 +94,10 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[str | None, typer.Option(help="Run id (default: time + config hash).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     ) -> None:
-        """Stream chat completions at each --url in turn; one record per request, one summary per stage."""
+        """Stream chat completions at each --url in turn; one record per request, one summary per stage.
+
+        With observe.grafana_url set, each experiment's stages then become Grafana annotations.
+        """
         cli = cli_context(ctx)
         flags: dict[str, Any] = {
             "load.users": _numbers(users, int),
@@ -135,15 +138,18 @@ def register(app: typer.Typer) -> None:
         ]
         run = run_id or make_run_id(settings.model_dump(mode="json"))
         summaries: list[StageSummary] = []
+        load, observe = settings.load, settings.observe  # observe.grafana_url: stage annotations
         with progress_bar(cli.err_console, "load") as progress:
             for target in targets:
                 for kind in experiments:
                     if kind == "sweep":
-                        summaries += run_sweep(target, settings.load, out, run, progress)
+                        summaries += run_sweep(target, load, out, run, progress, observe=observe)
                     elif kind == "open_loop":
-                        summaries += run_open_loop(target, settings.load, out, run, progress)
+                        summaries += run_open_loop(target, load, out, run, progress, observe=observe)
                     else:
-                        summaries += run_prefix_cache_experiment(target, settings.load, out, run, progress)
+                        summaries += run_prefix_cache_experiment(
+                            target, load, out, run, progress, observe=observe
+                        )
         write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
         if as_json:
             typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))

@@ -1,8 +1,9 @@
 """Running load against a target from plain Python: what `quantload load` and `quantload run` call.
 
-    summaries = run_sweep(target, settings.load, run_dir, run_id, progress)
-    summaries = run_open_loop(target, settings.load, run_dir, run_id, progress)
-    summaries = run_prefix_cache_experiment(target, settings.load, run_dir, run_id, progress)
+    summaries = run_sweep(target, settings.load, run_dir, run_id, progress, observe=settings.observe)
+    summaries = run_open_loop(target, settings.load, run_dir, run_id, progress, observe=settings.observe)
+    summaries = run_prefix_cache_experiment(target, settings.load, run_dir, run_id, progress,
+                                            observe=settings.observe)
 
 Each call builds a plan (written to `<run_dir>/load-plans/<invocation>.json`), runs it in Locust
 processes of its own (`python -m quantload.load.locust_process`: one local process, or a master
@@ -18,6 +19,10 @@ written as aborted. A dead target therefore costs at most a few failed requests,
 
 Progress: `progress(done, total, note)` with measured requests done out of planned, polled from
 records.jsonl twice a second.
+
+Grafana: given `observe=` settings with a `grafana_url`, each invocation pushes its own stages as
+annotations once they have all ended (quantload.observe.annotations); a Grafana that does not
+answer costs one warning line, never the load.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from quantload.config import LoadSettings
+from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
 from quantload.llamacpp.server import free_port
 from quantload.load.plan import (
@@ -99,12 +104,14 @@ def run_sweep(
     run_id: str,
     progress: ProgressCallback = no_progress,
     prompts: Sequence[Prompt] | None = None,
+    *,
+    observe: ObserveSettings | None = None,
 ) -> list[StageSummary]:
     """Closed loop: the prompt set at each of `settings.users`, `settings.repeats` times."""
     plan = sweep_plan(
         settings, target.info(), _prompts(settings, prompts), run_id, _invocation("sweep", target)
     )
-    return run_plan(plan, settings, run_dir, target.api_key, progress)
+    return run_plan(plan, settings, run_dir, target.api_key, progress, observe=observe)
 
 
 def run_open_loop(
@@ -115,6 +122,8 @@ def run_open_loop(
     progress: ProgressCallback = no_progress,
     rates_rps: Sequence[float] | None = None,
     prompts: Sequence[Prompt] | None = None,
+    *,
+    observe: ObserveSettings | None = None,
 ) -> list[StageSummary]:
     """Open loop: Poisson arrivals at each rate (default `settings.rates_rps`)."""
     rates = tuple(rates_rps if rates_rps is not None else settings.rates_rps)
@@ -130,7 +139,7 @@ def run_open_loop(
         _invocation("open_loop", target),
         rates,
     )
-    return run_plan(plan, settings, run_dir, target.api_key, progress)
+    return run_plan(plan, settings, run_dir, target.api_key, progress, observe=observe)
 
 
 def run_prefix_cache_experiment(
@@ -141,6 +150,8 @@ def run_prefix_cache_experiment(
     progress: ProgressCallback = no_progress,
     reset_server: Callable[[], None] | None = None,
     prompts: Sequence[Prompt] | None = None,
+    *,
+    observe: ObserveSettings | None = None,
 ) -> list[StageSummary]:
     """Shared system prompt of `settings.prefix_tokens`: cache_prompt off, then on, repeated.
 
@@ -174,7 +185,7 @@ def run_prefix_cache_experiment(
         _invocation("prefix_cache", target),
         "; ".join(states),
     )
-    return run_plan(plan, settings, run_dir, target.api_key, progress)
+    return run_plan(plan, settings, run_dir, target.api_key, progress, observe=observe)
 
 
 # ---------------------------------------------------------------- running a plan
@@ -268,8 +279,13 @@ def run_plan(
     run_dir: Path,
     api_key: str | None = None,
     progress: ProgressCallback = no_progress,
+    *,
+    observe: ObserveSettings | None = None,
 ) -> list[StageSummary]:
-    """Run a plan in Locust processes and summarize its stages (see the module docstring)."""
+    """Run a plan in Locust processes and summarize its stages (see the module docstring).
+
+    With `observe.grafana_url` set, the plan's stages then go to Grafana as annotations.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / LOAD_PLANS_DIR / f"{plan.invocation}.json"
     write_json_atomic(plan_path, plan.model_dump(mode="json"))
@@ -331,8 +347,19 @@ def run_plan(
             handle.close()
     _close_stages(plan, run_dir, exit_note or "load process ended before this stage")
     summaries = summarize_invocation(plan, run_dir)
+    if observe is not None and observe.grafana_url:
+        progress(sum(s.requests_done for s in summaries), total, "annotating stages in Grafana")
+        _push_annotations(plan, run_dir, observe)
     progress(sum(s.requests_done for s in summaries), total, "done")
     return summaries
+
+
+def _push_annotations(plan: LoadPlan, run_dir: Path, observe: ObserveSettings) -> int:
+    """This invocation's stages as Grafana annotations; 0 when Grafana is unset or unreachable."""
+    # Imported here: grafana-client costs ~0.4 s at import, which no run without Grafana should pay.
+    from quantload.observe.annotations import push_invocation_annotations
+
+    return push_invocation_annotations(run_dir / STAGES_JSONL, observe, plan.invocation)
 
 
 def _close_stages(plan: LoadPlan, run_dir: Path, reason: str) -> None:

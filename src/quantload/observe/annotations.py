@@ -1,8 +1,13 @@
 """Load stages as Grafana annotations, read from the run directory's `stages.jsonl`.
 
-Pushed with grafana-client when Grafana answers; when no Grafana URL is configured or it does not
-answer, nothing is pushed and one quiet log line says so. The overview dashboard also draws the
-stages live from `quantload_stage_info`, so the push only adds durable, searchable marks.
+`quantload.load.api.run_plan` calls `push_invocation_annotations` when a load invocation has
+ended: one region annotation per stage of that invocation (its stage ids start with the
+invocation's unique name, so no stage is pushed twice), to `observe.grafana_url`, authenticated
+with `observe.grafana_token`, else `observe.grafana_user` and `observe.grafana_password`, else
+the user:password in the URL. Pushed with grafana-client when Grafana answers; when no Grafana
+URL is configured nothing happens; when Grafana does not answer or refuses, one warning line (no
+traceback) says so and the load carries on. The overview dashboard also draws the stages live
+from `quantload_stage_info`, so the push only adds durable, searchable marks.
 """
 
 from __future__ import annotations
@@ -13,15 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-import niquests
 from grafana_client.api import GrafanaApi
-from grafana_client.client import GrafanaException
+
+from quantload.config import ObserveSettings
 
 OVERVIEW_UID = "quantload-overview"
 STAGE_TAGS = ("quantload", "stage")
 
 _log = logging.getLogger(__name__)
+
+Credential = str | tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -36,13 +44,15 @@ class StageSpan:
     users: int | None
     repeat: int | None
     rate_rps: float | None = None
+    stage_id: str = ""
 
     @property
     def text(self) -> str:
-        if self.users is not None:
-            users = f"{self.users} users"
+        # An open-loop stage also names its user pool; its load is the arrival rate.
+        if self.rate_rps is not None:
+            users = f"{self.rate_rps:g} req/s"
         else:
-            users = f"{self.rate_rps:g} req/s" if self.rate_rps is not None else "stage"
+            users = f"{self.users} users" if self.users is not None else "stage"
         repeat = f", repeat {self.repeat}" if self.repeat is not None else ""
         return f"{self.experiment}: {users} on {self.quant} ({self.server}){repeat}"
 
@@ -54,8 +64,11 @@ def _key(event: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(event.get(k) for k in fields)
 
 
-def read_stage_spans(path: Path) -> list[StageSpan]:
-    """Pair each stage_start with its stage_end; a stage still running ends at its last event."""
+def read_stage_spans(path: Path, stage_id_prefix: str | None = None) -> list[StageSpan]:
+    """Pair each stage_start with its stage_end; a stage still running ends at its last event.
+
+    With `stage_id_prefix`, only the stages whose stage_id starts with it (one invocation's).
+    """
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -68,6 +81,8 @@ def read_stage_spans(path: Path) -> list[StageSpan]:
             event = json.loads(line)
             kind, unix_s = event["event"], float(event["unix_s"])
         except (ValueError, KeyError, TypeError):
+            continue
+        if stage_id_prefix is not None and not str(event.get("stage_id", "")).startswith(stage_id_prefix):
             continue
         last_s = max(last_s, unix_s)
         if kind == "stage_start":
@@ -89,27 +104,61 @@ def _span(start: dict[str, Any], end_s: float) -> StageSpan:
         users=users if isinstance(users, int) else None,
         repeat=repeat if isinstance(repeat, int) else None,
         rate_rps=float(rate) if isinstance(rate, int | float) else None,
+        stage_id=str(start.get("stage_id", "")),
     )
+
+
+def grafana_credential(observe: ObserveSettings) -> Credential | None:
+    """The token when set, else (user, password) when both are set, else None."""
+    if observe.grafana_token is not None and observe.grafana_token.get_secret_value():
+        return observe.grafana_token.get_secret_value()
+    if observe.grafana_user and observe.grafana_password is not None:
+        return (observe.grafana_user, observe.grafana_password.get_secret_value())
+    return None
+
+
+def push_invocation_annotations(stages_path: Path, observe: ObserveSettings, invocation: str) -> int:
+    """Push the stages of one load invocation (stage ids `<invocation>-N`) where observe says."""
+    if not observe.grafana_url:
+        return 0
+    return push_stage_annotations(
+        stages_path,
+        observe.grafana_url,
+        grafana_credential(observe),
+        stage_id_prefix=f"{invocation}-",
+    )
+
+
+def _without_userinfo(url: str) -> str:
+    """The URL with any user:password@ removed, for log lines."""
+    try:
+        parts = urlsplit(url)
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=host))
+    except ValueError:
+        return "<unparsable URL>"
 
 
 def push_stage_annotations(
     stages_path: Path,
     grafana_url: str | None,
-    token: str | None = None,
+    credential: Credential | None = None,
     dashboard_uid: str = OVERVIEW_UID,
     timeout_s: float = 3.0,
     api_factory: Callable[..., Any] = GrafanaApi.from_url,
+    stage_id_prefix: str | None = None,
 ) -> int:
     """Add one region annotation per stage to the dashboard; return how many were added.
 
-    Returns 0 without error when Grafana is not configured or not reachable.
+    `credential` is a token or (user, password). Returns 0 without raising when Grafana is not
+    configured, not reachable or refuses; one warning line then says why.
     """
-    spans = read_stage_spans(stages_path)
+    spans = read_stage_spans(stages_path, stage_id_prefix)
     if not grafana_url or not spans:
         return 0
-    api = api_factory(grafana_url, credential=token, timeout=timeout_s)
     added = 0
     try:
+        api = api_factory(grafana_url, credential=credential, timeout=timeout_s)
         api.health.check()
         for span in spans:
             api.annotations.add_annotation(
@@ -120,12 +169,14 @@ def push_stage_annotations(
                 text=span.text,
             )
             added += 1
-    except (GrafanaException, niquests.exceptions.RequestException) as error:
-        _log.info(
+    except Exception as error:  # best effort: no answer, a refusal or a non-Grafana reply never fails a load
+        text = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+        _log.warning(
             "Grafana at %s did not take stage annotations (%d of %d added): %s",
-            grafana_url,
+            _without_userinfo(grafana_url),
             added,
             len(spans),
-            str(error).splitlines()[0] if str(error) else type(error).__name__,
+            reason,
         )
     return added

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
+from fake_grafana import FakeGrafana
 
 from quantload.observe.annotations import push_stage_annotations, read_stage_spans
 
@@ -80,52 +77,12 @@ def test_spans_pair_starts_with_ends(stages: Path) -> None:
     assert read_stage_spans(stages.parent / "missing.jsonl") == []
 
 
-class _FakeGrafana:
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, dict[str, Any], str | None]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self._reply({"database": "ok"} if self.path == "/api/health" else {})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.posts.append((self.path, body, self.headers.get("Authorization")))
-                self._reply({"id": len(fake.posts), "message": "Annotation added"})
-
-            def _reply(self, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-
-@pytest.fixture
-def grafana() -> Iterator[_FakeGrafana]:
-    fake = _FakeGrafana()
-    yield fake
-    fake.httpd.shutdown()
-    fake.httpd.server_close()
-
-
-def test_push_adds_one_region_per_stage(stages: Path, grafana: _FakeGrafana) -> None:
-    assert push_stage_annotations(stages, grafana.url, token="glsa_token") == 3
-    path, body, auth = grafana.posts[0]
-    assert path == "/api/annotations" and auth == "Bearer glsa_token"
-    assert body["dashboardUID"] == "quantload-overview"
+def test_push_adds_one_region_per_stage(stages: Path, grafana: FakeGrafana) -> None:
+    assert push_stage_annotations(stages, grafana.url, credential="glsa_token") == 3
+    first = grafana.annotations[0]
+    assert first.path == "/api/annotations" and first.auth == "Bearer glsa_token"
+    body = first.body
+    assert body is not None and body["dashboardUID"] == "quantload-overview"
     assert (body["time"], body["timeEnd"]) == (100_000, 110_000)
     assert body["tags"] == ["quantload", "stage", "F16", "sweep"]
 
