@@ -31,6 +31,12 @@ CACHE_TYPE_BLOCKS: dict[str, tuple[int, int]] = {
 }
 
 
+def type_size_text(cache_type: str) -> str:
+    """Bytes per element of a cache type in words, e.g. '2 B/element' or '34 B per 32 elements'."""
+    block, block_bytes = CACHE_TYPE_BLOCKS[cache_type]
+    return f"{block_bytes} B/element" if block == 1 else f"{block_bytes} B per {block} elements"
+
+
 def pad_cells(n: int) -> int:
     """Round up to llama.cpp's multiple of 256 cells."""
     return -(-n // CELL_PADDING) * CELL_PADDING
@@ -141,7 +147,8 @@ class KvPrediction:
         return (
             f"layers {self.shape.n_layer} x streams {self.n_stream} x cells {self.cells_per_stream}"
             f" x KV heads {head_text} x (head dim K {self.shape.head_dim_k} x {self.cache_type_k}"
-            f" + head dim V {self.shape.head_dim_v} x {self.cache_type_v})"
+            f" [{type_size_text(self.cache_type_k)}] + head dim V {self.shape.head_dim_v}"
+            f" x {self.cache_type_v} [{type_size_text(self.cache_type_v)}])"
             f" = {self.total_bytes:,} bytes = {self.total_mib:.2f} MiB"
         )
 
@@ -156,6 +163,8 @@ class KvPrediction:
             "unified": self.unified,
             "cache_type_k": self.cache_type_k,
             "cache_type_v": self.cache_type_v,
+            "type_size_k": type_size_text(self.cache_type_k),
+            "type_size_v": type_size_text(self.cache_type_v),
             "n_ctx": self.n_ctx,
             "n_stream": self.n_stream,
             "cells_per_stream": self.cells_per_stream,

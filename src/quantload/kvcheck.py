@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from quantload.errors import MeasurementError, ServerError
 from quantload.kvcache import KvPrediction
 from quantload.llamacpp.server import LlamaServer, ServerSpec
-from quantload.llamacpp.server_log import KvSizeLine, parse_kv_sizes, parse_slot_layout
+from quantload.llamacpp.server_log import KvSizeLine, parse_build, parse_kv_sizes, parse_slot_layout
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.rundir import write_json_atomic
 
@@ -23,6 +24,7 @@ class KvCheck:
     reported: tuple[KvSizeLine, ...]
     n_ctx_slot: int | None
     log_path: Path | None
+    server_build: str | None = None  # the llama.cpp build the server's log names
 
     @property
     def predicted_mib(self) -> float:
@@ -47,6 +49,7 @@ class KvCheck:
             "reported_n_ctx_slot": self.n_ctx_slot,
             "diff_pct": self.diff_pct,
             "server_log": str(self.log_path) if self.log_path else None,
+            "server_build": self.server_build,
         }
 
 
@@ -59,7 +62,9 @@ def kv_check_from_log(prediction: KvPrediction, log_text: str, log_path: Path | 
             "it prints it only at verbosity 4: start it with -lv 4",
         )
     layout = parse_slot_layout(log_text)
-    return KvCheck(prediction, tuple(lines), layout.n_ctx_slot if layout else None, log_path)
+    return KvCheck(
+        prediction, tuple(lines), layout.n_ctx_slot if layout else None, log_path, parse_build(log_text)
+    )
 
 
 def kv_check_with_server(
@@ -90,17 +95,21 @@ def kv_check_with_server(
 KV_SCHEMA = "quantload.kv/1"
 
 
-def kv_file_payload(checks: dict[str, KvCheck | str]) -> dict[str, Any]:
-    """The `kv.json` object: {"schema", "results": {quant: check or {"error": why}}}.
+def kv_file_payload(
+    checks: dict[str, KvCheck | str], llama_cpp: Mapping[str, object] | None = None
+) -> dict[str, Any]:
+    """The `kv.json` object: {"schema", "llama_cpp", "results": {quant: check or {"error": why}}}.
 
     Each result holds every factor of the prediction (n_layer, n_head_kv, head dims, slots,
     ctx_per_slot, unified, cache types, n_stream, cells_per_stream, k_bytes, v_bytes,
     predicted_bytes, predicted_mib, formula), the reported size (`reported_mib`, `reported_lines`,
     `reported_n_ctx_slot`), `diff_pct` ((predicted - reported) / reported x 100, both at the
-    0.01 MiB llama.cpp prints) and `server_log`.
+    0.01 MiB llama.cpp prints), `server_log` and `server_build` (the build the log names).
+    `llama_cpp` is the toolchain's version record when quantload started the servers, else null.
     """
     return {
         "schema": KV_SCHEMA,
+        "llama_cpp": dict(llama_cpp) if llama_cpp is not None else None,
         "results": {
             quant: check.as_dict() if isinstance(check, KvCheck) else {"error": check}
             for quant, check in checks.items()
@@ -108,9 +117,12 @@ def kv_file_payload(checks: dict[str, KvCheck | str]) -> dict[str, Any]:
     }
 
 
-def merge_kv_file(path: Path, label: str, check: KvCheck | str) -> None:
+def merge_kv_file(
+    path: Path, label: str, check: KvCheck | str, llama_cpp: Mapping[str, object] | None = None
+) -> None:
     """Add (or replace) one entry of a `kv.json` file, creating it when absent."""
     results: dict[str, Any] = {}
+    kept_llama_cpp: Any = None
     if path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -118,5 +130,7 @@ def merge_kv_file(path: Path, label: str, check: KvCheck | str) -> None:
             data = {}
         if isinstance(data, dict) and data.get("schema") == KV_SCHEMA:
             results = dict(data.get("results") or {})
+            kept_llama_cpp = data.get("llama_cpp")
     results[label] = check.as_dict() if isinstance(check, KvCheck) else {"error": check}
-    write_json_atomic(path, {"schema": KV_SCHEMA, "results": results})
+    record = dict(llama_cpp) if llama_cpp is not None else kept_llama_cpp
+    write_json_atomic(path, {"schema": KV_SCHEMA, "llama_cpp": record, "results": results})

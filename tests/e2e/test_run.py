@@ -48,6 +48,9 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
             assert text.startswith("$ ") and tool in text.splitlines()[0]
             assert "# quantload: the tool's output ended after" in text
     assert {"prepare-quantize-Q8_0.log", "prepare-quantize-Q4_K_M.log"} <= logs
+    kv = _json(ci_run / "kv.json")
+    assert kv["llama_cpp"]["binary_version"].startswith("version")
+    assert all(result["server_build"] and result["diff_pct"] == 0.0 for result in kv["results"].values())
 
 
 def test_every_report_section_has_numbers(ci_run: Path) -> None:

@@ -58,7 +58,8 @@ def test_hf_config_missing_key() -> None:
         kv_shape_from_hf_config({"hidden_size": 896})
 
 
-LOG = """0.01.422.440 I llama_kv_cache:        CPU KV buffer size =    32.00 MiB
+LOG = """0.00.013.323 I cmn  common_param: common_params_print_info: build 6912 (a1b2c3d) with GNU 12.2.0 for Linux x86_64
+0.01.422.440 I llama_kv_cache:        CPU KV buffer size =    32.00 MiB
 0.01.422.441 I llama_kv_cache: size =   32.00 MiB (  4096 cells,   2 layers,  8/8 seqs), K (f16):   16.00 MiB, V (f16):   16.00 MiB
 0.01.500.000 I srv  load_model: initializing, n_slots = 8, n_ctx_slot = 4096, kv_unified = 'false'
 """
@@ -80,9 +81,23 @@ def test_kv_json_merges_entries(tmp_path: Path) -> None:
     shape = KvShape(2, (2, 2), 64, 64, 32768, "test")
     check = kv_check_from_log(predict_kv(shape, 8, 4096), LOG, None)
     out = tmp_path / "kv.json"
-    merge_kv_file(out, "Q8_0", check)
-    merge_kv_file(out, "F16", "the server died")
+    merge_kv_file(out, "Q8_0", check, {"origin": "cache", "binary_version": "version: 1"})
+    merge_kv_file(out, "F16", "the server died")  # a later merge without a toolchain keeps the record
     data = json.loads(out.read_text())
     assert data["schema"] == "quantload.kv/1"
+    assert data["llama_cpp"] == {"origin": "cache", "binary_version": "version: 1"}
     assert data["results"]["Q8_0"]["diff_pct"] == 0.0
+    assert data["results"]["Q8_0"]["server_build"] == "6912 (a1b2c3d) with GNU 12.2.0 for Linux x86_64"
     assert data["results"]["F16"] == {"error": "the server died"}
+
+
+def test_formula_names_every_factor_with_the_type_sizes() -> None:
+    shape = KvShape(n_layer=2, n_head_kv=(2, 2), head_dim_k=64, head_dim_v=64, n_ctx_train=0, source="test")
+    prediction = predict_kv(shape, slots=8, ctx_per_slot=4096, cache_type_k="q8_0", cache_type_v="f16")
+    expected_bytes = 2 * 8 * 4096 * 2 * (64 * 34 // 32 + 64 * 2)
+    assert prediction.total_bytes == expected_bytes
+    text = prediction.formula()
+    for part in ("layers 2", "streams 8", "cells 4096", "KV heads 2", "head dim K 64 x q8_0 [34 B per 32 elements]",
+                 "head dim V 64 x f16 [2 B/element]", f"{expected_bytes:,} bytes"):  # fmt: skip
+        assert part in text
+    assert prediction.as_dict()["type_size_k"] == "34 B per 32 elements"

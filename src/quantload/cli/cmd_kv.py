@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         )
         result = prediction.as_dict()
         checked: KvCheck | None = None
+        llama_cpp: dict[str, object] | None = None  # known when quantload starts the server itself
         if from_log is not None:
             try:
                 text = from_log.read_text(encoding="utf-8", errors="replace")
@@ -80,6 +81,7 @@ def register(app: typer.Typer) -> None:
             if model.suffix == ".json":
                 raise ConfigError("--check needs a .gguf model, not a config.json", "pass the GGUF file")
             toolchain = ensure_toolchain(settings.toolchain, cli.environ)
+            llama_cpp = toolchain.version_record()
             log_path = log or Path(f"kv-check-{model.stem}.log")
             spec = ServerSpec.from_settings(server, model, model.stem)
             checked = kv_check_with_server(toolchain, spec, prediction, log_path, server.startup_timeout_s)
@@ -87,13 +89,16 @@ def register(app: typer.Typer) -> None:
             result = checked.as_dict()
         if out is not None:
             key = label or (read_gguf(model).file_type if model.suffix != ".json" else model.stem)
-            merge_kv_file(out, key, checked if checked is not None else "not checked against a server")
+            merge_kv_file(
+                out, key, checked if checked is not None else "not checked against a server", llama_cpp
+            )
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
         table = Table("factor", "value", title=f"KV cache of {model.name}")
         for key in ("n_layer", "n_head_kv", "head_dim_k", "head_dim_v", "slots", "ctx_per_slot",
-                    "unified", "n_stream", "cells_per_stream", "cache_type_k", "cache_type_v"):
+                    "unified", "n_stream", "cells_per_stream", "cache_type_k", "type_size_k",
+                    "cache_type_v", "type_size_v"):
             table.add_row(key, str(result[key]))
         table.add_row("predicted", f"{result['predicted_mib']:.2f} MiB")
         if checked is not None:

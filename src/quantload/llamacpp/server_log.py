@@ -9,6 +9,7 @@ _KV_SIZE = re.compile(
     r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\),"
     r" K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB"
 )
+_BUILD = re.compile(r"\bbuild:? (\d+ \([^)]*\)(?: with [^\n]*)?)")
 _SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
 
 
@@ -60,3 +61,9 @@ def parse_slot_layout(log_text: str) -> SlotLayout | None:
     if match is None:
         return None
     return SlotLayout(int(match[1]), int(match[2]), match[3] == "true")
+
+
+def parse_build(log_text: str) -> str | None:
+    """The llama.cpp build a server log names, e.g. '0 (unknown) with GNU 12.2.0 for Linux x86_64'."""
+    found = _BUILD.search(log_text)
+    return found.group(1).strip() if found else None

@@ -381,7 +381,8 @@ class NativeRun:
                 self.kv_checks[quant] = error.one_line()
                 raise
             finally:
-                write_json_atomic(self.run_dir / KV_JSON, kv_file_payload(self.kv_checks))
+                payload = kv_file_payload(self.kv_checks, toolchain.version_record())
+                write_json_atomic(self.run_dir / KV_JSON, payload)
         return started[0]
 
     def _start_exporter(self, served: Sequence[_Served]) -> None:
