@@ -7,17 +7,19 @@ Integration fixtures skip with a reason when a tool is missing, unless QUANTLOAD
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from fake_grafana import FakeGrafana
 from quantload.config import ToolchainSettings
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain
 from quantload.models.prepare import prepare_models
 from quantload.paths import cache_root
 from quantload.stack.native import PREPARED_DIR
-from support import missing, run_quantload
+from support import GRAFANA_ANNOTATIONS_JSON, clean_env, missing, run_quantload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,10 +91,19 @@ def ci_run(
     on a copy.
     """
     out = tmp_path_factory.mktemp("ci-run")
-    result = run_quantload(
-        ["run", "--model", "tiny", "--profile", "ci", "--out", str(out), "--dataset", str(wikitext_test_raw)],
-        cwd=out,
-    )
+    env = clean_env()
+    grafana = FakeGrafana(expected_auth="Bearer glsa_ci", lifetime_s=1800)
+    env["QUANTLOAD_OBSERVE__GRAFANA_URL"] = grafana.url
+    env["QUANTLOAD_OBSERVE__GRAFANA_TOKEN"] = "glsa_ci"
+    try:
+        result = run_quantload(
+            ["run", "--model", "tiny", "--profile", "ci", "--out", str(out), "--dataset", str(wikitext_test_raw)],
+            cwd=out, env=env,
+        )
+    finally:
+        grafana.close()
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    pushed = [seen.body for seen in grafana.annotations]
+    (out / GRAFANA_ANNOTATIONS_JSON).write_text(json.dumps(pushed), encoding="utf-8")
     return run_dir

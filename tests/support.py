@@ -13,6 +13,10 @@ import pytest
 RUN_TIMEOUT_S = 900
 
 
+# Beside the shared ci run's folder: the annotation bodies the run pushed to a fake Grafana.
+GRAFANA_ANNOTATIONS_JSON = "grafana-annotations.json"
+
+
 def missing(reason: str) -> None:
     """Skip, or fail when CI demands every integration test to run (QUANTLOAD_REQUIRE_INTEGRATION=1)."""
     if os.environ.get("QUANTLOAD_REQUIRE_INTEGRATION") == "1":

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from quantload.llamacpp.toolchain import Toolchain
-from support import clean_env, run_quantload
+from support import GRAFANA_ANNOTATIONS_JSON, clean_env, run_quantload
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +51,19 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
     kv = _json(ci_run / "kv.json")
     assert kv["llama_cpp"]["binary_version"].startswith("version")
     assert all(result["server_build"] and result["diff_pct"] == 0.0 for result in kv["results"].values())
+
+
+def test_the_run_annotates_every_load_stage_in_grafana(ci_run: Path) -> None:
+    pushed = _json(ci_run.parent / GRAFANA_ANNOTATIONS_JSON)
+    ends = [
+        event for event in map(json.loads, (ci_run / "stages.jsonl").read_text().splitlines())
+        if event["event"] == "stage_end" and event["status"] == "ok"
+    ]
+    assert len(pushed) == len(ends) > 0  # each stage once
+    for body in pushed:
+        assert body["tags"][:2] == ["quantload", "stage"] and body["timeEnd"] > body["time"]
+    assert {body["tags"][2] for body in pushed} == {"F16", "Q8_0", "Q4_K_M"}
+    assert {body["tags"][3] for body in pushed} == {"sweep", "prefix_cache"}
 
 
 def test_every_report_section_has_numbers(ci_run: Path) -> None:

@@ -8,6 +8,10 @@ the user:password in the URL. Pushed with grafana-client when Grafana answers; w
 URL is configured nothing happens; when Grafana does not answer or refuses, one warning line (no
 traceback) says so and the load carries on. The overview dashboard also draws the stages live
 from `quantload_stage_info`, so the push only adds durable, searchable marks.
+
+The annotations are organization-wide (no dashboard uid): the overview dashboard draws them
+through its "Stages (pushed)" tag query alone. Tied to the dashboard, its built-in annotation
+query would draw every stage a second time.
 """
 
 from __future__ import annotations
@@ -143,12 +147,14 @@ def push_stage_annotations(
     stages_path: Path,
     grafana_url: str | None,
     credential: Credential | None = None,
-    dashboard_uid: str = OVERVIEW_UID,
+    dashboard_uid: str | None = None,
     timeout_s: float = 3.0,
     api_factory: Callable[..., Any] = GrafanaApi.from_url,
     stage_id_prefix: str | None = None,
 ) -> int:
-    """Add one region annotation per stage to the dashboard; return how many were added.
+    """Add one region annotation per stage; return how many were added.
+
+    Organization-wide unless `dashboard_uid` is given (see the module note).
 
     `credential` is a token or (user, password). Returns 0 without raising when Grafana is not
     configured, not reachable or refuses; one warning line then says why.

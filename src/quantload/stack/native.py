@@ -422,19 +422,22 @@ class NativeRun:
             api_key=server.spec.api_key,
         )
         load = self._load_settings()
+        observe = self.settings.observe  # stage annotations go to observe.grafana_url when one is set
         experiments: list[tuple[str, str, Callable[[ProgressCallback], list[Any]]]] = [
             ("load", f"load sweep {item.quant}",
-             lambda p: run_sweep(target, load, self.run_dir, self.run_id, p)),
+             lambda p: run_sweep(target, load, self.run_dir, self.run_id, p, observe=observe)),
         ]
         if load.prefix_requests > 0 and load.prefix_tokens > 0:
             experiments.append(
                 ("prefix_cache", f"prompt cache {item.quant}",
-                 lambda p: run_prefix_cache_experiment(target, load, self.run_dir, self.run_id, p))
+                 lambda p: run_prefix_cache_experiment(
+                     target, load, self.run_dir, self.run_id, p, observe=observe
+                 ))
             )
         if load.rates_rps:
             experiments.append(
                 ("open_loop", f"open loop {item.quant}",
-                 lambda p: run_open_loop(target, load, self.run_dir, self.run_id, p))
+                 lambda p: run_open_loop(target, load, self.run_dir, self.run_id, p, observe=observe))
             )
         for name, title, run in experiments:
             if item.quant in self.dead_quants:

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_grafana import FakeGrafana
 from pydantic import SecretStr
 
+from fake_grafana import FakeGrafana
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings, ObserveSettings, load_config
 from quantload.llamacpp.server import free_port
@@ -98,7 +98,6 @@ def test_run_plan_pushes_its_stages_with_a_token(tmp_path: Path, token_grafana: 
     assert [p.body for p in posts] == [
         {
             "panelId": None,
-            "dashboardUID": "quantload-overview",
             "time": round((T0 + 10 * i) * 1000),
             "timeEnd": round((T0 + 10 * i + 5) * 1000),
             "tags": ["quantload", "stage", "Q8_0", "sweep"],

@@ -1,7 +1,7 @@
 """A fake Grafana for the annotation tests: the two endpoints the push uses, on 127.0.0.1.
 
-Imported by the tests of this folder as `fake_grafana` (pytest puts the folder on sys.path); the
-`grafana` fixture is in conftest.py.
+Imported as `fake_grafana` (tests/ is on pytest's pythonpath): by the observe unit tests (their
+`grafana` fixture) and by the shared `ci_run`, which checks that `quantload run` pushes too.
 """
 
 from __future__ import annotations
