@@ -103,10 +103,10 @@ def prepare_models(
     progress: ProgressCallback = no_progress,
 ) -> Manifest:
     """Make (or reuse) one GGUF per quantization in `out_dir` and write `manifest.json` there."""
+    resolved = resolve_source(source, cache, environ)  # a bad source fails before any folder is made
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / LOGS_DIR
     manifest_path = out_dir / MANIFEST_JSON
-    resolved = resolve_source(source, cache, environ)
     seed_text = f" seed {tiny_seed}" if resolved.kind == "synthetic" else ""
     source_label = f"{resolved.origin}{seed_text}"
     old = load_manifest(manifest_path)
