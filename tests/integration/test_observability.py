@@ -30,7 +30,7 @@ from quantload.load.api import run_sweep
 from quantload.observe.annotations import read_stage_spans
 from quantload.observe.dashboard import QueryCheck, check_dashboard, load_dashboard
 from quantload.observe.promql import PrometheusClient
-from quantload.stack.prometheus import CONFIG_DIR, PrometheusProcess
+from quantload.stack.prometheus import PrometheusProcess, prometheus_config_dir
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -209,7 +209,7 @@ def _check_dashboards(client: PrometheusClient, start: float, end: float) -> Non
 
 
 def _check_recording_rules(client: PrometheusClient, start: float, end: float) -> None:
-    rules = yaml.safe_load((CONFIG_DIR / "rules" / "quantload.rules.yml").read_text())
+    rules = yaml.safe_load((prometheus_config_dir() / "rules" / "quantload.rules.yml").read_text())
     records = [rule["record"] for group in rules["groups"] for rule in group["rules"]]
     empty = [r for r in records if not any(s.has_number() for s in client.query_range(r, start, end, 1))]
     assert not empty, f"recording rules without data: {empty}"

@@ -13,16 +13,16 @@ import yaml
 from quantload.exporter import names
 from quantload.exporter.server_metrics import RENAMES
 from quantload.stack.prometheus import (
-    CONFIG_DIR,
     PrometheusError,
     PrometheusProcess,
     native_config,
+    prometheus_config_dir,
     scrape_address,
 )
 from support import require_binary
 
-PROMETHEUS_YML = CONFIG_DIR / "prometheus.yml"
-RULES = CONFIG_DIR / "rules" / "quantload.rules.yml"
+PROMETHEUS_YML = prometheus_config_dir() / "prometheus.yml"
+RULES = prometheus_config_dir() / "rules" / "quantload.rules.yml"
 # What the load generator serves (the contract in the load issue).
 LOADGEN_METRICS = {
     "quantload_ttft_seconds",

@@ -14,8 +14,10 @@ from pathlib import Path
 from string import Template
 
 from quantload.analysis.document import Block, Bullets, Details, Document, Facts, Image, Paragraph, Table
+from quantload.assets import asset_dir
+from quantload.errors import QuantloadError
 
-TEMPLATE_PATH = Path(__file__).resolve().parents[3] / "analysis" / "report_template.html"
+TEMPLATE_NAME = "report_template.html"  # in the top-level analysis/ folder
 BARE_TEMPLATE = (
     '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>$title</title></head>'
     "<body><h1>$title</h1><p>$subtitle</p><nav>$toc</nav>$body</body></html>\n"
@@ -89,8 +91,8 @@ def _block(block: Block, base: Path) -> str:
 
 def _template() -> Template:
     try:
-        return Template(TEMPLATE_PATH.read_text(encoding="utf-8"))
-    except OSError:
+        return Template((asset_dir("analysis") / TEMPLATE_NAME).read_text(encoding="utf-8"))
+    except (OSError, QuantloadError):
         return Template(BARE_TEMPLATE)
 
 

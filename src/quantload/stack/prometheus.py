@@ -22,18 +22,23 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
+from quantload.assets import asset_dir
 from quantload.childproc import LoggedProcess
 from quantload.errors import QuantloadError
 from quantload.llamacpp.server import free_port
 from quantload.rundir import LOGS_DIR, PROMETHEUS_DIR
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "prometheus"
 EXPORTER_JOB = "exporter"
 LOADGEN_JOB = "loadgen"
 SELF_JOB = "prometheus"
 RETENTION = "3650d"  # keep a run's data: the report may read it again much later
 PORT_ATTEMPTS = 3
 READY_POLL_S = 0.2
+
+
+def prometheus_config_dir() -> Path:
+    """The prometheus/ folder (prometheus.yml and rules/) that compose and native mode share."""
+    return asset_dir("prometheus")
 
 
 class PrometheusError(QuantloadError):
@@ -112,7 +117,7 @@ class PrometheusProcess(LoggedProcess):
         binary: str = "prometheus",
         port: int = 0,
         host: str = "127.0.0.1",
-        config_dir: Path = CONFIG_DIR,
+        config_dir: Path | None = None,
         startup_timeout_s: float = 30.0,
     ) -> None:
         self.run_dir = run_dir
@@ -122,7 +127,7 @@ class PrometheusProcess(LoggedProcess):
         self.binary = binary
         self.host = host
         self.wanted_port = port
-        self.config_dir = config_dir
+        self.config_dir = config_dir if config_dir is not None else prometheus_config_dir()
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
         super().__init__(run_dir / LOGS_DIR / "prometheus.log")
