@@ -64,6 +64,9 @@ def test_prepare_is_idempotent_and_rebuilds_a_corrupt_file(
     q8.write_bytes(data[: len(data) // 2])
     third = _prepare("tiny", out, toolchain)
     assert third.files["Q8_0"].sha256 == second.files["Q8_0"].sha256  # type: ignore[attr-defined]
+    # the rebuilt file names the llama.cpp that wrote it; a reused one keeps what made it
+    assert third.files["Q8_0"].made_with == f"{toolchain.label} ({toolchain.binary_version})"  # type: ignore[attr-defined]
+    assert third.files["F16"].made_with == first.files["F16"].made_with  # type: ignore[attr-defined]
     read_gguf(q8)
     assert not list(out.glob("*.partial"))
 

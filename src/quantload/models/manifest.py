@@ -41,6 +41,9 @@ class ManifestEntry(BaseModel):
     file_type: str
     made_from: str
     seconds: float
+    # the llama.cpp that wrote this file (a reused file keeps the one that made it); None in
+    # manifests written before it was recorded
+    made_with: str | None = None
 
 
 class Manifest(BaseModel):

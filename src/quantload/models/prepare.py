@@ -40,7 +40,9 @@ def _entry_still_valid(path: Path, entry: ManifestEntry | None, made_from: str) 
     return path.stat().st_size == entry.size_bytes and sha256_of(path) == entry.sha256
 
 
-def _finish(partial: Path, target: Path, quant: str, made_from: str, started: float) -> ManifestEntry:
+def _finish(
+    partial: Path, target: Path, quant: str, made_from: str, started: float, made_with: str
+) -> ManifestEntry:
     summary = read_gguf(partial)  # raises on a truncated or corrupt result
     partial.replace(target)
     return ManifestEntry(
@@ -55,6 +57,7 @@ def _finish(partial: Path, target: Path, quant: str, made_from: str, started: fl
         file_type=summary.file_type,
         made_from=made_from,
         seconds=round(time.monotonic() - started, 2),
+        made_with=made_with,
     )
 
 
@@ -132,7 +135,8 @@ def prepare_models(
             else:
                 base = out_dir / manifest.files[BASE_QUANT].file
                 quantize(toolchain, base, partial, quant, log_dir / f"quantize-{quant}.log", progress=step)
-            manifest.files[quant] = _finish(partial, target, quant, made_from, started)
+            made_with = f"{toolchain.label} ({toolchain.binary_version})"
+            manifest.files[quant] = _finish(partial, target, quant, made_from, started, made_with)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
