@@ -113,14 +113,27 @@ class LlamaServerCollector(Collector):
         logger: logging.Logger | None = None,
     ) -> None:
         check_unique(list(targets))
-        self._states = [_TargetState(t, t.quant or UNKNOWN, t.model or UNKNOWN) for t in targets]
-        for state in self._states:
-            for endpoint in COUNTED_ENDPOINTS:
-                for error in ERROR_CLASSES:
-                    state.errors[(endpoint, error)] = 0
+        self._timeout_s = timeout_s
+        self._states = [_new_state(t) for t in targets]
         self._fetcher = Fetcher(timeout_s, len(self._states) + 2)
         self._ratelimited = RateLimitedLog(logger or _log, log_interval_s)
         self._lock = threading.Lock()
+
+    def set_targets(self, targets: Sequence[Target]) -> None:
+        """Read these targets from the next scrape on; one kept (same name and URL) keeps its counts.
+
+        Lets one exporter (and so one Prometheus job) span servers started and stopped in turn.
+        """
+        check_unique(list(targets))
+        with self._lock:
+            kept = {(s.target.name, s.target.url): s for s in self._states}
+            states = [kept.get((t.name, t.url)) or _new_state(t) for t in targets]
+            wanted = {id(state) for state in states}
+            self._fetcher.forget(s.target.name for s in self._states if id(s) not in wanted)
+            self._states = states
+            if self._fetcher.max_workers < len(states) + 2:
+                self._fetcher.close()
+                self._fetcher = Fetcher(self._timeout_s, len(states) + 2)
 
     def describe(self) -> list[Metric]:
         """Nothing: registering must not read the servers."""
@@ -219,6 +232,14 @@ class LlamaServerCollector(Collector):
         if slots:
             return KvCapacity(cells_from_slots(slots), "slots")
         return None
+
+
+def _new_state(target: Target) -> _TargetState:
+    state = _TargetState(target, target.quant or UNKNOWN, target.model or UNKNOWN)
+    for endpoint in COUNTED_ENDPOINTS:
+        for error in ERROR_CLASSES:
+            state.errors[(endpoint, error)] = 0
+    return state
 
 
 def _slots_from_body(body: str) -> list[SlotState]:

@@ -13,7 +13,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -172,6 +172,7 @@ class Fetcher:
 
     def __init__(self, timeout_s: float, max_workers: int) -> None:
         self.timeout_s = timeout_s
+        self.max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ql-exporter")
         self._connections: dict[str, _Connection] = {}
         self._inflight: dict[str, Future[dict[str, Fetched]]] = {}
@@ -209,6 +210,15 @@ class Fetcher:
                     spent = 0.0
                 results[(name, path)] = answers[path]
         return results
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop the connections of targets no longer read (closed unless a read still uses them)."""
+        with self._lock:
+            for name in names:
+                connection = self._connections.pop(name, None)
+                running = self._inflight.pop(name, None)
+                if connection is not None and (running is None or running.done()):
+                    connection.close()
 
     def close(self) -> None:
         """Stop the threads (without waiting for hung reads) and close the connections."""

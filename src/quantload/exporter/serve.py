@@ -39,6 +39,10 @@ class ExporterHandle:
         """`host:port`, as a Prometheus scrape target."""
         return f"{self.host}:{self.port}"
 
+    def set_targets(self, targets: Sequence[Target]) -> None:
+        """Change the servers read from the next scrape on (see LlamaServerCollector.set_targets)."""
+        self.collector.set_targets(targets)
+
     def stop(self) -> None:
         """Stop serving and release the collector's connections."""
         self._server.shutdown()

@@ -315,13 +315,15 @@ class NativeRun:
                 one = self._start_server(toolchain, manifest, quant)
                 if one is None:
                     continue
-                self._start_exporter([one])
+                self._start_exporter([one])  # one exporter for the whole load phase, retargeted
                 try:
                     self._load_one(one)
                 finally:
-                    self.children.stop_exporter()
+                    if self.children.exporter is not None:
+                        self.children.exporter.set_targets([])
                     one.server.stop()
                     self.children.servers.pop(quant, None)
+            self.children.stop_exporter()
 
     def _start_prometheus(self) -> None:
         from quantload.stack.prometheus import PrometheusProcess
@@ -401,14 +403,18 @@ class NativeRun:
             )
             for item in served
         ]
-        self.children.stop_exporter()
-        self.children.exporter = start_exporter(
-            targets, port=self.exporter_port, timeout_s=observe.exporter_timeout_s,
-            host=observe.exporter_host,
-        )
+        if self.children.exporter is not None:
+            self.children.exporter.set_targets(targets)
+        else:
+            self.children.exporter = start_exporter(
+                targets, port=self.exporter_port, timeout_s=observe.exporter_timeout_s,
+                host=observe.exporter_host,
+            )
         prometheus = self.children.prometheus
         if prometheus is not None:
             prometheus.wait_scraping()
+            for target in targets:  # the load starts once Prometheus holds every server's series
+                prometheus.wait_for_series(f'quantload_target_up{{server="{target.name}"}}')
 
     def _load_one(self, item: _Served) -> None:
         from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep

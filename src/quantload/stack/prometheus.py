@@ -194,6 +194,19 @@ class PrometheusProcess(LoggedProcess):
         ]
         self.launch(command)
 
+    def wait_for_series(self, selector: str, timeout_s: float = 20.0) -> bool:
+        """Wait until an instant query of `selector` returns a series (e.g. a new exporter target
+        has been scraped once); True when it did, False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline and self.alive():
+                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                    body = client.get(f"{self.url}/api/v1/query", params={"query": selector}).json()
+                    if body["data"]["result"]:
+                        return True
+                time.sleep(READY_POLL_S)
+        return False
+
     def wait_scraping(self, timeout_s: float = 20.0) -> bool:
         """Wait until every configured target has been scraped once (Prometheus hands new targets
         to its scrapers up to 5 s after start); True when they were, False on timeout."""

@@ -239,3 +239,28 @@ def test_a_hung_target_is_not_read_again_while_its_read_runs() -> None:
     finally:
         release.set()
         fetcher.close()
+
+
+def test_retargeting_swaps_the_servers_read(
+    fake_servers: MakeFake, registry_for: MakeRegistry
+) -> None:
+    first, second, third = fake_servers(), fake_servers(), fake_servers()
+    a = Target("a", first.url, quant="Q8_0", model="tiny")
+    registry, collector = registry_for([a])
+    first.mode = "http500"
+    assert Scrape(registry)("quantload_target_up", Q8) == 0
+    first.mode = "ok"
+    b = Target("b", second.url, quant="Q4_K_M", model="tiny")
+    collector.set_targets([b])
+    value = Scrape(registry)
+    q4 = {"server": "b", "quant": "Q4_K_M", "model": "tiny"}
+    assert value("quantload_target_up", q4) == 1
+    assert value("quantload_target_up", Q8) is None  # a is no longer read or shown
+    reads_of_a = sum(first.reads.values())
+    collector.set_targets([a, b, Target("c", third.url, quant="F16", model="tiny")])  # grows the pool
+    value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 1 and value("quantload_target_up", q4) == 1
+    assert value("quantload_target_up", {"server": "c", "quant": "F16", "model": "tiny"}) == 1
+    assert sum(first.reads.values()) > reads_of_a
+    collector.set_targets([])
+    assert Scrape(registry)("quantload_target_up", q4) is None
