@@ -80,9 +80,18 @@ def _tsdb(run: RunData) -> Path | None:
     return None
 
 
+def _shown(tsdb: Path, run_dir: Path) -> str:
+    """The data folder as a report shows it: relative to the run folder when inside it, so a
+    report stays true when the run folder is moved or shared."""
+    try:
+        return f"{tsdb.resolve().relative_to(run_dir.resolve())} in the run folder"
+    except ValueError:
+        return str(tsdb)
+
+
 @contextlib.contextmanager
 def _replay(
-    tsdb: Path, binary: str, window: TimeWindow, why_not: list[str]
+    tsdb: Path, shown: str, binary: str, window: TimeWindow, why_not: list[str]
 ) -> Iterator[PrometheusClient | None]:
     with tempfile.TemporaryDirectory(prefix="quantload-report-prometheus-") as scratch:
         work = Path(scratch)
@@ -91,11 +100,11 @@ def _replay(
         try:
             process.start()
         except PrometheusError as error:
-            why_not.append(f"a Prometheus on the saved data in {tsdb} did not start ({error.problem})")
+            why_not.append(f"a Prometheus on the saved data ({shown}) did not start ({error.problem})")
             yield None
             return
         try:
-            client = _try(process.url, window, f"the Prometheus replaying {tsdb}", why_not)
+            client = _try(process.url, window, f"the Prometheus replaying {shown}", why_not)
             try:
                 yield client
             finally:
@@ -133,10 +142,11 @@ def open_prometheus(
         why_not.append("the run folder holds no saved Prometheus data (prometheus/data)")
         yield PromConnection(None, "", why_not)
         return
+    shown = _shown(tsdb, run.run_dir)
     if shutil.which(binary) is None:
-        why_not.append(f"saved data is in {tsdb} but the '{binary}' binary to read it is not installed")
+        why_not.append(f"saved data is in {shown} but the '{binary}' binary to read it is not installed")
         yield PromConnection(None, "", why_not)
         return
-    with _replay(tsdb, binary, window, why_not) as client:
-        origin = f"a Prometheus started by the report on a copy of {tsdb}"
+    with _replay(tsdb, shown, binary, window, why_not) as client:
+        origin = f"a Prometheus started by the report on a copy of {shown}"
         yield PromConnection(client, origin if client else "", why_not)
