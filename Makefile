@@ -26,7 +26,7 @@ run: toolchain
 
 ## Lint and type checks.
 check: venv
-	$(BIN)/ruff check src tests benchmarks locustfiles
+	$(BIN)/ruff check --no-cache src tests benchmarks locustfiles
 	$(BIN)/mypy src
 
 ## The tests: unit, then integration against real llama-server, Prometheus, Locust and Chromium.
