@@ -4,6 +4,7 @@
 #   2. links named by quantization (/models/Q4_K_M.gguf, ...) that the llama-server services load;
 #   3. perplexity and llama-bench speed of each file into the run folder /results/$QL_RUN.
 # Running it again reuses the model files the manifest vouches for; quality and speed are measured anew.
+# Steps 1 and 2 must succeed; a failed step 3 is reported and the job still succeeds.
 set -eu
 
 models="${QL_MODELS_DIR:-/models}"
@@ -31,6 +32,12 @@ for quant, entry in files.items():
 PY
 cp "$models/manifest.json" "$run_dir/manifest.json"
 
-quantload quality "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" --out "$run_dir/quality.json"
-quantload speed "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" --out "$run_dir/speed.json"
+# Quality and speed are worth having but not worth the servers: as in native mode, a failure here
+# (e.g. no network for WikiText-2) is said and the stack still starts; the report marks it missing.
+for step in quality speed; do
+  if ! quantload "$step" "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" \
+      --out "$run_dir/$step.json"; then
+    echo "prepare: $step not measured (see the error above); the servers start anyway" >&2
+  fi
+done
 echo "prepared: $models, results in $run_dir"

@@ -786,6 +786,30 @@ def test_prepare_script_links_each_quantization_and_fills_the_run_folder(tmp_pat
     assert again.returncode == 0, again.stderr
 
 
+def test_prepare_script_goes_on_when_quality_cannot_be_measured(tmp_path: Path) -> None:
+    """Offline, WikiText-2 cannot be fetched: the servers must still get their files."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "calls.jsonl").write_text("")
+    stub = STUB.format(python=sys.executable, log=str(tmp_path / "calls.jsonl"))
+    stub = stub.replace('elif args[0] in ("quality", "speed"):', 'elif args[0] == "quality":\n    sys.exit(2)\nelif args[0] == "speed":')
+    (bin_dir / "quantload").write_text(stub, encoding="utf-8")
+    (bin_dir / "quantload").chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "QL_MODELS_DIR": str(tmp_path / "models"),
+        "QL_RESULTS_DIR": str(tmp_path / "results"),
+        "QL_RUN": "r1",
+    }
+    result = subprocess.run(["sh", str(PREPARE_SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "quality not measured" in result.stderr
+    run_dir = tmp_path / "results" / "r1"
+    assert not (run_dir / "quality.json").exists() and (run_dir / "speed.json").is_file()
+    assert (tmp_path / "models" / "Q4_K_M.gguf").is_symlink()
+
+
 def test_prepare_script_stops_at_the_first_failure(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "manifest.json").mkdir()  # unreadable manifest: the link step fails
