@@ -42,6 +42,7 @@ class KvCheck:
         return round((self.predicted_mib - reported) / reported * 100.0, 4)
 
     def as_dict(self) -> dict[str, Any]:
+        """The prediction's factors plus what the server reported (see `kv_file_payload`)."""
         return {
             **self.prediction.as_dict(),
             "reported_mib": self.reported_mib,
@@ -51,6 +52,19 @@ class KvCheck:
             "server_log": str(self.log_path) if self.log_path else None,
             "server_build": self.server_build,
         }
+
+
+def unchecked_dict(prediction: KvPrediction) -> dict[str, Any]:
+    """`KvCheck.as_dict`'s shape for a prediction no server was asked about (reported fields null)."""
+    return {
+        **prediction.as_dict(),
+        "reported_mib": None,
+        "reported_lines": [],
+        "reported_n_ctx_slot": None,
+        "diff_pct": None,
+        "server_log": None,
+        "server_build": None,
+    }
 
 
 def kv_check_from_log(prediction: KvPrediction, log_text: str, log_path: Path | None) -> KvCheck:

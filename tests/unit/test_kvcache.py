@@ -101,3 +101,13 @@ def test_formula_names_every_factor_with_the_type_sizes() -> None:
                  "head dim V 64 x f16 [2 B/element]", f"{expected_bytes:,} bytes"):  # fmt: skip
         assert part in text
     assert prediction.as_dict()["type_size_k"] == "34 B per 32 elements"
+
+
+def test_an_unchecked_prediction_has_the_checked_shape() -> None:
+    from quantload.kvcheck import kv_check_from_log, unchecked_dict
+
+    prediction = predict_kv(KvShape(2, (2, 2), 64, 64, 32768, "test"), 8, 4096)
+    checked = kv_check_from_log(prediction, LOG, None).as_dict()
+    unchecked = unchecked_dict(prediction)
+    assert set(unchecked) == set(checked)
+    assert unchecked["diff_pct"] is None and unchecked["predicted_mib"] == checked["predicted_mib"]

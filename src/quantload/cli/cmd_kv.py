@@ -11,7 +11,7 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError, ModelError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, kv_shape_from_hf_config, predict_kv
-from quantload.kvcheck import KvCheck, kv_check_from_log, kv_check_with_server, merge_kv_file
+from quantload.kvcheck import KvCheck, kv_check_from_log, kv_check_with_server, merge_kv_file, unchecked_dict
 from quantload.llamacpp.server import ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import read_gguf
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             model, server.slots, server.ctx_per_slot, server.cache_type_k, server.cache_type_v,
             server.kv_unified,
         )
-        result = prediction.as_dict()
+        result = unchecked_dict(prediction)
         checked: KvCheck | None = None
         llama_cpp: dict[str, object] | None = None  # known when quantload starts the server itself
         if from_log is not None:
