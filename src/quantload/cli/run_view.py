@@ -20,7 +20,8 @@ from quantload.progress import ProgressCallback
 
 
 class RichRunView:
-    """Shows each step as a progress line: done/total, elapsed, ETA and the step's own note."""
+    """Shows the whole run on its first line (steps done, total elapsed, the step now), then each
+    step as a progress line: done/total, elapsed, ETA and the step's own note."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -36,6 +37,9 @@ class RichRunView:
             console=console,
         )
         self._current: TaskID | None = None
+        self._steps_done = 0
+        # The first line is the whole run: steps done so far, total elapsed time, the step now.
+        self._run = self._progress.add_task("whole run", total=None, note="")
 
     def __enter__(self) -> RichRunView:
         self._progress.start()
@@ -48,6 +52,7 @@ class RichRunView:
         traceback: TracebackType | None,
     ) -> None:
         self._close_current()
+        self._progress.update(self._run, total=self._steps_done, completed=self._steps_done, note="")
         self._progress.stop()
 
     def _close_current(self) -> None:
@@ -56,6 +61,8 @@ class RichRunView:
             if task.total is None:
                 self._progress.update(self._current, total=1, completed=1)
             self._current = None
+            self._steps_done += 1
+            self._progress.update(self._run, completed=self._steps_done)
 
     def step(self, title: str) -> ProgressCallback:
         """Start a new line for `title` and return the callback that moves it."""
@@ -63,6 +70,7 @@ class RichRunView:
         elapsed = time.monotonic() - self.started
         task = self._progress.add_task(f"{title} [dim](+{elapsed:.0f}s)[/]", total=None, note="")
         self._current = task
+        self._progress.update(self._run, note=f"now: {title}")
 
         def update(completed: float, total: float | None, note: str = "") -> None:
             self._progress.update(task, completed=completed, total=total, note=note[-70:])
