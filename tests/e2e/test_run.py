@@ -103,35 +103,50 @@ def test_report_can_be_rebuilt_from_the_run_directory_alone(ci_run: Path, tmp_pa
     assert (copy / "report.html").stat().st_size > 50_000
 
 
-def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
-    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
-) -> None:
+def _start_tiny_run(tmp_path: Path) -> subprocess.Popen[str]:
+    """`quantload run --model tiny --profile ci` (Q8_0 and Q4_K_M, 3 repeats) in its own session."""
     env = clean_env()
     env["QUANTLOAD_MODEL__QUANTS"] = '["Q8_0", "Q4_K_M"]'
     env["QUANTLOAD_LOAD__REPEATS"] = "3"
     command = [sys.executable, "-m", "quantload.cli.main", "run", "--model", "tiny", "--profile", "ci",
                "--out", str(tmp_path)]
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _wait_for_load_with_records(process: subprocess.Popen[str], tmp_path: Path, quant: str) -> dict[str, Any] | None:
+    """run.json once `quant`'s load step runs and records exist; None if the run ended first."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+        runs = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+        if not runs:
+            continue
+        try:
+            run: dict[str, Any] = _json(runs[0] / "run.json")
+        except ValueError:
+            continue
+        loading = [s for s in run["steps"] if s["name"] == "load" and s["quant"] == quant and s["status"] == "running"]
+        records = runs[0] / "records.jsonl"
+        if loading and records.is_file() and records.stat().st_size > 0:
+            return run
+    return None
+
+
+def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
+    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    process = _start_tiny_run(tmp_path)
     killed_pid = None
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and process.poll() is None and killed_pid is None:
-            time.sleep(0.2)
-            runs = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
-            if not runs:
-                continue
-            try:
-                run = _json(runs[0] / "run.json")
-            except ValueError:
-                continue
-            loading = [s for s in run["steps"] if s["name"] == "load" and s["quant"] == "Q8_0" and s["status"] == "running"]
-            if loading and (runs[0] / "records.jsonl").is_file() and (runs[0] / "records.jsonl").stat().st_size > 0:
-                killed_pid = run["servers"]["Q8_0"]["pid"]
-                os.kill(killed_pid, signal.SIGKILL)
+        run = _wait_for_load_with_records(process, tmp_path, "Q8_0")
+        if run is not None:
+            killed_pid = run["servers"]["Q8_0"]["pid"]
+            os.kill(killed_pid, signal.SIGKILL)
         _, stderr = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
     assert killed_pid is not None, "the Q8_0 load step was never seen running"
     assert process.returncode == 0, stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -172,31 +187,13 @@ def _processes_mentioning(text: str) -> list[str]:
 def test_ctrl_c_stops_every_child_and_the_report_still_builds(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
 ) -> None:
-    env = clean_env()
-    env["QUANTLOAD_MODEL__QUANTS"] = '["Q8_0", "Q4_K_M"]'
-    env["QUANTLOAD_LOAD__REPEATS"] = "3"
-    command = [sys.executable, "-m", "quantload.cli.main", "run", "--model", "tiny", "--profile", "ci",
-               "--out", str(tmp_path)]
     # SIGINT goes to quantload alone (not its process group), so quantload must stop its children
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    process = _start_tiny_run(tmp_path)
     interrupted = False
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and process.poll() is None and not interrupted:
-            time.sleep(0.2)
-            runs = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
-            if not runs:
-                continue
-            try:
-                run = _json(runs[0] / "run.json")
-            except ValueError:
-                continue
-            loading = [s for s in run["steps"] if s["name"] == "load" and s["status"] == "running"]
-            records = runs[0] / "records.jsonl"
-            if loading and records.is_file() and records.stat().st_size > 0:
-                process.send_signal(signal.SIGINT)
-                interrupted = True
+        if _wait_for_load_with_records(process, tmp_path, "Q8_0") is not None:
+            process.send_signal(signal.SIGINT)
+            interrupted = True
         _, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
