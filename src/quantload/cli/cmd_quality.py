@@ -10,6 +10,7 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
+from quantload.cli.result_labels import result_labels
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf
 from quantload.paths import cache_root
@@ -71,7 +72,7 @@ def register(app: typer.Typer) -> None:
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         results = QualityFile()
-        for model in models:
+        for model, label in zip(models, result_labels(models), strict=True):
             with progress_bar(cli.err_console, f"perplexity {model.name}") as progress:
                 result = measure_quality(
                     toolchain,
@@ -83,9 +84,9 @@ def register(app: typer.Typer) -> None:
                     threads=settings.quality.threads,
                     timeout_s=settings.quality.timeout_s,
                 )
-            results = results.with_result(result.quant, result)
+            results = results.with_result(label, result)
             if out is not None:
-                save_quality_result(out, result.quant, result)
+                save_quality_result(out, label, result)
         if as_json:
             typer.echo(json.dumps(results.to_json(), indent=2))
             return

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
+from quantload.cli.result_labels import result_labels
 from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
@@ -96,7 +97,7 @@ def register(app: typer.Typer) -> None:
                 max_age_s=settings.speed.probe_max_age_s,
             )
         speeds = SpeedFile()
-        for model in models:
+        for model, label in zip(models, result_labels(models), strict=True):
             summary = read_gguf(model)
             with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:
                 bench = measure_speed(
@@ -110,9 +111,9 @@ def register(app: typer.Typer) -> None:
                     timeout_s=settings.speed.timeout_s,
                 )
             entry = SpeedEntry(bench=bench, roofline=roofline(bench, summary, limits))
-            speeds = speeds.with_entry(summary.file_type, entry, limits)
+            speeds = speeds.with_entry(label, entry, limits)
             if out is not None:
-                save_speed_entry(out, summary.file_type, entry, limits)
+                save_speed_entry(out, label, entry, limits)
         if as_json:
             typer.echo(json.dumps(speeds.to_json(), indent=2))
             return
