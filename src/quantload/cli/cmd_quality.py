@@ -13,6 +13,7 @@ from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf
+from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root
 from quantload.quality.dataset import resolve_dataset
 from quantload.quality.measure import measure_quality
@@ -91,6 +92,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(results.to_json(), indent=2))
             return
         cli.console.print(quality_table(results))
+        for source_note in sorted({n for n in map(source_note_of, models) if n}):
+            cli.console.print(f"note: {source_note}", highlight=False)
         for label, result in results.results.items():
             cli.console.print(f"{label}: {result.model_path}", highlight=False)
         cli.console.print(

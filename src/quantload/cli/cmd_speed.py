@@ -15,6 +15,7 @@ from quantload.cli.result_labels import result_labels
 from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
+from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root
 from quantload.roofline.ceilings import roofline
 from quantload.roofline.probe import MachineLimits, probe_machine
@@ -118,6 +119,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(speeds.to_json(), indent=2))
             return
         cli.console.print(speed_table(speeds))
+        for source_note in sorted({n for n in map(source_note_of, models) if n}):
+            cli.console.print(f"note: {source_note}", highlight=False)
         print_machine(cli.console, limits)
         note = busy_note(speeds)
         if note is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from quantload.rundir import read_json, write_json_atomic
+from quantload.rundir import MANIFEST_JSON, read_json, write_json_atomic
 
 SCHEMA = "quantload.manifest/1"
 
@@ -89,6 +89,16 @@ def load_manifest(path: Path) -> Manifest | None:
         return Manifest.from_json(read_json(path))
     except ValueError:
         return None
+
+
+def source_note_of(model: Path) -> str | None:
+    """The source note (e.g. "F16 reconstructed from the Q4_1 release ...") of a prepared file,
+    from the manifest beside it; None for a file no manifest there lists."""
+    manifest = load_manifest(model.parent / MANIFEST_JSON)
+    if manifest is None or not any(entry.file == model.name for entry in manifest.files.values()):
+        return None
+    note = manifest.source.get("note")
+    return str(note) if note else None
 
 
 def save_manifest(path: Path, manifest: Manifest) -> None:
