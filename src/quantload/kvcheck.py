@@ -56,15 +56,7 @@ class KvCheck:
 
 def unchecked_dict(prediction: KvPrediction) -> dict[str, Any]:
     """`KvCheck.as_dict`'s shape for a prediction no server was asked about (reported fields null)."""
-    return {
-        **prediction.as_dict(),
-        "reported_mib": None,
-        "reported_lines": [],
-        "reported_n_ctx_slot": None,
-        "diff_pct": None,
-        "server_log": None,
-        "server_build": None,
-    }
+    return KvCheck(prediction, reported=(), n_ctx_slot=None, log_path=None).as_dict()
 
 
 def kv_check_from_log(prediction: KvPrediction, log_text: str, log_path: Path | None) -> KvCheck:

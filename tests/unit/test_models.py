@@ -162,8 +162,9 @@ def test_results_are_labelled_by_quant_unless_two_files_share_one(tmp_path: Path
     a = write_small_gguf(tmp_path / "model-a-F16.gguf", file_type=1)
     b = write_small_gguf(tmp_path / "model-b-F16.gguf", file_type=1)
     q8 = write_small_gguf(tmp_path / "model-a-Q8_0.gguf", file_type=7)
-    assert result_labels([a, q8]) == ["F16", "Q8_0"]
-    assert result_labels([a, b, q8]) == ["model-a-F16", "model-b-F16", "Q8_0"]
+    quants = {path: read_gguf(path).file_type for path in (a, b, q8)}
+    assert result_labels([a, q8], [quants[a], quants[q8]]) == ["F16", "Q8_0"]
+    assert result_labels([a, b, q8], [quants[a], quants[b], quants[q8]]) == ["model-a-F16", "model-b-F16", "Q8_0"]
 
 
 def test_a_prepared_files_source_note_is_found_beside_it(tmp_path: Path) -> None:

@@ -10,10 +10,9 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
-from quantload.cli.result_labels import result_labels
+from quantload.cli.result_labels import result_labels, source_notes
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.models.gguf_meta import check_is_gguf
-from quantload.models.manifest import source_note_of
+from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.paths import cache_root
 from quantload.quality.dataset import resolve_dataset
 from quantload.quality.measure import measure_quality
@@ -68,12 +67,13 @@ def register(app: typer.Typer) -> None:
         ).settings
         for model in models:
             check_is_gguf(model)
+        labels = result_labels(models, [read_gguf(model).file_type for model in models])
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         text = resolve_dataset(settings.quality.dataset, cache, cli.environ)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         results = QualityFile()
-        for model, label in zip(models, result_labels(models), strict=True):
+        for model, label in zip(models, labels, strict=True):
             with progress_bar(cli.err_console, f"perplexity {model.name}") as progress:
                 result = measure_quality(
                     toolchain,
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(results.to_json(), indent=2))
             return
         cli.console.print(quality_table(results))
-        for source_note in sorted({n for n in map(source_note_of, models) if n}):
+        for source_note in source_notes(models):
             cli.console.print(f"note: {source_note}", highlight=False)
         for label, result in results.results.items():
             cli.console.print(f"{label}: {result.model_path}", highlight=False)

@@ -11,11 +11,10 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
-from quantload.cli.result_labels import result_labels
+from quantload.cli.result_labels import result_labels, source_notes
 from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
-from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root
 from quantload.roofline.ceilings import roofline
 from quantload.roofline.probe import MachineLimits, probe_machine
@@ -89,6 +88,8 @@ def register(app: typer.Typer) -> None:
         ).settings
         for model in models:
             check_is_gguf(model)
+        summaries = [read_gguf(model) for model in models]
+        labels = result_labels(models, [summary.file_type for summary in summaries])
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         with cli.err_console.status("measuring memory bandwidth and arithmetic rate"):
@@ -98,8 +99,7 @@ def register(app: typer.Typer) -> None:
                 max_age_s=settings.speed.probe_max_age_s,
             )
         speeds = SpeedFile()
-        for model, label in zip(models, result_labels(models), strict=True):
-            summary = read_gguf(model)
+        for model, summary, label in zip(models, summaries, labels, strict=True):
             with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:
                 bench = measure_speed(
                     toolchain,
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(speeds.to_json(), indent=2))
             return
         cli.console.print(speed_table(speeds))
-        for source_note in sorted({n for n in map(source_note_of, models) if n}):
+        for source_note in source_notes(models):
             cli.console.print(f"note: {source_note}", highlight=False)
         print_machine(cli.console, limits)
         note = busy_note(speeds)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -197,26 +197,29 @@ class PrometheusProcess(LoggedProcess):
     def wait_for_series(self, selector: str, timeout_s: float = 20.0) -> bool:
         """Wait until an instant query of `selector` returns a series (e.g. a new exporter target
         has been scraped once); True when it did, False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline and self.alive():
-                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
-                    body = client.get(f"{self.url}/api/v1/query", params={"query": selector}).json()
-                    if body["data"]["result"]:
-                        return True
-                time.sleep(READY_POLL_S)
-        return False
+        return self._poll_api(
+            "/api/v1/query", {"query": selector}, lambda data: bool(data["result"]), timeout_s
+        )
 
     def wait_scraping(self, timeout_s: float = 20.0) -> bool:
         """Wait until every configured target has been scraped once (Prometheus hands new targets
         to its scrapers up to 5 s after start); True when they were, False on timeout."""
+
+        def all_scraped(data: Any) -> bool:
+            active = data["activeTargets"]
+            return bool(active) and all(t.get("health") != "unknown" for t in active)
+
+        return self._poll_api("/api/v1/targets", {}, all_scraped, timeout_s)
+
+    def _poll_api(
+        self, path: str, params: dict[str, str], ready: Callable[[Any], bool], timeout_s: float
+    ) -> bool:
+        """Poll an API path until `ready(body["data"])`; False if time runs out or Prometheus exits."""
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() < deadline and self.alive():
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
-                    body = client.get(f"{self.url}/api/v1/targets").json()
-                    active = body["data"]["activeTargets"]
-                    if active and all(t.get("health") != "unknown" for t in active):
+                    if ready(client.get(f"{self.url}{path}", params=params).json()["data"]):
                         return True
                 time.sleep(READY_POLL_S)
         return False
