@@ -3,7 +3,7 @@
 For each concurrency (1, 8, 64, 256 by default) it starts the fake server (scripted TTFT 20-200 ms,
 inter-token gaps 5-20 ms, 16 tokens, pathological chunks on), runs the raw-asyncio floor client,
 restarts the server, runs quantload's own load path (a one-stage closed-loop plan through
-`quantload.load.api.run_plan`, i.e. a real Locust process with the production user class), and
+`quantload.load.supervisor.run_plan`, i.e. a real Locust process with the production user class), and
 judges every request exactly: error = measured minus the scripted value the server reports in
 `timings`. It prints one table and writes it, with the raw numbers, under benchmarks/figures/.
 
@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from quantload.config import LoadSettings
-from quantload.load.api import run_plan
-from quantload.load.plan import TargetInfo, sweep_plan
+from quantload.load.plan import sweep_plan
 from quantload.load.prompts import Prompt
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.load.summary import delivered_concurrency
-from quantload.load.tickets import percentile
+from quantload.load.supervisor import run_plan
+from quantload.served import ServedTarget
+from quantload.stats import percentile
 
 HERE = Path(__file__).resolve().parent
 REQUESTS = {1: 60, 8: 300, 64: 500, 256: 1000}
@@ -115,7 +116,7 @@ def run_quantload(url: str, streams: int, requests: int, jitter_s: float, folder
         first_round_jitter_s=jitter_s, metrics_port=0, max_consecutive_errors=50,
     )  # fmt: skip
     prompts = [Prompt(f"b{i}", f"benchmark request {i}", 4) for i in range(requests)]
-    target = TargetInfo(name="fake", quant="none", model="fake", url=url)
+    target = ServedTarget(name="fake", quant="none", model="fake", url=url)
     plan = sweep_plan(settings, target, prompts, "accuracy", f"acc{streams}")
     run_plan(plan, settings, run_dir)
     rows = []

@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -126,7 +126,11 @@ class LoadSettings(_Section):
         default=20, ge=1, description="failed requests in a row that end a stage as failed"
     )
     reuse_connections: Literal["auto", "always", "never"] = "auto"
-    workers: int = Field(default=0, ge=0, description="Locust worker processes; 0 = one process")
+    workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        default="auto",
+        description="Locust worker processes: 0 = one process; auto = one process unless a stage"
+        " has more than 256 users and the cores leave room for a master and two workers",
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from quantload.exporter import ExporterTarget, start_exporter
 from fake_llama_server import FakeLlamaServer
+from quantload.exporter import ExporterTarget, start_exporter
 from quantload.observe.promql import PrometheusClient
 from quantload.stack.prometheus import PrometheusProcess
 from support import require_binary

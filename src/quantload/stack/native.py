@@ -43,6 +43,7 @@ from quantload.rundir import (
     make_run_id,
     write_json_atomic,
 )
+from quantload.served import ServedTarget, model_of_alias, server_alias
 from quantload.stack.run_state import RunState
 
 PREPARED_DIR = "prepared"
@@ -67,6 +68,13 @@ class _Served:
 
     quant: str
     server: LlamaServer
+
+
+def _target(item: _Served) -> ServedTarget:
+    """The served target of a running server (its model named as `server_alias` made it)."""
+    spec = item.server.spec
+    model = model_of_alias(spec.alias, item.quant)
+    return ServedTarget.for_quant(item.quant, model, item.server.url, spec.api_key)
 
 
 @dataclass
@@ -354,7 +362,7 @@ class NativeRun:
     def _start_server(self, toolchain: Toolchain, manifest: Manifest, quant: str) -> _Served | None:
         entry = manifest.files[quant]
         model_path = Path(entry.path)
-        alias = f"{manifest.source.get('name', 'model')}-{quant}"
+        alias = server_alias(manifest.source.get("name", "model"), quant)
         log_path = self.run_dir / LOGS_DIR / f"llama-server-{quant}.log"
         spec = dataclasses.replace(
             ServerSpec.from_settings(self.settings.server, model_path, alias),
@@ -388,21 +396,10 @@ class NativeRun:
         return started[0]
 
     def _start_exporter(self, served: Sequence[_Served]) -> None:
-        from quantload.exporter import Target as ExporterTarget
-        from quantload.exporter import start_exporter
+        from quantload.exporter import ExporterTarget, start_exporter
 
         observe = self.settings.observe
-        targets = [
-            ExporterTarget(
-                name=f"llama-{item.quant.lower()}",
-                url=item.server.url,
-                quant=item.quant,
-                model=item.server.spec.alias.rsplit("-", 1)[0],
-                api_key=item.server.spec.api_key,
-                log_path=item.server.log_path,
-            )
-            for item in served
-        ]
+        targets = [ExporterTarget.of(_target(item), log_path=item.server.log_path) for item in served]
         if self.children.exporter is not None:
             self.children.exporter.set_targets(targets)
         else:
@@ -417,16 +414,10 @@ class NativeRun:
                 prometheus.wait_for_series(f'quantload_target_up{{server="{target.name}"}}')
 
     def _load_one(self, item: _Served) -> None:
-        from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
+        from quantload.load.experiments import run_open_loop, run_prefix_cache_experiment, run_sweep
 
         server = item.server
-        target = Target(
-            name=f"llama-{item.quant.lower()}",
-            quant=item.quant,
-            model=server.spec.alias.rsplit("-", 1)[0],
-            url=server.url,
-            api_key=server.spec.api_key,
-        )
+        target = _target(item)
         load = self._load_settings()
         observe = self.settings.observe  # stage annotations go to observe.grafana_url when one is set
         experiments: list[tuple[str, str, Callable[[ProgressCallback], list[Any]]]] = [
