@@ -3,8 +3,9 @@
 Why hand-written: measured on a 2-core machine, every general-purpose client added CPU per
 request (requests: ~70% of user time in request setup) or buffered small SSE events
 (geventhttpclient's `iter_lines`), and both showed up as TTFT error at 64+ streams. Here a request
-is one `sendall` of pre-built bytes, and each `recv` is stamped with `time.perf_counter()` *before*
-any parsing, so parsing cost never shifts a timestamp.
+is one `sendall` of pre-built bytes, and each read is stamped with the time its bytes arrived
+(the kernel's receive time where available, `quantload.load.arrival`) *before* any parsing, so
+neither parsing nor a late read shifts a timestamp.
 
 It uses the stdlib `socket`/`ssl` modules through their module attributes, so inside a Locust
 process (gevent monkey-patched) every call cooperates with the other users, and in a plain
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from quantload.load.arrival import enable_kernel_stamps, read_stamped
 from quantload.load.http1 import ProtocolError
 from quantload.load.openai_chunks import classify_stream
 from quantload.load.sse import EventStreamParser
@@ -104,6 +106,7 @@ class ConnectionPool:
         self.connect_timeout_s = connect_timeout_s
         self.reuse = reuse
         self.server_closes_streams = False  # learned in "auto" mode
+        self.kernel_stamps = False  # reads stamped with the kernel's receive time (see arrival)
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self._ssl: ssl.SSLContext | None = None
@@ -149,7 +152,9 @@ class ConnectionPool:
             (self.endpoint.host, self.endpoint.port), timeout=max(timeout_s, 0.001)
         )
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.endpoint.scheme == "https":
+        if self.endpoint.scheme == "http":
+            self.kernel_stamps = enable_kernel_stamps(sock)
+        else:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
             sock = self._ssl.wrap_socket(sock, server_hostname=self.endpoint.host)
@@ -265,6 +270,7 @@ def _exchange(
     buf = bytearray(RECV_BYTES)
     view = memoryview(buf)
     events = result.events
+    kernel_stamps = pool.kernel_stamps
     keep = False
     try:
         result.sent_unix_s = time.time()
@@ -277,8 +283,8 @@ def _exchange(
                 return result.fail("timeout", "request deadline passed")
             if socket_deadline:
                 sock.settimeout(remaining)
-            count = sock.recv_into(buf)
-            now = time.perf_counter() - sent
+            count, arrived = read_stamped(sock, view, kernel_stamps)
+            now = arrived - sent
             if count == 0:
                 payloads = parser.feed_eof()
                 if not parser.complete:
