@@ -13,6 +13,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from quantload.load.plan import LoadPlan, RequestParams, StagePlan
@@ -77,6 +78,11 @@ class StageContext:
         )
 
     def to_wire(self) -> dict[str, Any]:
+        """The context as a msgpack-able dict (made once: every ticket of a stage sends it)."""
+        return self._wire
+
+    @cached_property
+    def _wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
