@@ -9,12 +9,13 @@ waiter with None. All of it is plain Python: no Locust, no gevent, no clock.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 from quantload.load.plan import LoadPlan, RequestParams, StagePlan
 
@@ -117,7 +118,7 @@ class Ticket:
         if stage.ignore_eos:
             payload["ignore_eos"] = True
         payload.update(stage.extra_body)
-        return json.dumps(payload, separators=(",", ":")).encode()
+        return orjson.dumps(payload)
 
     def to_wire(self) -> dict[str, Any]:
         return {
