@@ -6,7 +6,8 @@ raw-asyncio floor client, restarts the server, runs quantload's own load path (a
 closed-loop plan through `quantload.load.supervisor.run_plan`, i.e. real Locust processes with the
 production user class) once per `--workers` value, and judges every request exactly:
 error = measured minus the scripted value the server reports in `timings`; "own" error also takes
-out the fake's own lateness in sending the first token (`timings.first_token_late_ms`). It prints
+out what the fake itself added (its delay in reading the request and in sending the first token,
+which it reports), i.e. the client's own delay in reading and stamping the answer. It prints
 one table and writes it, with the raw numbers, under benchmarks/figures/.
 
     .venv/bin/python benchmarks/accuracy.py                          # about 1-2 minutes
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from quantload.config import LoadSettings
+from quantload.load.calibrate import fake_delay_s
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.load.plan import sweep_plan
 from quantload.load.processes import WorkersSetting, choose_workers, usable_cores
@@ -58,10 +60,9 @@ def errors_of(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
         if row.get("ttft_s") is None or "prompt_ms" not in timings:
             continue
         error = row["ttft_s"] * 1000 - timings["prompt_ms"]
-        late = timings.get("first_token_late_ms", 0.0)
         found["ttft"].append(error)
-        found["own"].append(error - late)
-        found["late"].append(late)
+        found["own"].append(error - fake_delay_s(row["sent_unix_s"], timings) * 1000)
+        found["late"].append(timings.get("first_token_late_ms", 0.0))
         gap_ms = timings.get("predicted_per_token_ms")
         if gap_ms is not None:
             found["itl"] += [(b - a) * 1000 - gap_ms for a, b in itertools.pairwise(times)]
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {SCRIPT.ttft_ms[0]:g}-{SCRIPT.ttft_ms[1]:g} ms, ITL {SCRIPT.itl_ms[0]:g}-{SCRIPT.itl_ms[1]:g} ms,"
         f" {TOKENS} tokens, keep-alive; load average before {load_before[0]:.2f},"
         f" after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores). TTFT err: measured minus scripted;"
-        " own: minus also the fake's lateness in sending the first token."
+        " own: minus also the fake's own delays (reading the request, sending the first token)."
     )
     print(header)
     print(text)

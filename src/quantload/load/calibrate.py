@@ -6,8 +6,9 @@ Locust processes, `load.workers` and the other [load] settings as configured), o
 stage per stream count, in rising order. The fake reports what it scripted and when it really sent
 the first token, so every request's error is exact:
 
-- TTFT error: measured TTFT minus the TTFT the server delivered (scripted TTFT plus the fake's own
-  lateness in sending it). The client's own error: request sending, reading, stamping.
+- TTFT error: measured TTFT minus the TTFT the fake really delivered (its scripted TTFT, plus the
+  time it took to read the request and its lateness in sending the first token, both of which it
+  reports). The client's own error: reading and stamping the answer.
 - TTFT error against the script: the same without taking the fake's lateness out (an upper bound).
 - ITL error: every measured gap between content chunks minus the scripted gap (the fake's own
   lateness per token is not taken out, so this bounds the client's from above).
@@ -142,6 +143,16 @@ def requests_for(streams: int, seconds: float) -> int:
     return max(MIN_REQUESTS, MIN_REQUESTS_PER_STREAM * streams, round(seconds * streams / MEAN_REQUEST_S))
 
 
+def fake_delay_s(sent_unix_s: float, timings: dict[str, float]) -> float:
+    """How much of a request's TTFT the fake itself added beyond its script: the time it took to
+    read the request (its `request_received_unix_s` against the client's send) and its lateness
+    in sending the first token (`first_token_late_ms`)."""
+    late_s = timings.get("first_token_late_ms", 0.0) / 1000
+    received = timings.get("request_received_unix_s")
+    read_s = max(received - sent_unix_s, 0.0) if received is not None else 0.0
+    return late_s + read_s
+
+
 def count_result(
     streams: int,
     workers: int,
@@ -162,7 +173,7 @@ def count_result(
             continue
         against_script = record.ttft_s - timings["prompt_ms"] / 1000
         ttft_script.append(against_script)
-        ttft_own.append(against_script - timings.get("first_token_late_ms", 0.0) / 1000)
+        ttft_own.append(against_script - fake_delay_s(record.sent_unix_s, timings))
         gap_s = timings.get("predicted_per_token_ms", 0.0) / 1000
         itl.extend(gap - gap_s for gap in record.itl_s or ())
     ok = sum(1 for r in measured if r.ok)

@@ -8,7 +8,8 @@ values come back in the last chunk's `timings` (`prompt_ms` = scripted TTFT,
 `predicted_per_token_ms` = scripted gap), so a client's error on every request is exact:
 measured minus scripted. Clocks start when the request body has been read. The server's own
 lateness in sending the first token (its event loop is busy too) is reported as
-`timings.first_token_late_ms`, so a benchmark can tell a late server from a late client; every
+`timings.first_token_late_ms`, and when it had read the request as `timings.request_received_unix_s`
+(wall clock), so a benchmark can tell a late server from a late client; every
 token's lateness is also kept and summarized by `GET /stats` (`?reset=1` starts a new window).
 
 Every stream also carries what real servers send and careless clients trip on (switch off with
@@ -329,6 +330,7 @@ class _Handler:
         kind, _, arg = plan.fault.partition(":")
         fault_at = int(arg) if arg else -1
         first_at = received + plan.ttft_ms / 1000
+        received_unix_s = time.time() - (loop.time() - received)
         done: asyncio.Future[bool] = loop.create_future()
         handles: list[asyncio.TimerHandle] = []
         late_ms = [0.0]
@@ -366,11 +368,11 @@ class _Handler:
             token_late.append(late)
             writer.write(self._token_event(index))
             if index == plan.tokens - 1:
-                writer.write(self._tail(body, plan, late_ms[0]))
+                writer.write(self._tail(body, plan, late_ms[0], received_unix_s))
                 finish(not close)
 
         if plan.tokens == 0:
-            writer.write(self._tail(body, plan, 0.0))
+            writer.write(self._tail(body, plan, 0.0, received_unix_s))
             finish(not close)
         for index in range(plan.tokens):
             handles.append(loop.call_at(first_at + index * plan.itl_ms / 1000, emit, index))
@@ -378,7 +380,7 @@ class _Handler:
         await writer.drain()
         return keep_open
 
-    def _tail(self, body: dict[str, Any], plan: RequestPlan, late_ms: float) -> bytes:
+    def _tail(self, body: dict[str, Any], plan: RequestPlan, late_ms: float, received_unix_s: float) -> bytes:
         """The finish chunk, the usage+timings chunk, [DONE] and the end of the body."""
         base = self._base
         prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
@@ -390,6 +392,7 @@ class _Handler:
             "predicted_ms": plan.itl_ms * max(plan.tokens - 1, 0),
             "predicted_per_token_ms": plan.itl_ms,
             "first_token_late_ms": late_ms,
+            "request_received_unix_s": received_unix_s,
         }
         usage = {
             "prompt_tokens": prompt_tokens,

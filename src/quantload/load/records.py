@@ -13,11 +13,12 @@ Times: `*_unix_s` are wall-clock (time.time) for lining up with Prometheus; ever
 is measured with time.perf_counter on the client. TTFT runs from the moment the request bytes are
 handed to the socket to the arrival of the first chunk carrying generated text (role-only chunks,
 SSE comments and empty deltas do not count); arrival is the kernel's receive time of those bytes
-where the platform gives it (Linux), else the moment the client's read returned. Connecting is *not* inside TTFT: a fresh connection
-is opened before the clock starts (llama-server closes the connection after every streamed
-response, so there usually is one) and `connect_s` gives its time apart. In open loop,
-`*_from_intended_s` add the lag between the scheduled and the actual send (latency corrected for
-coordinated omission); in closed loop the intended time is when the user took the request.
+where the platform gives it (Linux), else the moment the client's read returned. Connecting is
+*not* inside TTFT: a fresh connection is opened before the clock starts (llama-server closes the
+connection after every streamed response, so there usually is one) and `connect_s` gives its time
+apart. In open loop, `*_from_intended_s` add the lag between the scheduled and the actual send
+(latency corrected for coordinated omission); in closed loop the intended time is when the user
+took the request.
 
 Request record fields
   schema              "quantload.record/1"

@@ -31,9 +31,14 @@ BASE = dict(
 
 
 def record(
-    ttft_s: float, itl_s: list[float], prompt_ms: float, gap_ms: float, late_ms: float
+    ttft_s: float, itl_s: list[float], prompt_ms: float, gap_ms: float, late_ms: float, read_s: float = 0.0
 ) -> RequestRecord:
-    timings = {"prompt_ms": prompt_ms, "predicted_per_token_ms": gap_ms, "first_token_late_ms": late_ms}
+    timings = {
+        "prompt_ms": prompt_ms,
+        "predicted_per_token_ms": gap_ms,
+        "first_token_late_ms": late_ms,
+        "request_received_unix_s": 1.0 + read_s,  # BASE's sent_unix_s, plus the fake's read delay
+    }
     return RequestRecord.model_validate(
         {**BASE, "ok": True, "ttft_s": ttft_s, "itl_s": itl_s, "timings": timings, "e2e_s": 1.0}
     )
@@ -59,6 +64,9 @@ def test_errors_are_measured_minus_what_the_fake_delivered() -> None:
     assert result.server_token_late_p99_s == pytest.approx(0.002)
     assert result.within_error and result.requests == result.ok == 10
     assert not count_result(4, 0, records, None, None, None, max_error_p99_s=0.0005).within_error
+    # the fake took 1.5 ms to read the request: its delay, not the client's
+    slow_reader = [record(0.1045, [0.010], prompt_ms=100, gap_ms=10, late_ms=2, read_s=0.0015)]
+    assert count_result(1, 0, slow_reader, None, None, None, 0.005).ttft_error_p50_s == pytest.approx(0.001)
 
 
 def test_a_failed_request_or_a_late_gap_is_not_within_the_error() -> None:
