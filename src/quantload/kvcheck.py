@@ -42,7 +42,7 @@ class KvCheck:
         return round((self.predicted_mib - reported) / reported * 100.0, 4)
 
     def as_dict(self) -> dict[str, Any]:
-        """The prediction's factors plus what the server reported (see `kv_file_payload`)."""
+        """The prediction's factors plus what the server reported (see `merge_kv_file`)."""
         return {
             **self.prediction.as_dict(),
             "reported_mib": self.reported_mib,
@@ -101,32 +101,20 @@ def kv_check_with_server(
 KV_SCHEMA = "quantload.kv/1"
 
 
-def kv_file_payload(
-    checks: dict[str, KvCheck | str], llama_cpp: Mapping[str, object] | None = None
-) -> dict[str, Any]:
-    """The `kv.json` object: {"schema", "llama_cpp", "results": {quant: check or {"error": why}}}.
-
-    Each result holds every factor of the prediction (n_layer, n_head_kv, head dims, slots,
-    ctx_per_slot, unified, cache types, n_stream, cells_per_stream, k_bytes, v_bytes,
-    predicted_bytes, predicted_mib, formula), the reported size (`reported_mib`, `reported_lines`,
-    `reported_n_ctx_slot`), `diff_pct` ((predicted - reported) / reported x 100, both at the
-    0.01 MiB llama.cpp prints), `server_log` and `server_build` (the build the log names).
-    `llama_cpp` is the toolchain's version record when quantload started the servers, else null.
-    """
-    return {
-        "schema": KV_SCHEMA,
-        "llama_cpp": dict(llama_cpp) if llama_cpp is not None else None,
-        "results": {
-            quant: check.as_dict() if isinstance(check, KvCheck) else {"error": check}
-            for quant, check in checks.items()
-        },
-    }
-
-
 def merge_kv_file(
     path: Path, label: str, check: KvCheck | str, llama_cpp: Mapping[str, object] | None = None
 ) -> None:
-    """Add (or replace) one entry of a `kv.json` file, creating it when absent."""
+    """Add (or replace) one entry of a `kv.json` file, creating it when absent: its one writer.
+
+    The file is {"schema", "llama_cpp", "results": {label: check or {"error": why}}}. Each
+    result holds every factor of the prediction (n_layer, n_head_kv, head dims, slots,
+    ctx_per_slot, unified, cache types, n_stream, cells_per_stream, k_bytes, v_bytes,
+    predicted_bytes, predicted_mib, formula), the reported size (`reported_mib`,
+    `reported_lines`, `reported_n_ctx_slot`), `diff_pct` ((predicted - reported) / reported x
+    100, both at the 0.01 MiB llama.cpp prints), `server_log` and `server_build` (the build the
+    log names). `llama_cpp` is the toolchain's version record when quantload started the
+    server; a later entry without one keeps the record already there.
+    """
     results: dict[str, Any] = {}
     kept_llama_cpp: Any = None
     if path.is_file():

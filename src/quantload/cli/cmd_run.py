@@ -45,9 +45,8 @@ def register(app: typer.Typer) -> None:
         with RichRunView(cli.err_console) as view:
             native = NativeRun(config, cli.environ, settings.run.out, view)
             view.message(f"run directory: {native.run_dir}")
-            native.execute()
-        paths = getattr(native, "report_paths", None)
-        if paths is not None:
-            cli.console.print(f"report: {paths.html}", highlight=False)
-            cli.console.print(f"        {paths.markdown}", highlight=False)
-        cli.console.print(f"run directory: {native.run_dir}", highlight=False)
+            outcome = native.execute()
+        if outcome.report is not None:
+            cli.console.print(f"report: {outcome.report.html}", highlight=False)
+            cli.console.print(f"        {outcome.report.markdown}", highlight=False)
+        cli.console.print(f"run directory: {outcome.run_dir}", highlight=False)

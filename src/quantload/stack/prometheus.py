@@ -104,6 +104,16 @@ def find_prometheus(binary: str) -> Path:
     return Path(found)
 
 
+def prometheus_missing(binary: str) -> str | None:
+    """Why Prometheus cannot be used (the binary is not installed), or None when it can."""
+    if shutil.which(binary) is not None:
+        return None
+    return (
+        f"the '{binary}' binary is not installed (Debian/Ubuntu: apt-get install prometheus;"
+        " macOS: brew install prometheus)"
+    )
+
+
 class PrometheusProcess(LoggedProcess):
     """A Prometheus server for one run. Use as a context manager, or start() and stop()."""
 

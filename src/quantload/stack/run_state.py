@@ -63,6 +63,12 @@ class RunState:
         self._started_monotonic: dict[int, float] = {}
         self.save()
 
+    @property
+    def status(self) -> RunStatus:
+        """The run's status so far."""
+        status: RunStatus = self.data["status"]
+        return status
+
     def save(self) -> None:
         self.data["steps"] = [asdict(step) for step in self._steps]
         write_json_atomic(self.path, self.data)
