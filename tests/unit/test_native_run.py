@@ -16,7 +16,8 @@ import pytest
 from quantload.analysis import ReportPaths
 from quantload.config import load_config
 from quantload.errors import MeasurementError, ModelError, ServerError
-from quantload.stack.native import NativeRun, RunSteps
+from quantload.stack.native import NativeRun
+from quantload.stack.run_steps import RunSteps
 from quantload.steps.load import ExperimentRun
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
