@@ -120,7 +120,7 @@ def test_environment_values_are_decoded_by_the_fields_type(
 def test_a_bad_environment_list_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="QUANTLOAD_LOAD__USERS"):
         load_config(tmp_path, {"QUANTLOAD_LOAD__USERS": "[1, 2"})
-    with pytest.raises(ConfigError, match="load.users"):
+    with pytest.raises(ConfigError, match=r"load\.users"):
         load_config(tmp_path, {"QUANTLOAD_LOAD__USERS": "two"})
 
 
