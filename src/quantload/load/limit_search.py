@@ -58,7 +58,8 @@ class LimitResult:
         shown = level_text(self.limit, self.kind)
         if self.ending == "max_level":
             return f"{shown} {unit} held the SLO, the most the search may try ({took})"
-        above = "" if self.lowest_broken is None else f"; {level_text(self.lowest_broken, self.kind)} broke it"
+        broken = self.lowest_broken
+        above = "" if broken is None else f"; {level_text(broken, self.kind)} broke it"
         if self.ending == "capped":
             sure = "held" if self.confirmed else "held once (not yet confirmed)"
             return f"{shown} {unit} {sure} when the time cap ended the search{above} ({took})"
