@@ -13,7 +13,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -99,7 +99,7 @@ class SpeedSettings(_Section):
 class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
 
-    users: tuple[int, ...] = (1, 2, 4, 8)
+    users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
     repeats: int = Field(default=3, ge=1)
     prompts: str = "builtin"
     prompt_count: int = Field(default=100, ge=1)
@@ -112,7 +112,7 @@ class LoadSettings(_Section):
     warmup_requests: int = Field(default=2, ge=0)
     request_timeout_s: float = Field(default=300.0, gt=0)
     stage_timeout_s: float = Field(default=3600.0, gt=0)
-    rates_rps: tuple[float, ...] = ()
+    rates_rps: tuple[Annotated[float, Field(gt=0)], ...] = ()
     open_loop_requests: int = Field(default=50, ge=1)
     prefix_tokens: int = Field(default=1500, ge=0)
     prefix_requests: int = Field(default=20, ge=0)
@@ -246,6 +246,8 @@ def _field(section: str, key: str) -> FieldInfo:
 
 def _splits_on_commas(item: Any) -> bool:
     """Items that never hold a comma themselves: numbers and fixed names (Literal)."""
+    if typing.get_origin(item) is Annotated:
+        item = typing.get_args(item)[0]
     return item in (int, float) or typing.get_origin(item) is Literal
 
 

@@ -15,6 +15,7 @@ from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError
 from quantload.load.api import Target
 from quantload.load.summary import StageSummary
+from quantload.paths import check_out_dir
 from quantload.rundir import make_run_id, write_json_atomic
 from quantload.steps.load import check_experiments, run_experiment
 
@@ -114,6 +115,7 @@ def register(app: typer.Typer) -> None:
         }
         config = cli.config(flags)
         settings = config.settings
+        check_out_dir(out)
         experiments = check_experiments(experiment or ["sweep"])
         names, quants = list(name or []), list(quant or [])
         if len(names) > len(url) or len(quants) > len(url):

@@ -10,7 +10,7 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.paths import cache_root
+from quantload.paths import cache_root, check_out_dir
 from quantload.steps.prepare import prepare_model_files
 
 
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         """Make the quantized files (llama-quantize) and DIR/manifest.json; reuses valid files."""
         cli = cli_context(ctx)
         settings = cli.config({"model.source": model}).settings
+        check_out_dir(out)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         with progress_bar(cli.err_console, f"prepare {settings.model.source}") as progress:

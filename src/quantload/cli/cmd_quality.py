@@ -13,8 +13,8 @@ from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels, source_notes
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
-from quantload.paths import cache_root
-from quantload.quality.results import QualityFile
+from quantload.paths import cache_root, check_out_file
+from quantload.quality.results import QualityFile, load_quality_file
 from quantload.steps.quality import measure_file_quality, quality_text
 
 
@@ -64,6 +64,8 @@ def register(app: typer.Typer) -> None:
                 "quality.threads": threads,
             }
         ).settings
+        if out is not None and check_out_file(out).exists():
+            load_quality_file(out)  # a file that is not a quality.json is refused before measuring
         for model in models:
             check_is_gguf(model)
         labels = result_labels(models, [read_gguf(model).file_type for model in models])

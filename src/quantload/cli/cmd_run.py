@@ -8,6 +8,7 @@ import typer
 
 from quantload.cli.context import cli_context
 from quantload.cli.run_view import RichRunView
+from quantload.paths import check_out_dir
 from quantload.stack.native import NativeRun
 
 
@@ -42,6 +43,7 @@ def register(app: typer.Typer) -> None:
             }
         )
         settings = config.settings
+        check_out_dir(settings.run.out)
         with RichRunView(cli.err_console) as view:
             native = NativeRun(config, cli.environ, settings.run.out, view)
             view.message(f"run directory: {native.run_dir}")

@@ -14,9 +14,9 @@ from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels, source_notes
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
-from quantload.paths import cache_root
+from quantload.paths import cache_root, check_out_file
 from quantload.roofline.probe import MachineLimits
-from quantload.roofline.speed_file import SpeedFile, busy_note
+from quantload.roofline.speed_file import SpeedFile, busy_note, load_speed_file
 from quantload.steps.speed import measure_file_speed, probe
 
 
@@ -85,6 +85,8 @@ def register(app: typer.Typer) -> None:
                 "speed.threads": threads,
             }
         ).settings
+        if out is not None and check_out_file(out).exists():
+            load_speed_file(out)  # a file that is not a speed.json is refused before measuring
         for model in models:
             check_is_gguf(model)
         labels = result_labels(models, [read_gguf(model).file_type for model in models])
