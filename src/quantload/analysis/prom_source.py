@@ -19,7 +19,7 @@ from quantload.analysis.gaps import PROMETHEUS_HOW, Gap
 from quantload.analysis.load_run import RunData
 from quantload.observe.promql import PrometheusClient, PrometheusQueryError
 from quantload.rundir import PROMETHEUS_DIR
-from quantload.stack.prometheus import PrometheusError, PrometheusProcess
+from quantload.observe.prometheus import PrometheusError, PrometheusProcess
 
 RUN_METRICS = '{__name__=~"quantload_.+|llamacpp_.+"}'
 

@@ -326,7 +326,7 @@ class NativeRun:
             self.children.stop_exporter()
 
     def _start_prometheus(self) -> None:
-        from quantload.stack.prometheus import PrometheusProcess
+        from quantload.observe.prometheus import PrometheusProcess
 
         observe = self.settings.observe
         if shutil.which(observe.prometheus_binary) is None:

@@ -14,7 +14,7 @@ import yaml
 from quantload.exporter import names
 from quantload.exporter.server_metrics import RENAMES
 from quantload.observe.annotations import OVERVIEW_UID, STAGE_TAGS
-from quantload.observe.dashboard import (
+from dashboard_check import (
     DashboardError,
     check_dashboard,
     dashboard_queries,
