@@ -11,13 +11,13 @@ toolchain's version record when quantload started the servers, else null.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.rundir import read_json
 
-KV_SCHEMA = "quantload.kv/1"
+KV_SCHEMA: Final = "quantload.kv/1"
 
 
 class _KvPart(BaseModel):
@@ -81,7 +81,8 @@ class KvFile(_KvPart):
         """The JSON object as written: a result carries only the fields it was given."""
         data = self.model_dump(mode="json", by_alias=True, exclude={"results"})
         data["results"] = {
-            quant: result.model_dump(mode="json", exclude_unset=True) for quant, result in self.results.items()
+            quant: result.model_dump(mode="json", exclude_unset=True)
+            for quant, result in self.results.items()
         }
         return data
 

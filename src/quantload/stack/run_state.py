@@ -39,7 +39,7 @@ class RunState:
 
     @property
     def status(self) -> RunStatus:
-        """"running" until `finish`."""
+        """ "running" until `finish`."""
         return self._file.status or "running"
 
     @property

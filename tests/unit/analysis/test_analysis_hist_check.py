@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from quantload.analysis.hist_check import bucket_of
+from quantload.analysis.prometheus_tables import bucket_of
 from quantload.analysis.stats import percentile
 from quantload.load.metrics import BUCKETS_S
 

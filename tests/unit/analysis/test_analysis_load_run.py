@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantload.analysis.load_run import load_run
+from quantload.analysis.run_data import load_run
 
 
 def test_torn_and_foreign_lines_are_counted_and_left_out(synthetic_run: Path) -> None:
@@ -47,6 +47,6 @@ def test_unreadable_files_are_notes(tmp_path: Path) -> None:
     whys = {g.section: g.why for g in run.gaps}
     assert whys["speed"].startswith("the file could not be read")
     assert whys["model files"] == "the file could not be read: not a JSON object"
-    assert run.kv == {"F16": {"error": "no KV line"}}
+    assert run.kv is not None and run.kv.to_json()["results"] == {"F16": {"error": "no KV line"}}
     assert any(note.startswith("run.json: ") for note in run.reading_notes)
     assert run.quants() == ["F16"]
