@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from quantload.errors import ConfigError
-from quantload.profiles import PROFILE_NAMES, profile_presets
+from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 
 CONFIG_FILE_NAME = "quantload.toml"
 ENV_PREFIX = "QUANTLOAD_"
@@ -180,9 +180,15 @@ class ReportSettings(_Section):
 class RunSettings(_Section):
     """The whole protocol driven by `quantload run`."""
 
-    profile: Literal["quick", "seed", "ci"] = "seed"
+    profile: Literal["quick", "full", "ci"] = "full"
     out: Path = Path("results")
     servers_at_once: bool = False
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_alias(cls, value: Any) -> Any:
+        """An earlier profile name (`seed`) is read as the profile it now goes by."""
+        return PROFILE_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 class Settings(_Section):
@@ -331,11 +337,12 @@ def load_config(
     _merge(merged, sources, env_layer, env_origins)
     _merge(merged, sources, flag_layer, "flag")
 
-    profile = merged.get("run", {}).get("profile", RunSettings().profile)
-    if profile not in PROFILE_NAMES:
+    asked = merged.get("run", {}).get("profile", RunSettings().profile)
+    profile = profile_name(asked) if isinstance(asked, str) else None
+    if profile is None:
         raise ConfigError(
             f"configuration key 'run.profile' (from {sources.get('run.profile', 'default')}):"
-            f" unknown profile {profile!r}",
+            f" unknown profile {asked!r}",
             f"choose one of {', '.join(PROFILE_NAMES)}",
         )
     layered: dict[str, dict[str, Any]] = {}
