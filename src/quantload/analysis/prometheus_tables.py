@@ -23,8 +23,8 @@ import pandas as pd
 
 from quantload.analysis.littles_law import ServerInFlight, Window
 from quantload.analysis.prometheus_source import TimeWindow
-from quantload.analysis.stats import percentile
 from quantload.observe.promql import MAX_POINTS, PrometheusClient, PrometheusQueryError
+from quantload.stats import percentile
 
 SERVER_SERIES: dict[str, tuple[str, str]] = {
     "slots_busy": ("busy slots", "sum by (quant) (quantload_server_slots_busy)"),

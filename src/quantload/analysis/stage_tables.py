@@ -16,8 +16,9 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.run_data import RunData
-from quantload.analysis.stats import finite, mean, percentile, spread
+from quantload.analysis.stats import mean, spread
 from quantload.config import ReportSettings
+from quantload.stats import finite, percentile
 
 UNFINISHED = "unfinished"  # records but no stage_end line: the run stopped inside the stage
 UNRECORDED = "unrecorded"  # stages.jsonl absent: completeness unknown, the records are used as they are

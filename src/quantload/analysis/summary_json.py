@@ -19,9 +19,10 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import CapacityVerdict, slo_text
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
-from quantload.analysis.stats import PERCENTILE_METHOD, PERCENTILE_METHOD_TEXT
+from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
 from quantload.config import ReportSettings
+from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"
 Row = dict[str, Any]

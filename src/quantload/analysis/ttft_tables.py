@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from quantload.analysis.stage_tables import USABLE, level_table, sort_by_quant
-from quantload.analysis.stats import percentile
+from quantload.stats import percentile
 
 
 def ttft_split_table(
