@@ -31,12 +31,12 @@ def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
     figure, axes = new_figure(8.0, 4.6)
     axis = axes[0][0]
     palette = colors(analysis.quants)
-    shown: list[float] = []
+    plotted: list[float] = []
     for quant, frame in levels.groupby("quant", sort=False):
         users = [int(u) for u in frame["users"]]
         for metric, style, label in (("ttft_p50_s", "-o", "p50"), ("ttft_p99_s", "--s", "p99")):
             values = [v * 1000 for v in column_values(frame, metric)]
-            shown += values
+            plotted += values
             axis.errorbar(
                 users,
                 values,
@@ -54,7 +54,7 @@ def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
         label=f"SLO p99 {slo.slo_ttft_p99_s * 1000:g} ms",
     )
     users_axis(axis, sorted({int(u) for u in levels["users"]}))
-    log_scale_if_wide(axis, shown)
+    log_scale_if_wide(axis, plotted)
     axis.set_ylabel("TTFT (ms)")
     axis.set_title("Time to first token against concurrency (median of repeats, bars: min–max)")
     axis.legend(fontsize=8, ncols=2)
