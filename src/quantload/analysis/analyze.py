@@ -86,7 +86,7 @@ def _quant_gaps(
             gaps.append(
                 Gap("speed", f"llama-bench speed of {quant}", run.step_why("speed", quant, SPEED_JSON))
             )
-        if run.kv_results and quant not in run.kv_results:
+        if run.kv is not None and quant not in run.kv_results:
             gaps.append(Gap("kv", f"KV check of {quant}", run.step_why("kv", quant, KV_JSON)))
         mine = stages[stages["quant"] == quant] if not stages.empty else stages
         if not run.records.empty:
