@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 
 from quantload.errors import ConfigError
-from quantload.profiles import PROFILE_NAMES, profile_presets
+from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 
 CONFIG_FILE_NAME = "quantload.toml"
 ENV_PREFIX = "QUANTLOAD_"
@@ -173,9 +173,15 @@ class ReportSettings(_Section):
 class RunSettings(_Section):
     """The whole protocol driven by `quantload run`."""
 
-    profile: Literal["quick", "seed", "ci"] = "seed"
+    profile: Literal["quick", "full", "ci"] = "full"
     out: Path = Path("results")
     servers_at_once: bool = False
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_alias(cls, value: Any) -> Any:
+        """An earlier profile name (`seed`) is read as the profile it now goes by."""
+        return PROFILE_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 class Settings(_Section):
@@ -369,11 +375,12 @@ def load_config(
     _merge(merged, sources, env_layer, env_origins)
     _merge(merged, sources, flag_layer, "flag")
 
-    profile = merged.get("run", {}).get("profile", RunSettings().profile)
-    if profile not in PROFILE_NAMES:
+    asked = merged.get("run", {}).get("profile", RunSettings().profile)
+    profile = profile_name(asked) if isinstance(asked, str) else None
+    if profile is None:
         raise ConfigError(
             f"configuration key 'run.profile' (from {sources.get('run.profile', 'default')}):"
-            f" unknown profile {profile!r}",
+            f" unknown profile {asked!r}",
             f"choose one of {', '.join(PROFILE_NAMES)}",
         )
     layered: dict[str, dict[str, Any]] = {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.server_log import KvSizeLine, parse_build, parse_kv_sizes, parse_slot_layout
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.rundir import write_json_atomic
+from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
 
 
 @dataclass(frozen=True)
@@ -98,33 +98,29 @@ def kv_check_with_server(
     return kv_check_from_log(prediction, text, log_path)
 
 
-KV_SCHEMA = "quantload.kv/1"
+def _result(check: KvCheck | str) -> KvResult:
+    if isinstance(check, KvCheck):
+        return KvResult.model_validate(check.as_dict())
+    return KvResult(error=check)
 
 
 def merge_kv_file(
     path: Path, label: str, check: KvCheck | str, llama_cpp: Mapping[str, object] | None = None
 ) -> None:
-    """Add (or replace) one entry of a `kv.json` file, creating it when absent: its one writer.
+    """Add (or replace) one entry of a `kv.json` file (`quantload.rundir.kv_file.KvFile`),
+    creating it when absent or replacing one that is not a kv.json: the file's one writer.
 
-    The file is {"schema", "llama_cpp", "results": {label: check or {"error": why}}}. Each
-    result holds every factor of the prediction (n_layer, n_head_kv, head dims, slots,
-    ctx_per_slot, unified, cache types, n_stream, cells_per_stream, k_bytes, v_bytes,
-    predicted_bytes, predicted_mib, formula), the reported size (`reported_mib`,
-    `reported_lines`, `reported_n_ctx_slot`), `diff_pct` ((predicted - reported) / reported x
-    100, both at the 0.01 MiB llama.cpp prints), `server_log` and `server_build` (the build the
-    log names). `llama_cpp` is the toolchain's version record when quantload started the
-    server; a later entry without one keeps the record already there.
+    Each entry is a check (every factor of the prediction, the reported size, `diff_pct`, the
+    server's log and build) or {"error": why} for a quantization that could not be checked.
+    `llama_cpp` is the toolchain's version record when quantload started the server; a later
+    entry without one keeps the record already there.
     """
-    results: dict[str, Any] = {}
-    kept_llama_cpp: Any = None
+    current = KvFile()
     if path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            current = load_kv_file(path)
         except ValueError:
-            data = {}
-        if isinstance(data, dict) and data.get("schema") == KV_SCHEMA:
-            results = dict(data.get("results") or {})
-            kept_llama_cpp = data.get("llama_cpp")
-    results[label] = check.as_dict() if isinstance(check, KvCheck) else {"error": check}
-    record = dict(llama_cpp) if llama_cpp is not None else kept_llama_cpp
-    write_json_atomic(path, {"schema": KV_SCHEMA, "llama_cpp": record, "results": results})
+            current = KvFile()
+    record = dict(llama_cpp) if llama_cpp is not None else current.llama_cpp
+    merged = KvFile(llama_cpp=record, results={**current.results, label: _result(check)})
+    write_json_atomic(path, merged.to_json())

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 
 from quantload.cli.main import main
-from quantload.config import describe, load_config
+from quantload.config import RunSettings, describe, load_config
 from quantload.errors import ConfigError
 
 
-def test_defaults_are_the_seed_protocol(tmp_path: Path) -> None:
+def test_defaults_are_the_full_protocol(tmp_path: Path) -> None:
     config = load_config(tmp_path, {})
+    assert config.settings.run.profile == "full"
     assert config.settings.load.users == (1, 2, 4, 8)
     assert config.settings.load.repeats == 3
     assert config.settings.server.slots == 8
@@ -35,6 +36,24 @@ def test_profile_presets_sit_below_user_settings(tmp_path: Path) -> None:
     assert config.settings.load.repeats == 1
     assert config.source_of("load.repeats") == "profile:quick"
     assert config.settings.load.max_tokens == 20
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "flags"),
+    [
+        ("[run]\nprofile = 'seed'\n", {}, {}),
+        ("", {"QUANTLOAD_RUN__PROFILE": "seed"}, {}),  # compose: QL_PROFILE=seed in .env
+        ("", {}, {"run.profile": "seed"}),  # quantload run --profile seed
+    ],
+)
+def test_seed_is_still_accepted_as_the_full_profile(
+    tmp_path: Path, toml: str, env: dict[str, str], flags: dict[str, str]
+) -> None:
+    (tmp_path / "quantload.toml").write_text(toml)
+    config = load_config(tmp_path, env, flags)
+    assert config.settings.run.profile == "full"
+    assert config.settings.load.repeats == 3 and config.settings.load.users == (1, 2, 4, 8)
+    assert RunSettings.model_validate({"profile": "seed"}).profile == "full"  # an older config.json
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, or a local F16 .gguf"
         ),
-        profile: str | None = typer.Option(None, "--profile", help="quick, seed (default) or ci"),
+        profile: str | None = typer.Option(None, "--profile", help="quick, full (default; also: seed) or ci"),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
         dataset: Path | None = typer.Option(
             None, "--dataset", help="WikiText-2 wiki.test.raw (else downloaded when online)."

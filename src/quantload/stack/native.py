@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from quantload.analysis import ReportPaths
-from quantload.config import ResolvedConfig, Settings, describe
+from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
 from quantload.rundir import (
@@ -40,8 +41,9 @@ from quantload.rundir import (
     make_run_id,
     write_json_atomic,
 )
-from quantload.stack.prometheus import PrometheusProcess
-from quantload.stack.run_state import RunState, RunStatus
+from quantload.rundir.config_file import ConfigFile
+from quantload.rundir.run_file import RunStatus
+from quantload.stack.run_state import RunState
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.load import Experiment, ExperimentRun, planned_experiments
 from quantload.steps.prepare import PreparedModels
@@ -148,13 +150,7 @@ class NativeRun:
         self.state = RunState(
             self.run_dir, self.run_id, run.profile, self.settings.model.source, run.servers_at_once
         )
-        write_json_atomic(
-            self.run_dir / CONFIG_JSON,
-            {
-                "settings": self.settings.model_dump(mode="json"),
-                "sources": {key: source for key, _, source in describe(config)},
-            },
-        )
+        write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
         self.ports = RunPorts.pick(self.settings)
         self.dead_quants: set[str] = set()
 

@@ -19,12 +19,12 @@ from quantload.kvcheck import KvCheck
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.load.api import Target as LoadTarget
+from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
 from quantload.quality.results import QualityResult
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
-from quantload.stack.prometheus import PrometheusProcess, prometheus_missing
 from quantload.steps.load import Experiment, ExperimentRun, run_experiment
 from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
 from quantload.steps.quality import measure_file_quality, quality_text

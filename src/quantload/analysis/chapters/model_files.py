@@ -1,66 +1,79 @@
-"""The report's sections, built from an Analysis into the renderer-neutral Document: the overview,
-quality and speed, KV and method here; load and check sections in their own modules."""
+"""What each model file is: its quality (perplexity), its speed against this machine's roofline
+(one figure), and the memory its KV cache takes (predicted against reported by llama-server)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
 from pathlib import Path
+
+import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.capacity import slo_text
-from quantload.analysis.document import (
-    Block,
-    Bullets,
-    Details,
-    Document,
-    Facts,
-    Paragraph,
-    Section,
-    Table,
-)
-from quantload.analysis.section_parts import (
-    gap_blocks,
-    image_block,
-)
-from quantload.analysis.sections_checks import client_section, littles_law_section, server_section
-from quantload.analysis.sections_load import (
-    capacity_section,
-    load_plots,
-    open_loop_section,
-    prompt_cache_section,
-    seed_section,
-    stages_section,
-    ttft_split_section,
-)
-from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown
+from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
+from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.roofline.speed_file import busy_note
 
 
-def overview(analysis: Analysis) -> Section:
-    """Run facts, the verdicts, what is missing."""
-    header = analysis.header
-    blocks: list[Block] = [Facts(tuple(header.facts()))]
-    if header.cache_states:
-        blocks.append(Facts(tuple((f"cache state: {k}", v) for k, v in header.cache_states)))
-    blocks.append(Paragraph(f"Service-level objective (SLO): {slo_text(analysis.slo)}."))
-    blocks.append(Bullets(tuple(v.sentence for v in analysis.capacity), "verdict"))
-    blocks.append(Paragraph(analysis.client_sentence, "warning" if not analysis.lagging.empty else "plain"))
-    gaps = [gap.text() for gap in analysis.gaps]
-    if gaps:
-        blocks.append(
-            Paragraph(f"{len(gaps)} thing(s) were not measured; each section says which:", "warning")
+def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
+    """Perplexity against llama-bench decode tokens/s, marker area by file size."""
+    table = analysis.quant_table
+    if table.empty:
+        return None
+    usable = table.dropna(subset=["perplexity", "decode_tok_s"])
+    if usable.empty:
+        return None
+    figure, axes = new_figure(7.5, 4.6)
+    axis = axes[0][0]
+    palette = colors(analysis.quants)
+    sizes = [
+        float(s) if s is not None and not pd.isna(s) else float("nan") for s in usable["file_size_bytes"]
+    ]
+    largest = max((s for s in sizes if math.isfinite(s)), default=1.0)
+    for row, size in zip(usable.to_dict("records"), sizes, strict=True):
+        area = 80 + 900 * (size / largest) if math.isfinite(size) else 80
+        axis.errorbar(
+            [row["decode_tok_s"]],
+            [row["perplexity"]],
+            yerr=[[row["perplexity_error"] or 0.0]] * 2,
+            fmt="none",
+            ecolor="gray",
+            capsize=3,
         )
-        blocks.append(Bullets(tuple(dict.fromkeys(gaps)), "warning"))
-    notes = list(header.run_notes) + list(analysis.notes)
-    if notes:
-        blocks.append(Details("Notes from the run", (Bullets(tuple(notes), "muted"),)))
-    return Section("overview", "Run and verdict", tuple(blocks))
+        axis.scatter(
+            [row["decode_tok_s"]],
+            [row["perplexity"]],
+            s=area,
+            alpha=0.55,
+            color=palette.get(str(row["quant"])),
+            edgecolors="black",
+            linewidths=0.5,
+        )
+        label = f"{row['quant']}\n{size / 2**20:,.1f} MiB" if math.isfinite(size) else str(row["quant"])
+        axis.annotate(
+            label,
+            (row["decode_tok_s"], row["perplexity"]),
+            textcoords="offset points",
+            xytext=(10, 6),
+            fontsize=8,
+        )
+    axis.set_xlabel("decode tokens/s (llama-bench, one stream)")
+    axis.set_ylabel("perplexity (lower is better; bars: ±1 s.e.)")
+    axis.set_title("Quality against decode speed; marker area ∝ file size")
+    axis.grid(True, alpha=0.3)
+    axis.margins(0.25)
+    return save_figure(figure, path)
 
 
-def quality_speed_section(analysis: Analysis, plots: Mapping[str, Path | None], out_dir: Path) -> Section:
+QUALITY_SPEED_SIZE = Figure(
+    "quality_speed_size", "Quality against decode speed and file size", _quality_speed_size
+)
+
+
+def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
     """Quality details, the quality/speed/size plot and the roofline."""
-    blocks: list[Block] = [*image_block(plots, "quality_speed_size", out_dir)]
+    blocks: list[Block] = [*shown(plots, QUALITY_SPEED_SIZE)]
     quality = analysis.run.quality
     if quality is not None and quality.results:
         rows = tuple(
@@ -166,39 +179,8 @@ def kv_section(analysis: Analysis) -> Section:
     return Section("kv", "KV cache: predicted and reported by llama-server", tuple(blocks))
 
 
-def method_section(analysis: Analysis) -> Section:
-    """How the numbers were made."""
-    items = (
-        f"Percentiles: {PERCENTILE_METHOD_TEXT}.",
-        "Each stage is repeated; a load figure is the median of the complete repeats, with min–max beside"
-        " it. Warm-up requests, failed, aborted and unfinished stages are left out.",
-        "TTFT: from sending the request to the first chunk carrying generated text. TPOT: (e2e − TTFT) /"
-        " (completion tokens − 1). Output tokens/s: completion tokens of a stage over the time from its"
-        " first send to its last response.",
-        f"SLO: {slo_text(analysis.slo)}.",
-        "Prometheus histograms are a cross-check only: they place a quantile within a bucket.",
-        "Numbers are never filled in: a missing measurement shows as – with a note saying why.",
-    )
-    return Section("method", "Method", (Bullets(items, "muted"),))
+def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
+    return quality_speed_section(analysis, plots), kv_section(analysis)
 
 
-def build_document(analysis: Analysis, plots: Mapping[str, Path | None], out_dir: Path) -> Document:
-    """The whole report."""
-    model = analysis.header.model or "model not recorded"
-    sections = (
-        overview(analysis),
-        seed_section(analysis),
-        load_plots(analysis, plots, out_dir),
-        capacity_section(analysis),
-        open_loop_section(analysis),
-        ttft_split_section(analysis),
-        prompt_cache_section(analysis),
-        quality_speed_section(analysis, plots, out_dir),
-        kv_section(analysis),
-        littles_law_section(analysis),
-        client_section(analysis),
-        server_section(analysis, plots, out_dir),
-        stages_section(analysis),
-        method_section(analysis),
-    )
-    return Document(f"quantload report: {model}", f"run {analysis.header.run_id}", tuple(sections))
+CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE,))

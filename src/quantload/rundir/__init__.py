@@ -1,17 +1,19 @@
 """The run directory: one folder per run, self-describing, so a report can be rebuilt from it alone.
 
-Layout (`results/<run-id>/`):
-  config.json          resolved configuration (secrets masked) and its sources
-  run.json             run state: steps, servers, Prometheus (quantload.stack.run_state)
+Every file name of a run directory is defined here. Layout (`results/<run-id>/`), with the model
+each file is read and written through:
+  config.json          resolved configuration (secrets masked) and its sources (rundir.config_file)
+  run.json             run state: steps, servers, Prometheus (rundir.run_file)
   manifest.json        prepared model files (quantload.models.manifest)
   quality.json         perplexity per file (quantload.quality.results)
   speed.json           llama-bench and roofline per file (quantload.roofline.speed_file)
-  kv.json              KV cache predicted vs reported per file (quantload.kvcheck)
+  kv.json              KV cache predicted vs reported per file (rundir.kv_file)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
   logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)
   prometheus/          Prometheus data folder (native mode)
-  report.md, report.html, table.csv, summary.json, plots/*.png
+  report.md, report.html, table.csv, summary.json (quantload.analysis.summary_json), plots/*.png
+                       what `quantload report` writes
 """
 
 from __future__ import annotations
@@ -32,6 +34,26 @@ RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
 LOGS_DIR = "logs"
 PROMETHEUS_DIR = "prometheus"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+TABLE_CSV = "table.csv"
+SUMMARY_JSON = "summary.json"
+PLOTS_DIR = "plots"
+# The files a run writes before its report; a folder holding none of them is not a run directory.
+RUN_FILES: tuple[str, ...] = (
+    RUN_JSON,
+    CONFIG_JSON,
+    MANIFEST_JSON,
+    QUALITY_JSON,
+    SPEED_JSON,
+    KV_JSON,
+    RECORDS_JSONL,
+)
+
+
+def plot_file(key: str) -> str:
+    """Where a report figure is written, relative to the report's folder: 'plots/<key>.png'."""
+    return f"{PLOTS_DIR}/{key}.png"
 
 
 def make_run_id(config_json: dict[str, Any], now: datetime | None = None) -> str:

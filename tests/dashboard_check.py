@@ -1,4 +1,4 @@
-"""Every query a Grafana dashboard runs, with its variables substituted the way Grafana does,
+"""Test helper: every query a Grafana dashboard runs, with its variables substituted the way Grafana does,
 and a check that each one returns data from a Prometheus.
 
 Grafana's Prometheus datasource replaces `$var` / `${var}` by the selected value, regex-escaped;

@@ -1,4 +1,5 @@
-"""Native mode's Prometheus: the `prometheus` binary on loopback, data inside the run directory.
+"""Native mode's Prometheus: the `prometheus` binary on loopback, data inside the run directory (the
+report also starts one on a copy of a run's saved data to read it again).
 
 The configuration is the repository's `prometheus/prometheus.yml` with only the scrape addresses
 changed (and the scrape interval, when configured): the exporter, the load generator's processes

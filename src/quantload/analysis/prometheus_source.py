@@ -15,13 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantload.analysis.gaps import PROMETHEUS_HOW, Gap
-from quantload.analysis.load_run import RunData
+from quantload.analysis.run_data import Gap, RunData
+from quantload.observe.prometheus import PrometheusError, PrometheusProcess
 from quantload.observe.promql import PrometheusClient, PrometheusQueryError
 from quantload.rundir import PROMETHEUS_DIR
-from quantload.stack.prometheus import PrometheusError, PrometheusProcess
 
 RUN_METRICS = '{__name__=~"quantload_.+|llamacpp_.+"}'
+PROMETHEUS_HOW = (
+    "install Prometheus (Debian/Ubuntu: apt-get install prometheus; macOS: brew install prometheus) "
+    "so the next run records server metrics, or pass --prometheus URL of a Prometheus holding this run"
+)
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,10 @@ def _try(url: str, window: TimeWindow, label: str, why_not: list[str]) -> Promet
 
 def _tsdb(run: RunData) -> Path | None:
     """The saved TSDB folder (the one holding `wal/`), if the run kept one."""
-    recorded = run.run.get("prometheus", {}) if isinstance(run.run.get("prometheus"), dict) else {}
+    recorded = run.state.prometheus if run.state is not None else None
     bases = [run.run_dir / PROMETHEUS_DIR]
-    if recorded.get("data_dir"):
-        bases.append(Path(str(recorded["data_dir"])))
+    if recorded is not None and recorded.data_dir:
+        bases.append(Path(recorded.data_dir))
     for base in bases:
         for candidate in (base / "data", base):
             if (candidate / "wal").is_dir():
@@ -123,12 +126,12 @@ def open_prometheus(
     if window is None:
         yield PromConnection(None, "", ["the run has no load stages to look at"])
         return
-    recorded = run.run.get("prometheus") if isinstance(run.run.get("prometheus"), dict) else None
+    recorded = run.state.prometheus if run.state is not None else None
     candidates = [(url, "the Prometheus the report was given")] if url else []
-    if recorded and recorded.get("url") and recorded.get("url") != url:
-        candidates.append((str(recorded["url"]), "the run's Prometheus"))
-    if recorded and recorded.get("available") is False:
-        why_not.append(f"the run had no Prometheus: {recorded.get('why') or 'no reason recorded'}")
+    if recorded is not None and recorded.url and recorded.url != url:
+        candidates.append((recorded.url, "the run's Prometheus"))
+    if recorded is not None and recorded.available is False:
+        why_not.append(f"the run had no Prometheus: {recorded.why or 'no reason recorded'}")
     for address, label in candidates:
         client = _try(address, window, label, why_not)
         if client is not None:

@@ -1,34 +1,16 @@
-"""Report sections that check the measurement itself: Little's law, the load generator's health,
-the servers' view from Prometheus and its histogram cross-check."""
+"""Checks of the measurement itself: Little's law (throughput x latency against requests in flight)
+and the load generator's own health."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.document import (
-    Block,
-    Details,
-    Paragraph,
-    Section,
-    Table,
-)
-from quantload.analysis.hist_check import MIN_SCRAPES, QUANTILES
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks_about, value
+from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.littles_law import TOLERANCE
-from quantload.analysis.section_parts import (
-    gap_blocks,
-    gap_blocks_about,
-    image_block,
-    value,
-)
-
-
-def _level(row: Mapping[str, Any]) -> str:
-    users, rate = value(row["users"]), value(row["rate_rps"])
-    return fmt.number(users, 0) if users is not None else f"{fmt.number(rate, 2)} req/s"
 
 
 def littles_law_section(analysis: Analysis) -> Section:
@@ -134,78 +116,8 @@ def client_section(analysis: Analysis) -> Section:
     return Section("client", "Load generator health", tuple(blocks))
 
 
-def server_section(analysis: Analysis, plots: Mapping[str, Path | None], out_dir: Path) -> Section:
-    """Prometheus time series and the histogram cross-check."""
-    blocks: list[Block] = []
-    if analysis.prometheus_origin:
-        blocks.append(Paragraph(f"Read from {analysis.prometheus_origin}.", "muted"))
-    blocks += image_block(plots, "server_timeseries", out_dir)
-    hist = analysis.histogram_check
-    if not hist.empty:
-        same = [v for q in QUANTILES for v in hist[f"p{round(q * 100)}_same_bucket"] if v is not None]
-        partial = int((~hist["comparable"]).sum())
-        text = (
-            "Prometheus histogram_quantile over each stage's TTFT bucket counts, beside the exact"
-            " percentile. A histogram places a quantile only within its bucket, shown as the resolution."
-        )
-        if same:
-            text += (
-                " Where a stage lasted a few scrape intervals and the scrapes caught exactly its requests,"
-                " the order statistic Prometheus' rule picks lies in the estimate's bucket in"
-                f" {sum(bool(v) for v in same)} of {len(same)} cases."
-            )
-        if partial:
-            text += (
-                f" {partial} of {len(hist)} stage(s) are shown but not judged: shorter than"
-                f" {MIN_SCRAPES} scrape intervals, or the scrapes caught a different number of requests"
-                " than the records hold."
-            )
-        blocks.append(Paragraph(text))
-        rows = []
-        for r in hist.to_dict("records"):
-            cells = [
-                str(r["quant"]),
-                str(r["users"]),
-                str(r["repeat"]),
-                f"{r['records_ok']} / {r['prom_requests']:.0f}",
-            ]
-            for q in QUANTILES:
-                name = f"p{round(q * 100)}"
-                low, high = value(r[f"{name}_bucket_low_s"]), value(r[f"{name}_bucket_high_s"])
-                bucket = f"({fmt.duration(low)}, {fmt.duration(high)}]" if high is not None else fmt.DASH
-                same_bucket = r[f"{name}_same_bucket"]
-                cells += [
-                    fmt.duration(value(r[f"{name}_exact_s"])),
-                    fmt.duration(value(r[f"{name}_prom_s"])),
-                    bucket,
-                    fmt.DASH if same_bucket is None else ("yes" if same_bucket else "no"),
-                ]
-            rows.append(tuple(cells))
-        columns = (
-            "quant",
-            "users",
-            "repeat",
-            "requests records / Prometheus",
-            "p50 exact",
-            "p50 Prometheus",
-            "p50 bucket",
-            "same",
-            "p99 exact",
-            "p99 Prometheus",
-            "p99 bucket",
-            "same",
-        )
-        blocks.append(
-            Details(
-                "TTFT percentiles per stage: exact and from the histogram",
-                (
-                    Table(
-                        columns,
-                        tuple(rows),
-                        (False, True, True, True, True, True, False, False, True, True, False, False),
-                    ),
-                ),
-            )
-        )
-    blocks += gap_blocks(analysis, "prometheus")
-    return Section("server", "Server side (Prometheus)", tuple(blocks))
+def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
+    return littles_law_section(analysis), client_section(analysis)
+
+
+CHAPTER = Chapter(_sections)

@@ -1,14 +1,24 @@
-"""One row per load stage, computed exactly from its measured (non-warm-up) records."""
+"""From the records and stage events: one row per load stage, computed exactly from its measured
+(non-warm-up) records; the figures per level (users, rate or cache state) as the median of the
+repeats with their range; and the stages where the load generator itself lagged.
+
+Only complete stages count towards a level (status "ok", or "unrecorded" when stages.jsonl is
+absent); failed, aborted and unfinished ones are named in the level's `excluded`, so the reader
+sees what a figure leaves out.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
-from quantload.analysis.load_run import RunData
-from quantload.analysis.stats import finite, mean, percentile
+from quantload.analysis import fmt
+from quantload.analysis.run_data import RunData
+from quantload.analysis.stats import mean, spread
 from quantload.config import ReportSettings
+from quantload.stats import finite, percentile
 
 UNFINISHED = "unfinished"  # records but no stage_end line: the run stopped inside the stage
 UNRECORDED = "unrecorded"  # stages.jsonl absent: completeness unknown, the records are used as they are
@@ -138,3 +148,108 @@ def stage_table(run: RunData, slo: ReportSettings) -> pd.DataFrame:
         return table
     order = table["started_unix_s"].fillna(table["first_sent_unix_s"]).fillna(table["ended_unix_s"])
     return table.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order")
+
+
+# ----------------------------------------------------------------------------- levels
+
+LEVEL_METRICS: tuple[str, ...] = (
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "ttft_from_intended_p50_s",
+    "ttft_from_intended_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "e2e_p50_s",
+    "e2e_mean_s",
+    "output_tok_s",
+    "requests_per_s",
+    "goodput_rps",
+    "failed_frac",
+    "good_frac",
+    "cache_n_mean",
+    "lag_p99_s",
+)
+
+
+def _excluded(group: pd.DataFrame) -> list[str]:
+    bad = group[~group["status"].isin(USABLE)]
+    return [
+        f"repeat {row.repeat}: {row.status} ({row.reason or 'no reason given'})" for row in bad.itertuples()
+    ]
+
+
+def level_table(stages: pd.DataFrame, experiment: str, key: str, quant_order: Sequence[str]) -> pd.DataFrame:
+    """One row per (quant, `key`) of `experiment`: each metric's median, _min and _max over repeats."""
+    if stages.empty:
+        return pd.DataFrame()
+    chosen = stages[stages["experiment"] == experiment]
+    rows: list[dict[str, Any]] = []
+    for (quant, level), group in chosen.groupby(["quant", key], sort=False, dropna=True):
+        used = group[group["status"].isin(USABLE)]
+        row: dict[str, Any] = {
+            "quant": quant,
+            key: level,
+            "repeats_used": len(used),
+            "repeats_seen": len(group),
+            "requests": int(used["requests"].sum()),
+            "excluded": _excluded(group),
+        }
+        for metric in LEVEL_METRICS:
+            found = spread(used[metric]) if metric in used else None
+            row[metric] = found.median if found else None
+            row[f"{metric}_min"] = found.low if found else None
+            row[f"{metric}_max"] = found.high if found else None
+        rows.append(row)
+    return sort_by_quant(pd.DataFrame(rows), quant_order, key)
+
+
+def sort_by_quant(table: pd.DataFrame, quant_order: Sequence[str], key: str) -> pd.DataFrame:
+    """Rows in the run's quantization order, then by `key`."""
+    if table.empty:
+        return table
+    rank = {quant: index for index, quant in enumerate(quant_order)}
+    table = table.assign(_rank=table["quant"].map(lambda q: rank.get(q, len(rank))))
+    return table.sort_values(["_rank", key], kind="stable").drop(columns="_rank").reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- the load generator's health
+
+
+def lagging_stages(stages: pd.DataFrame, threshold_s: float) -> pd.DataFrame:
+    """Stages whose send-lag p99 is above `threshold_s` or whose stage_end says the client saturated."""
+    if stages.empty:
+        return stages
+    lag = stages["lag_p99_s"].astype(float).fillna(0.0)
+    saturated = stages["client_saturated"].eq(True)
+    flagged = stages[(lag > threshold_s) | saturated].copy()
+    flagged["why"] = [
+        "; ".join(
+            part
+            for part in (
+                f"send lag p99 {fmt.duration(row.lag_p99_s)} > {fmt.duration(threshold_s)}"
+                if (row.lag_p99_s or 0.0) > threshold_s
+                else "",
+                "stage_end says the client saturated (CPU or event-loop lag)" if row.client_saturated else "",
+            )
+            if part
+        )
+        for row in flagged.itertuples()
+    ]
+    return flagged
+
+
+def client_verdict(stages: pd.DataFrame, flagged: pd.DataFrame, threshold_s: float) -> str:
+    """One sentence on the load generator's health."""
+    if stages.empty:
+        return "not measured: no load stages"
+    worst = stages["lag_p99_s"].astype(float).max()
+    if flagged.empty:
+        return (
+            f"The load generator kept up in every stage: send lag p99 at most {fmt.duration(worst)}"
+            f" (threshold {fmt.duration(threshold_s)}), no stage reported saturation."
+        )
+    return (
+        f"The load generator lagged in {len(flagged)} of {len(stages)} stage(s): their latencies include"
+        " client delay and understate what the server could do; rerun with more Locust workers"
+        " (load.workers) or on a machine with spare cores."
+    )
