@@ -15,8 +15,8 @@ import pytest
 
 from fake_llama_server import FakeLlamaServer
 from quantload.exporter import ExporterTarget, start_exporter
+from quantload.observe.prometheus import PrometheusProcess
 from quantload.observe.promql import PrometheusClient
-from quantload.stack.prometheus import PrometheusProcess
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -13,10 +13,9 @@ from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels, source_notes
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
-from quantload.paths import cache_root
-from quantload.quality.dataset import resolve_dataset
-from quantload.quality.measure import measure_quality
-from quantload.quality.results import QualityFile, save_quality_result
+from quantload.paths import cache_root, check_out_file
+from quantload.quality.results import QualityFile, load_quality_file
+from quantload.steps.quality import measure_file_quality, quality_text
 
 
 def quality_table(results: QualityFile) -> Table:
@@ -65,29 +64,22 @@ def register(app: typer.Typer) -> None:
                 "quality.threads": threads,
             }
         ).settings
+        if out is not None and check_out_file(out).exists():
+            load_quality_file(out)  # a file that is not a quality.json is refused before measuring
         for model in models:
             check_is_gguf(model)
         labels = result_labels(models, [read_gguf(model).file_type for model in models])
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
-        text = resolve_dataset(settings.quality.dataset, cache, cli.environ)
+        text = quality_text(settings.quality, cache, cli.environ)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         results = QualityFile()
         for model, label in zip(models, labels, strict=True):
             with progress_bar(cli.err_console, f"perplexity {model.name}") as progress:
-                result = measure_quality(
-                    toolchain,
-                    model,
-                    text,
-                    settings.quality.ctx,
-                    settings.quality.chunks,
-                    progress,
-                    threads=settings.quality.threads,
-                    timeout_s=settings.quality.timeout_s,
+                result = measure_file_quality(
+                    toolchain, model, text, settings.quality, label, progress, out
                 )
             results = results.with_result(label, result)
-            if out is not None:
-                save_quality_result(out, label, result)
         if as_json:
             typer.echo(json.dumps(results.to_json(), indent=2))
             return

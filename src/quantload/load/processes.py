@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from quantload.config import LoadSettings
 from quantload.llamacpp.server import free_port
 
 Role = Literal["local", "master", "worker"]
@@ -70,6 +71,13 @@ def choose_workers(requested: WorkersSetting, max_users: int, cores: int) -> Wor
             f" or at most {room}; `quantload calibrate` measures what this machine can do)",
         )
     return WorkerChoice(requested, f"{requested} workers, as asked" if requested else "one process, as asked")
+
+
+def most_workers(settings: LoadSettings, cores: int | None = None) -> int:
+    """The most workers any experiment of `settings` runs on this machine (whose /metrics ports
+    a Prometheus configuration must list before the load starts)."""
+    largest = max(max(settings.users, default=1), settings.open_loop_users, settings.prefix_users)
+    return choose_workers(settings.workers, largest, usable_cores() if cores is None else cores).workers
 
 
 @dataclass(frozen=True)
