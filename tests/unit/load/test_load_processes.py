@@ -13,6 +13,7 @@ from quantload.load.processes import (
     STREAMS_PER_PROCESS,
     LocustProcesses,
     choose_workers,
+    most_workers,
     usable_cores,
 )
 
@@ -78,3 +79,11 @@ def test_one_process_or_a_master_and_workers(tmp_path: Path) -> None:
         assert "--plan" not in worker.argv  # tickets carry everything a worker needs
     unserved = LocustProcesses(1, "127.0.0.1", 0).processes(plan, tmp_path, "inv")
     assert unserved[1].argv[unserved[1].argv.index("--metrics-port") + 1] == "0"
+
+
+def test_most_workers_covers_every_experiment_of_the_settings() -> None:
+    small = LoadSettings(users=(1, 2, 4, 8))
+    assert most_workers(small, cores=16) == 0
+    crowded = LoadSettings(users=(8,), open_loop_users=600)
+    assert most_workers(crowded, cores=16) == 3  # the open-loop user pool decides
+    assert most_workers(LoadSettings(workers=2), cores=2) == 2  # as asked
