@@ -115,9 +115,10 @@ class Calibration(BaseModel):
                 f"this machine's client measured no stream count within {limit_ms:g} ms"
                 " (TTFT and ITL error p99): treat its load figures as upper bounds"
             )
+        streams = "1 stream" if self.trusted_streams == 1 else f"{self.trusted_streams} concurrent streams"
         return (
-            f"this machine's client measures up to {self.trusted_streams} concurrent streams"
-            f" within {limit_ms:g} ms (TTFT and ITL error p99)"
+            f"this machine's client measures up to {streams} within {limit_ms:g} ms"
+            " (TTFT and ITL error p99)"
         )
 
 
