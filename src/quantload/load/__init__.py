@@ -14,6 +14,9 @@ The experiments and how they run
 
 What a request is and how it is measured
   prompts         the 100 built-in prompts, ShareGPT and JSONL loaders
+  lengths         request length distributions (prompt and output tokens per request)
+  trace           timestamped request traces (arrival, prompt and answer lengths)
+  limit_search    the most users (or highest rate) within the SLO, as a pure state machine
   shared_prefix   the prompt-cache experiment's system prompt (sized with /tokenize), slot reset
   tickets         tickets (one request to send), the ticket book, stage trackers
   client          the streaming HTTP/1.1 client on plain sockets (TTFT excludes connecting)
