@@ -122,6 +122,12 @@ class LoadSettings(_Section):
     )
     open_loop_users: int = Field(default=64, ge=1, description="user pool serving the arrivals")
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    first_byte_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="wait at most this for a response's first byte (llama-server sends it with the"
+        " first token: queueing + prefill); a silent server costs this, not request_timeout_s",
+    )
     first_round_jitter_s: float = Field(
         default=0.1, ge=0, description="each user's first request of a stage waits up to this"
     )

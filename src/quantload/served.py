@@ -13,11 +13,11 @@ The naming rules live here and nowhere else: a quantization's server is called
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from quantload.errors import ConfigError
+from quantload.urls import EXAMPLE, BadUrl, http_address
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 SERVER_PREFIX = "llama-"
@@ -66,13 +66,11 @@ class ServedTarget(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(
-                f"{url!r} is not an http(s) URL",
-                "give the server's base URL, e.g. http://127.0.0.1:8080",
-            )
-        return url.rstrip("/")
+        try:
+            http_address(url)
+        except BadUrl as error:
+            raise ConfigError(str(error), f"give the server's base URL, e.g. {EXAMPLE}") from None
+        return url.strip().rstrip("/")
 
     @classmethod
     def for_quant(cls, quant: str, model: str, url: str, api_key: str | None = None) -> ServedTarget:

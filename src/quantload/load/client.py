@@ -16,7 +16,16 @@ response, while other servers keep it open. `ConnectionPool` keeps idle connecti
 server allowed to live, checks a connection is still open before reusing it, and if a reused
 connection turns out to be dead before any response byte it retries once on a fresh connection
 and stops reusing connections to that server. TTFT never includes connecting: the clock starts
-when the request bytes are handed to the socket; the connect time is reported apart.
+when the request bytes are handed to the socket; the connect time is reported apart. Over TLS the
+same holds (the liveness check reads the TLS layer, which cannot be peeked).
+
+Time limits: connecting (`connect_timeout_s`), the first response byte (`first_byte_timeout_s`:
+llama-server sends its head with the first token, so this bounds queueing and prefill; a silent
+server costs this long, not the whole deadline) and the whole request (`timeout_s`).
+
+The answer must be what was asked for: an uncompressed (`Accept-Encoding: identity`) event
+stream. A 200 with a JSON body (the server ignored `"stream": true`), another Content-Type or
+another status is `not_streamed`; a compressed one is a `protocol_error`.
 """
 
 from __future__ import annotations
@@ -29,13 +38,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlsplit
 
 from quantload.load.arrival import enable_kernel_stamps, read_stamped
-from quantload.load.http1 import ProtocolError
-from quantload.load.openai_chunks import classify_stream
+from quantload.load.http1 import ProtocolError, ResponseHead
+from quantload.load.openai_chunks import classify_payload, classify_stream
 from quantload.load.sse import EventStreamParser
 from quantload.load.stream_result import StreamResult
+from quantload.urls import BadUrl, http_address
 
 RECV_BYTES = 64 * 1024
 MAX_IDLE_PER_POOL = 1024
@@ -61,14 +70,14 @@ class Endpoint:
         cls, base_url: str, path: str = "/v1/chat/completions", api_key: str | None = None
     ) -> Endpoint:
         """`http://127.0.0.1:8080` (a trailing `/v1` is tolerated) plus the route path."""
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise EndpointError(f"not an http(s) URL: {base_url!r}")
-        prefix = parts.path.rstrip("/")
+        try:
+            address = http_address(base_url)
+        except BadUrl as error:
+            raise EndpointError(str(error)) from None
+        prefix = address.prefix
         if prefix.endswith("/v1") and path.startswith("/v1/"):
             prefix = prefix[: -len("/v1")]
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(parts.scheme, parts.hostname, port, prefix + path, api_key)
+        return cls(address.scheme, address.host, address.port, prefix + path, api_key)
 
     @property
     def host_header(self) -> str:
@@ -83,6 +92,7 @@ class Endpoint:
             f"Host: {self.host_header}",
             "User-Agent: quantload",
             "Accept: text/event-stream",
+            "Accept-Encoding: identity",
             "Content-Type: application/json",
             f"Content-Length: {len(body)}",
         ]
@@ -101,15 +111,18 @@ class ConnectionPool:
         endpoint: Endpoint,
         connect_timeout_s: float = 10.0,
         reuse: ReusePolicy = "auto",
+        first_byte_timeout_s: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.connect_timeout_s = connect_timeout_s
+        self.first_byte_timeout_s = first_byte_timeout_s
         self.reuse = reuse
         self.server_closes_streams = False  # learned in "auto" mode
         self.kernel_stamps = False  # reads stamped with the kernel's receive time (see arrival)
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = ssl_context  # None: the system's trust store (SSL_CERT_FILE, SSL_CERT_DIR)
 
     @property
     def reuse_enabled(self) -> bool:
@@ -174,16 +187,24 @@ def _close(sock: socket.socket) -> None:
 
 
 def _still_open(sock: socket.socket) -> bool:
-    """True when the peer has not closed the connection and sent nothing unexpected."""
+    """True when the peer has not closed the connection and sent nothing unexpected.
+
+    A plain socket is peeked. A TLS socket cannot be (its `recv` takes no flags), so it is read
+    without blocking: nothing to read means open (a TLS record that carries no data, such as a
+    session ticket, is consumed on the way); data or the end of the stream mean not reusable.
+    """
+    tls = isinstance(sock, ssl.SSLSocket)
     try:
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return False
         sock.settimeout(0.0)
         try:
-            data = sock.recv(1, socket.MSG_PEEK)
+            data = sock.recv(1) if tls else sock.recv(1, socket.MSG_PEEK)
         finally:
             sock.settimeout(None)
     except (BlockingIOError, ssl.SSLWantReadError):
         return True
-    except OSError:
+    except (OSError, ValueError):
         return False
     del data  # b"" means closed; stray bytes mean a confused connection: neither is reusable
     return False
@@ -198,9 +219,10 @@ def stream_request(
 ) -> StreamResult:
     """Send one request and read its whole stream; never raises for network or server faults.
 
-    `timeout_s` bounds the whole request (connect included). Errors come back as
-    `error_class`: connect_refused, connect_error, http_4xx, http_5xx, timeout, stream_cut,
-    malformed_chunk, server_error_event, protocol_error.
+    `timeout_s` bounds the whole request (connect included); the pool's `first_byte_timeout_s`
+    the wait for the first response byte. Errors come back as `error_class`: connect_refused,
+    connect_error, http_4xx, http_5xx, not_streamed, timeout, stream_cut, malformed_chunk,
+    server_error_event, protocol_error.
 
     With `socket_deadline=False` the reads block without a socket timeout and the caller must
     enforce the deadline itself (under gevent: one `gevent.Timeout` around the call, instead of a
@@ -272,17 +294,29 @@ def _exchange(
     events = result.events
     kernel_stamps = pool.kernel_stamps
     keep = False
+    first_byte_s = pool.first_byte_timeout_s
+    # until the first response byte the socket has a timeout even when the caller keeps the
+    # deadline (socket_deadline=False); after it, only when the client keeps the deadline itself
+    waiting_first: bool | None = False
     try:
         result.sent_unix_s = time.time()
         sent = result.sent_perf_s = time.perf_counter()
-        sock.settimeout(max(deadline - sent, 0.001) if socket_deadline else None)
+        first_deadline = deadline if first_byte_s is None else min(sent + first_byte_s, deadline)
+        sock.settimeout(max(first_deadline - sent, 0.001))
         sock.sendall(request)
         while not parser.complete:
-            remaining = deadline - time.perf_counter()
+            now_s = time.perf_counter()
+            remaining = deadline - now_s
             if remaining <= 0:
                 return result.fail("timeout", "request deadline passed")
-            if socket_deadline:
+            if result.bytes_received == 0:
+                waiting_first = first_deadline < deadline
+                sock.settimeout(max(first_deadline - now_s, 0.001))
+            elif socket_deadline:
                 sock.settimeout(remaining)
+            elif waiting_first is not None:
+                sock.settimeout(None)
+                waiting_first = None
             count, arrived = read_stamped(sock, view, kernel_stamps)
             now = arrived - sent
             if count == 0:
@@ -304,14 +338,15 @@ def _exchange(
         result.comments = parser.comments
         head = parser.head
         assert head is not None
-        if head.status != 200:
-            body = bytes(parser.error_body).decode("utf-8", "replace").strip()
-            error_class = "http_5xx" if head.status >= 500 else "http_4xx"
-            keep = head.keep_alive
-            return result.fail(error_class, f"HTTP {head.status}: {body[:240]}")
-        keep = head.keep_alive and head.reusable_framing
+        keep = head.keep_alive and head.reusable_framing and not parser.leftover
+        if not parser.streaming:
+            return result.fail(*_not_a_stream(head, bytes(parser.kept_body)))
         return result
     except TimeoutError:
+        if waiting_first and result.bytes_received == 0:
+            return result.fail(
+                "timeout", f"no response within {first_byte_s:g} s (load.first_byte_timeout_s)"
+            )
         return result.fail("timeout", "request deadline passed")
     except ProtocolError as error:
         return result.fail("protocol_error", str(error))
@@ -322,7 +357,32 @@ def _exchange(
             return result.fail("connect_error", str(error) or repr(error))
         return result.fail("stream_cut", str(error) or repr(error))
     finally:
-        if keep and result.error_class in (None, "http_4xx", "http_5xx"):
+        if keep and result.error_class in (None, "http_4xx", "http_5xx", "not_streamed"):
             pool.give(sock)
         else:
             _close(sock)
+
+
+def _not_a_stream(head: ResponseHead, body: bytes) -> tuple[str, str]:
+    """The error class and message of a complete answer that is not an event stream."""
+    text = body.decode("utf-8", "replace").strip()
+    if head.status >= 400:
+        return ("http_5xx" if head.status >= 500 else "http_4xx"), f"HTTP {head.status}: {text[:240]}"
+    if head.status != 200:
+        return "not_streamed", f"HTTP {head.status} {head.reason[:40]} instead of an event stream"
+    if head.content_encoding != "identity":
+        return "protocol_error", (
+            f"the stream came with Content-Encoding {head.content_encoding[:40]!r} although the"
+            " request asked for identity (a proxy in between?)"
+        )
+    media = head.media_type or "no Content-Type"
+    if media == "application/json" or media.endswith("+json"):
+        info = classify_payload(body)
+        if info.kind == "error":
+            return "server_error_event", f"HTTP 200 JSON error: {info.error}"
+        if info.finish_reason is not None:
+            return "not_streamed", (
+                f"one JSON answer (finish_reason {info.finish_reason}) instead of an event stream:"
+                ' the server ignored "stream": true'
+            )
+    return "not_streamed", f"HTTP 200 {media[:60]} instead of text/event-stream: {text[:120]}"

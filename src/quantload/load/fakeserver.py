@@ -38,6 +38,7 @@ import http.client
 import json
 import random
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -195,7 +196,7 @@ class _Handler:
                 keep_open = await self._one(reader, writer)
                 if not keep_open:
                     break
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):  # OSError: TLS too
             pass
         finally:
             with contextlib.suppress(Exception):
@@ -418,10 +419,17 @@ async def _sleep_until(when: float) -> None:
 class FakeServer:
     """The fake server on its own thread and event loop; `with FakeServer(...) as server:`."""
 
-    def __init__(self, script: FakeScript | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        script: FakeScript | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.script = script or FakeScript()
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context  # serve HTTPS with this server-side context
         self.stats = FakeStats()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -431,7 +439,8 @@ class FakeServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def start(self) -> FakeServer:
         """Start serving; returns once the port is bound."""
@@ -453,7 +462,9 @@ class FakeServer:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         handler = _Handler(self.script, self.stats)
-        server = await asyncio.start_server(handler.serve, self.host, self.port, limit=1 << 22)
+        server = await asyncio.start_server(
+            handler.serve, self.host, self.port, limit=1 << 22, ssl=self.ssl_context
+        )
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         async with server:

@@ -5,15 +5,31 @@ Pure and byte-oriented: `ResponseFramer.feed` takes whatever `recv` returned and
 body bytes found so far (one piece per chunk on the usual path), so the caller can stamp them
 with the arrival time of that read. It knows nothing about what the body means; the event-stream
 layer (`quantload.load.sse`) does.
+
+What it accepts, and what it refuses with `ProtocolError` (never any other exception):
+- line ends CRLF or a bare LF (RFC 9112 2.2 lets a recipient take LF alone) in the head, the
+  chunk-size lines, after chunk data and in the trailer; empty lines before the status line;
+- no body for 1xx (skipped: the real head follows), 204 and 304, whatever their headers say;
+- Transfer-Encoding `chunked` only, chunk sizes of 1 to 16 hex digits, Content-Length of digits
+  only; a Transfer-Encoding beside a Content-Length wins (RFC 9112 6.3);
+- bounded memory whatever the peer sends: the head, a chunk-size line, the trailer and the count
+  of interim responses are capped; body bytes are passed on, never buffered beyond one read.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CHUNK_SIZE_LINE_BYTES = 1024
+MAX_TRAILER_BYTES = 16 * 1024
+MAX_INTERIM_RESPONSES = 16
+NO_BODY_STATUSES = (204, 304)
+_HEX_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_STATUS_LINE = re.compile(r"(HTTP/\d\.\d) ([0-9]{3})(?: (.*))?")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 class ProtocolError(Exception):
@@ -31,20 +47,39 @@ class ResponseHead:
 
     @property
     def chunked(self) -> bool:
-        return "chunked" in self.headers.get("transfer-encoding", "").lower()
+        """Chunked transfer coding; ProtocolError for any other (quantload asks for none)."""
+        raw = self.headers.get("transfer-encoding")
+        if raw is None:
+            return False
+        codings = [part.strip().lower() for part in raw.split(",") if part.strip()]
+        if codings != ["chunked"]:
+            raise ProtocolError(f"unsupported Transfer-Encoding {raw[:40]!r}")
+        return True
 
     @property
     def content_length(self) -> int | None:
         raw = self.headers.get("content-length")
         if raw is None:
             return None
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ProtocolError(f"bad Content-Length {raw!r}") from None
-        if value < 0:
-            raise ProtocolError(f"bad Content-Length {raw!r}")
-        return value
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit()) or len(text) > 18:
+            raise ProtocolError(f"bad Content-Length {raw[:40]!r}")
+        return int(text)
+
+    @property
+    def has_body(self) -> bool:
+        return self.status not in NO_BODY_STATUSES
+
+    @property
+    def media_type(self) -> str | None:
+        """The Content-Type without parameters, lower-cased; None when the header is missing."""
+        raw = self.headers.get("content-type")
+        return raw.split(";", 1)[0].strip().lower() if raw is not None else None
+
+    @property
+    def content_encoding(self) -> str:
+        """The Content-Encoding, lower-cased; "identity" when there is none."""
+        return self.headers.get("content-encoding", "").strip().lower() or "identity"
 
     @property
     def keep_alive(self) -> bool:
@@ -59,28 +94,44 @@ class ResponseHead:
     @property
     def reusable_framing(self) -> bool:
         """The body's end is marked by its framing, so the connection survives the response."""
-        return self.chunked or self.content_length is not None
+        return not self.has_body or self.chunked or self.content_length is not None
 
 
 def parse_head(raw: bytes) -> ResponseHead:
-    """Parse the status line and headers (without the final blank line)."""
-    lines = raw.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-        raise ProtocolError(f"bad status line {lines[0][:80]!r}")
-    try:
-        status = int(parts[1])
-    except ValueError:
-        raise ProtocolError(f"bad status line {lines[0][:80]!r}") from None
+    """Parse the status line and headers (without the final blank line); CRLF or LF line ends."""
+    lines = raw.decode("latin-1").split("\n")
+    status_line = lines[0].removesuffix("\r")
+    match = _STATUS_LINE.fullmatch(status_line)
+    if match is None:
+        raise ProtocolError(f"bad status line {status_line[:80]!r}")
+    version, status, reason = match.group(1), int(match.group(2)), match.group(3) or ""
     headers: dict[str, str] = {}
-    for line in lines[1:]:
+    for raw_line in lines[1:]:
+        line = raw_line.removesuffix("\r")
         if not line:
             continue
+        if line[0] in " \t":
+            raise ProtocolError(f"folded header line {line[:80]!r}")
         name, sep, value = line.partition(":")
-        if not sep:
+        if not sep or not _TOKEN.fullmatch(name):
             raise ProtocolError(f"bad header line {line[:80]!r}")
-        headers[name.strip().lower()] = value.strip()
-    return ResponseHead(status, parts[2] if len(parts) > 2 else "", parts[0], headers)
+        headers[name.lower()] = value.strip(" \t")
+    head = ResponseHead(status, reason, version, headers)
+    if head.has_body:
+        head.content_length  # noqa: B018  (refuse a bad length here, not mid-body)
+        head.chunked  # noqa: B018
+    return head
+
+
+def _blank_line(buf: bytearray) -> tuple[int, int]:
+    """Where the head's closing blank line starts and ends, or (-1, -1) while it has not come."""
+    lf = buf.find(b"\n\n")
+    crlf = buf.find(b"\n\r\n")
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, crlf + 3
+    if lf >= 0:
+        return lf, lf + 2
+    return -1, -1
 
 
 FramingState = Literal["head", "chunk_size", "chunk_data", "chunk_crlf", "trailer", "length", "eof"]
@@ -90,20 +141,27 @@ class ResponseFramer:
     """Feed raw bytes; get back the body bytes they complete, in order.
 
     `head` is set once the head has arrived (interim 1xx responses are skipped). `complete` turns
-    true when the message ends by its framing (final chunk, Content-Length reached); for a body
-    delimited by connection close the caller calls `feed_eof()`.
+    true when the message ends by its framing (final chunk, Content-Length reached, a status
+    without a body); for a body delimited by connection close the caller calls `feed_eof()`.
+    `leftover` turns true when bytes came after the end of the message (the connection is then
+    not fit for another request).
     """
 
     def __init__(self) -> None:
         self.head: ResponseHead | None = None
         self.complete = False
+        self.leftover = False
         self._buf = bytearray()
         self._state: FramingState = "head"
         self._remaining = 0
+        self._interim = 0
+        self._trailer_bytes = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Consume bytes; return the body pieces they complete."""
         if self.complete:
+            if data:
+                self.leftover = True
             return []
         pieces: list[bytes] = []
         if self._state == "chunk_size":
@@ -114,6 +172,9 @@ class ResponseFramer:
             self._buf += data
         while self._step(pieces):
             pass
+        if self.complete and self._buf:
+            self.leftover = True
+            self._buf.clear()
         return pieces
 
     def feed_eof(self) -> bool:
@@ -127,25 +188,22 @@ class ResponseFramer:
         """Fast path: cut every complete chunk out of `raw`; return how many bytes it used.
 
         A streaming server usually sends one event per chunk and the client usually reads whole
-        chunks, so this handles nearly all the traffic with one slice per chunk. Partial chunks,
-        the last chunk and trailers are left to the general state machine.
+        chunks, so this handles nearly all the traffic with one slice per chunk. Anything else
+        (partial chunks, extensions, bare LF, the last chunk and trailers, errors) is left to
+        the general state machine, which decides exactly as if this path did not exist.
         """
         length = len(raw)
         pos = 0
+        fullmatch = _HEX_SIZE.fullmatch
         while True:
             end = raw.find(b"\r\n", pos)
-            if end < 0:
+            if end < 0 or fullmatch(raw, pos, end) is None:
                 break
-            try:
-                size = int(raw[pos:end].split(b";", 1)[0], 16)
-            except ValueError:
-                break  # the state machine raises the ProtocolError
+            size = int(raw[pos:end], 16)
             start = end + 2
             stop = start + size
-            if size == 0 or stop + 2 > length:
+            if size == 0 or stop + 2 > length or raw[stop : stop + 2] != b"\r\n":
                 break
-            if raw[stop : stop + 2] != b"\r\n":
-                raise ProtocolError("chunk not followed by CRLF")
             pieces.append(raw[start:stop])
             pos = stop + 2
         return pos
@@ -175,24 +233,9 @@ class ResponseFramer:
                 self._state = "chunk_crlf"
             return True
         if state == "chunk_crlf":
-            buf = self._buf
-            if len(buf) < 2:
-                return False
-            if buf[:2] != b"\r\n":
-                raise ProtocolError("chunk not followed by CRLF")
-            del buf[:2]
-            self._state = "chunk_size"
-            return True
+            return self._step_chunk_crlf()
         if state == "trailer":
-            buf = self._buf
-            end = buf.find(b"\r\n")
-            if end < 0:
-                return False
-            del buf[: end + 2]
-            if end == 0:  # the blank line closing the (usually empty) trailer
-                self.complete = True
-                return False
-            return True
+            return self._step_trailer()
         if state == "length":
             if not self._take_counted(pieces):
                 return False
@@ -208,20 +251,30 @@ class ResponseFramer:
 
     def _step_head(self) -> bool:
         buf = self._buf
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
+        blank = len(buf) - len(buf.lstrip(b"\r\n"))
+        if blank:  # empty lines before a status line are ignored (RFC 9112 2.2)
+            del buf[:blank]
+        start, end = _blank_line(buf)
+        if start < 0 or start > MAX_HEAD_BYTES:
             if len(buf) > MAX_HEAD_BYTES:
                 raise ProtocolError("response head too large")
             return False
-        head = parse_head(bytes(buf[:end]))
-        del buf[: end + 4]
+        head = parse_head(bytes(buf[:start]))
+        del buf[:end]
         if 100 <= head.status < 200:
+            self._interim += 1
+            if self._interim > MAX_INTERIM_RESPONSES:
+                raise ProtocolError("too many interim (1xx) responses")
             return True  # an interim response (100 Continue): the real head follows
         self.head = head
-        length = head.content_length
+        if not head.has_body:
+            self.complete = True
+            return False
         if head.chunked:
             self._state = "chunk_size"
-        elif length is not None:
+            return True
+        length = head.content_length
+        if length is not None:
             self._state = "length"
             self._remaining = length
             if length == 0:
@@ -233,20 +286,52 @@ class ResponseFramer:
 
     def _step_chunk_size(self) -> bool:
         buf = self._buf
-        end = buf.find(b"\r\n")
+        end = buf.find(b"\n")
         if end < 0:
             if len(buf) > MAX_CHUNK_SIZE_LINE_BYTES:
                 raise ProtocolError("chunk size line too long")
             return False
-        size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from None
-        del buf[: end + 2]
+        if end > MAX_CHUNK_SIZE_LINE_BYTES:
+            raise ProtocolError("chunk size line too long")
+        line = bytes(buf[:end]).removesuffix(b"\r")
+        size_text = line.split(b";", 1)[0].strip(b" \t")
+        if _HEX_SIZE.fullmatch(size_text) is None:
+            raise ProtocolError(f"bad chunk size {size_text[:20]!r}")
+        size = int(size_text, 16)
+        del buf[: end + 1]
         if size == 0:
             self._state = "trailer"
         else:
             self._state = "chunk_data"
             self._remaining = size
+        return True
+
+    def _step_chunk_crlf(self) -> bool:
+        buf = self._buf
+        if buf[:1] == b"\n":
+            del buf[:1]
+        elif buf[:2] == b"\r\n":
+            del buf[:2]
+        elif buf == b"\r" or not buf:
+            return False
+        else:
+            raise ProtocolError("chunk not followed by CRLF")
+        self._state = "chunk_size"
+        return True
+
+    def _step_trailer(self) -> bool:
+        buf = self._buf
+        end = buf.find(b"\n")
+        if end < 0:
+            if self._trailer_bytes + len(buf) > MAX_TRAILER_BYTES:
+                raise ProtocolError("trailer too large")
+            return False
+        self._trailer_bytes += end + 1
+        if self._trailer_bytes > MAX_TRAILER_BYTES:
+            raise ProtocolError("trailer too large")
+        line = buf[:end]
+        del buf[: end + 1]
+        if not line or line == b"\r":  # the blank line closing the (usually empty) trailer
+            self.complete = True
+            return False
         return True

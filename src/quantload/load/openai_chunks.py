@@ -64,9 +64,18 @@ def _choice_text(choice: Any) -> int:
 
 def classify_payload(payload: bytes) -> ChunkInfo:
     """Decide whether a payload carries generated text, ends the stream, or is an error."""
+    try:
+        return _payload_info(payload)
+    except RecursionError:  # JSON nested deeper than the stdlib reads, writes or prints
+        return ChunkInfo("malformed", error="JSON nested too deeply")
+
+
+def _payload_info(payload: bytes) -> ChunkInfo:
     stripped = payload.strip()
     if stripped == b"[DONE]":
         return ChunkInfo("done")
+    if not stripped:  # an event whose data is only blank lines says nothing
+        return ChunkInfo("empty")
     try:
         obj = _parse(stripped)
     except ValueError:

@@ -44,6 +44,7 @@ class RequestParams(_Frozen):
     ignore_eos: bool = False
     request_timeout_s: float = 300.0
     connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float = 60.0
     path: str = "/v1/chat/completions"
     reuse_connections: str = "auto"
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -128,6 +129,7 @@ def request_params(settings: LoadSettings) -> RequestParams:
         ignore_eos=settings.ignore_eos,
         request_timeout_s=settings.request_timeout_s,
         connect_timeout_s=settings.connect_timeout_s,
+        first_byte_timeout_s=settings.first_byte_timeout_s,
         reuse_connections=settings.reuse_connections,
     )
 

@@ -84,6 +84,7 @@ StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
     "http_4xx",  # the server refused the request (400, 401, 404, ...)
     "http_5xx",  # 500, 503 ...
+    "not_streamed",  # an answer that is not an event stream: a JSON reply, a 204, a redirect
     "connect_refused",  # nothing listens
     "connect_error",  # other connection failure, or closed before any response
     "stream_cut",  # the stream ended before [DONE] / finish_reason

@@ -1,18 +1,25 @@
 """Server-Sent Events over an HTTP/1.1 response: the `data` payloads of a streamed answer.
 
 `SseSplitter` turns body bytes into the payloads of complete events (and counts comment lines
-such as llama-server's `: keep-alive`); `EventStreamParser` puts it behind the HTTP framing
-(`quantload.load.http1`) and keeps the body of a non-200 answer, bounded, instead of splitting
+such as llama-server's `: keep-alive`) by the rules of the SSE standard (WHATWG HTML, "event
+stream interpretation"): lines end in CRLF, LF or CR alone; a leading byte-order mark is dropped;
+an event is dispatched at a blank line, and not at all when its data is empty; an event left
+without its blank line when the stream ends is dropped. An event (all its `data` lines together)
+is capped at MAX_EVENT_BYTES. `EventStreamParser` puts it behind the HTTP framing
+(`quantload.load.http1`) and keeps the body of an answer that is not an event stream (an error
+status, a JSON reply, another Content-Type or a compressed body), bounded, instead of splitting
 it. What each payload says is `quantload.load.openai_chunks`'s job. Pure: nothing here blocks or
-reads a clock.
+reads a clock; every fault of the bytes is a `ProtocolError`.
 """
 
 from __future__ import annotations
 
 from quantload.load.http1 import ProtocolError, ResponseFramer, ResponseHead
 
-MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_KEPT_BODY_BYTES = 64 * 1024
 MAX_EVENT_BYTES = 4 * 1024 * 1024
+EVENT_STREAM = "text/event-stream"
+_BOM = b"\xef\xbb\xbf"
 
 
 class SseSplitter:
@@ -21,7 +28,10 @@ class SseSplitter:
     def __init__(self) -> None:
         self._partial = b""
         self._data: list[bytes] = []
+        self._event_bytes = 0
+        self._started = False
         self.comments = 0
+        self.dropped_unfinished = False
 
     @property
     def pending(self) -> bool:
@@ -36,52 +46,99 @@ class SseSplitter:
             and data.startswith(b"data:")
             and data.find(b"\n") == len(data) - 2
             and data.endswith(b"\n\n")
+            and b"\r" not in data
+            and len(data) <= MAX_EVENT_BYTES
         ):  # the usual case: a piece holding exactly one one-line event
-            return [data[6:-2] if data[5] == 0x20 else data[5:-2]]
+            self._started = True
+            payload = data[6:-2] if data[5] == 0x20 else data[5:-2]
+            return [payload] if payload else []
         text = self._partial + data
+        if not self._started and text:
+            if _BOM.startswith(text[:3]) and len(text) < 3:
+                self._partial = text  # too short to tell whether a BOM starts the stream
+                return []
+            self._started = True
+            text = text.removeprefix(_BOM)
+        hold_cr = False
+        if b"\r" in text:
+            # a CR at the very end may be the first half of a CRLF: decide when the next byte comes
+            hold_cr = text.endswith(b"\r")
+            if hold_cr:
+                text = text[:-1]
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = text.split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > MAX_EVENT_BYTES:
-            raise ProtocolError("event line too long")
+        partial = lines.pop()
         events: list[bytes] = []
         for line in lines:
-            self._line(line[:-1] if line.endswith(b"\r") else line, events)
+            self._line(line, events)
+        if len(partial) > MAX_EVENT_BYTES:
+            raise ProtocolError(f"event line longer than {MAX_EVENT_BYTES} bytes")
+        self._partial = partial + b"\r" if hold_cr else partial
         return events
 
     def finish(self) -> list[bytes]:
-        """The stream ended: the payload of an event left without its blank line, if any."""
+        """The stream ended: the payload of an event its last CR completed, if any; an event
+        without its blank line is dropped, as the standard says."""
         events: list[bytes] = []
-        if self._partial:
-            partial, self._partial = self._partial, b""
-            self._line(partial.rstrip(b"\r"), events)
-        self._line(b"", events)
+        partial, self._partial = self._partial, b""
+        if partial.endswith(b"\r"):  # a CR ends its line whatever follows
+            self._line(partial[:-1], events)
+        elif partial:
+            self.dropped_unfinished = True
+        if self._data:
+            self.dropped_unfinished = True
+        self._data = []
+        self._event_bytes = 0
         return events
 
     def _line(self, line: bytes, events: list[bytes]) -> None:
+        if len(line) > MAX_EVENT_BYTES:
+            raise ProtocolError(f"event line longer than {MAX_EVENT_BYTES} bytes")
         if not line:
             if self._data:
-                events.append(b"\n".join(self._data))
+                payload = b"\n".join(self._data)
                 self._data = []
+                self._event_bytes = 0
+                if payload:
+                    events.append(payload)
             return
         if line[0] == 0x3A:  # ':' comment, e.g. llama-server's keep-alive ping
             self.comments += 1
             return
         name, _sep, value = line.partition(b":")
         if name == b"data":
-            self._data.append(value[1:] if value.startswith(b" ") else value)
+            value = value[1:] if value.startswith(b" ") else value
+            self._event_bytes += len(value) + 1
+            if self._event_bytes > MAX_EVENT_BYTES:
+                raise ProtocolError(f"event larger than {MAX_EVENT_BYTES} bytes")
+            self._data.append(value)
         # `event:`, `id:`, `retry:` and unknown fields carry nothing we measure
+
+
+def is_event_stream(head: ResponseHead) -> bool:
+    """A 200 whose body is an uncompressed event stream (a missing Content-Type is taken as one)."""
+    media = head.media_type
+    return (
+        head.status == 200
+        and head.has_body
+        and (media is None or media == EVENT_STREAM)
+        and head.content_encoding == "identity"
+    )
 
 
 class EventStreamParser:
     """Feed raw response bytes; get back SSE `data` payloads as each event completes.
 
-    After the head arrives `head` is set. For a non-200 response the body is kept (bounded) in
-    `error_body` instead of being split into events. `complete` turns true when the message ends
-    by its framing; for a body delimited by connection close the caller calls `feed_eof()`.
+    After the head arrives `head` is set. When the answer is not an event stream (`streaming` is
+    False: an error status, a 200 JSON reply, another Content-Type, a compressed body) its body is
+    kept, bounded, in `kept_body` instead of being split into events. `complete` turns true when
+    the message ends by its framing; for a body delimited by connection close the caller calls
+    `feed_eof()`.
     """
 
     def __init__(self) -> None:
-        self.error_body = bytearray()
+        self.kept_body = bytearray()
+        self.streaming: bool | None = None
         self._framer = ResponseFramer()
         self._events = SseSplitter()
 
@@ -94,6 +151,11 @@ class EventStreamParser:
         return self._framer.complete
 
     @property
+    def leftover(self) -> bool:
+        """Bytes came after the end of the message."""
+        return self._framer.leftover
+
+    @property
     def comments(self) -> int:
         return self._events.comments
 
@@ -102,24 +164,32 @@ class EventStreamParser:
         """True when an event has started but not ended (useful to classify a cut stream)."""
         return self._events.pending
 
+    @property
+    def dropped_unfinished(self) -> bool:
+        """The stream ended inside an event, which was dropped."""
+        return self._events.dropped_unfinished
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Consume bytes; return the payloads of every event completed by them."""
         framer = self._framer
         if framer.complete:
+            framer.feed(data)  # only notes the leftover
             return []
         pieces = framer.feed(data)
         payloads: list[bytes] = []
         head = framer.head
-        if pieces and head is not None:
-            if head.status == 200:
+        if head is not None and self.streaming is None:
+            self.streaming = is_event_stream(head)
+        if pieces:
+            if self.streaming:
                 feed = self._events.feed
                 for piece in pieces:
                     payloads += feed(piece)
             else:
                 for piece in pieces:
-                    room = MAX_ERROR_BODY_BYTES - len(self.error_body)
+                    room = MAX_KEPT_BODY_BYTES - len(self.kept_body)
                     if room > 0:
-                        self.error_body += piece[:room]
+                        self.kept_body += piece[:room]
         if framer.complete:
             payloads += self._events.finish()
         return payloads

@@ -47,6 +47,7 @@ class StageContext:
     path: str
     reuse_connections: str
     first_round_jitter_s: float
+    first_byte_timeout_s: float = 60.0
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -75,6 +76,7 @@ class StageContext:
             path=params.path,
             reuse_connections=params.reuse_connections,
             first_round_jitter_s=stage.first_round_jitter_s,
+            first_byte_timeout_s=params.first_byte_timeout_s,
             extra_body=dict(params.extra_body),
         )
 

@@ -78,13 +78,15 @@ def test_content_length_body_and_crlf_lines() -> None:
     assert [classify_payload(p).kind for p in payloads] == ["content", "done"]
 
 
-def test_body_until_close_completes_on_eof() -> None:
+def test_body_until_close_completes_on_eof_and_drops_an_unfinished_event() -> None:
     raw = b"HTTP/1.0 200 OK\r\n\r\n" + b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]'
     parser, payloads = feed_in_pieces(raw, 10)
     assert not parser.complete
     payloads += parser.feed_eof()
     assert parser.complete
-    assert [classify_payload(p).kind for p in payloads] == ["content", "done"]
+    # the SSE standard: an event the stream ended inside (no blank line after it) is not dispatched
+    assert [classify_payload(p).kind for p in payloads] == ["content"]
+    assert parser.dropped_unfinished
     assert parser.head is not None and not parser.head.keep_alive
 
 
@@ -99,7 +101,7 @@ def test_error_status_keeps_the_body_instead_of_events() -> None:
     raw = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     parser, payloads = feed_in_pieces(raw, 3)
     assert payloads == []
-    assert parser.complete and bytes(parser.error_body) == body
+    assert parser.complete and bytes(parser.kept_body) == body
 
 
 def test_interim_100_continue_is_skipped() -> None:

@@ -83,6 +83,7 @@ class EndlessPrompts:
             path="/v1/chat/completions",
             reuse_connections=settings.reuse_connections,
             first_round_jitter_s=0.0,
+            first_byte_timeout_s=settings.first_byte_timeout_s,
         )
         return Ticket(context, seq, prompt.id, prompt.messages())
 

@@ -57,7 +57,7 @@ class UserState:
     rng: random.Random = field(default_factory=random.Random)
 
 
-_PoolKey = tuple[str, str, float, str]
+_PoolKey = tuple[str, str, float, str, float]
 _Finished = tuple[Ticket, StreamResult, float, str]
 
 
@@ -88,12 +88,23 @@ class LoadRuntime:
         return self.tickets.take()
 
     def _pool(self, stage: StageContext) -> tuple[Endpoint, ConnectionPool]:
-        key = (stage.url, stage.path, stage.connect_timeout_s, stage.reuse_connections)
+        key = (
+            stage.url,
+            stage.path,
+            stage.connect_timeout_s,
+            stage.reuse_connections,
+            stage.first_byte_timeout_s,
+        )
         found = self._pools.get(key)
         if found is None:
             endpoint = Endpoint.from_url(stage.url, stage.path, self.api_key)
             reuse = stage.reuse_connections if stage.reuse_connections in ("always", "never") else "auto"
-            pool = ConnectionPool(endpoint, stage.connect_timeout_s, reuse)  # type: ignore[arg-type]
+            pool = ConnectionPool(
+                endpoint,
+                stage.connect_timeout_s,
+                reuse,  # type: ignore[arg-type]
+                first_byte_timeout_s=stage.first_byte_timeout_s,
+            )
             found = self._pools[key] = (endpoint, pool)
         return found
 
