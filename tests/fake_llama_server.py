@@ -5,7 +5,7 @@ observability fault tests, and by benchmarks/exporter_scrape.py: no llama.cpp ne
 and faults scripted. Test-only: it is not part of the installed package.
 
 Behaviour is scripted through attributes that a test may change while it runs:
-`metrics_text`, `slots`, `props`, `delay_s` (before every answer), `mode` ("ok", "garbage",
+`metrics_text`, `slots` (or `slots_body`: raw bytes), `props`, `delay_s` (before every answer), `mode` ("ok", "garbage",
 "http500", "not_http", "trickle": the body one byte every 50 ms), `api_key` (answers 401
 without `Authorization: Bearer <key>`).
 """
@@ -95,6 +95,7 @@ class FakeLlamaServer:
     def __init__(self) -> None:
         self.metrics_text = metrics_text()
         self.slots: Any = slots_payload()
+        self.slots_body: bytes | None = None
         self.props: Any = {
             "model_path": "/models/tiny-Q8_0.gguf",
             "model_ftype": "Q8_0",
@@ -139,7 +140,8 @@ class FakeLlamaServer:
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4", self.metrics_text.encode()
         if path == "/slots":
-            return 200, "application/json", json.dumps(self.slots).encode()
+            body = self.slots_body if self.slots_body is not None else json.dumps(self.slots).encode()
+            return 200, "application/json", body
         if path == "/props":
             return 200, "application/json", json.dumps(self.props).encode()
         return 404, "application/json", b'{"error":{"code":404}}'

@@ -157,7 +157,7 @@ class ObserveSettings(_Section):
         default=0.5, gt=0, description="keep below Prometheus' scrape timeout (1 s)"
     )
     exporter_targets: tuple[str, ...] = Field(
-        default=(), description="NAME=URL[,quant=Q,model=M,api_key=K,kv_cells=N,log=PATH]"
+        default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH]"
     )
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")

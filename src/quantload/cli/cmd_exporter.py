@@ -13,11 +13,16 @@ import typer
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
 from quantload.exporter import start_exporter
-from quantload.exporter.targets import targets_from_specs
+from quantload.exporter.targets import secret_options, targets_from_specs
 
 TARGET_HELP = (
-    "A llama-server to read: NAME=URL, optionally followed by ,quant=Q ,model=M ,api_key=K "
-    ",kv_cells=N ,log=PATH. Without quant/model they are read from the server's /props. Repeat."
+    "A llama-server to read: NAME=URL, optionally followed by ,quant=Q ,model=M ,api_key_env=VAR "
+    "(the environment variable holding its key) ,kv_cells=N ,log=PATH. Without quant/model they "
+    "are read from the server's /props. Repeat. (,api_key=K still works, but `ps` shows it.)"
+)
+KEY_IN_PS_WARNING = (
+    "warning: exporter target {name}: api_key= on the command line is shown to every user by `ps`;"
+    " use api_key_env=VAR (an environment variable holding the key) or --api-key-env VAR"
 )
 
 
@@ -59,6 +64,12 @@ def register(app: typer.Typer) -> None:
         timeout_s: float | None = typer.Option(
             None, "--timeout", help="Seconds a scrape waits for the servers (default 0.5)."
         ),
+        api_key_env: str | None = typer.Option(
+            None,
+            "--api-key-env",
+            help="Environment variable holding the key of every target without its own"
+            " (default: server.api_key, e.g. QUANTLOAD_SERVER__API_KEY).",
+        ),
     ) -> None:
         """Serve llama-servers' metrics, slot usage and KV occupancy at /metrics.
 
@@ -76,7 +87,18 @@ def register(app: typer.Typer) -> None:
         ).settings
         observe = settings.observe
         api_key = settings.server.api_key.get_secret_value() if settings.server.api_key else None
-        targets = targets_from_specs(observe.exporter_targets, api_key)
+        if api_key_env is not None:
+            api_key = cli.environ.get(api_key_env)
+            if not api_key:
+                raise ConfigError(
+                    f"environment variable {api_key_env} is empty or unset",
+                    f"export {api_key_env}=<the servers' key>",
+                )
+        targets = targets_from_specs(observe.exporter_targets, api_key, cli.environ)
+        for spec in target or []:
+            if secret_options(spec):
+                name = spec.partition("=")[0].strip()
+                cli.err_console.print(KEY_IN_PS_WARNING.format(name=name), highlight=False, soft_wrap=True)
         if not targets:
             raise ConfigError(
                 "the exporter has no targets",

@@ -93,6 +93,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
         request_timeout: Annotated[float | None, typer.Option(help="Per-request deadline, s.")] = None,
+        first_byte_timeout: Annotated[
+            float | None, typer.Option(help="Most seconds to wait for a response's first byte.")
+        ] = None,
         api_key_env: Annotated[
             str | None, typer.Option(help="Environment variable holding the API key.")
         ] = None,
@@ -116,6 +119,7 @@ def register(app: typer.Typer) -> None:
             "load.workers": workers,
             "load.metrics_port": metrics_port,
             "load.request_timeout_s": request_timeout,
+            "load.first_byte_timeout_s": first_byte_timeout,
         }
         config = cli.config(flags)
         settings = config.settings
@@ -157,6 +161,9 @@ def register(app: typer.Typer) -> None:
         else:
             cli.console.print(_table(summaries))
             cli.console.print(f"records: {out / 'records.jsonl'}  run id: {run}")
+        # the table cuts reasons short: each distinct one in full, once
+        for reason in dict.fromkeys(f"{s.status}: {s.reason}" for s in summaries if s.status != "ok"):
+            cli.err_console.print(f"stage {reason}", highlight=False, soft_wrap=True)
         saturated = [s for s in summaries if s.client_saturated]
         if saturated:
             cli.err_console.print(

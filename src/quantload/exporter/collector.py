@@ -97,6 +97,15 @@ class _Families:
         sample = f"{family_name}_total" if spec.kind == "counter" else family_name
         family.add_sample(sample, labels, value)
 
+    def merge(self, other: _Families) -> None:
+        """Add every sample of `other` (one target's) to these families."""
+        for family in other._families.values():
+            mine = self._families.get(family.name)
+            if mine is None:
+                self._families[family.name] = family
+            elif mine.type == family.type:
+                mine.samples.extend(family.samples)
+
     def all(self) -> list[Metric]:
         return list(self._families.values())
 
@@ -146,18 +155,35 @@ class LlamaServerCollector(Collector):
             results = self._fetcher.fetch_all(self._requests())
             out = _Families()
             for state in self._states:
-                reading = self._read(state, results)
-                self._add_health(out, state, reading)
-                for sample in reading.metrics or []:
-                    spec = MetricSpec(sample.name, sample.kind, sample.doc)
-                    out.add(spec, {**state.labels, **sample.labels}, sample.value)
-                kv = self._kv_capacity(state, reading.slots)
-                info = {"url": state.target.url, "kv_cells_source": kv.source if kv else "none"}
-                out.add(names.TARGET_INFO, {**state.labels, **info}, 1.0)
-                if reading.slots is not None:
-                    _add_slots(out, state.labels, reading.slots, kv)
+                target_out = _Families()
+                try:
+                    self._collect_target(target_out, state, results)
+                except Exception as error:  # a bug on one target's data must not fail the scrape
+                    name = state.target.name
+                    self._ratelimited.log(
+                        logging.ERROR,
+                        f"{name}/internal",
+                        f"exporter target {name}: internal error: {type(error).__name__}: {error}",
+                    )
+                    target_out = _Families()
+                    target_out.add(names.TARGET_UP, state.labels, 0.0)
+                out.merge(target_out)
             out.add(names.EXPORTER_SCRAPE_DURATION, {}, time.monotonic() - started)
             return out.all()
+
+    def _collect_target(
+        self, out: _Families, state: _TargetState, results: dict[tuple[str, str], Fetched]
+    ) -> None:
+        reading = self._read(state, results)
+        self._add_health(out, state, reading)
+        for sample in reading.metrics or []:
+            spec = MetricSpec(sample.name, sample.kind, sample.doc)
+            out.add(spec, {**state.labels, **sample.labels}, sample.value)
+        kv = self._kv_capacity(state, reading.slots)
+        info = {"url": state.target.url, "kv_cells_source": kv.source if kv else "none"}
+        out.add(names.TARGET_INFO, {**state.labels, **info}, 1.0)
+        if reading.slots is not None:
+            _add_slots(out, state.labels, reading.slots, kv)
 
     def close(self) -> None:
         """Close the connections to the servers and stop the worker threads."""
@@ -252,8 +278,8 @@ def _parsed(result: Fetched, parse: Callable[[str], _T]) -> tuple[_T | None, Fet
         return None, result
     try:
         return parse(result.body), result
-    except (ServerDataError, ValueError) as exc:
-        detail = exc.problem if isinstance(exc, ServerDataError) else f"not JSON ({exc})"
+    except (ServerDataError, ValueError, RecursionError) as exc:  # RecursionError: JSON too deep
+        detail = exc.problem if isinstance(exc, ServerDataError) else f"not JSON ({str(exc)[:120]})"
         return None, Fetched(None, PARSE, detail, result.duration_s)
 
 

@@ -192,7 +192,13 @@ class Fetcher:
                         detail = "the previous read has not finished"
                         results[(request.name, path)] = Fetched(None, TIMEOUT, detail, 0.0)
                     continue
-                connection = self._connections.setdefault(request.name, _Connection(request.base_url))
+                try:
+                    connection = self._connections.get(request.name) or _Connection(request.base_url)
+                except ValueError as error:  # a URL the start-up check let through: this target only
+                    for path in request.paths:
+                        results[(request.name, path)] = Fetched(None, CONNECT, f"bad URL ({error})", 0.0)
+                    continue
+                self._connections[request.name] = connection
                 future = self._pool.submit(_read_target, connection, request, deadline)
                 self._inflight[request.name] = future
                 futures[request.name] = (request, future)
@@ -200,7 +206,7 @@ class Fetcher:
         wait([future for _, future in futures.values()], timeout=self.timeout_s + GRACE_S)
         detail = f"no answer within {self.timeout_s:g} s"
         for name, (request, future) in futures.items():
-            answers = future.result() if future.done() else {}
+            answers = _answers(future, request.paths)
             # Paths are read one after another: the time already spent goes to the first one
             # missing, so a target's durations add up to the time it took.
             spent = time.monotonic() - started - sum(a.duration_s for a in answers.values())
@@ -226,6 +232,18 @@ class Fetcher:
         with self._lock:
             for connection in self._connections.values():
                 connection.close()
+
+
+def _answers(future: Future[dict[str, Fetched]], paths: Sequence[str]) -> dict[str, Fetched]:
+    """What a finished task read; nothing for a running one. A task that raised (a bug, not a
+    server fault) fails its own target's paths, never the whole scrape."""
+    if not future.done():
+        return {}
+    try:
+        return future.result()
+    except Exception as error:
+        detail = f"internal error: {type(error).__name__}: {str(error)[:120]}"
+        return {path: Fetched(None, PROTOCOL, detail, 0.0) for path in paths}
 
 
 def _read_target(connection: _Connection, request: TargetRequest, deadline: float) -> dict[str, Fetched]:

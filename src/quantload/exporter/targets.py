@@ -1,8 +1,15 @@
-"""The llama-servers the exporter reads: fixed by configuration, never by a scrape's URL."""
+"""The llama-servers the exporter reads: fixed by configuration, never by a scrape's URL.
+
+A target's API key comes, in this order, from its `api_key_env=VAR` option (the environment
+variable VAR holds it), from its `api_key=K` option (kept working, but a key on a command line is
+shown to everyone by `ps`: the CLI warns), or from the default key (`server.api_key`, e.g.
+QUANTLOAD_SERVER__API_KEY, or the variable named by `quantload exporter --api-key-env`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -10,7 +17,7 @@ from pydantic import SecretStr
 from quantload.errors import ConfigError
 from quantload.served import ServedTarget
 
-_OPTION_KEYS = ("quant", "model", "api_key", "kv_cells", "log")
+_OPTION_KEYS = ("quant", "model", "api_key", "api_key_env", "kv_cells", "log")
 
 
 class ExporterTarget(ServedTarget):
@@ -42,8 +49,15 @@ class ExporterTarget(ServedTarget):
         )
 
 
-def parse_target(spec: str) -> ExporterTarget:
-    """Parse `NAME=URL[,quant=Q][,model=M][,api_key=K][,kv_cells=N][,log=PATH]`."""
+def secret_options(spec: str) -> bool:
+    """Whether a target spec carries a key in clear (`api_key=`)."""
+    return any(option.strip().startswith("api_key=") for option in spec.split(",")[1:])
+
+
+def parse_target(spec: str, environ: Mapping[str, str] | None = None) -> ExporterTarget:
+    """Parse `NAME=URL[,quant=Q][,model=M][,api_key_env=VAR|api_key=K][,kv_cells=N][,log=PATH]`.
+
+    `api_key_env=VAR` reads the key from `environ` (default: this process's environment)."""
     name, sep, rest = spec.partition("=")
     if not sep or not rest:
         raise ConfigError(
@@ -65,6 +79,17 @@ def parse_target(spec: str) -> ExporterTarget:
         raise ConfigError(f"exporter target {name}: kv_cells={kv_cells!r} is not a whole number")
     log = fields.get("log")
     api_key = fields.get("api_key")
+    variable = fields.get("api_key_env")
+    if variable is not None:
+        if api_key is not None:
+            hint = "give api_key_env only"
+            raise ConfigError(f"exporter target {name}: both api_key and api_key_env", hint)
+        api_key = (os.environ if environ is None else environ).get(variable)
+        if not api_key:
+            raise ConfigError(
+                f"exporter target {name}: api_key_env={variable} names an unset or empty variable",
+                f"export {variable}=<the server's key>",
+            )
     try:
         return ExporterTarget(
             name=name.strip(),
@@ -88,9 +113,11 @@ def check_unique(targets: Sequence[ServedTarget]) -> None:
         seen.add(target.name)
 
 
-def targets_from_specs(specs: Sequence[str], default_api_key: str | None = None) -> list[ExporterTarget]:
+def targets_from_specs(
+    specs: Sequence[str], default_api_key: str | None = None, environ: Mapping[str, str] | None = None
+) -> list[ExporterTarget]:
     """Targets from `NAME=URL,...` specs; a target without its own key gets `default_api_key`."""
-    targets = [parse_target(spec) for spec in specs]
+    targets = [parse_target(spec, environ) for spec in specs]
     if default_api_key:
         secret = SecretStr(default_api_key)
         targets = [t if t.api_key else t.model_copy(update={"api_key": secret}) for t in targets]

@@ -28,6 +28,8 @@ Role = Literal["local", "master", "worker"]
 WorkersSetting = int | Literal["auto"]
 STREAMS_PER_PROCESS = 256  # one process measured these within 5 ms here (quantload calibrate)
 ENTRY_MODULE = "quantload.load.in_locust.process"
+# the line a load process prints (to its log) when it fails; the supervisor shows what follows it
+FAILURE_MARKER = "quantload load process failed: "
 
 
 def usable_cores() -> int:
@@ -82,11 +84,14 @@ def most_workers(settings: LoadSettings, cores: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class LoadProcess:
-    """One process to start for a plan: its role, its command line and its log file's name."""
+    """One process to start for a plan: its role, its command line and its log file's name, and
+    where it serves /metrics (port 0: nowhere)."""
 
     role: Role
     argv: tuple[str, ...]
     log_name: str
+    metrics_host: str = ""
+    metrics_port: int = 0
 
 
 class ProcessLayout(Protocol):
@@ -108,20 +113,22 @@ class LocustProcesses:
         base = (self.python, "-m", ENTRY_MODULE, "--metrics-host", self.metrics_host)
         common = ("--plan", str(plan_path), "--out", str(run_dir))
         port = self.metrics_port
+        host = self.metrics_host
         if self.workers == 0:
             argv = (*base, "--role", "local", *common, "--metrics-port", str(port))
-            return [LoadProcess("local", argv, f"locust-{invocation}-local.log")]
+            return [LoadProcess("local", argv, f"locust-{invocation}-local.log", host, port)]
         master_port = str(free_port())
         master = (
             *base, "--role", "master", *common, "--metrics-port", str(port),
             "--master-port", master_port, "--expect-workers", str(self.workers),
         )  # fmt: skip
-        layout = [LoadProcess("master", master, f"locust-{invocation}-master.log")]
+        layout = [LoadProcess("master", master, f"locust-{invocation}-master.log", host, port)]
         for index in range(self.workers):
             worker_port = port + 1 + index if port else 0
             worker = (
                 *base, "--role", "worker", "--master-port", master_port,
                 "--metrics-port", str(worker_port),
             )  # fmt: skip
-            layout.append(LoadProcess("worker", worker, f"locust-{invocation}-worker{index}.log"))
+            log_name = f"locust-{invocation}-worker{index}.log"
+            layout.append(LoadProcess("worker", worker, log_name, host, worker_port))
         return layout

@@ -3,8 +3,9 @@
 `SseSplitter` turns body bytes into the payloads of complete events (and counts comment lines
 such as llama-server's `: keep-alive`) by the rules of the SSE standard (WHATWG HTML, "event
 stream interpretation"): lines end in CRLF, LF or CR alone; a leading byte-order mark is dropped;
-an event is dispatched at a blank line, and not at all when its data is empty; an event left
-without its blank line when the stream ends is dropped. An event (all its `data` lines together)
+an event is dispatched at a blank line when it had a `data` line (its payload may be empty: the
+chunk layer counts an empty payload as a chunk without text); an event left without its blank
+line when the stream ends is dropped. An event (all its `data` lines together)
 is capped at MAX_EVENT_BYTES. `EventStreamParser` puts it behind the HTTP framing
 (`quantload.load.http1`) and keeps the body of an answer that is not an event stream (an error
 status, a JSON reply, another Content-Type or a compressed body), bounded, instead of splitting
@@ -50,8 +51,7 @@ class SseSplitter:
             and len(data) <= MAX_EVENT_BYTES
         ):  # the usual case: a piece holding exactly one one-line event
             self._started = True
-            payload = data[6:-2] if data[5] == 0x20 else data[5:-2]
-            return [payload] if payload else []
+            return [data[6:-2] if data[5] == 0x20 else data[5:-2]]
         text = self._partial + data
         if not self._started and text:
             if _BOM.startswith(text[:3]) and len(text) < 3:
@@ -96,11 +96,9 @@ class SseSplitter:
             raise ProtocolError(f"event line longer than {MAX_EVENT_BYTES} bytes")
         if not line:
             if self._data:
-                payload = b"\n".join(self._data)
+                events.append(b"\n".join(self._data))
                 self._data = []
                 self._event_bytes = 0
-                if payload:
-                    events.append(payload)
             return
         if line[0] == 0x3A:  # ':' comment, e.g. llama-server's keep-alive ping
             self.comments += 1

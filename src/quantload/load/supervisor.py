@@ -6,10 +6,14 @@ which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and retu
 `StageSummary` per stage computed from those records. Locust never runs in the caller's process:
 `import locust` monkey-patches the interpreter.
 
-Robust by construction: the whole invocation is bounded in time, and if the driving process dies
-or overruns, every process is stopped and the plan's unfinished stages are written as aborted.
-Every request has a deadline and every stage a time bound and a circuit breaker (inside the Locust
-process), so a dead target costs at most a few failed requests, never a hang.
+Robust by construction: the target URL is checked before any process starts; the whole
+invocation is bounded in time; if any process fails (exits with an error: the driver, or a worker
+while the driver runs) or the driver overruns, every process is stopped, the plan's unfinished
+stages are written as aborted, and a failure raises `LoadError` with the cause the process printed
+(`FAILURE_MARKER`) or the last line of its log, so the console says why at once. Every request
+has a deadline and every stage a time bound and a circuit breaker (inside the Locust process), so
+a dead target costs at most a few failed requests, never a hang. A /metrics port that another
+process holds costs one warning line (this load's series would be missing from Prometheus).
 
 Progress: `progress(done, total, note)` with measured requests done out of planned, read twice a
 second from the new lines of records.jsonl and stages.jsonl (parsed, as `RecordOutcome` and
@@ -22,18 +26,29 @@ answer costs one warning line, never the load.
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
 from quantload.childproc import die_with_parent
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
+from quantload.load.client import Endpoint, EndpointError
 from quantload.load.plan import API_KEY_ENV, LoadPlan
-from quantload.load.processes import LocustProcesses, ProcessLayout, choose_workers, usable_cores
+from quantload.load.processes import (
+    FAILURE_MARKER,
+    LoadProcess,
+    LocustProcesses,
+    ProcessLayout,
+    choose_workers,
+    usable_cores,
+)
 from quantload.load.records import (
     JsonlAppender,
     RecordOutcome,
@@ -44,11 +59,15 @@ from quantload.load.records import (
 from quantload.load.summary import StageSummary, summarize_stage
 from quantload.progress import ProgressCallback, no_progress
 from quantload.rundir import LOGS_DIR, RECORDS_JSONL, STAGES_JSONL, write_json_atomic
+from quantload.urls import EXAMPLE
 
 LOAD_PLANS_DIR = "load-plans"
 POLL_S = 0.5
 STARTUP_ALLOWANCE_S = 120.0
 STOP_GRACE_S = 10.0
+LOG_TAIL_BYTES = 64 * 1024
+
+_log = logging.getLogger(__name__)
 
 
 class LoadError(QuantloadError):
@@ -135,6 +154,76 @@ def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
             process.wait(timeout=STOP_GRACE_S)
 
 
+@dataclass(frozen=True)
+class _Started:
+    """A started load process, its spec and its log."""
+
+    spec: LoadProcess
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def failure_cause(log_path: Path, returncode: int) -> str:
+    """Why a load process failed: what follows its last FAILURE_MARKER line, else its log's last
+    line (a traceback ends with the exception), else its exit code."""
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(max(log_path.stat().st_size - LOG_TAIL_BYTES, 0))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        tail = ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    marked = [line for line in lines if FAILURE_MARKER in line]
+    if marked:
+        return marked[-1].split(FAILURE_MARKER, 1)[1]
+    if lines:
+        return f"{lines[-1][:300]} (exit code {returncode})"
+    return f"exit code {returncode}"
+
+
+def _failed(started: Sequence[_Started]) -> _Started | None:
+    """The driver if it exited with an error, else a worker that did while the driver runs."""
+    driver = started[0]
+    code = driver.process.poll()
+    if code is not None:
+        return driver if code != 0 else None
+    for other in started[1:]:
+        code = other.process.poll()
+        if code is not None and code != 0:
+            return other
+    return None
+
+
+def check_target(plan: LoadPlan) -> None:
+    """LoadError when the plan's target URL is not one the load client can talk to."""
+    try:
+        Endpoint.from_url(plan.target.url, plan.params.path)
+    except EndpointError as error:
+        hint = f"give its base URL, e.g. {EXAMPLE}"
+        raise LoadError(f"load target {plan.target.name}: {error}", hint) from None
+
+
+def warn_taken_metrics_ports(specs: Sequence[LoadProcess]) -> list[str]:
+    """One warning line per load process whose /metrics address another process already holds."""
+    warnings = []
+    for spec in specs:
+        if not spec.metrics_port:
+            continue
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in spec.metrics_host else socket.AF_INET) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((spec.metrics_host, spec.metrics_port))
+        except OSError as error:
+            warnings.append(
+                f"load /metrics on {spec.metrics_host}:{spec.metrics_port} ({spec.role}) cannot be"
+                f" served ({error.strerror or error}): Prometheus will miss this load's series"
+                " (set load.metrics_port to a free port, or 0 for none)"
+            )
+    for line in warnings:
+        _log.warning("warning: %s", line)
+    return warnings
+
+
 def _time_bound_s(plan: LoadPlan) -> float:
     per_stage = sum(2 * stage.timeout_s + plan.abort_grace_s + 60.0 for stage in plan.stages)
     return STARTUP_ALLOWANCE_S + per_stage
@@ -155,6 +244,7 @@ def run_plan(
     `api_key` reaches the Locust processes through their environment only. `layout` replaces
     the Locust processes `settings` ask for (tests run a stand-in process through it).
     """
+    check_target(plan)
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / LOAD_PLANS_DIR / f"{plan.invocation}.json"
     write_json_atomic(plan_path, plan.model_dump(mode="json"))
@@ -167,48 +257,61 @@ def run_plan(
     chosen = layout if layout is not None else default_layout(plan, settings)
     watch = Progress(plan, run_dir)
     total = plan.total_requests
-    processes: list[subprocess.Popen[bytes]] = []
+    started: list[_Started] = []
     handles: list[IO[bytes]] = []
     exit_note = ""
+    failure: LoadError | None = None
+    specs = chosen.processes(plan_path, run_dir, plan.invocation)
+    warn_taken_metrics_ports(specs)
     try:
-        for spec in chosen.processes(plan_path, run_dir, plan.invocation):
-            handle: IO[bytes] = (logs / spec.log_name).open("ab")
+        for spec in specs:
+            log_path = logs / spec.log_name
+            handle: IO[bytes] = log_path.open("ab")
             handles.append(handle)
             try:
-                processes.append(
-                    subprocess.Popen(
-                        list(spec.argv),
-                        stdout=handle,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env=env,
-                        preexec_fn=die_with_parent(),
-                    )
+                process = subprocess.Popen(
+                    list(spec.argv),
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    preexec_fn=die_with_parent(),
                 )
             except OSError as error:
                 raise LoadError(f"cannot start the load process: {error}") from None
-        driver = processes[0]
+            started.append(_Started(spec, process, log_path))
+        driver = started[0].process
         progress(0, total, watch.note)
         deadline = time.monotonic() + _time_bound_s(plan)
-        while driver.poll() is None:
+        while True:
+            failed = _failed(started)
+            if failed is not None:
+                code = failed.process.returncode
+                cause = failure_cause(failed.log_path, code)
+                exit_note = f"load process failed: {cause}"
+                failure = LoadError(
+                    f"the load process ({failed.spec.role}) failed: {cause}", f"its log: {failed.log_path}"
+                )
+                break
+            if driver.poll() is not None:
+                break
             if time.monotonic() > deadline:
                 exit_note = "load process overran its time bound and was killed"
                 break
             watch.poll()
             progress(watch.done, total, watch.note)
             time.sleep(POLL_S)
-        else:
-            if driver.returncode != 0:
-                exit_note = f"load process exited with code {driver.returncode}"
     except KeyboardInterrupt:
         exit_note = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
         raise
     finally:
-        _stop(processes)
+        _stop([s.process for s in started])
         for handle in handles:
             handle.close()
         # every stage of the plan ends with a line, even when the load was interrupted
         _close_stages(plan, run_dir, exit_note or "load process ended before this stage")
+    if failure is not None:
+        raise failure
     summaries = summarize_invocation(plan, run_dir)
     done = sum(s.requests_done for s in summaries)
     if observe is not None and observe.grafana_url:

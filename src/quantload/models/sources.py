@@ -73,7 +73,7 @@ class ResolvedSource:
         }
 
 
-def _require_reachable(endpoint: str, what: str, timeout_s: float = 3.0) -> None:
+def require_reachable(endpoint: str, what: str, hint: str = ALTERNATIVES, timeout_s: float = 3.0) -> None:
     """Fail at once when the hub's host cannot be reached, instead of after the hub's retries."""
     parsed = urlsplit(endpoint)
     host = parsed.hostname or ""
@@ -82,7 +82,7 @@ def _require_reachable(endpoint: str, what: str, timeout_s: float = 3.0) -> None
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as error:
         raise OfflineError(
-            f"cannot reach {host} to download {what} ({error.strerror or error})", ALTERNATIVES
+            f"cannot reach {host} to download {what} ({error.strerror or error})", hint
         ) from None
 
 
@@ -93,7 +93,7 @@ def download_hub_file(
     from huggingface_hub import hf_hub_download
 
     endpoint = environ.get("QUANTLOAD_HF_ENDPOINT") or environ.get("HF_ENDPOINT") or None
-    _require_reachable(endpoint or HF_DEFAULT_ENDPOINT, f"{item.repo_id}/{item.filename}")
+    require_reachable(endpoint or HF_DEFAULT_ENDPOINT, f"{item.repo_id}/{item.filename}")
     local_dir = cache / "models" / item.repo_id.replace("/", "--")
     try:
         path = hf_hub_download(

@@ -1,33 +1,34 @@
 """The WikiText-2 test text that perplexity is measured on: a given path, or a cached download.
 
 The download is the archive llama.cpp's own `scripts/get-wikitext-2.sh` fetches
-(`wikitext-2-raw-v1.zip` from the `ggml-org/ci` dataset on Hugging Face); quantload keeps its
-`wikitext-2-raw/wiki.test.raw` member in the cache. `QUANTLOAD_HF_ENDPOINT` or `HF_ENDPOINT`
-points the download at a mirror.
+(`wikitext-2-raw-v1.zip` from the `ggml-org/ci` dataset on Hugging Face), fetched with the Hub
+client (`huggingface_hub.hf_hub_download`, as the models are): it resumes a cut download, shows
+its progress, sends the token the Hub client finds (HF_TOKEN, or a saved login) and honours
+HF_HUB_OFFLINE. quantload keeps the archive's `wikitext-2-raw/wiki.test.raw` member in the cache.
+`QUANTLOAD_HF_ENDPOINT` or `HF_ENDPOINT` points the download at a mirror. An unreachable hub, a
+missing file or a wrong archive is one OfflineError line saying how to provide the text instead.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 
 from quantload.errors import ConfigError, OfflineError
+from quantload.models.sources import HF_DEFAULT_ENDPOINT, require_reachable
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
-ARCHIVE_PATH = "datasets/ggml-org/ci/resolve/main/wikitext-2-raw-v1.zip"
+DEFAULT_ENDPOINT = HF_DEFAULT_ENDPOINT
+DATASET_REPO = "ggml-org/ci"
+ARCHIVE_FILE = "wikitext-2-raw-v1.zip"
+ARCHIVE_PATH = f"datasets/{DATASET_REPO}/resolve/main/{ARCHIVE_FILE}"
 ARCHIVE_MEMBER = "wikitext-2-raw/wiki.test.raw"
 DATASET_NAME = "WikiText-2 raw, test split"
 # The real file is about 1.3 MB; anything far smaller is not the test split.
 MIN_TEXT_BYTES = 100_000
-DOWNLOAD_TIMEOUT_S = 60.0
-
-ClientFactory = Callable[[], httpx.Client]
 
 
 class DatasetInfo(BaseModel):
@@ -41,11 +42,15 @@ class DatasetInfo(BaseModel):
     sha256: str
 
 
+def hub_endpoint(environ: Mapping[str, str]) -> str:
+    """The Hugging Face endpoint to download from (a mirror when one is set)."""
+    endpoint = environ.get("QUANTLOAD_HF_ENDPOINT") or environ.get("HF_ENDPOINT")
+    return (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+
+
 def archive_url(environ: Mapping[str, str]) -> str:
     """Where the wikitext-2-raw-v1 archive is downloaded from."""
-    endpoint = environ.get("QUANTLOAD_HF_ENDPOINT") or environ.get("HF_ENDPOINT")
-    endpoint = endpoint or DEFAULT_ENDPOINT
-    return f"{endpoint.rstrip('/')}/{ARCHIVE_PATH}"
+    return f"{hub_endpoint(environ)}/{ARCHIVE_PATH}"
 
 
 def cached_text_path(cache_dir: Path) -> Path:
@@ -69,44 +74,50 @@ def _offline_hint(cache_dir: Path, url: str) -> str:
     )
 
 
-def _fetch(url: str, client_factory: ClientFactory, hint: str) -> bytes:
+def _download_archive(cache_dir: Path, environ: Mapping[str, str], hint: str) -> Path:
+    """The archive, downloaded (or resumed) by the Hub client into quantload's cache."""
+    from huggingface_hub import hf_hub_download  # ~0.3 s to import: only when downloading
+
+    endpoint = hub_endpoint(environ)
+    require_reachable(endpoint, f"the WikiText-2 archive ({DATASET_REPO}/{ARCHIVE_FILE})", hint)
     try:
-        with client_factory() as client:
-            response = client.get(url, follow_redirects=True)
-    except httpx.HTTPError as error:
-        raise OfflineError(
-            f"cannot download the WikiText-2 test text ({type(error).__name__}: {error})", hint
-        ) from None
-    if response.status_code != 200:
-        raise OfflineError(
-            f"cannot download the WikiText-2 test text: {url} answered HTTP {response.status_code}",
-            hint,
+        path = hf_hub_download(
+            repo_id=DATASET_REPO,
+            filename=ARCHIVE_FILE,
+            repo_type="dataset",
+            local_dir=cache_dir / "datasets" / DATASET_REPO.replace("/", "--"),
+            endpoint=endpoint,
+            token=environ.get("HF_TOKEN") or None,
+            etag_timeout=10,
         )
-    return response.content
+    except Exception as error:  # the Hub client's errors: offline, 401/404, a cut connection
+        lines = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {lines[0][:160]}" if lines else type(error).__name__
+        raise OfflineError(f"cannot download the WikiText-2 test text ({reason})", hint) from None
+    return Path(str(path))
 
 
-def _extract(archive: bytes, url: str, hint: str) -> bytes:
+def _extract(archive: Path, url: str, hint: str) -> bytes:
     try:
-        with zipfile.ZipFile(io.BytesIO(archive)) as bundle:
+        with zipfile.ZipFile(archive) as bundle:
             text = bundle.read(ARCHIVE_MEMBER)
-    except (zipfile.BadZipFile, KeyError) as error:
+    except (zipfile.BadZipFile, KeyError, OSError) as error:
         raise OfflineError(f"{url} is not the wikitext-2-raw-v1 archive ({error})", hint) from None
     if len(text) < MIN_TEXT_BYTES:
         raise OfflineError(f"{ARCHIVE_MEMBER} in {url} has only {len(text)} bytes", hint)
     return text
 
 
-def _default_client() -> httpx.Client:
-    return httpx.Client(timeout=DOWNLOAD_TIMEOUT_S)
-
-
-def download_wikitext2(
-    cache_dir: Path, environ: Mapping[str, str], client_factory: ClientFactory = _default_client
-) -> Path:
+def download_wikitext2(cache_dir: Path, environ: Mapping[str, str]) -> Path:
     """Download the archive, keep its test text in the cache, and return the text's path."""
     url = archive_url(environ)
     hint = _offline_hint(cache_dir, url)
-    text = _extract(_fetch(url, client_factory, hint), url, hint)
+    archive = _download_archive(cache_dir, environ, hint)
+    try:
+        text = _extract(archive, url, hint)
+    except OfflineError:
+        archive.unlink(missing_ok=True)  # not the archive: the next try downloads it again
+        raise
     target = cached_text_path(cache_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
@@ -115,12 +126,7 @@ def download_wikitext2(
     return target
 
 
-def resolve_dataset(
-    configured: Path | None,
-    cache_dir: Path,
-    environ: Mapping[str, str],
-    client_factory: ClientFactory = _default_client,
-) -> Path:
+def resolve_dataset(configured: Path | None, cache_dir: Path, environ: Mapping[str, str]) -> Path:
     """The text to measure on: `configured` if given, else the cached copy, else a download."""
     if configured is not None:
         path = configured.expanduser()
@@ -135,4 +141,4 @@ def resolve_dataset(
     cached = cached_text_path(cache_dir)
     if cached.is_file() and cached.stat().st_size >= MIN_TEXT_BYTES:
         return cached
-    return download_wikitext2(cache_dir, environ, client_factory)
+    return download_wikitext2(cache_dir, environ)

@@ -26,7 +26,7 @@ from quantload.load.plan import sweep_plan
 from quantload.load.processes import LoadProcess
 from quantload.load.prompts import Prompt
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
-from quantload.load.supervisor import run_plan
+from quantload.load.supervisor import LoadError, run_plan
 from quantload.served import ServedTarget
 
 pytestmark = pytest.mark.slow
@@ -180,9 +180,11 @@ class CrashingProcess:
 
 def test_a_load_process_that_dies_leaves_aborted_stages(fake: FakeServer, tmp_path: Path) -> None:
     plan = sweep_plan(settings(), served("fake", "F16", fake.url), PROMPTS, "run-7", "inv")
-    summaries = run_plan(plan, settings(), tmp_path, layout=CrashingProcess())
-    assert [s.status for s in summaries] == ["aborted", "aborted"]
-    assert all("exited with code 3" in (s.reason or "") for s in summaries)
+    with pytest.raises(LoadError, match="exit code 3"):
+        run_plan(plan, settings(), tmp_path, layout=CrashingProcess())
+    ends = [e for e in stages_of(tmp_path) if e.event == "stage_end"]
+    assert [e.status for e in ends] == ["aborted", "aborted"]
+    assert all("exit code 3" in (e.reason or "") for e in ends)
 
 
 def test_cli_load_headless(fake: FakeServer, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ and how to go to and from that data, so neither side picks fields out of dicts b
   worker -> master  RecordLine     one finished request (a records.jsonl line)
   worker -> master  HealthWindow   a quarter second of the worker's CPU time and loop lateness
   master -> worker  StageStarted   a stage's users are spawned: collect garbage now
+  worker -> master  ClientFailed   quantload's own code raised in the worker: end the stage
 """
 
 from __future__ import annotations
@@ -119,3 +120,19 @@ class StageStarted:
     @classmethod
     def from_data(cls, data: Any) -> StageStarted:
         return cls(tuple(str(label) for label in data["labels"]))
+
+
+@dataclass(frozen=True)
+class ClientFailed:
+    """An exception in a worker's own load code (not a server fault), as one line."""
+
+    NAME: ClassVar[str] = "ql_client_failed"
+    process: str
+    cause: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"process": self.process, "cause": self.cause}
+
+    @classmethod
+    def from_data(cls, data: Any) -> ClientFailed:
+        return cls(str(data["process"]), str(data["cause"]))

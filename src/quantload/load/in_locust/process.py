@@ -31,6 +31,7 @@ from quantload.load.in_locust.user import StreamingChatUser
 from quantload.load.in_locust.wiring import wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.plan import LoadPlan
+from quantload.load.processes import FAILURE_MARKER
 from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
 
 _log = logging.getLogger(__name__)
@@ -52,14 +53,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say_failed(cause: str) -> None:
+    """The failure line the supervisor looks for in this process's log."""
+    sys.stderr.write(f"{FAILURE_MARKER}{cause}\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one role to completion; the exit code is 0 unless the process itself broke."""
+    """Run one role to completion; the exit code is 0 unless the process itself broke, when the
+    last line it prints is FAILURE_MARKER and the cause (which the supervisor shows)."""
     args = _parser().parse_args(argv)
     setup_logging(args.log_level)  # type: ignore[no-untyped-call]
+    try:
+        return _run(args)
+    except Exception as error:
+        _log.exception("the load process failed")
+        lines = str(error).strip().splitlines()
+        cause = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        _say_failed(cause[:400])
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     plan = None
     if args.role != "worker":
         if args.plan is None or args.out is None:
-            _log.error("--plan and --out are needed for role %s", args.role)
+            _say_failed(f"--plan and --out are needed for role {args.role}")
             return 2
         plan = LoadPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
     user_class = type("QuantloadChatUser", (StreamingChatUser,), {"__module__": __name__})

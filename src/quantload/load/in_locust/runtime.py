@@ -7,6 +7,11 @@ next ticket. One recorder greenlet per process, running when the event loop is i
 out what the events said, builds the record, hands it to the sink and (except for warm-ups)
 fires three Locust request events, the request itself, "TTFT" and "TPOT", and updates the
 Prometheus metrics. Transport failures skip the queue, so the circuit breaker sees them at once.
+
+An exception raised by quantload's own code while sending or recording (a bug, never a server
+fault: those are error classes) is a `client_error` record and is reported through `on_fatal`,
+which ends the running stage at once with that cause (`StageController.client_failed`, reached
+by message from a worker); no ticket is ever lost silently, so no stage waits out its timeout.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import random
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gevent
@@ -59,6 +65,17 @@ class UserState:
 
 _PoolKey = tuple[str, str, float, str, float]
 _Finished = tuple[Ticket, StreamResult, float, str]
+FatalReport = Callable[[str], None]
+
+
+def _log_fatal(cause: str) -> None:
+    _log.error("load client failed: %s", cause)
+
+
+def error_text(error: BaseException) -> str:
+    """An exception as one short line: its type and first line."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:240]}" if lines else type(error).__name__
 
 
 class LoadRuntime:
@@ -71,12 +88,14 @@ class LoadRuntime:
         sink: RecordSink,
         metrics: LoadMetrics,
         api_key: str | None,
+        on_fatal: FatalReport = _log_fatal,
     ) -> None:
         self.environment = environment
         self.tickets = tickets
         self.sink = sink
         self.metrics = metrics
         self.api_key = api_key
+        self.on_fatal = on_fatal
         self.worker = process_name()
         self._pools: dict[_PoolKey, tuple[Endpoint, ConnectionPool]] = {}
         self._finished: deque[_Finished] = deque()
@@ -115,7 +134,29 @@ class LoadRuntime:
         recorder greenlet, off the user's path: the user is back for its next ticket at once,
         which keeps the delivered concurrency at the asked one when there are hundreds of users.
         Failed requests are recorded at once instead, so the circuit breaker sees them in time.
+        Never raises, except to let the user's greenlet be killed.
         """
+        try:
+            self._execute(ticket, state)
+        except gevent.GreenletExit:
+            raise
+        except Exception as error:  # our own bug: one client_error record, and the stage ends
+            _log.exception("the load client failed on a request")
+            cause = error_text(error)
+            self._client_failed(ticket, cause)
+
+    def _client_failed(self, ticket: Ticket, cause: str) -> None:
+        """Record `ticket` as a client_error (best effort) and report the cause as fatal."""
+        try:
+            now = time.time()
+            result = StreamResult(sent_unix_s=now, error_class="client_error", error=cause, end_s=0.0)
+            result.classified = True
+            self.sink.put(build_record(ticket, result, 0.0, self.worker))
+        except Exception:
+            _log.exception("could not record the failed request either")
+        self.on_fatal(cause)
+
+    def _execute(self, ticket: Ticket, state: UserState) -> None:
         stage = ticket.stage
         endpoint, pool = self._pool(stage)
         request = endpoint.request_bytes(ticket.body())
@@ -148,9 +189,10 @@ class LoadRuntime:
             except Exception:  # shutting down: the master may be gone already
                 _log.debug("could not record an aborted request", exc_info=True)
             raise
-        except Exception as error:  # a bug must cost one record, not the user
+        except Exception as error:  # a bug must cost one record and end the stage, not hang it
             _log.exception("request failed inside the client")
-            result = StreamResult(error_class="client_error", error=repr(error)[:300])
+            result = StreamResult(error_class="client_error", error=error_text(error))
+            self.on_fatal(error_text(error))
         finally:
             deadline.cancel()
         if not result.sent_unix_s:
@@ -183,8 +225,9 @@ class LoadRuntime:
             self.sink.put(record)
             if not ticket.warmup:
                 self._report(record, result, route)
-        except Exception:  # one broken record must not stop the recorder
+        except Exception as error:  # one broken record must not stop the recorder, nor go unseen
             _log.exception("could not record a finished request")
+            self.on_fatal(f"could not record a finished request: {error_text(error)}")
 
     def flush(self) -> None:
         """Record whatever finished requests are still queued (at exit)."""

@@ -2,8 +2,9 @@
 
 For each stage: spawn its users, announce it (metrics, workers), run its warm-up requests, write
 `stage_start`, release its measured tickets, wait until every one is recorded (or the circuit
-breaker trips, the stage times out, every worker is gone), write `stage_end` with the client's
-own health. A stage after a failed one is written as aborted without running.
+breaker trips, the stage times out, every worker is gone, the load client itself failed), write
+`stage_end` with the client's own health. A stage after a failed one is written as aborted
+without running.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from locust.runners import MasterRunner
 
 from quantload.load.client_health import ClientHealth
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
-from quantload.load.in_locust.messages import HealthWindow, StageStarted
+from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageStarted
 from quantload.load.in_locust.sinks import DriverSink
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
@@ -55,6 +56,7 @@ class StageController:
         self.expect_workers = expect_workers
         self.health = ClientHealth()
         self.abort_reason: str | None = None
+        self.client_failure: str | None = None
         self.monitor: HealthMonitor | None = None
         sink.on_trip = book.cancel_pending
 
@@ -72,6 +74,17 @@ class StageController:
 
     def on_health_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         self.add_health(HealthWindow.from_data(msg.data))
+
+    def client_failed(self, cause: str) -> None:
+        """quantload's own code raised while sending or recording: end the running stage now."""
+        if self.client_failure is None:
+            self.client_failure = cause
+            _log.error("load client failed: %s", cause)
+        self.book.cancel_pending()
+
+    def on_client_failed_message(self, environment: Environment, msg: Any, **_: Any) -> None:
+        failed = ClientFailed.from_data(msg.data)
+        self.client_failed(f"{failed.cause} (in {failed.process})")
 
     def refresh_users_gauge(self) -> None:
         runner = self.runner
@@ -146,6 +159,9 @@ class StageController:
         deadline = time.monotonic() + stage.timeout_s
         reason = None
         while not tracker.finished:
+            if self.client_failure is not None:
+                reason = f"the load client failed: {self.client_failure}"
+                break
             if tracker.tripped:
                 reason = f"{tracker.consecutive_errors} requests in a row failed (last: {tracker.last_error})"
                 break
@@ -158,6 +174,8 @@ class StageController:
                 reason = "every worker is gone"
                 break
             gevent.sleep(POLL_S)
+        if reason is None and self.client_failure is not None:
+            reason = f"the load client failed: {self.client_failure}"
         if reason is not None:
             self.abort_reason = reason
             self.book.cancel_pending()

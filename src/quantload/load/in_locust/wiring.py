@@ -21,8 +21,8 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
-from quantload.load.in_locust.messages import HealthWindow, RecordLine, StageStarted
-from quantload.load.in_locust.runtime import LoadRuntime
+from quantload.load.in_locust.messages import ClientFailed, HealthWindow, RecordLine, StageStarted
+from quantload.load.in_locust.runtime import LoadRuntime, process_name
 from quantload.load.in_locust.sinks import DriverSink, WorkerSink
 from quantload.load.in_locust.stages import StageController
 from quantload.load.in_locust.ticket_sources import (
@@ -92,7 +92,9 @@ def wire_process(
         controller = StageController(
             environment, plan, book, sink, JsonlAppender(stages_path), metrics, expect_workers
         )
+        runtime.on_fatal = controller.client_failed
         if isinstance(runner, MasterRunner):
+            runner.register_message(ClientFailed.NAME, controller.on_client_failed_message)
             # the master sends no requests: its own CPU counts in the total, its lateness does not
             runner.register_message(HealthWindow.NAME, controller.on_health_message)
             monitor = HealthMonitor(controller.add_own_cpu, controller.refresh_users_gauge)
@@ -112,6 +114,12 @@ def _worker_parts(
 ) -> ProcessParts:
     source: TicketSource = tickets or WorkerTickets(runner)
     runtime = LoadRuntime(environment, source, WorkerSink(runner), metrics, api_key)
+    name = process_name()
+
+    def report_failure(cause: str) -> None:
+        runner.send_message(ClientFailed.NAME, ClientFailed(name, cause).to_data())
+
+    runtime.on_fatal = report_failure
 
     def forward(window: HealthWindow) -> None:
         runner.send_message(HealthWindow.NAME, window.to_data())
