@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from quantload.progress import ProgressCallback, no_progress
 
 TOOL_NAMES: tuple[str, ...] = ("llama-server", "llama-quantize", "llama-bench", "llama-perplexity")
 BUILD_MARKER = "quantload-build.json"
+GUARD_MODULE = "quantload.groupguard"
 CMAKE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_CURL=OFF",
@@ -64,25 +66,38 @@ def check_build_prerequisites() -> None:
         raise ToolchainError("no C++ compiler found (c++, g++ or clang++)", INSTALL_HINT)
 
 
-def _run_logged(command: list[str], log: Path, on_line: ProgressCallback | None = None) -> None:
+def guarded(command: list[str]) -> list[str]:
+    """`command` run under `quantload.groupguard`: its whole process tree (cmake, ninja, every
+    compiler job) ends when quantload does, even when quantload is killed outright."""
+    return [sys.executable, "-m", GUARD_MODULE, "--", *command]
+
+
+def run_logged(command: list[str], log: Path, on_line: ProgressCallback | None = None) -> None:
+    """Run one build command, its output appended to `log` (and ninja's steps to `on_line`);
+    ToolchainError when it fails. Its whole process tree ends with quantload (`guarded`)."""
     with log.open("a", encoding="utf-8") as sink:
         sink.write("$ " + " ".join(command) + "\n")
         sink.flush()
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            preexec_fn=die_with_parent(),
-        )
+            guarded(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            start_new_session=True, preexec_fn=die_with_parent(),
+        )  # fmt: skip
         assert process.stdout is not None
-        for line in process.stdout:
-            sink.write(line)
-            sink.flush()
-            if on_line is not None:
-                step = _NINJA_STEP.match(line) or None
-                if step:
-                    on_line(int(step.group(1)), int(step.group(2)), line.strip()[-60:])
-                elif percent := _MAKE_PERCENT.match(line):
-                    on_line(int(percent.group(1)), 100, line.strip()[-60:])
-        code = process.wait()
+        try:
+            for line in process.stdout:
+                sink.write(line)
+                sink.flush()
+                if on_line is not None:
+                    step = _NINJA_STEP.match(line) or None
+                    if step:
+                        on_line(int(step.group(1)), int(step.group(2)), line.strip()[-60:])
+                    elif percent := _MAKE_PERCENT.match(line):
+                        on_line(int(percent.group(1)), 100, line.strip()[-60:])
+            code = process.wait()
+        finally:
+            if process.poll() is None:  # interrupted: the guard stops the whole build tree
+                process.terminate()
+                process.wait(timeout=30)
     if code != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
         raise ToolchainError(
@@ -127,9 +142,9 @@ def _build_locked(
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     if not (build / "CMakeCache.txt").is_file():
         progress(0, None, "configuring")
-        _run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *CMAKE_FLAGS], log)
+        run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *CMAKE_FLAGS], log)
     n_jobs = jobs or os.cpu_count() or 1
-    _run_logged(
+    run_logged(
         ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *TOOL_NAMES],
         log,
         on_line=progress,
