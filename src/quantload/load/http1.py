@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -45,7 +46,7 @@ class ResponseHead:
     version: str
     headers: dict[str, str]
 
-    @property
+    @cached_property
     def chunked(self) -> bool:
         """Chunked transfer coding; ProtocolError for any other (quantload asks for none)."""
         raw = self.headers.get("transfer-encoding")
@@ -56,7 +57,7 @@ class ResponseHead:
             raise ProtocolError(f"unsupported Transfer-Encoding {raw[:40]!r}")
         return True
 
-    @property
+    @cached_property
     def content_length(self) -> int | None:
         raw = self.headers.get("content-length")
         if raw is None:
@@ -113,14 +114,11 @@ def parse_head(raw: bytes) -> ResponseHead:
         if line[0] in " \t":
             raise ProtocolError(f"folded header line {line[:80]!r}")
         name, sep, value = line.partition(":")
-        if not sep or not _TOKEN.fullmatch(name):
+        plain = name.isascii() and name.replace("-", "").isalnum()  # most names: no regex needed
+        if not sep or not (plain or _TOKEN.fullmatch(name)):
             raise ProtocolError(f"bad header line {line[:80]!r}")
         headers[name.lower()] = value.strip(" \t")
-    head = ResponseHead(status, reason, version, headers)
-    if head.has_body:
-        head.content_length  # noqa: B018  (refuse a bad length here, not mid-body)
-        head.chunked  # noqa: B018
-    return head
+    return ResponseHead(status, reason, version, headers)
 
 
 def _blank_line(buf: bytearray) -> tuple[int, int]:
@@ -156,6 +154,7 @@ class ResponseFramer:
         self._remaining = 0
         self._interim = 0
         self._trailer_bytes = 0
+        self._after_head = False
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Consume bytes; return the body pieces they complete."""
@@ -194,12 +193,19 @@ class ResponseFramer:
         """
         length = len(raw)
         pos = 0
-        fullmatch = _HEX_SIZE.fullmatch
         while True:
             end = raw.find(b"\r\n", pos)
-            if end < 0 or fullmatch(raw, pos, end) is None:
+            if end < 0:
                 break
-            size = int(raw[pos:end], 16)
+            size_text = raw[pos:end]
+            # hex digits only: isalnum() leaves out the whitespace, signs and underscores int()
+            # takes, the second byte test its "0x" prefix; other letters make int() refuse
+            if not size_text.isalnum() or len(size_text) > 16 or size_text[1:2] in (b"x", b"X"):
+                break
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                break  # the state machine raises the ProtocolError
             start = end + 2
             stop = start + size
             if size == 0 or stop + 2 > length or raw[stop : stop + 2] != b"\r\n":
@@ -225,6 +231,12 @@ class ResponseFramer:
         if state == "head":
             return self._step_head()
         if state == "chunk_size":
+            if self._after_head:  # the chunks that came with the head: the fast path, once
+                self._after_head = False
+                buf = self._buf
+                if buf:
+                    used = self._whole_chunks(bytes(buf), pieces)
+                    del buf[:used]
             return self._step_chunk_size()
         if state == "chunk_data":
             if not self._take_counted(pieces):
@@ -251,9 +263,8 @@ class ResponseFramer:
 
     def _step_head(self) -> bool:
         buf = self._buf
-        blank = len(buf) - len(buf.lstrip(b"\r\n"))
-        if blank:  # empty lines before a status line are ignored (RFC 9112 2.2)
-            del buf[:blank]
+        if buf[:1] in (b"\r", b"\n"):  # empty lines before a status line are ignored (RFC 9112 2.2)
+            del buf[: len(buf) - len(buf.lstrip(b"\r\n"))]
         start, end = _blank_line(buf)
         if start < 0 or start > MAX_HEAD_BYTES:
             if len(buf) > MAX_HEAD_BYTES:
@@ -272,6 +283,7 @@ class ResponseFramer:
             return False
         if head.chunked:
             self._state = "chunk_size"
+            self._after_head = True
             return True
         length = head.content_length
         if length is not None:
@@ -294,7 +306,7 @@ class ResponseFramer:
         if end > MAX_CHUNK_SIZE_LINE_BYTES:
             raise ProtocolError("chunk size line too long")
         line = bytes(buf[:end]).removesuffix(b"\r")
-        size_text = line.split(b";", 1)[0].strip(b" \t")
+        size_text = line.split(b";", 1)[0].strip(b" \t") if b";" in line else line
         if _HEX_SIZE.fullmatch(size_text) is None:
             raise ProtocolError(f"bad chunk size {size_text[:20]!r}")
         size = int(size_text, 16)
