@@ -263,7 +263,7 @@ class ResponseFramer:
 
     def _step_head(self) -> bool:
         buf = self._buf
-        if buf[:1] in (b"\r", b"\n"):  # empty lines before a status line are ignored (RFC 9112 2.2)
+        if buf and buf[0] in (0x0D, 0x0A):  # empty lines before a status line are ignored (RFC 9112 2.2)
             del buf[: len(buf) - len(buf.lstrip(b"\r\n"))]
         start, end = _blank_line(buf)
         if start < 0 or start > MAX_HEAD_BYTES:
