@@ -17,7 +17,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from quantload.errors import ConfigError
-from quantload.urls import EXAMPLE, BadUrl, http_address
+from quantload.urls import EXAMPLE, BadUrl, header_safe, http_address
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 SERVER_PREFIX = "llama-"
@@ -62,6 +62,17 @@ class ServedTarget(BaseModel):
                 "use letters, digits, '_', '-' or '.'",
             )
         return name
+
+    @field_validator("api_key")
+    @classmethod
+    def _sendable_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None and not header_safe(key.get_secret_value()):
+            raise ConfigError(  # never the key itself in the message
+                "the API key holds a line break, a control character or a character outside"
+                " Latin-1, which an Authorization header cannot carry",
+                "check how the key was pasted or exported",
+            )
+        return key
 
     @field_validator("url")
     @classmethod

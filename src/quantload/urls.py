@@ -19,6 +19,12 @@ class BadUrl(ValueError):
     """A URL quantload cannot talk to; the message says which part is wrong."""
 
 
+def header_safe(value: str) -> bool:
+    """Whether `value` can be sent as an HTTP header value as it is: printable Latin-1, no line
+    break or other control character (which would end the header, or start a forged one)."""
+    return all(" " <= char <= "~" or "\xa0" <= char <= "\xff" for char in value)
+
+
 @dataclass(frozen=True)
 class HttpAddress:
     """Where a server is: scheme, host (IPv6 without brackets), port and the path prefix."""

@@ -44,7 +44,7 @@ from quantload.load.http1 import ProtocolError, ResponseHead
 from quantload.load.openai_chunks import classify_payload, classify_stream
 from quantload.load.sse import EventStreamParser
 from quantload.load.stream_result import StreamResult
-from quantload.urls import BadUrl, http_address
+from quantload.urls import BadUrl, header_safe, http_address
 
 RECV_BYTES = 64 * 1024
 MAX_IDLE_PER_POOL = 1024
@@ -74,6 +74,8 @@ class Endpoint:
             address = http_address(base_url)
         except BadUrl as error:
             raise EndpointError(str(error)) from None
+        if api_key is not None and not header_safe(api_key):
+            raise EndpointError("the API key holds a character an HTTP header cannot carry")
         prefix = address.prefix
         if prefix.endswith("/v1") and path.startswith("/v1/"):
             prefix = prefix[: -len("/v1")]

@@ -19,8 +19,9 @@ import pytest
 from quantload.load.client import ConnectionPool, Endpoint, stream_request
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.http1 import MAX_TRAILER_BYTES, ProtocolError
-from quantload.load.openai_chunks import classify_payload
+from quantload.load.openai_chunks import classify_payload, classify_stream
 from quantload.load.sse import MAX_EVENT_BYTES, EventStreamParser, SseSplitter
+from quantload.load.stream_result import StreamResult
 
 CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}'
 FINISH = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}'
@@ -263,3 +264,28 @@ def test_a_tls_connection_the_server_closed_is_not_reused(
     assert [r.error for r in results] == [None] * 4
     assert not any(r.connection_reused for r in results)
     assert fake.stats.connections == 4
+
+
+def test_json_nested_too_deep_is_a_malformed_chunk_not_a_crash() -> None:
+    deep = b"[" * 5000 + b"]" * 5000
+    nested_error = b'{"error": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    nested_call = b'{"choices":[{"delta":{"tool_calls":[' + b"[" * 1000 + b"]" * 1000 + b"]}}]}"
+    for payload in (deep, nested_error, nested_call):
+        assert classify_payload(payload).kind == "malformed"
+    result = StreamResult(events=[(0.01, CONTENT[6:]), (0.02, nested_error), (0.03, b"[DONE]")])
+    assert classify_stream(result).error_class == "malformed_chunk"
+
+
+@pytest.mark.parametrize("key", ["sk-1\r\nX-Forged: 1", "sk-\x00", "ключ"])
+def test_an_api_key_no_header_can_carry_is_refused_without_showing_it(key: str) -> None:
+    from pydantic import SecretStr
+
+    from quantload.errors import ConfigError
+    from quantload.load.client import EndpointError
+    from quantload.served import ServedTarget
+
+    with pytest.raises(ConfigError) as refused:
+        ServedTarget(name="s", url="http://127.0.0.1:8080", api_key=SecretStr(key))
+    assert key not in refused.value.one_line()
+    with pytest.raises(EndpointError):
+        Endpoint.from_url("http://127.0.0.1:8080", api_key=key)
