@@ -311,7 +311,8 @@ def client_returns_a_class(server: OneAnswerServer, data: st.DataObject) -> None
     pool = ConnectionPool(endpoint, reuse="never", first_byte_timeout_s=1.0)
     started = time.monotonic()
     result = stream_request(pool, endpoint.request_bytes(b'{"stream": true}'), CLIENT_DEADLINE_S)
-    assert time.monotonic() - started < CLIENT_DEADLINE_S + 1.0
+    # the deadline holds by the client's own timeouts; the slack is for a busy machine's scheduling
+    assert time.monotonic() - started < CLIENT_DEADLINE_S + 5.0
     assert result.error_class is None or result.error_class in ERROR_CLASSES, result.error_class
     assert result.ok or result.error
 
