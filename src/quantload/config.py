@@ -174,6 +174,28 @@ class ReportSettings(_Section):
     client_lag_threshold_s: float = Field(default=0.05, gt=0)
 
 
+class PlanSettings(_Section):
+    """The capacity plan's inputs: the load to serve, the headroom kept, what a server costs and
+    may use. Each is optional; the plan leaves out what an unset input would give."""
+
+    target_rps: float | None = Field(
+        default=None, gt=0, description="requests per second to serve; unset = no server count for a rate"
+    )
+    target_users: int | None = Field(
+        default=None, ge=1, description="concurrent users to serve; unset = no server count for users"
+    )
+    headroom_frac: float = Field(
+        default=0.3, ge=0, lt=1, description="share of each server's measured limit kept free"
+    )
+    price_per_hour: float | None = Field(
+        default=None, gt=0, description="what one server costs per hour; unset = no costs"
+    )
+    currency: str = Field(default="", description="the unit of price_per_hour, e.g. USD")
+    memory_budget_gib: float | None = Field(
+        default=None, gt=0, description="memory one server may use, GiB; unset = no fit check"
+    )
+
+
 MAX_CALIBRATION_STREAMS = 1024
 MAX_CALIBRATION_COUNTS = 8
 
@@ -235,6 +257,7 @@ class Settings(_Section):
     load: LoadSettings = LoadSettings()
     observe: ObserveSettings = ObserveSettings()
     report: ReportSettings = ReportSettings()
+    plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()
     run: RunSettings = RunSettings()
 
