@@ -181,7 +181,8 @@ def scale_out_section(analysis: Analysis) -> Section:
         Paragraph(
             "Past one machine: run the plan's server count as one compose stack per host (or the same"
             " images on an orchestrator), spread Locust workers over hosts with its distributed mode,"
-            " and carry metrics with Prometheus federation or remote-write; README, 'Past one machine'.",
+            " and carry metrics with Prometheus federation or remote-write (README: 'The capacity"
+            " plan, and past one machine').",
             "muted",
         )
     )
