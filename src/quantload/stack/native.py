@@ -263,6 +263,21 @@ class NativeRun:
                 )
                 step.busy_seconds = time.monotonic() - started
                 save_quality_result(self.run_dir / QUALITY_JSON, quant, result)
+        if not quality.kld:
+            return
+        from quantload.quality.kld_measure import measure_manifest_kld
+
+        @contextlib.contextmanager
+        def kld_step(title: str, label: str) -> Iterator[ProgressCallback]:
+            with self._step("kld", None if label == "base" else label, title) as step:
+                started = time.monotonic()
+                yield step.progress
+                step.busy_seconds = time.monotonic() - started
+
+        measure_manifest_kld(
+            toolchain, manifest, self._quants(manifest), dataset, self.cache, quality,
+            self.run_dir / QUALITY_JSON, kld_step, self.run_dir / LOGS_DIR,
+        )  # fmt: skip
 
     def _speed(self, toolchain: Toolchain, manifest: Manifest) -> None:
         from quantload.llamacpp.bench import measure_speed

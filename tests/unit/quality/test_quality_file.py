@@ -56,6 +56,6 @@ def test_results_merge_by_quant_and_round_trip(tmp_path: Path) -> None:
 def test_a_file_of_another_kind_is_not_overwritten(tmp_path: Path) -> None:
     path = tmp_path / "quality.json"
     path.write_text('{"schema": "quantload.speed/1", "results": {}}')
-    with pytest.raises(ConfigError, match=r"is not a quantload\.quality/1 file"):
+    with pytest.raises(ConfigError, match=r"is not a quantload\.quality file"):
         save_quality_result(path, "F16", result("F16", 20.0))
     assert "speed" in path.read_text()
