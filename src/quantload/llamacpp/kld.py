@@ -289,7 +289,8 @@ def _raise_for_base_problem(run: ToolRun, model_path: Path, base_path: Path) -> 
             f"llama-perplexity cannot open the KLD base {base_path}", "measure the base again"
         )
     if (short := BASE_CUT_SHORT.search(stderr)) is not None:
-        where = f" at chunk {short.group(1)}" if short.group(1) else ""
+        # llama-perplexity counts chunks from 0 here; people count from 1.
+        where = f": it ends before chunk {int(short.group(1)) + 1}" if short.group(1) else ""
         raise MeasurementError(
             f"the KLD base {base_path} is cut short{where} (disk full or killed while written?)",
             "delete it and measure again",

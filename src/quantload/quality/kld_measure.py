@@ -38,6 +38,7 @@ from quantload.llamacpp.kld_base import (
     check_free_space,
 )
 from quantload.llamacpp.perplexity import tokens_scored_per_chunk
+from quantload.llamacpp.tool_run import ToolRun, run_tool
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.gguf_meta import read_gguf
 from quantload.models.gguf_scan import scan_gguf
@@ -153,6 +154,7 @@ def prepare_base(
     source_note: str | None = None,
     progress: ProgressCallback = no_progress,
     log_path: Path | None = None,
+    runner: Callable[..., ToolRun] = run_tool,
 ) -> PreparedBase:
     """Write (or, when kept from before, reuse) the reference's base logits file in the cache.
 
@@ -176,7 +178,7 @@ def prepare_base(
     path = kept_path if quality.kld_keep_base else folder / own_name
     run, header = run_base(
         toolchain, reference, dataset, path, quality.ctx, quality.kld_chunks, quality.threads,
-        progress, quality.timeout_s, log_path=log_path,
+        progress, quality.timeout_s, runner, log_path,
     )  # fmt: skip
     if header.n_vocab != n_vocab:
         path.unlink(missing_ok=True)
@@ -279,6 +281,7 @@ def compare_file(
     quality: QualitySettings,
     progress: ProgressCallback = no_progress,
     log_path: Path | None = None,
+    runner: Callable[..., ToolRun] = run_tool,
 ) -> KldResult:
     """One file, with one KV-cache type, against the base; MeasurementError if it does not fit."""
     base = prepared.record
@@ -291,7 +294,7 @@ def compare_file(
         )
     run = run_compare(
         toolchain, file.path, prepared.path, base.ctx_tokens, cache_type, quality.threads, progress,
-        quality.timeout_s, log_path=log_path,
+        quality.timeout_s, runner, log_path,
     )  # fmt: skip
     if (run.output.ctx_tokens, run.output.n_chunks) != (base.ctx_tokens, base.chunks_scored):
         raise MeasurementError(
@@ -326,6 +329,7 @@ def measure_kld_set(
     source_note: str | None = None,
     scope: RunScope = quiet_scope,
     log_dir: Path | None = None,
+    runner: Callable[..., ToolRun] = run_tool,
 ) -> KldSet | None:
     """KLD of every file (and the floor) against `reference`, per KV-cache type in `quality`.
 
@@ -337,7 +341,7 @@ def measure_kld_set(
     with scope(f"KLD base {reference.name}", "base") as progress:
         prepared = prepare_base(
             toolchain, reference, dataset, cache_dir, quality, source_note, progress,
-            _log(log_dir, "base"),
+            _log(log_dir, "base"), runner,
         )  # fmt: skip
     if prepared is None:
         return None
@@ -352,7 +356,7 @@ def measure_kld_set(
                 with scope(title, file.label) as progress:
                     result = compare_file(
                         toolchain, prepared, file, cache_type, reference, quality, progress,
-                        _log(log_dir, f"{file.label}-{cache_type}"),
+                        _log(log_dir, f"{file.label}-{cache_type}"), runner,
                     )  # fmt: skip
                 if result is None:
                     continue
