@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich import box
 from rich.table import Table
 
 from quantload.cli.context import cli_context
@@ -46,27 +47,26 @@ def _plus_minus(value: float, error: float | None, digits: int) -> str:
 
 
 def _table(title: str, headers: tuple[str, ...], left: int) -> Table:
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for index, header in enumerate(headers):
         table.add_column(header, no_wrap=True, justify="left" if index < left else "right")
     return table
 
 
 def kld_table(kld: KldSet) -> Table:
-    """One row per file, f16 KV cache: mean KLD, its tail, same top token, Δp and Δppl."""
+    """One row per file, f16 KV cache: mean KLD, its tail, same top token and Δppl (the rest of
+    llama-perplexity's statistics are in quality.json)."""
     table = _table(
         "KL divergence from F16 (nats; lower is better)",
-        ("quant", "mean KLD", "median", "p99.9", "same top %", "RMS Δp %", "Δppl %"),
+        ("quant", "mean KLD", "p99.9 KLD", "same top %", "Δppl %"),
         left=1,
     )
     for label, result in kld.for_cache_type(FLOOR_CACHE_TYPE).items():
         table.add_row(
             label + (" (floor)" if result.is_floor else ""),
-            _plus_minus(result.kld_mean_nats, result.kld_mean_error_nats, 6),
-            f"{result.kld_median_nats:.6f}",
+            _plus_minus(result.kld_mean_nats, result.kld_mean_error_nats, 5),
             f"{result.kld_p99_9_nats:.4f}",
-            _plus_minus(result.same_top_p_pct, result.same_top_p_error_pct, 2),
-            _plus_minus(result.delta_p_rms_pct, result.delta_p_rms_error_pct, 2),
+            f"{result.same_top_p_pct:.2f}",
             _plus_minus(result.ppl_change_pct, result.ppl_change_error_pct, 2),
         )
     return table
@@ -84,8 +84,8 @@ def kv_table(kld: KldSet) -> Table:
             table.add_row(
                 label,
                 cache_type,
-                _plus_minus(result.kld_mean_nats, result.kld_mean_error_nats, 6),
-                _plus_minus(result.same_top_p_pct, result.same_top_p_error_pct, 2),
+                _plus_minus(result.kld_mean_nats, result.kld_mean_error_nats, 5),
+                f"{result.same_top_p_pct:.2f}",
                 _plus_minus(result.ppl_change_pct, result.ppl_change_error_pct, 2),
                 f"{result.wall_time_s:.1f}",
             )

@@ -305,12 +305,12 @@ def compare_file(
     return _result(run, base, file, cache_type, reference, toolchain)
 
 
-def with_floor(reference: Path, files: Sequence[KldFile]) -> list[KldFile]:
-    """`files`, with the reference first (it is the floor); added when missing."""
+def with_floor(reference: Path, files: Sequence[KldFile], label: str = REFERENCE_QUANT) -> list[KldFile]:
+    """`files`, with the reference first (it is the floor); added under `label` when missing."""
     resolved = reference.resolve()
     ordered = [file for file in files if file.path.resolve() == resolved][:1]
     if not ordered:
-        ordered = [KldFile(REFERENCE_QUANT, reference)]
+        ordered = [KldFile(label, reference)]
     return ordered + [file for file in files if file.path.resolve() != resolved]
 
 
@@ -350,7 +350,7 @@ def measure_kld_set(
         if out_path is not None:
             save_kld_base(out_path, prepared.record)
         for cache_type in quality.kld_cache_types or (FLOOR_CACHE_TYPE,):
-            for file in with_floor(reference, files):
+            for file in with_floor(reference, files, prepared.record.quant):
                 result: KldResult | None = None
                 title = f"KLD {file.label}" + (f" KV {cache_type}" if cache_type != FLOOR_CACHE_TYPE else "")
                 with scope(title, file.label) as progress:
