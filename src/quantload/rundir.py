@@ -4,7 +4,7 @@ Layout (`results/<run-id>/`):
   config.json          resolved configuration (secrets masked) and its sources
   run.json             run state: steps, servers, Prometheus (quantload.stack.run_state)
   manifest.json        prepared model files (quantload.models.manifest)
-  quality.json         perplexity per file (quantload.quality.results)
+  quality.json         perplexity per file, KL divergence from F16 (quantload.quality.results)
   speed.json           llama-bench and roofline per file (quantload.roofline.speed_file)
   kv.json              KV cache predicted vs reported per file (quantload.kvcheck)
   records.jsonl        one line per request (quantload.load.records), appended as they finish

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantload.errors import MeasurementError
-from quantload.llamacpp.kld_base import BaseHeader, check_base_file
+from quantload.llamacpp.kld_base import BaseHeader, check_base_file, partial_name
 from quantload.llamacpp.perplexity import PerplexityRun, run_perplexity, tokens_scored_per_chunk
 from quantload.llamacpp.tool_run import (
     Stream,
@@ -468,7 +468,7 @@ def run_base(
     file of the wrong size, removes what it wrote and raises MeasurementError or ModelError.
     """
     base_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = base_path.with_name(f".{base_path.name}.partial")
+    partial = base_path.with_name(partial_name(base_path.name))
     try:
         run = run_perplexity(
             toolchain, model_path, dataset_path, ctx_tokens, chunks, threads, progress, timeout_s,

@@ -17,6 +17,8 @@ the file it got against the prediction.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import struct
 from dataclasses import dataclass
@@ -112,3 +114,39 @@ def check_free_space(folder: Path, needed_bytes: int, lower_with: str) -> None:
             f" (plus {format_bytes(DISK_HEADROOM_BYTES)} headroom) but only {format_bytes(free)} is free",
             f"lower {lower_with}, or set toolchain.cache_dir to a bigger disk",
         )
+
+
+# Files of one process: `<key>-<pid>-<hex>.logits` (a base used once) and `.<name>.<pid>.partial`
+# (any base being written). A process killed outright leaves them; its pid says whose they are.
+OWNED_FILE = re.compile(r"^(?:[0-9a-f]+-(?P<pid>\d+)-[0-9a-f]+\.logits|\..+\.(?P<writer>\d+)\.partial)$")
+
+
+def partial_name(name: str, pid: int | None = None) -> str:
+    """The name a base file has while this process writes it."""
+    return f".{name}.{os.getpid() if pid is None else pid}.partial"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_orphans(folder: Path) -> list[Path]:
+    """Delete base files left by processes that no longer run; return what was deleted."""
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        match = OWNED_FILE.match(path.name)
+        if match is None:
+            continue
+        pid = int(match.group("pid") or match.group("writer"))
+        if pid != os.getpid() and not _alive(pid):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

@@ -36,6 +36,7 @@ from quantload.llamacpp.kld_base import (
     base_file_size_bytes,
     check_base_file,
     check_free_space,
+    remove_orphans,
 )
 from quantload.llamacpp.perplexity import tokens_scored_per_chunk
 from quantload.llamacpp.tool_run import ToolRun, run_tool
@@ -171,6 +172,7 @@ def prepare_base(
     kept_path, record_path = folder / f"{key}.logits", folder / f"{key}.json"
     if quality.kld_keep_base and (kept := _kept_base(kept_path, record_path)) is not None:
         return PreparedBase(kept, kept_path, remove_after_use=False)
+    remove_orphans(folder)  # what killed runs left behind counts against the free space
     predicted = base_file_size_bytes(n_vocab, quality.ctx, planned_chunks(quality, dataset_info.size_bytes))
     check_free_space(folder, predicted, LOWER_CHUNKS_WITH)
     # A base used once gets a name of its own, so two measurements at once never share a file.
