@@ -46,7 +46,14 @@ from quantload.models.gguf_scan import scan_gguf
 from quantload.models.manifest import Manifest, load_manifest, sha256_of
 from quantload.progress import ProgressCallback, no_progress
 from quantload.quality.dataset import describe_dataset
-from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldBase, KldResult, KldSet, finite_or_none
+from quantload.quality.kld_results import (
+    FLOOR_CACHE_TYPE,
+    KldBase,
+    KldResult,
+    KldSet,
+    chunk_standard_error,
+    finite_or_none,
+)
 from quantload.quality.results import save_kld_base, save_kld_result
 from quantload.rundir import MANIFEST_JSON
 
@@ -240,6 +247,7 @@ def _result(
         tokens_scored=run.output.tokens_scored,
         kld_mean_nats=stats.kld_mean.value,
         kld_mean_error_nats=finite_or_none(stats.kld_mean.error),
+        kld_mean_chunk_error_nats=chunk_standard_error([row.kld_mean for row in run.output.rows]),
         kld_median_nats=quantiles["median"],
         kld_p99_nats=quantiles["p99"],
         kld_p99_9_nats=quantiles["p99_9"],

@@ -18,6 +18,7 @@ llama-perplexity printed it; it is None where the tool printed nan (e.g. a floor
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,7 +85,15 @@ class KldResult(_Frozen):
     chunks_scored: int
     tokens_scored: int
     kld_mean_nats: float
-    kld_mean_error_nats: float | None
+    kld_mean_error_nats: float | None = Field(
+        description="llama-perplexity's standard error, which treats every token as independent"
+    )
+    kld_mean_chunk_error_nats: float | None = Field(
+        default=None,
+        description="standard error from the spread of the chunks' own means (tokens of one chunk"
+        " move together, so this is the more honest one; recovered from the 5-decimal running"
+        " means, whose rounding can only inflate it); None below 3 chunks",
+    )
     kld_median_nats: float
     kld_p99_nats: float
     kld_p99_9_nats: float
@@ -124,13 +133,32 @@ class KldResult(_Frozen):
     measured_at: str
 
 
+def _error(result: KldResult) -> float:
+    return max(result.kld_mean_error_nats or 0.0, result.kld_mean_chunk_error_nats or 0.0)
+
+
+def chunk_standard_error(running_means: list[float]) -> float | None:
+    """The standard error of the mean from the chunks' own means, recovered from running means
+    (every chunk scores the same number of tokens); None below 3 chunks."""
+    if len(running_means) < 3:
+        return None
+    chunk_means = [
+        index * running - (index - 1) * previous
+        for index, (running, previous) in enumerate(
+            zip(running_means, [0.0, *running_means[:-1]], strict=True), start=1
+        )
+    ]
+    return statistics.stdev(chunk_means) / math.sqrt(len(chunk_means))
+
+
 def beyond_uncertainty(a: KldResult, b: KldResult, sigmas: float = 2.0) -> bool:
     """True when the two mean KLDs differ by more than `sigmas` combined standard errors.
 
-    The errors are combined as if independent; the two runs score the same tokens, so the real
-    uncertainty of the difference is smaller and this test is conservative.
+    Each mean's error is the larger of the per-token and the per-chunk one, and the two are
+    combined as if independent; the two runs score the same tokens, so the real uncertainty of the
+    difference is smaller and this test is conservative.
     """
-    combined = math.hypot(a.kld_mean_error_nats or 0.0, b.kld_mean_error_nats or 0.0)
+    combined = math.hypot(_error(a), _error(b))
     return abs(a.kld_mean_nats - b.kld_mean_nats) > sigmas * combined
 
 

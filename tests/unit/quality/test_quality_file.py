@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
 
 import pytest
 
 from quantload.errors import ConfigError
 from quantload.quality.dataset import DatasetInfo
-from quantload.quality.kld_results import KldBase, KldResult, beyond_uncertainty
+from quantload.quality.kld_results import KldBase, KldResult, beyond_uncertainty, chunk_standard_error
 from quantload.quality.results import (
     QUALITY_SCHEMA,
     QualityResult,
@@ -122,3 +124,16 @@ def test_a_difference_beyond_uncertainty() -> None:
     q8, q4 = kld_result("Q8_0", 0.0041, 0.00017), kld_result("Q4_K_M", 0.0567, 0.0023)
     assert beyond_uncertainty(q8, q4)
     assert not beyond_uncertainty(kld_result("A", 0.0041, 0.0002), kld_result("B", 0.0045, 0.0002))
+
+
+def test_the_chunk_level_error_comes_from_the_chunks_own_means() -> None:
+    chunks = [0.05, 0.07, 0.04, 0.08]
+    running = [sum(chunks[: i + 1]) / (i + 1) for i in range(len(chunks))]
+    expected = statistics.stdev(chunks) / math.sqrt(4)
+    assert chunk_standard_error(running) == pytest.approx(expected)
+    assert chunk_standard_error(running[:2]) is None
+    # a difference within the per-chunk error is not beyond uncertainty, even if the per-token one is tiny
+    a = kld_result("A", 0.050, 0.0001).model_copy(update={"kld_mean_chunk_error_nats": 0.004})
+    b = kld_result("B", 0.058, 0.0001).model_copy(update={"kld_mean_chunk_error_nats": 0.004})
+    assert beyond_uncertainty(kld_result("A", 0.050, 0.0001), kld_result("B", 0.058, 0.0001))
+    assert not beyond_uncertainty(a, b)
