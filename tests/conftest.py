@@ -18,8 +18,8 @@ from quantload.config import ToolchainSettings
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain
 from quantload.models.prepare import prepare_models
 from quantload.paths import cache_root
-from quantload.stack.native import PREPARED_DIR
-from support import GRAFANA_ANNOTATIONS_JSON, clean_env, missing, run_quantload
+from quantload.steps.prepare import PREPARED_DIR
+from support import CI_API_KEY, GRAFANA_ANNOTATIONS_JSON, clean_env, missing, run_quantload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,6 +95,7 @@ def ci_run(
     grafana = FakeGrafana(expected_auth="Bearer glsa_ci", lifetime_s=1800)
     env["QUANTLOAD_OBSERVE__GRAFANA_URL"] = grafana.url
     env["QUANTLOAD_OBSERVE__GRAFANA_TOKEN"] = "glsa_ci"
+    env["QUANTLOAD_SERVER__API_KEY"] = CI_API_KEY  # the servers require it; no file may show it
     try:
         result = run_quantload(
             ["run", "--model", "tiny", "--profile", "ci", "--out", str(out), "--dataset", str(wikitext_test_raw)],

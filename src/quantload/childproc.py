@@ -1,11 +1,24 @@
-"""A long-running child process (llama-server, Prometheus) with its output kept in a log file."""
+"""Child processes: a long-running one (llama-server, Prometheus) with its output kept in a log
+file, and what every child quantload starts gets: it dies with its parent, and its logged command
+line shows no secret.
+
+Dying with the parent: on Linux each child asks the kernel for SIGTERM when the thread that
+started it ends (prctl PR_SET_PDEATHSIG), so a `quantload` killed outright (SIGKILL) leaves no
+llama-server, Prometheus or Locust process behind. quantload starts children from its main
+thread only, which is what makes "the thread that started it" mean "quantload". Elsewhere (macOS)
+the orderly stop on SIGINT/SIGTERM/SIGHUP still applies; a SIGKILL there can leave children.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -13,6 +26,53 @@ from typing import Self
 import httpx
 
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--token", "--password"})
+MASK = "***"
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when its parent ends (Linux only).
+
+    The libc function is looked up here, in the parent, so the child only makes one call
+    between fork and exec. A child whose parent is already gone by then exits at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent_pid = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+def shown_command(command: Sequence[str], secrets: Sequence[str] = ()) -> str:
+    """The command line as logs show it: the value after a secret flag, and any of `secrets`,
+    replaced by ***."""
+    shown: list[str] = []
+    hide_next = False
+    for part in command:
+        if hide_next:
+            shown.append(MASK)
+            hide_next = False
+            continue
+        flag, eq, _ = part.partition("=")
+        if flag in SECRET_FLAGS:
+            shown.append(f"{flag}={MASK}" if eq else part)
+            hide_next = not eq
+            continue
+        for secret in secrets:
+            if secret:
+                part = part.replace(secret, MASK)
+        shown.append(part)
+    return " ".join(shown)
 
 
 class LoggedProcess:
@@ -29,14 +89,24 @@ class LoggedProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
-    def launch(self, command: Sequence[str]) -> None:
-        """Start `command`, writing the command line itself first into the log."""
+    def launch(self, command: Sequence[str], secret_env: Mapping[str, str] | None = None) -> None:
+        """Start `command`, writing the command line itself first into the log (secrets masked).
+
+        `secret_env` holds secrets the child reads from its environment instead of its command
+        line (so `ps` cannot show them); their values never reach the log either.
+        """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        secrets = tuple(secret_env.values()) if secret_env else ()
         with self.log_path.open("ab") as log:
-            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.write(("$ " + shown_command(command, secrets) + "\n").encode())
             log.flush()
             self._process = subprocess.Popen(
-                list(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                list(command),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **secret_env} if secret_env else None,
+                preexec_fn=die_with_parent(),
             )
 
     def alive(self) -> bool:

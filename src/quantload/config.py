@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 
 from quantload.errors import ConfigError
-from quantload.profiles import PROFILE_NAMES, profile_presets
+from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 
 CONFIG_FILE_NAME = "quantload.toml"
 ENV_PREFIX = "QUANTLOAD_"
@@ -121,7 +124,7 @@ class SpeedSettings(_Section):
 class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
 
-    users: tuple[int, ...] = (1, 2, 4, 8)
+    users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
     repeats: int = Field(default=3, ge=1)
     prompts: str = "builtin"
     prompt_count: int = Field(default=100, ge=1)
@@ -134,7 +137,7 @@ class LoadSettings(_Section):
     warmup_requests: int = Field(default=2, ge=0)
     request_timeout_s: float = Field(default=300.0, gt=0)
     stage_timeout_s: float = Field(default=3600.0, gt=0)
-    rates_rps: tuple[float, ...] = ()
+    rates_rps: tuple[Annotated[float, Field(gt=0)], ...] = ()
     open_loop_requests: int = Field(default=50, ge=1)
     prefix_tokens: int = Field(default=1500, ge=0)
     prefix_requests: int = Field(default=20, ge=0)
@@ -183,16 +186,6 @@ class ObserveSettings(_Section):
     grafana_user: str | None = Field(default=None, description="basic auth, with grafana_password")
     grafana_password: SecretStr | None = None
 
-    @field_validator("grafana_token", "grafana_user", "grafana_password", mode="before")
-    @classmethod
-    def _credential_text(cls, value: Any) -> Any:
-        """Credentials are text: undo the environment layer's comma splitting and integer parsing."""
-        if isinstance(value, list | tuple):
-            return ",".join(str(part) for part in value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        return value
-
 
 class ReportSettings(_Section):
     """Service-level objectives the capacity verdict is judged against."""
@@ -205,9 +198,15 @@ class ReportSettings(_Section):
 class RunSettings(_Section):
     """The whole protocol driven by `quantload run`."""
 
-    profile: Literal["quick", "seed", "ci"] = "seed"
+    profile: Literal["quick", "full", "ci"] = "full"
     out: Path = Path("results")
     servers_at_once: bool = False
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_alias(cls, value: Any) -> Any:
+        """An earlier profile name (`seed`) is read as the profile it now goes by."""
+        return PROFILE_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 class Settings(_Section):
@@ -270,12 +269,44 @@ def _read_file_layer(path: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def _parse_env_value(raw: str) -> Any:
-    """JSON when it parses (numbers, lists, booleans), else a comma list or the plain string."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw.split(",") if "," in raw else raw
+def _field(section: str, key: str) -> FieldInfo:
+    model = Settings.model_fields[section].annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel)
+    return model.model_fields[key]
+
+
+def _splits_on_commas(item: Any) -> bool:
+    """Items that never hold a comma themselves: numbers and fixed names (Literal)."""
+    if typing.get_origin(item) is Annotated:
+        item = typing.get_args(item)[0]
+    return item in (int, float) or typing.get_origin(item) is Literal
+
+
+def decode_env_value(field: FieldInfo, raw: str) -> Any:
+    """An environment value decoded by its field's declared type (pydantic-settings' rules).
+
+    A scalar field (text, number, flag, path, secret) gets the raw text, which pydantic then
+    validates: `123456` stays the text of an API key, `a,b` stays one path. A collection field
+    takes a JSON list (`["a,b", "c"]`); where its items cannot hold a comma (numbers, fixed names)
+    a comma list or one bare item is accepted as well (`1,2,4` or `4`); otherwise the whole text
+    is one item (an exporter target `NAME=URL,quant=Q`).
+    """
+    annotation = field.annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union) and len(args) == 1:
+        annotation = args[0]
+    if typing.get_origin(annotation) not in (tuple, list):
+        return raw
+    item = typing.get_args(annotation)[0] if typing.get_args(annotation) else str
+    text = raw.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{text!r} is not a JSON list", 'e.g. ["a", "b"]') from None
+    if _splits_on_commas(item):
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return [raw]
 
 
 def _read_env_layer(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -296,7 +327,10 @@ def _read_env_layer(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, Any
             dotted = f"{section}.{key}"
         section, key = dotted.split(".", 1)
         _check_keys({section: {key: None}}, f"environment variable {name}")
-        layer.setdefault(section, {})[key] = raw if name in ENV_ALIASES else _parse_env_value(raw)
+        try:
+            layer.setdefault(section, {})[key] = decode_env_value(_field(section, key), raw)
+        except ConfigError as error:
+            raise ConfigError(f"environment variable {name}: {error.problem}", error.hint) from None
         origins[dotted] = f"env:{name}"
     return layer, origins
 
@@ -314,13 +348,23 @@ def _merge(
             sources[dotted] = origin if isinstance(origin, str) else origin[dotted]
 
 
+def _is_secret(section: str, key: str) -> bool:
+    try:
+        annotation = _field(section, key).annotation
+    except (KeyError, AssertionError):
+        return False
+    return annotation is SecretStr or SecretStr in typing.get_args(annotation)
+
+
 def _validation_message(error: ValidationError, sources: Mapping[str, str]) -> ConfigError:
     first = error.errors()[0]
-    dotted = ".".join(str(part) for part in first["loc"][:2])
+    location = [str(part) for part in first["loc"][:2]]
+    dotted = ".".join(location)
     origin = sources.get(dotted, "default")
+    secret = len(location) == 2 and _is_secret(*location)
     return ConfigError(
         f"configuration key '{dotted}' (from {origin}): {first['msg']}",
-        f"got {first.get('input')!r}",
+        "the value is secret, so it is not shown" if secret else f"got {first.get('input')!r}",
     )
 
 
@@ -356,11 +400,12 @@ def load_config(
     _merge(merged, sources, env_layer, env_origins)
     _merge(merged, sources, flag_layer, "flag")
 
-    profile = merged.get("run", {}).get("profile", RunSettings().profile)
-    if profile not in PROFILE_NAMES:
+    asked = merged.get("run", {}).get("profile", RunSettings().profile)
+    profile = profile_name(asked) if isinstance(asked, str) else None
+    if profile is None:
         raise ConfigError(
             f"configuration key 'run.profile' (from {sources.get('run.profile', 'default')}):"
-            f" unknown profile {profile!r}",
+            f" unknown profile {asked!r}",
             f"choose one of {', '.join(PROFILE_NAMES)}",
         )
     layered: dict[str, dict[str, Any]] = {}

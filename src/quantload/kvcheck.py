@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.server_log import KvSizeLine, parse_build, parse_kv_sizes, parse_slot_layout
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.rundir import write_json_atomic
+from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class KvCheck:
         return round((self.predicted_mib - reported) / reported * 100.0, 4)
 
     def as_dict(self) -> dict[str, Any]:
-        """The prediction's factors plus what the server reported (see `kv_file_payload`)."""
+        """The prediction's factors plus what the server reported (see `merge_kv_file`)."""
         return {
             **self.prediction.as_dict(),
             "reported_mib": self.reported_mib,
@@ -98,45 +98,29 @@ def kv_check_with_server(
     return kv_check_from_log(prediction, text, log_path)
 
 
-KV_SCHEMA = "quantload.kv/1"
-
-
-def kv_file_payload(
-    checks: dict[str, KvCheck | str], llama_cpp: Mapping[str, object] | None = None
-) -> dict[str, Any]:
-    """The `kv.json` object: {"schema", "llama_cpp", "results": {quant: check or {"error": why}}}.
-
-    Each result holds every factor of the prediction (n_layer, n_head_kv, head dims, slots,
-    ctx_per_slot, unified, cache types, n_stream, cells_per_stream, k_bytes, v_bytes,
-    predicted_bytes, predicted_mib, formula), the reported size (`reported_mib`, `reported_lines`,
-    `reported_n_ctx_slot`), `diff_pct` ((predicted - reported) / reported x 100, both at the
-    0.01 MiB llama.cpp prints), `server_log` and `server_build` (the build the log names).
-    `llama_cpp` is the toolchain's version record when quantload started the servers, else null.
-    """
-    return {
-        "schema": KV_SCHEMA,
-        "llama_cpp": dict(llama_cpp) if llama_cpp is not None else None,
-        "results": {
-            quant: check.as_dict() if isinstance(check, KvCheck) else {"error": check}
-            for quant, check in checks.items()
-        },
-    }
+def _result(check: KvCheck | str) -> KvResult:
+    if isinstance(check, KvCheck):
+        return KvResult.model_validate(check.as_dict())
+    return KvResult(error=check)
 
 
 def merge_kv_file(
     path: Path, label: str, check: KvCheck | str, llama_cpp: Mapping[str, object] | None = None
 ) -> None:
-    """Add (or replace) one entry of a `kv.json` file, creating it when absent."""
-    results: dict[str, Any] = {}
-    kept_llama_cpp: Any = None
+    """Add (or replace) one entry of a `kv.json` file (`quantload.rundir.kv_file.KvFile`),
+    creating it when absent or replacing one that is not a kv.json: the file's one writer.
+
+    Each entry is a check (every factor of the prediction, the reported size, `diff_pct`, the
+    server's log and build) or {"error": why} for a quantization that could not be checked.
+    `llama_cpp` is the toolchain's version record when quantload started the server; a later
+    entry without one keeps the record already there.
+    """
+    current = KvFile()
     if path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            current = load_kv_file(path)
         except ValueError:
-            data = {}
-        if isinstance(data, dict) and data.get("schema") == KV_SCHEMA:
-            results = dict(data.get("results") or {})
-            kept_llama_cpp = data.get("llama_cpp")
-    results[label] = check.as_dict() if isinstance(check, KvCheck) else {"error": check}
-    record = dict(llama_cpp) if llama_cpp is not None else kept_llama_cpp
-    write_json_atomic(path, {"schema": KV_SCHEMA, "llama_cpp": record, "results": results})
+            current = KvFile()
+    record = dict(llama_cpp) if llama_cpp is not None else current.llama_cpp
+    merged = KvFile(llama_cpp=record, results={**current.results, label: _result(check)})
+    write_json_atomic(path, merged.to_json())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-PROFILE_NAMES: tuple[str, ...] = ("quick", "seed", "ci")
+PROFILE_NAMES: tuple[str, ...] = ("quick", "full", "ci")
+# Earlier names still accepted, with the profile each one means.
+PROFILE_ALIASES: dict[str, str] = {"seed": "full"}
 
 _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # The full protocol of the seed: 100 prompts at 1, 2, 4, 8 users, three repeats.
-    "seed": {},
+    # The full protocol (the defaults): 100 prompts at 1, 2, 4, 8 users, three repeats.
+    "full": {},
     # About five minutes on a 2-core laptop with SmolLM2-135M.
     "quick": {
         "quality": {"chunks": 4, "kld_chunks": 4},
@@ -39,6 +41,12 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
     },
 }
+
+
+def profile_name(name: str) -> str | None:
+    """The profile `name` means (an alias resolved), or None when there is no such profile."""
+    resolved = PROFILE_ALIASES.get(name, name)
+    return resolved if resolved in PROFILE_NAMES else None
 
 
 def profile_presets(name: str) -> dict[str, dict[str, Any]]:

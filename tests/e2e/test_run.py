@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from quantload.llamacpp.toolchain import Toolchain
-from support import GRAFANA_ANNOTATIONS_JSON, clean_env, run_quantload
+from support import CI_API_KEY, GRAFANA_ANNOTATIONS_JSON, clean_env, run_quantload
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +67,14 @@ def test_the_run_measures_kld_against_its_f16(ci_run: Path) -> None:
     }
     assert kld["results"]["F16"]["f16"]["is_floor"] is True
     assert (ci_run / "logs" / "llama-perplexity-kld-base.log").is_file()
+
+
+def test_no_file_the_run_writes_holds_the_api_key(ci_run: Path) -> None:
+    key = CI_API_KEY.encode()
+    files = [path for path in ci_run.rglob("*") if path.is_file()]
+    assert len(files) > 20 and any(p.name == "llama-server-F16.log" for p in files)
+    assert [str(path.relative_to(ci_run)) for path in files if key in path.read_bytes()] == []
+    assert "--api-key" not in (ci_run / "logs" / "llama-server-F16.log").read_text().splitlines()[0]
 
 
 def test_the_run_annotates_every_load_stage_in_grafana(ci_run: Path) -> None:
@@ -124,6 +132,7 @@ def _start_tiny_run(tmp_path: Path) -> subprocess.Popen[str]:
     env = clean_env()
     env["QUANTLOAD_MODEL__QUANTS"] = '["Q8_0", "Q4_K_M"]'
     env["QUANTLOAD_LOAD__REPEATS"] = "3"
+    env["QUANTLOAD_SERVER__API_KEY"] = CI_API_KEY
     command = [sys.executable, "-m", "quantload.cli.main", "run", "--model", "tiny", "--profile", "ci",
                "--out", str(tmp_path)]
     return subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -200,22 +209,26 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for leftover processes in /proc")
-def test_ctrl_c_stops_every_child_and_the_report_still_builds(
-    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+@pytest.mark.parametrize(("stop_signal", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_stops_every_child_and_the_report_still_builds(
+    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path, stop_signal: int, exit_code: int
 ) -> None:
-    # SIGINT goes to quantload alone (not its process group), so quantload must stop its children
+    # The signal goes to quantload alone (not its process group), so quantload must stop its children
     process = _start_tiny_run(tmp_path)
     interrupted = False
+    seen_with_key: list[str] = []
     try:
         if _wait_for_load_with_records(process, tmp_path, "Q8_0") is not None:
-            process.send_signal(signal.SIGINT)
+            seen_with_key = _processes_mentioning(CI_API_KEY)  # no command line shows the key
+            process.send_signal(stop_signal)
             interrupted = True
         _, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert interrupted, "no load step was seen running"
-    assert process.returncode == 130, stderr[-2000:]
+    assert seen_with_key == []
+    assert process.returncode == exit_code, stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert _processes_mentioning(str(run_dir)) == []
     run = _json(run_dir / "run.json")
@@ -229,3 +242,27 @@ def test_ctrl_c_stops_every_child_and_the_report_still_builds(
     assert result.returncode == 0, result.stderr[-2000:]
     report = (run_dir / "report.md").read_text()
     assert "interrupted" in report
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_sigkill_to_quantload_takes_its_children_along(
+    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    process = _start_tiny_run(tmp_path)
+    killed = False
+    try:
+        run = _wait_for_load_with_records(process, tmp_path, "Q8_0")
+        if run is not None:
+            (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+            assert _processes_mentioning(str(run_dir)), "llama-server and Locust should be running now"
+            process.send_signal(signal.SIGKILL)  # no clean-up code of quantload's runs
+            process.wait(timeout=10)
+            killed = True
+            deadline = time.monotonic() + 15
+            while _processes_mentioning(str(run_dir)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _processes_mentioning(str(run_dir)) == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert killed, "no load step was seen running"

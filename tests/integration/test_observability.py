@@ -20,6 +20,7 @@ from typing import Protocol
 import pytest
 import yaml
 
+from dashboard_check import QueryCheck, check_dashboard, load_dashboard
 from quantload.config import LoadSettings
 from quantload.exporter import Target, start_exporter
 from quantload.exporter.labels import model_from_filename
@@ -28,9 +29,8 @@ from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.api import Target as LoadApiTarget
 from quantload.load.api import run_sweep
 from quantload.observe.annotations import read_stage_spans
-from quantload.observe.dashboard import QueryCheck, check_dashboard, load_dashboard
+from quantload.observe.prometheus import PrometheusProcess, prometheus_config_dir
 from quantload.observe.promql import PrometheusClient
-from quantload.stack.prometheus import PrometheusProcess, prometheus_config_dir
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -15,8 +15,8 @@ import pytest
 
 from quantload.exporter import Target, start_exporter
 from quantload.exporter.fake_server import FakeLlamaServer
+from quantload.observe.prometheus import PrometheusProcess
 from quantload.observe.promql import PrometheusClient
-from quantload.stack.prometheus import PrometheusProcess
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -244,10 +244,10 @@ def test_html_report_renders_in_headless_chromium(run_copy: Path, tmp_path: Path
     assert pixels.shape == (3000, 1400)
     assert pixels.std() > 20, "the page looks blank"
     assert (pixels < 200).mean() > 0.05, "almost nothing is drawn on the page"
-    assert '<table id="seed-table" class="data">' in dom
-    seed_table = dom.split('id="seed-table"', 1)[1].split("</table>", 1)[0]
+    assert '<table id="quant-table" class="data">' in dom
+    quant_table = dom.split('id="quant-table"', 1)[1].split("</table>", 1)[0]
     for quant in ("F16", "Q8_0", "Q4_K_M"):
-        assert f'<td class="txt">{quant}</td>' in seed_table
+        assert f'<td class="txt">{quant}</td>' in quant_table
     assert dom.count('<img alt="') == len(paths.plots) >= 4
     assert dom.count('src="data:image/png;base64,') == len(paths.plots)
     keep = os.environ.get("QL_REPORT_SCREENSHOT")

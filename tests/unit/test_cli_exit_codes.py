@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 import typer
 
@@ -20,6 +24,10 @@ def _app_whose_command(action: str) -> typer.Typer:
             raise KeyboardInterrupt
         if action == "user error":
             raise ModelError("model.gguf is not a GGUF file", "pass a .gguf file")
+        if action in ("sigterm", "sighup"):
+            os.kill(os.getpid(), signal.SIGTERM if action == "sigterm" else signal.SIGHUP)
+            time.sleep(10)  # interrupted at once by the handler
+            raise AssertionError("the signal did not interrupt the command")
 
     @app.command()
     def other() -> None:
@@ -30,7 +38,8 @@ def _app_whose_command(action: str) -> typer.Typer:
 
 @pytest.mark.parametrize(
     ("action", "exit_code", "stderr_part"),
-    [("exit 3", 3, ""), ("ctrl-c", 130, "interrupted"), ("user error", 2, "not a GGUF file"), ("ok", 0, "")],
+    [("exit 3", 3, ""), ("ctrl-c", 130, "interrupted"), ("user error", 2, "not a GGUF file"), ("ok", 0, ""),
+     ("sigterm", 143, "interrupted"), ("sighup", 129, "interrupted")],
 )
 def test_exit_codes_reach_the_shell(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], action: str, exit_code: int, stderr_part: str
@@ -42,3 +51,10 @@ def test_exit_codes_reach_the_shell(
 
 def test_the_real_cli_says_its_version() -> None:
     assert cli_main.main(["--version"]) == 0
+
+
+def test_the_signal_handlers_are_restored_after_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_main, "build_app", lambda: _app_whose_command("ok"))
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli_main.main(["go"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 
 from quantload.cli.main import main
-from quantload.config import describe, load_config
+from quantload.config import RunSettings, describe, load_config
 from quantload.errors import ConfigError
 
 
-def test_defaults_are_the_seed_protocol(tmp_path: Path) -> None:
+def test_defaults_are_the_full_protocol(tmp_path: Path) -> None:
     config = load_config(tmp_path, {})
+    assert config.settings.run.profile == "full"
     assert config.settings.load.users == (1, 2, 4, 8)
     assert config.settings.load.repeats == 3
     assert config.settings.server.slots == 8
@@ -35,6 +36,24 @@ def test_profile_presets_sit_below_user_settings(tmp_path: Path) -> None:
     assert config.settings.load.repeats == 1
     assert config.source_of("load.repeats") == "profile:quick"
     assert config.settings.load.max_tokens == 20
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "flags"),
+    [
+        ("[run]\nprofile = 'seed'\n", {}, {}),
+        ("", {"QUANTLOAD_RUN__PROFILE": "seed"}, {}),  # compose: QL_PROFILE=seed in .env
+        ("", {}, {"run.profile": "seed"}),  # quantload run --profile seed
+    ],
+)
+def test_seed_is_still_accepted_as_the_full_profile(
+    tmp_path: Path, toml: str, env: dict[str, str], flags: dict[str, str]
+) -> None:
+    (tmp_path / "quantload.toml").write_text(toml)
+    config = load_config(tmp_path, env, flags)
+    assert config.settings.run.profile == "full"
+    assert config.settings.load.repeats == 3 and config.settings.load.users == (1, 2, 4, 8)
+    assert RunSettings.model_validate({"profile": "seed"}).profile == "full"  # an older config.json
 
 
 @pytest.mark.parametrize(
@@ -113,3 +132,49 @@ def test_kld_cache_types_put_f16_first_and_profiles_cap_the_chunks(tmp_path: Pat
     quick = load_config(tmp_path, {}, {"run.profile": "quick"}).settings.quality
     ci = load_config(tmp_path, {}, {"run.profile": "ci"}).settings.quality
     assert (quick.kld_chunks, ci.kld_chunks, ci.ctx) == (4, 2, 128)
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "dotted", "expected"),
+    [
+        ("QUANTLOAD_SERVER__API_KEY", "123456", "server.api_key", "123456"),
+        ("QUANTLOAD_SERVER__API_KEY", "sk-a,b", "server.api_key", "sk-a,b"),
+        ("QUANTLOAD_QUALITY__DATASET", "/data/a,b/wiki.test.raw", "quality.dataset", Path("/data/a,b/wiki.test.raw")),
+        ("QUANTLOAD_OBSERVE__EXPORTER_TARGETS", "q8=http://127.0.0.1:8081,quant=Q8_0", "observe.exporter_targets",
+         ("q8=http://127.0.0.1:8081,quant=Q8_0",)),
+        ("QUANTLOAD_OBSERVE__EXPORTER_TARGETS", '["a=http://h:1,quant=F16", "b=http://h:2"]', "observe.exporter_targets",
+         ("a=http://h:1,quant=F16", "b=http://h:2")),
+        ("QUANTLOAD_LOAD__USERS", "4", "load.users", (4,)),
+        ("QUANTLOAD_LOAD__USERS", "1, 2,4", "load.users", (1, 2, 4)),
+        ("QUANTLOAD_LOAD__USERS", "[1, 2]", "load.users", (1, 2)),
+        ("QUANTLOAD_LOAD__RATES_RPS", "0.5,1", "load.rates_rps", (0.5, 1.0)),
+        ("QUANTLOAD_MODEL__QUANTS", "Q8_0,Q4_K_M", "model.quants", ("Q8_0", "Q4_K_M")),
+        ("QUANTLOAD_LOAD__IGNORE_EOS", "true", "load.ignore_eos", True),
+        ("QUANTLOAD_OBSERVE__GRAFANA_USER", "1234", "observe.grafana_user", "1234"),
+        ("QUANTLOAD_SERVER__EXTRA_ARGS", '["--flash-attn", "on"]', "server.extra_args", ("--flash-attn", "on")),
+    ],
+)
+def test_environment_values_are_decoded_by_the_fields_type(
+    tmp_path: Path, name: str, raw: str, dotted: str, expected: object
+) -> None:
+    settings = load_config(tmp_path, {name: raw}).settings
+    section, key = dotted.split(".")
+    value = getattr(getattr(settings, section), key)
+    if hasattr(value, "get_secret_value"):
+        value = value.get_secret_value()
+    assert value == expected
+
+
+def test_a_bad_environment_list_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="QUANTLOAD_LOAD__USERS"):
+        load_config(tmp_path, {"QUANTLOAD_LOAD__USERS": "[1, 2"})
+    with pytest.raises(ConfigError, match=r"load\.users"):
+        load_config(tmp_path, {"QUANTLOAD_LOAD__USERS": "two"})
+
+
+def test_an_error_about_a_secret_never_shows_it(tmp_path: Path) -> None:
+    (tmp_path / "quantload.toml").write_text("[server]\napi_key = 987654\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path, {})
+    message = caught.value.one_line()
+    assert "server.api_key" in message and "987654" not in message and "secret" in message

@@ -18,7 +18,7 @@ QWEN25_05B_CONFIG = {  # published hyperparameters of Qwen2.5-0.5B-Instruct
 }
 
 
-def test_qwen25_05b_seed_layout_is_384_mib() -> None:
+def test_qwen25_05b_full_protocol_layout_is_384_mib() -> None:
     shape = kv_shape_from_hf_config(QWEN25_05B_CONFIG)
     assert shape.bytes_per_token_f16 == 12_288
     prediction = predict_kv(shape, slots=8, ctx_per_slot=4096)

@@ -54,7 +54,7 @@ def test_the_wheel_from_the_image_context_ships_the_assets(tmp_path: Path) -> No
         archive.extractall(site)
     probe = (
         "from quantload.assets import asset_dir\n"
-        "from quantload.stack.prometheus import prometheus_config_dir\n"
+        "from quantload.observe.prometheus import prometheus_config_dir\n"
         "print(asset_dir('analysis'))\n"
         "print(prometheus_config_dir())\n"
     )

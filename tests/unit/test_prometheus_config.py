@@ -12,7 +12,7 @@ import yaml
 
 from quantload.exporter import names
 from quantload.exporter.server_metrics import RENAMES
-from quantload.stack.prometheus import (
+from quantload.observe.prometheus import (
     PrometheusError,
     PrometheusProcess,
     native_config,

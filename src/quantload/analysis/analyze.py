@@ -1,4 +1,5 @@
-"""From a loaded run (and a Prometheus connection, when there is one) to every figure of the report."""
+"""From a loaded run (and a Prometheus connection, when there is one) to every figure of the report:
+the one place that calls each computation and holds its result for the chapters to show."""
 
 from __future__ import annotations
 
@@ -7,24 +8,29 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
-from quantload.analysis.client_health import client_verdict, lagging_stages
-from quantload.analysis.gaps import Gap
-from quantload.analysis.header import Header, build_header
-from quantload.analysis.hist_check import histogram_check
-from quantload.analysis.kv_table import KvRow, kv_rows
-from quantload.analysis.levels import level_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
-from quantload.analysis.load_run import RunData
-from quantload.analysis.prom_source import PromConnection, TimeWindow
-from quantload.analysis.prompt_cache import CacheComparison, prompt_cache_table
-from quantload.analysis.roofline_table import roofline_frame
-from quantload.analysis.seed_table import seed_table, users_levels
-from quantload.analysis.server_series import series_step_s, server_in_flight, server_series
-from quantload.analysis.stages import stage_table
-from quantload.analysis.ttft_split import ttft_split_table
+from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
+from quantload.analysis.prometheus_tables import (
+    histogram_check,
+    series_step_s,
+    server_in_flight,
+    server_series,
+)
+from quantload.analysis.run_data import Gap, RunData
+from quantload.analysis.run_tables import (
+    Header,
+    KvRow,
+    build_header,
+    kv_rows,
+    quant_table,
+    roofline_frame,
+    users_levels,
+)
+from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
+from quantload.analysis.ttft_tables import CacheComparison, prompt_cache_table, ttft_split_table
 from quantload.config import ReportSettings
 from quantload.observe.promql import PrometheusQueryError
-from quantload.rundir import RECORDS_JSONL
+from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON
 
 WINDOW_MARGIN_S = 5.0
 
@@ -40,7 +46,7 @@ class Analysis:
     stages: pd.DataFrame
     levels: pd.DataFrame
     open_loop: pd.DataFrame
-    seed: pd.DataFrame
+    quant_table: pd.DataFrame
     capacity: tuple[CapacityVerdict, ...]
     ttft_split: pd.DataFrame
     prompt_cache: tuple[CacheComparison, ...]
@@ -74,29 +80,28 @@ def _quant_gaps(
     for quant in quants:
         if run.quality is not None and quant not in run.quality.results:
             gaps.append(
-                Gap("quality", f"perplexity of {quant}", run.step_why("quality", quant, "quality.json"))
+                Gap("quality", f"perplexity of {quant}", run.step_why("quality", quant, QUALITY_JSON))
             )
         if run.speed is not None and quant not in run.speed.results:
             gaps.append(
-                Gap("speed", f"llama-bench speed of {quant}", run.step_why("speed", quant, "speed.json"))
+                Gap("speed", f"llama-bench speed of {quant}", run.step_why("speed", quant, SPEED_JSON))
             )
-        if run.kv and quant not in run.kv:
-            gaps.append(Gap("kv", f"KV check of {quant}", run.step_why("kv", quant, "kv.json")))
+        if run.kv is not None and quant not in run.kv_results:
+            gaps.append(Gap("kv", f"KV check of {quant}", run.step_why("kv", quant, KV_JSON)))
         mine = stages[stages["quant"] == quant] if not stages.empty else stages
         if not run.records.empty:
             gaps += _sweep_gaps(run, quant, mine, levels)
         has_prefix = not mine.empty and (mine["experiment"] == "prefix_cache").any()
         if not run.records.empty and not has_prefix:
-            disabled = (
-                run.setting("load", "prefix_requests") == 0 or run.setting("load", "prefix_tokens") == 0
-            )
+            load = run.settings.load if run.settings is not None else None
+            disabled = load is not None and (load.prefix_requests == 0 or load.prefix_tokens == 0)
             why = (
                 "disabled in the configuration (load.prefix_requests or load.prefix_tokens is 0)"
                 if disabled
                 else run.step_why("prefix_cache", quant, RECORDS_JSONL)
             )
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
-    for row in kv_rows(run.kv, quants):
+    for row in kv_rows(run.kv_results, quants):
         if row.error:
             gaps.append(Gap("kv", f"KV size reported by llama-server for {row.quant}", row.error))
     return gaps
@@ -189,11 +194,11 @@ def analyze(
         stages=stages,
         levels=levels,
         open_loop=level_table(stages, "open_loop", "rate_rps", quants),
-        seed=seed_table(run, levels, quants),
+        quant_table=quant_table(run, levels, quants),
         capacity=tuple(capacity(levels, quants, slo)),
         ttft_split=ttft_split_table(run.records, stages, "sweep", quants),
         prompt_cache=tuple(prompt_cache_table(stages, quants)),
-        kv=tuple(kv_rows(run.kv, quants)),
+        kv=tuple(kv_rows(run.kv_results, quants)),
         roofline=roofline_frame(run.speed, quants),
         littles_law=littles_law_table(run.records, stages, windows, server),
         lagging=lagging,
@@ -204,3 +209,16 @@ def analyze(
         gaps=tuple(gaps),
         notes=tuple(notes),
     )
+
+
+def analyze_run(
+    run: RunData,
+    settings: ReportSettings,
+    prometheus_url: str | None = None,
+    prometheus_binary: str = "prometheus",
+) -> Analysis:
+    """Every figure of one run, reading Prometheus when one with the run's data can be found."""
+    scrape_s = run.settings.observe.scrape_interval_s if run.settings is not None else 1.0
+    window = load_window(stage_table(run, settings))
+    with open_prometheus(run, prometheus_url, window, prometheus_binary) as connection:
+        return analyze(run, settings, connection, scrape_s)

@@ -15,13 +15,20 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis, analyze
-from quantload.analysis.document import Block, Bullets, Document, Paragraph, Section, Table
-from quantload.analysis.load_run import load_run
-from quantload.analysis.prom_source import PromConnection
-from quantload.analysis.render_html import render_html
-from quantload.analysis.render_md import render_markdown
+from quantload.analysis.document import (
+    Block,
+    Bullets,
+    Document,
+    Paragraph,
+    Section,
+    Table,
+    render_html,
+    render_markdown,
+)
+from quantload.analysis.prometheus_source import PromConnection
 from quantload.analysis.report import check_run_dir
-from quantload.analysis.seed_table import level_column, users_levels
+from quantload.analysis.run_data import load_run
+from quantload.analysis.run_tables import level_column, users_levels
 from quantload.config import ReportSettings
 
 COMPARE_MD = "compare.md"
@@ -57,9 +64,10 @@ class Metric:
         return ("+" if delta > 0 else "−" if delta < 0 else "±") + self.show(abs(delta))
 
 
-def _seed(column: str) -> Callable[[Analysis, str], float | None]:
+def _from_table(column: str) -> Callable[[Analysis, str], float | None]:
     def read(analysis: Analysis, quant: str) -> float | None:
-        rows = analysis.seed[analysis.seed["quant"] == quant] if not analysis.seed.empty else analysis.seed
+        table = analysis.quant_table
+        rows = table[table["quant"] == quant] if not table.empty else table
         if rows.empty or column not in rows:
             return None
         value = rows.iloc[0][column]
@@ -84,18 +92,20 @@ def _kv_diff(analysis: Analysis, quant: str) -> float | None:
 
 
 def metrics(levels: list[int]) -> list[Metric]:
-    """The figures compared, the seed's table first."""
+    """The figures compared, the quantization table's first."""
     chosen = [
-        Metric("file size", _seed("file_size_bytes"), fmt.mib, True),
-        Metric("perplexity", _seed("perplexity"), lambda v: fmt.number(v, 3), True),
-        Metric("prefill tok/s (llama-bench)", _seed("prefill_tok_s"), fmt.number, False),
-        Metric("decode tok/s (llama-bench)", _seed("decode_tok_s"), fmt.number, False),
+        Metric("file size", _from_table("file_size_bytes"), fmt.mib, True),
+        Metric("perplexity", _from_table("perplexity"), lambda v: fmt.number(v, 3), True),
+        Metric("prefill tok/s (llama-bench)", _from_table("prefill_tok_s"), fmt.number, False),
+        Metric("decode tok/s (llama-bench)", _from_table("decode_tok_s"), fmt.number, False),
     ]
     for users in levels:
         chosen += [
-            Metric(f"TTFT p50 @{users}u", _seed(level_column("ttft_p50_s", users)), fmt.duration, True),
-            Metric(f"TTFT p99 @{users}u", _seed(level_column("ttft_p99_s", users)), fmt.duration, True),
-            Metric(f"output tok/s @{users}u", _seed(level_column("output_tok_s", users)), fmt.number, False),
+            Metric(f"TTFT p50 @{users}u", _from_table(level_column("ttft_p50_s", users)), fmt.duration, True),
+            Metric(f"TTFT p99 @{users}u", _from_table(level_column("ttft_p99_s", users)), fmt.duration, True),
+            Metric(
+                f"output tok/s @{users}u", _from_table(level_column("output_tok_s", users)), fmt.number, False
+            ),
         ]
     chosen += [
         Metric("users sustained under the SLO", _capacity, lambda v: fmt.number(v, 0), False),

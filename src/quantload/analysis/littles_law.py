@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from quantload.analysis.stages import USABLE
+from quantload.analysis.stage_tables import USABLE
 from quantload.analysis.stats import relative_diff
 
 TOLERANCE = 0.10

@@ -1,37 +1,30 @@
-"""`build_report`: a run directory in, report.md, report.html, table.csv, summary.json and plots out."""
+"""`build_report`: a run directory in, report.md, report.html, table.csv, summary.json and plots out.
+
+The flow: read the run directory (run_data) -> compute every figure (analyze, which reads
+Prometheus when one holds the run) -> draw the chapters' figures -> build the chapters into one
+Document -> write it as Markdown and HTML, the quantization table as CSV and everything as JSON.
+"""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantload.analysis import plots as draw
-from quantload.analysis.analyze import Analysis, analyze, load_window
-from quantload.analysis.load_run import RunData, load_run
-from quantload.analysis.prom_source import open_prometheus
-from quantload.analysis.render_html import render_html
-from quantload.analysis.render_md import render_markdown
-from quantload.analysis.sections import build_document
-from quantload.analysis.stages import stage_table
-from quantload.analysis.summary_json import summary
+from quantload.analysis.analyze import Analysis, analyze_run
+from quantload.analysis.chapters import build_document, figures
+from quantload.analysis.document import Image, render_html, render_markdown
+from quantload.analysis.run_data import load_run
+from quantload.analysis.summary_json import ReportFiles, summary_file
 from quantload.config import ReportSettings
 from quantload.errors import QuantloadError
-from quantload.rundir import RUN_JSON
-
-PLOTS_DIR = "plots"
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-TABLE_CSV = "table.csv"
-SUMMARY_JSON = "summary.json"
-RUN_FILES = (
-    RUN_JSON,
-    "config.json",
-    "manifest.json",
-    "quality.json",
-    "speed.json",
-    "kv.json",
-    "records.jsonl",
+from quantload.rundir import (
+    PLOTS_DIR,
+    REPORT_HTML,
+    REPORT_MD,
+    RUN_FILES,
+    SUMMARY_JSON,
+    TABLE_CSV,
+    plot_file,
 )
 
 
@@ -65,43 +58,18 @@ def check_run_dir(run_dir: Path) -> None:
         )
 
 
-def draw_plots(analysis: Analysis, folder: Path) -> dict[str, Path | None]:
-    """Every figure the analysis has data for; stale PNGs of an earlier report are removed."""
+def draw_figures(analysis: Analysis, out_dir: Path) -> dict[str, Image]:
+    """Every figure the analysis has data for, by key; stale PNGs of an earlier report are removed."""
+    folder = out_dir / PLOTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.png"):
         old.unlink()
-    quants = analysis.quants
-    return {
-        "ttft_vs_concurrency": draw.ttft_vs_concurrency(
-            analysis.levels, quants, analysis.slo, folder / "ttft_vs_concurrency.png"
-        ),
-        "throughput_vs_concurrency": draw.throughput_vs_concurrency(
-            analysis.levels, quants, folder / "throughput_vs_concurrency.png"
-        ),
-        "latency_vs_throughput": draw.latency_vs_throughput(
-            analysis.levels, quants, analysis.slo, folder / "latency_vs_throughput.png"
-        ),
-        "quality_speed_size": draw.quality_speed_size(
-            analysis.seed, quants, folder / "quality_speed_size.png"
-        ),
-        "server_timeseries": draw.server_timeseries(
-            analysis.server_series, analysis.stages, quants, folder / "server_timeseries.png"
-        ),
-    }
-
-
-def analyze_run(
-    run: RunData,
-    settings: ReportSettings,
-    prometheus_url: str | None = None,
-    prometheus_binary: str = "prometheus",
-) -> Analysis:
-    """Every figure of one run, reading Prometheus when one with the run's data can be found."""
-    scrape = run.setting("observe", "scrape_interval_s")
-    scrape_s = float(scrape) if isinstance(scrape, int | float) and scrape > 0 else 1.0
-    window = load_window(stage_table(run, settings))
-    with open_prometheus(run, prometheus_url, window, prometheus_binary) as connection:
-        return analyze(run, settings, connection, scrape_s)
+    drawn: dict[str, Image] = {}
+    for figure in figures():
+        path = figure.draw(analysis, out_dir / plot_file(figure.key))
+        if path is not None:
+            drawn[figure.key] = Image(path.relative_to(out_dir).as_posix(), figure.title, figure.title)
+    return drawn
 
 
 def build_report(
@@ -120,24 +88,21 @@ def build_report(
     out = out_dir or run_dir
     out.mkdir(parents=True, exist_ok=True)
     analysis = analyze_run(load_run(run_dir), settings or ReportSettings(), prometheus_url, prometheus_binary)
-    figures = draw_plots(analysis, out / PLOTS_DIR)
-    document = build_document(analysis, figures, out)
+    plots = draw_figures(analysis, out)
+    document = build_document(analysis, plots)
     paths = ReportPaths(
         markdown=out / REPORT_MD,
         html=out / REPORT_HTML,
         csv=out / TABLE_CSV,
         summary=out / SUMMARY_JSON,
-        plots=tuple(p for p in figures.values() if p is not None),
+        plots=tuple(out / image.file for image in plots.values()),
         not_measured=len(analysis.gaps),
     )
     paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
-    analysis.seed.to_csv(paths.csv, index=False, float_format="%.6g")
-    files = {
-        "md": REPORT_MD,
-        "html": REPORT_HTML,
-        "csv": TABLE_CSV,
-        "plots": [p.relative_to(out).as_posix() for p in paths.plots],
-    }
-    paths.summary.write_text(json.dumps(summary(analysis, files), indent=2) + "\n", encoding="utf-8")
+    analysis.quant_table.to_csv(paths.csv, index=False, float_format="%.6g")
+    files = ReportFiles(
+        md=REPORT_MD, html=REPORT_HTML, csv=TABLE_CSV, plots=[image.file for image in plots.values()]
+    )
+    paths.summary.write_text(summary_file(analysis, files).to_json_text(), encoding="utf-8")
     return paths

@@ -1,40 +1,19 @@
-"""Exact statistics from raw values: percentiles and medians across repeats with their range."""
+"""The report's statistics beyond the percentile (quantload.stats): means, the median of repeats with
+their range, relative differences."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
 
 import numpy as np
 
-Method = Literal["linear", "inverted_cdf"]
-PERCENTILE_METHOD: Final = "linear"
+from quantload.stats import finite
+
 PERCENTILE_METHOD_TEXT = (
     "exact, from the raw per-request records: numpy.percentile(method='linear'), i.e. Hyndman & Fan "
     "type 7 (linear interpolation between the two nearest order statistics)"
 )
-
-
-def finite(values: Iterable[object]) -> list[float]:
-    """The values that are finite numbers (None, NaN and non-numbers dropped)."""
-    out: list[float] = []
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-            continue
-        number = float(value)
-        if math.isfinite(number):
-            out.append(number)
-    return out
-
-
-def percentile(values: Iterable[object], q: float, method: Method = PERCENTILE_METHOD) -> float | None:
-    """The q-th percentile (0-100) of the finite values (PERCENTILE_METHOD unless told); None when empty."""
-    data = finite(values)
-    if not data:
-        return None
-    return float(np.percentile(np.asarray(data, dtype=np.float64), q, method=method))
 
 
 def mean(values: Iterable[object]) -> float | None:

@@ -1,17 +1,100 @@
-"""summary.json (schema quantload.report/1): the report's figures for machines to read."""
+"""summary.json (schema `quantload.report/1`): the report's figures for machines to read, as one
+typed model.
+
+The verdicts, the header, the KV rows and the prompt-cache comparisons keep the types the analysis
+computes them as; a table is a list of its rows (`Row`), whose columns are those of the frame the
+named analysis module builds. Missing figures are null, never NaN.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.capacity import slo_text
-from quantload.analysis.stats import PERCENTILE_METHOD, PERCENTILE_METHOD_TEXT
+from quantload.analysis.capacity import CapacityVerdict, slo_text
+from quantload.analysis.run_data import Gap
+from quantload.analysis.run_tables import Header, KvRow
+from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
+from quantload.analysis.ttft_tables import CacheComparison
+from quantload.config import ReportSettings
+from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"
+Row = dict[str, Any]
+
+
+class _SummaryPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SloSummary(ReportSettings):
+    """The SLO the verdicts were judged against, and in words."""
+
+    text: str
+
+
+class PercentileMethod(_SummaryPart):
+    numpy_method: str
+    text: str
+
+
+class ClientSummary(_SummaryPart):
+    """The load generator's health: one sentence and the stages it lagged in (stage_tables)."""
+
+    sentence: str
+    lagging_stages: list[Row]
+
+
+class PrometheusSummary(_SummaryPart):
+    """Where the server-side figures came from (null: no Prometheus) and the histogram check."""
+
+    origin: str | None
+    histogram_check: list[Row]  # prometheus_tables.histogram_check
+    series_points: int
+
+
+class ReportFiles(_SummaryPart):
+    """The report's files, relative to its folder."""
+
+    md: str
+    html: str
+    csv: str
+    plots: list[str]
+
+
+class SummaryFile(_SummaryPart):
+    """The whole summary.json."""
+
+    schema_: str = Field(default=SUMMARY_SCHEMA, alias="schema")
+    run_id: str
+    header: Header
+    slo: SloSummary
+    percentile_method: PercentileMethod
+    quants: list[str]
+    capacity: list[CapacityVerdict]
+    table: list[Row]  # run_tables.quant_table, as table.csv
+    sweep_levels: list[Row]  # stage_tables.level_table of the sweep
+    open_loop_levels: list[Row]  # stage_tables.level_table of the open loop
+    stages: list[Row]  # stage_tables.stage_table
+    ttft_split: list[Row]  # ttft_tables.ttft_split_table
+    prompt_cache: list[CacheComparison]
+    kv: list[KvRow]
+    roofline: list[Row]  # run_tables.roofline_frame
+    littles_law: list[Row]  # littles_law.littles_law_table
+    client: ClientSummary
+    prometheus: PrometheusSummary
+    not_measured: list[Gap]
+    notes: list[str]
+    files: ReportFiles
+
+    def to_json_text(self) -> str:
+        """The file's text: indented JSON."""
+        return json.dumps(self.model_dump(mode="python", by_alias=True), indent=2) + "\n"
 
 
 def clean(value: Any) -> Any:
@@ -29,12 +112,12 @@ def clean(value: Any) -> Any:
     return value
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _rows(frame: pd.DataFrame) -> list[Row]:
     return [clean(row) for row in frame.to_dict("records")] if not frame.empty else []
 
 
-def summary(analysis: Analysis, files: dict[str, Any]) -> dict[str, Any]:
-    """Everything the report shows, as one JSON object."""
+def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
+    """Everything the report shows, as one object."""
     data: dict[str, Any] = clean(
         {
             "schema": SUMMARY_SCHEMA,
@@ -44,24 +127,24 @@ def summary(analysis: Analysis, files: dict[str, Any]) -> dict[str, Any]:
             "percentile_method": {"numpy_method": PERCENTILE_METHOD, "text": PERCENTILE_METHOD_TEXT},
             "quants": list(analysis.quants),
             "capacity": [verdict.to_dict() for verdict in analysis.capacity],
-            "table": _records(analysis.seed),
-            "sweep_levels": _records(analysis.levels),
-            "open_loop_levels": _records(analysis.open_loop),
-            "stages": _records(analysis.stages),
-            "ttft_split": _records(analysis.ttft_split),
+            "table": _rows(analysis.quant_table),
+            "sweep_levels": _rows(analysis.levels),
+            "open_loop_levels": _rows(analysis.open_loop),
+            "stages": _rows(analysis.stages),
+            "ttft_split": _rows(analysis.ttft_split),
             "prompt_cache": [item.to_dict() for item in analysis.prompt_cache],
             "kv": [row.to_dict() for row in analysis.kv],
-            "roofline": _records(analysis.roofline),
-            "littles_law": _records(analysis.littles_law),
-            "client": {"sentence": analysis.client_sentence, "lagging_stages": _records(analysis.lagging)},
+            "roofline": _rows(analysis.roofline),
+            "littles_law": _rows(analysis.littles_law),
+            "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,
-                "histogram_check": _records(analysis.histogram_check),
+                "histogram_check": _rows(analysis.histogram_check),
                 "series_points": len(analysis.server_series),
             },
             "not_measured": [gap.to_dict() for gap in analysis.gaps],
             "notes": list(analysis.notes),
-            "files": files,
+            "files": files.model_dump(),
         }
     )
-    return data
+    return SummaryFile.model_validate(data)

@@ -13,11 +13,12 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError
-from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.api import Target
 from quantload.load.summary import StageSummary
+from quantload.paths import check_out_dir
 from quantload.rundir import make_run_id, write_json_atomic
+from quantload.steps.load import check_experiments, run_experiment
 
-EXPERIMENTS = ("sweep", "open_loop", "prefix_cache")
 SUMMARY_JSON = "load-summary.json"
 
 
@@ -114,10 +115,8 @@ def register(app: typer.Typer) -> None:
         }
         config = cli.config(flags)
         settings = config.settings
-        experiments = experiment or ["sweep"]
-        unknown = [e for e in experiments if e not in EXPERIMENTS]
-        if unknown:
-            raise ConfigError(f"unknown experiment {unknown[0]!r}", f"choose from {', '.join(EXPERIMENTS)}")
+        check_out_dir(out)
+        experiments = check_experiments(experiment or ["sweep"])
         names, quants = list(name or []), list(quant or [])
         if len(names) > len(url) or len(quants) > len(url):
             raise ConfigError("more --name/--quant than --url", "give one per --url, in order")
@@ -142,14 +141,8 @@ def register(app: typer.Typer) -> None:
         with progress_bar(cli.err_console, "load") as progress:
             for target in targets:
                 for kind in experiments:
-                    if kind == "sweep":
-                        summaries += run_sweep(target, load, out, run, progress, observe=observe)
-                    elif kind == "open_loop":
-                        summaries += run_open_loop(target, load, out, run, progress, observe=observe)
-                    else:
-                        summaries += run_prefix_cache_experiment(
-                            target, load, out, run, progress, observe=observe
-                        )
+                    done = run_experiment(kind, target, load, observe, out, run, progress)
+                    summaries += done.summaries
         write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
         if as_json:
             typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))

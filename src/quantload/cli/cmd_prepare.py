@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import typer
@@ -10,9 +9,9 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
-from quantload.llamacpp.toolchain import ensure_llama_source, ensure_toolchain
-from quantload.models.prepare import prepare_models
-from quantload.paths import cache_root
+from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.paths import cache_root, check_out_dir
+from quantload.steps.prepare import prepare_model_files
 
 
 def register(app: typer.Typer) -> None:
@@ -29,20 +28,15 @@ def register(app: typer.Typer) -> None:
         """Make the quantized files (llama-quantize) and DIR/manifest.json; reuses valid files."""
         cli = cli_context(ctx)
         settings = cli.config({"model.source": model}).settings
+        check_out_dir(out)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         with progress_bar(cli.err_console, f"prepare {settings.model.source}") as progress:
-            manifest = prepare_models(
-                settings.model.source,
-                out,
-                toolchain,
-                cache_root(settings.toolchain.cache_dir, cli.environ),
-                cli.environ,
-                functools.partial(ensure_llama_source, settings.toolchain, cli.environ),
-                quants=settings.model.quants,
-                tiny_seed=settings.model.tiny_seed,
-                progress=progress,
+            cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+            prepared = prepare_model_files(
+                settings.model, settings.toolchain, toolchain, cache, cli.environ, out, progress
             )
+        manifest = prepared.manifest
         table = Table("quant", "file", "size", "params", "seconds", title=f"{out / 'manifest.json'}")
         for entry in manifest.files.values():
             table.add_row(entry.quant, entry.file, f"{entry.size_bytes / 1e6:,.1f} MB",

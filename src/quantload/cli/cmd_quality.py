@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from quantload.cli.context import cli_context
@@ -16,12 +19,14 @@ from quantload.llamacpp.kld_base import format_bytes
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.models.manifest import source_note_of
-from quantload.paths import cache_root
-from quantload.quality.dataset import resolve_dataset
-from quantload.quality.kld_measure import KldFile, find_reference, measure_kld_set
+from quantload.paths import cache_root, check_out_file
+from quantload.progress import ProgressCallback
+from quantload.quality.kld_measure import KldFile, RunAttempt, find_reference, measure_kld_set
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldSet
-from quantload.quality.measure import measure_quality
-from quantload.quality.results import QualityFile, save_quality_result
+from quantload.quality.results import QualityFile, load_quality_file
+from quantload.steps.quality import measure_file_quality, quality_text
+
+T = TypeVar("T")
 
 
 def quality_table(results: QualityFile) -> Table:
@@ -103,6 +108,16 @@ def kld_summary_line(kld: KldSet) -> str:
     )
 
 
+def _with_progress_bar(console: Console) -> RunAttempt:
+    """Each llama-perplexity run of the KLD step under its own progress bar; errors go through."""
+
+    def attempt(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
+        with progress_bar(console, title) as progress:
+            return body(progress)
+
+    return attempt
+
+
 def register(app: typer.Typer) -> None:
     """Add the `quality` command."""
 
@@ -150,31 +165,24 @@ def register(app: typer.Typer) -> None:
                 "quality.kld_keep_base": keep_kld_base,
             }
         ).settings
+        if out is not None and check_out_file(out).exists():
+            load_quality_file(out)  # a file that is not a quality.json is refused before measuring
         for model in [*models, *([kld_base] if kld_base else [])]:
             check_is_gguf(model)
         file_types = [read_gguf(model).file_type for model in models]
         labels = result_labels(models, file_types)
         reference = find_reference(models, file_types, kld_base) if settings.quality.kld else None
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
-        text = resolve_dataset(settings.quality.dataset, cache, cli.environ)
+        text = quality_text(settings.quality, cache, cli.environ)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         results = QualityFile()
         for model, label in zip(models, labels, strict=True):
             with progress_bar(cli.err_console, f"perplexity {model.name}") as progress:
-                result = measure_quality(
-                    toolchain,
-                    model,
-                    text,
-                    settings.quality.ctx,
-                    settings.quality.chunks,
-                    progress,
-                    threads=settings.quality.threads,
-                    timeout_s=settings.quality.timeout_s,
+                result = measure_file_quality(
+                    toolchain, model, text, settings.quality, label, progress, out
                 )
             results = results.with_result(label, result)
-            if out is not None:
-                save_quality_result(out, label, result)
         if reference is not None:
             kld_set = measure_kld_set(
                 toolchain,
@@ -185,7 +193,7 @@ def register(app: typer.Typer) -> None:
                 settings.quality,
                 out,
                 source_note_of(reference),
-                scope=lambda title, label: progress_bar(cli.err_console, title),
+                attempt=_with_progress_bar(cli.err_console),
             )
             results = results.model_copy(update={"kld": kld_set})
         if as_json:

@@ -9,6 +9,7 @@ import typer
 from quantload.analysis import build_report, compare_runs
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
+from quantload.paths import check_out_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +36,8 @@ def register(app: typer.Typer) -> None:
         """Write report.md, report.html, table.csv, summary.json and plots/ for a run directory."""
         cli = cli_context(ctx)
         settings = cli.config({"report.slo_ttft_p99_s": slo_ttft_p99, "report.slo_tpot_s": slo_tpot}).settings
+        if out is not None:
+            check_out_dir(out)
         if compare is not None:
             if run_dir is not None:
                 raise ConfigError("give either RUN_DIR or --compare RUN_A RUN_B, not both")

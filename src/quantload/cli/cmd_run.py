@@ -8,6 +8,7 @@ import typer
 
 from quantload.cli.context import cli_context
 from quantload.cli.run_view import RichRunView
+from quantload.paths import check_out_dir
 from quantload.stack.native import NativeRun
 
 
@@ -20,7 +21,7 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, or a local F16 .gguf"
         ),
-        profile: str | None = typer.Option(None, "--profile", help="quick, seed (default) or ci"),
+        profile: str | None = typer.Option(None, "--profile", help="quick, full (default; also: seed) or ci"),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
         dataset: Path | None = typer.Option(
             None, "--dataset", help="WikiText-2 wiki.test.raw (else downloaded when online)."
@@ -42,12 +43,12 @@ def register(app: typer.Typer) -> None:
             }
         )
         settings = config.settings
+        check_out_dir(settings.run.out)
         with RichRunView(cli.err_console) as view:
             native = NativeRun(config, cli.environ, settings.run.out, view)
             view.message(f"run directory: {native.run_dir}")
-            native.execute()
-        paths = getattr(native, "report_paths", None)
-        if paths is not None:
-            cli.console.print(f"report: {paths.html}", highlight=False)
-            cli.console.print(f"        {paths.markdown}", highlight=False)
-        cli.console.print(f"run directory: {native.run_dir}", highlight=False)
+            outcome = native.execute()
+        if outcome.report is not None:
+            cli.console.print(f"report: {outcome.report.html}", highlight=False)
+            cli.console.print(f"        {outcome.report.markdown}", highlight=False)
+        cli.console.print(f"run directory: {outcome.run_dir}", highlight=False)

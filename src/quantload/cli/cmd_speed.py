@@ -12,13 +12,12 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels, source_notes
-from quantload.llamacpp.bench import measure_speed
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
-from quantload.paths import cache_root
-from quantload.roofline.ceilings import roofline
-from quantload.roofline.probe import MachineLimits, probe_machine
-from quantload.roofline.speed_file import SpeedEntry, SpeedFile, busy_note, save_speed_entry
+from quantload.paths import cache_root, check_out_file
+from quantload.roofline.probe import MachineLimits
+from quantload.roofline.speed_file import SpeedFile, busy_note, load_speed_file
+from quantload.steps.speed import measure_file_speed, probe
 
 
 def speed_table(speeds: SpeedFile) -> Table:
@@ -86,35 +85,23 @@ def register(app: typer.Typer) -> None:
                 "speed.threads": threads,
             }
         ).settings
+        if out is not None and check_out_file(out).exists():
+            load_speed_file(out)  # a file that is not a speed.json is refused before measuring
         for model in models:
             check_is_gguf(model)
-        summaries = [read_gguf(model) for model in models]
-        labels = result_labels(models, [summary.file_type for summary in summaries])
+        labels = result_labels(models, [read_gguf(model).file_type for model in models])
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
         with cli.err_console.status("measuring memory bandwidth and arithmetic rate"):
-            limits = probe_machine(
-                cache_root(settings.toolchain.cache_dir, cli.environ),
-                refresh=reprobe,
-                max_age_s=settings.speed.probe_max_age_s,
-            )
+            cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+            limits = probe(cache, settings.speed, refresh=reprobe)
         speeds = SpeedFile()
-        for model, summary, label in zip(models, summaries, labels, strict=True):
+        for model, label in zip(models, labels, strict=True):
             with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:
-                bench = measure_speed(
-                    toolchain,
-                    model,
-                    settings.speed.prompt_tokens,
-                    settings.speed.gen_tokens,
-                    settings.speed.reps,
-                    settings.speed.threads,
-                    progress,
-                    timeout_s=settings.speed.timeout_s,
+                entry = measure_file_speed(
+                    toolchain, model, settings.speed, limits, label, progress, out
                 )
-            entry = SpeedEntry(bench=bench, roofline=roofline(bench, summary, limits))
             speeds = speeds.with_entry(label, entry, limits)
-            if out is not None:
-                save_speed_entry(out, label, entry, limits)
         if as_json:
             typer.echo(json.dumps(speeds.to_json(), indent=2))
             return

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -17,6 +22,29 @@ from quantload.cli.context import CliContext
 from quantload.errors import QuantloadError
 
 INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process ended by SIGINT
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C: children stopped, work kept
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[list[int]]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, so they end a command as Ctrl-C does: every
+    child stopped by its handle, records kept, a run marked interrupted. Yields the signals
+    received. A repeated signal does not interrupt the clean-up the first one started."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _print_version(value: bool) -> None:
@@ -64,6 +92,14 @@ def build_app() -> typer.Typer:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a QuantloadError becomes one line on stderr and exit code 2."""
     app = build_app()
+    with stop_signals_interrupt() as received:
+        exit_code = _run(app, argv)
+    if received and exit_code == INTERRUPTED_EXIT_CODE:
+        return 128 + received[0]  # the shell's code for a process ended by that signal
+    return exit_code
+
+
+def _run(app: typer.Typer, argv: list[str] | None) -> int:
     try:
         # Without standalone mode, typer turns `typer.Exit(n)` and Ctrl-C (130) into a return value.
         exit_code = app(args=argv, standalone_mode=False)

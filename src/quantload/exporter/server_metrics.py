@@ -2,7 +2,8 @@
 
 llama-server names its metrics `llamacpp:<name>`; colons are meant for recording rules, and a few
 names state the wrong unit (`prompt_tokens_seconds` is tokens per second). Known metrics get the
-names in RENAMES; any other becomes `llamacpp_<name>` with its declared type.
+names in RENAMES; any other becomes `llamacpp_<name>` with its declared type. The text itself is
+read by prometheus_client's own parser of the exposition format (escapes, timestamps, comments).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from quantload.errors import QuantloadError
 
@@ -36,8 +39,6 @@ RENAMES: dict[str, tuple[str, Kind]] = {
     "n_busy_slots_per_decode": ("llamacpp_busy_slots_per_decode", "gauge"),
 }
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -67,57 +68,36 @@ def export_name(source: str, declared: str) -> tuple[str, Kind]:
     return name, kind
 
 
-def _labels(text: str | None) -> dict[str, str]:
-    if not text or not text.strip():
-        return {}
-    labels: dict[str, str] = {}
-    position = 0
-    while position < len(text):
-        match = _LABEL.match(text, position)
-        if match is None:
-            raise ServerDataError(f"unreadable labels {{{text[:80]}}}")
-        key = match[1]
-        labels[f"exported_{key}" if key in OWN_LABELS else key] = (
-            match[2].replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
-        )
-        position = match.end()
-    return labels
+def _labels(labels: dict[str, str]) -> dict[str, str]:
+    """The server's own labels; one named like a label the exporter sets becomes exported_<name>."""
+    return {f"exported_{key}" if key in OWN_LABELS else key: value for key, value in labels.items()}
 
 
-def _value(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ServerDataError(f"{text[:40]!r} is not a number") from None
+def _source_name(parsed: str) -> str:
+    """The name llama-server gave: the parser adds `_total` to a counter sample that lacks it
+    (`n_tokens_max`, declared a counter)."""
+    if parsed not in RENAMES and parsed.endswith("_total") and parsed[: -len("_total")] in RENAMES:
+        return parsed[: -len("_total")]
+    return parsed
 
 
 def parse_server_metrics(text: str) -> list[ServerSample]:
     """Every `llamacpp:` sample in a `/metrics` body; ServerDataError when it is not that format."""
-    helps: dict[str, str] = {}
-    types: dict[str, str] = {}
     samples: list[ServerSample] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                (helps if parts[1] == "HELP" else types)[parts[2]] = parts[3] if len(parts) > 3 else ""
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            raise ServerDataError(f"line {number} is not a metric sample: {line[:80]!r}")
-        full, label_text, value_text = match[1], match[2], match[3]
-        if not full.startswith(SOURCE_PREFIX):
-            continue
-        source = full[len(SOURCE_PREFIX) :]
-        name, kind = export_name(source, types.get(full, "gauge"))
-        value = _value(value_text)
-        if kind == "counter" and (math.isnan(value) or value < 0):
-            continue
-        doc = helps.get(full, "") or f"llama-server {source}"
-        samples.append(ServerSample(name, kind, doc, value, _labels(label_text)))
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not sample.name.startswith(SOURCE_PREFIX):
+                    continue
+                source = _source_name(sample.name[len(SOURCE_PREFIX) :])
+                name, kind = export_name(source, family.type)
+                value = float(sample.value)
+                if kind == "counter" and (math.isnan(value) or value < 0):
+                    continue
+                doc = family.documentation or f"llama-server {source}"
+                samples.append(ServerSample(name, kind, doc, value, _labels(dict(sample.labels))))
+    except (ValueError, TypeError, IndexError) as error:
+        raise ServerDataError(f"not Prometheus text format: {str(error)[:120]}") from None
     if not samples:
         raise ServerDataError("no llama-server (llamacpp:) metrics in the answer")
     return samples

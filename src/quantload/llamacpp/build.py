@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from quantload.childproc import die_with_parent
 from quantload.errors import ToolchainError
 from quantload.llamacpp.sdist import PINNED_SDIST, SdistPin
 from quantload.progress import ProgressCallback, no_progress
@@ -68,7 +69,8 @@ def _run_logged(command: list[str], log: Path, on_line: ProgressCallback | None 
         sink.write("$ " + " ".join(command) + "\n")
         sink.flush()
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            preexec_fn=die_with_parent(),
         )
         assert process.stdout is not None
         for line in process.stdout:

@@ -6,6 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from quantload.childproc import die_with_parent
 from quantload.errors import ModelError
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
@@ -30,7 +31,10 @@ def quantize(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w", encoding="utf-8") as log:
         log.write("$ " + " ".join(command) + "\n")
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=die_with_parent(),
+        )
         assert process.stdout is not None
         for line in process.stdout:
             log.write(line)

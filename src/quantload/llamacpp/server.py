@@ -13,6 +13,7 @@ from quantload.errors import ServerError
 from quantload.llamacpp.toolchain import Toolchain
 
 PORT_ATTEMPTS = 3
+API_KEY_ENV = "LLAMA_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class ServerSpec:
         )
 
     def command(self, server_binary: Path, port: int) -> list[str]:
-        """The llama-server command line for this spec on `port`."""
+        """The llama-server command line for this spec on `port` (the API key is not in it:
+        see `secret_env`)."""
         args = [
             str(server_binary),
             "-m", str(self.model_path),
@@ -74,11 +76,15 @@ class ServerSpec:
             args += ["-t", str(self.threads)]
         if self.gpu_layers:
             args += ["-ngl", str(self.gpu_layers)]
-        if self.api_key:
-            args += ["--api-key", self.api_key]
         if self.slot_save_path is not None:
             args += ["--slot-save-path", str(self.slot_save_path)]
         return [*args, *self.extra_args]
+
+
+    def secret_env(self) -> dict[str, str]:
+        """The environment that carries the API key: llama-server reads LLAMA_API_KEY like
+        --api-key (common/arg.cpp), and the environment is not shown by `ps` or in logs."""
+        return {API_KEY_ENV: self.api_key} if self.api_key else {}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -153,5 +159,7 @@ class LlamaServer(LoggedProcess):
     def _launch(self) -> None:
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
-        self.launch(self.spec.command(self.toolchain.path("llama-server"), self.port))
+        self.launch(
+            self.spec.command(self.toolchain.path("llama-server"), self.port), self.spec.secret_env()
+        )
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from quantload import cpu_share
+from quantload.childproc import die_with_parent
 from quantload.errors import MeasurementError, ModelError, ToolchainError
 
 Stream = Literal["stdout", "stderr"]
@@ -125,6 +126,7 @@ def run_tool(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
+            preexec_fn=die_with_parent(),
         )
     except OSError as error:
         raise ToolchainError(f"{command[0]} cannot run: {error}", "rebuild or reinstall llama.cpp") from None

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from quantload.childproc import die_with_parent
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
 from quantload.llamacpp.server import free_port
@@ -316,6 +317,7 @@ def run_plan(
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         env=env,
+                        preexec_fn=die_with_parent(),
                     )
                 )
             except OSError as error:
@@ -341,11 +343,15 @@ def run_plan(
         else:
             if driver.returncode != 0:
                 exit_note = f"load process exited with code {driver.returncode}"
+    except KeyboardInterrupt:
+        exit_note = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
+        raise
     finally:
         _stop(processes)
         for handle in handles:
             handle.close()
-    _close_stages(plan, run_dir, exit_note or "load process ended before this stage")
+        # every stage of the plan ends with a line, even when the load was interrupted
+        _close_stages(plan, run_dir, exit_note or "load process ended before this stage")
     summaries = summarize_invocation(plan, run_dir)
     if observe is not None and observe.grafana_url:
         progress(sum(s.requests_done for s in summaries), total, "annotating stages in Grafana")

@@ -1,1 +1,1 @@
-"""What Prometheus collected: queries, dashboard checks, and stage marks in Grafana."""
+"""What Prometheus collected and how it runs: queries, the Prometheus process, stage marks in Grafana."""

@@ -10,16 +10,16 @@ file is reused by a later measurement of the same file, text and settings.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 import json
 import os
 import secrets
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -61,15 +61,22 @@ BASE_FOLDER = "kld"
 REFERENCE_QUANT = "F16"
 LOWER_CHUNKS_WITH = "quality.kld_chunks (--kld-chunks)"
 
-# A context manager around one tool run, given its title and the file label it measures; it
-# yields the run's progress callback. It may swallow a QuantloadError to go on with the next run.
-RunScope = Callable[[str, str], AbstractContextManager[ProgressCallback]]
+T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def quiet_scope(title: str, label: str) -> Iterator[ProgressCallback]:
-    """A RunScope that shows nothing and lets every error through."""
-    yield no_progress
+class RunAttempt(Protocol):
+    """Runs the body of one llama-perplexity run, titled, for one file label (None: the base).
+
+    It hands the body a progress callback and returns the body's result, or None when the body
+    failed and the attempt recorded the failure (an attempt that records nothing lets it through).
+    """
+
+    def __call__(self, title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None: ...
+
+
+def attempt_quietly(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
+    """A RunAttempt that shows nothing and lets every error through."""
+    return body(no_progress)
 
 
 @dataclass(frozen=True)
@@ -337,22 +344,24 @@ def measure_kld_set(
     quality: QualitySettings,
     out_path: Path | None = None,
     source_note: str | None = None,
-    scope: RunScope = quiet_scope,
+    attempt: RunAttempt = attempt_quietly,
     log_dir: Path | None = None,
     runner: Callable[..., ToolRun] = run_tool,
 ) -> KldSet | None:
     """KLD of every file (and the floor) against `reference`, per KV-cache type in `quality`.
 
-    Each tool run happens inside `scope(title, label)`; results go to `out_path` (quality.json)
-    as each run ends. Returns the set, or None when the base could not be made (a scope that
-    swallows errors). The base file is removed at the end unless quality.kld_keep_base.
+    Each llama-perplexity run is one `attempt`; results go to `out_path` (quality.json) as each
+    run ends. Returns the set, or None when the base could not be made (an attempt that records
+    failures). The base file is removed at the end unless quality.kld_keep_base.
     """
-    prepared: PreparedBase | None = None
-    with scope(f"KLD base {reference.name}", "base") as progress:
-        prepared = prepare_base(
+
+    def base_run(progress: ProgressCallback) -> PreparedBase:
+        return prepare_base(
             toolchain, reference, dataset, cache_dir, quality, source_note, progress,
             _log(log_dir, "base"), runner,
         )  # fmt: skip
+
+    prepared = attempt(f"KLD base {reference.name}", None, base_run)
     if prepared is None:
         return None
     kld = KldSet(base=prepared.record)
@@ -361,13 +370,13 @@ def measure_kld_set(
             save_kld_base(out_path, prepared.record)
         for cache_type in quality.kld_cache_types or (FLOOR_CACHE_TYPE,):
             for file in with_floor(reference, files, prepared.record.quant):
-                result: KldResult | None = None
+                # called with the attempt's progress callback
+                compare_run = functools.partial(
+                    compare_file, toolchain, prepared, file, cache_type, reference, quality,
+                    log_path=_log(log_dir, f"{file.label}-{cache_type}"), runner=runner,
+                )  # fmt: skip
                 title = f"KLD {file.label}" + (f" KV {cache_type}" if cache_type != FLOOR_CACHE_TYPE else "")
-                with scope(title, file.label) as progress:
-                    result = compare_file(
-                        toolchain, prepared, file, cache_type, reference, quality, progress,
-                        _log(log_dir, f"{file.label}-{cache_type}"), runner,
-                    )  # fmt: skip
+                result = attempt(title, file.label, compare_run)
                 if result is None:
                     continue
                 kld = kld.with_result(file.label, cache_type, result)
@@ -387,27 +396,30 @@ def measure_manifest_kld(
     cache_dir: Path,
     quality: QualitySettings,
     out_path: Path | None = None,
-    scope: RunScope = quiet_scope,
+    attempt: RunAttempt = attempt_quietly,
     log_dir: Path | None = None,
 ) -> KldSet | None:
     """`measure_kld_set` for a prepared model: its F16 is the reference, `quants` are compared.
 
     The manifest's source note (e.g. SmolLM2's F16 rebuilt from Q4_1) is carried into the base
     record: every KLD measures loss relative to that file. No F16 is a ConfigError raised inside
-    the base's scope (a scope that swallows it makes this return None).
+    the base's attempt (an attempt that records failures makes this return None).
     """
     if REFERENCE_QUANT not in manifest.files:
-        with scope("KLD base", "base"):
+
+        def no_reference(progress: ProgressCallback) -> None:
             raise ConfigError(
                 "the prepared files have no F16, the reference every KLD is measured against",
                 "add F16 to model.quants, or set quality.kld = false",
             )
+
+        attempt("KLD base", None, no_reference)
         return None
     files = [KldFile(quant, Path(manifest.files[quant].path)) for quant in quants if quant in manifest.files]
     note = manifest.source.get("note")
     return measure_kld_set(
         toolchain, Path(manifest.files[REFERENCE_QUANT].path), files, dataset, cache_dir, quality,
-        out_path, str(note) if note else None, scope, log_dir,
+        out_path, str(note) if note else None, attempt, log_dir,
     )  # fmt: skip
 
 

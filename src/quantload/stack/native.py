@@ -1,52 +1,54 @@
-"""`quantload run` as plain local processes: the whole protocol, one step after another.
+"""`quantload run` as plain local processes: the named steps in order, every child supervised.
 
-prepare -> quality -> speed and roofline -> for each quantization: start its llama-server,
-KV check, load stages, prompt-cache experiment, stop it -> report. The exporter and Prometheus
-run for the whole load phase when the `prometheus` binary is present.
+  toolchain -> prepare -> quality (per file) -> machine probe -> speed (per file)
+  -> Prometheus (when installed) -> per quantization: llama-server, KV check, the load
+  experiments, stop -> run.json "finished" -> report
 
-Every child (llama-server, Locust, Prometheus) is stopped by its own handle on the way out,
-whatever happened; `run.json` says how far the run got, so `quantload report` works on a stopped
-run too. A server that dies marks its quantization's remaining steps failed and the run moves on.
+The steps are quantload.steps, reached through `RunSteps` (bound to the run's settings), which
+tests replace with fakes. run.json records each step as it begins and ends. A step that fails
+with a QuantloadError is recorded "failed" and the run goes on, except the two it cannot go on
+without (toolchain, prepare), whose error ends the run. A llama-server that dies fails its
+quantization's remaining steps; the others still run.
+
+Every child (llama-servers, the exporter, Prometheus) is entered into an ExitStack before it is
+started, so it is stopped by its own handle on the way out whatever happens: a failure, a bug, or
+an interruption (Ctrl-C, SIGTERM and SIGHUP all arrive as KeyboardInterrupt, see
+quantload.cli.main). Killed outright, quantload takes them along too (quantload.childproc).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
-from quantload.config import ResolvedConfig, Settings, describe
+from quantload.analysis import ReportPaths
+from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
-from quantload.kvcache import kv_shape_from_gguf, predict_kv
-from quantload.kvcheck import KvCheck, kv_check_from_log, kv_file_payload
-from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
-from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, ensure_toolchain
-from quantload.models.gguf_meta import read_gguf
-from quantload.models.manifest import Manifest, save_manifest
-from quantload.models.prepare import prepare_models
+from quantload.exporter import ExporterHandle
+from quantload.llamacpp.server import free_port
+from quantload.llamacpp.toolchain import Toolchain
+from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
 from quantload.rundir import (
     CONFIG_JSON,
-    KV_JSON,
     LOGS_DIR,
-    MANIFEST_JSON,
-    QUALITY_JSON,
-    SPEED_JSON,
-    STAGES_JSONL,
     make_run_id,
     write_json_atomic,
 )
+from quantload.rundir.config_file import ConfigFile
+from quantload.rundir.run_file import RunStatus
 from quantload.stack.run_state import RunState
+from quantload.stack.run_steps import RunSteps, Served
+from quantload.steps.load import Experiment, ExperimentRun, planned_experiments
+from quantload.steps.prepare import PreparedModels
 
-PREPARED_DIR = "prepared"
-SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
+T = TypeVar("T")
 
 
 class RunView(Protocol):
@@ -61,44 +63,42 @@ class RunView(Protocol):
         ...
 
 
-@dataclass
-class _Served:
-    """A running llama-server of one quantization."""
+@dataclass(frozen=True)
+class Failed:
+    """A step that ended failed; `why` is what run.json records."""
 
-    quant: str
-    server: LlamaServer
-
-
-@dataclass
-class _Children:
-    """Everything the run started, so it can all be stopped on the way out."""
-
-    servers: dict[str, LlamaServer] = field(default_factory=dict)
-    exporter: Any = None
-    prometheus: Any = None
-
-    def stop_servers(self) -> None:
-        for server in self.servers.values():
-            server.stop()
-        self.servers.clear()
-
-    def stop_exporter(self) -> None:
-        if self.exporter is not None:
-            self.exporter.stop()
-            self.exporter = None
-
-    def stop_all(self) -> None:
-        self.stop_servers()
-        self.stop_exporter()
-        if self.prometheus is not None:
-            self.prometheus.stop()
-            self.prometheus = None
+    why: str
 
 
-def new_run_dir(out: Path, config: ResolvedConfig) -> tuple[Path, str]:
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where the run is, and its report when one was written."""
+
+    run_dir: Path
+    report: ReportPaths | None
+
+
+@dataclass(frozen=True)
+class RunPorts:
+    """Ports chosen before anything starts: Prometheus' configuration needs them all."""
+
+    exporter: int
+    loadgen: int  # the driving Locust process; its workers (load.workers) take +1, +2, ...
+
+    @classmethod
+    def pick(cls, settings: Settings) -> RunPorts:
+        return cls(free_port(settings.observe.exporter_host), free_port(settings.load.metrics_host))
+
+    def loadgen_urls(self, settings: Settings) -> list[str]:
+        """Every load process's /metrics, as `quantload.load.api` numbers them."""
+        host = settings.load.metrics_host
+        ports = [self.loadgen] + [self.loadgen + 1 + i for i in range(settings.load.workers)]
+        return [f"http://{host}:{port}" for port in ports]
+
+
+def new_run_dir(out: Path, config: ResolvedConfig) -> Path:
     """A fresh folder `out/<run-id>`; never an existing one, so a finished run is never overwritten."""
-    config_json = config.settings.model_dump(mode="json")
-    run_id = make_run_id(config_json)
+    run_id = make_run_id(config.settings.model_dump(mode="json"))
     run_dir = out / run_id
     suffix = 1
     while run_dir.exists():
@@ -106,35 +106,30 @@ def new_run_dir(out: Path, config: ResolvedConfig) -> tuple[Path, str]:
         run_dir = out / f"{run_id}-{suffix}"
     run_dir.mkdir(parents=True)
     (run_dir / LOGS_DIR).mkdir()
-    return run_dir, run_dir.name
+    return run_dir
 
 
-def _config_payload(config: ResolvedConfig) -> dict[str, Any]:
-    return {
-        "settings": config.settings.model_dump(mode="json"),
-        "sources": {key: source for key, _, source in describe(config)},
-    }
+# How a step's time is accounted: (time spent measuring, why it counts as failed though it ran).
+Account = Callable[[T, float], tuple[float | None, str | None]]
 
 
-def _stage_busy_seconds(stages_path: Path, stage_ids: Sequence[str]) -> float:
-    """Wall time spent inside the given stages, from their start and end lines."""
-    from quantload.load.records import iter_stage_events
+def overhead(result: object, wall_s: float) -> tuple[float | None, str | None]:
+    """Starting and stopping things: none of it is measuring."""
+    return None, None
 
-    wanted = set(stage_ids)
-    starts: dict[str, float] = {}
-    busy = 0.0
-    for event in iter_stage_events(stages_path):
-        if event.stage_id not in wanted:
-            continue
-        if event.event == "stage_start":
-            starts[event.stage_id] = event.unix_s
-        elif event.stage_id in starts:
-            busy += event.unix_s - starts.pop(event.stage_id)
-    return busy
+
+def measuring(result: object, wall_s: float) -> tuple[float | None, str | None]:
+    """The whole step measures (a perplexity, a benchmark, a preparation)."""
+    return wall_s, None
+
+
+def experiment_account(result: ExperimentRun, wall_s: float) -> tuple[float | None, str | None]:
+    """A load experiment measures inside its stages; a stage that did not end ok fails it."""
+    return result.busy_s, result.problem
 
 
 class NativeRun:
-    """One run of the whole protocol on this machine."""
+    """One run of the whole protocol on this machine (see the module docstring)."""
 
     def __init__(
         self,
@@ -142,390 +137,243 @@ class NativeRun:
         environ: Mapping[str, str],
         out: Path,
         view: RunView,
+        steps: RunSteps | None = None,
     ) -> None:
-        self.config = config
         self.settings: Settings = config.settings
-        self.environ = environ
         self.view = view
-        self.cache = cache_root(self.settings.toolchain.cache_dir, environ)
-        self.run_dir, self.run_id = new_run_dir(out, config)
-        self.state = RunState(
-            self.run_dir,
-            self.run_id,
-            self.settings.run.profile,
-            self.settings.model.source,
-            self.settings.run.servers_at_once,
+        self.steps = steps or RunSteps(
+            self.settings, environ, cache_root(self.settings.toolchain.cache_dir, environ)
         )
-        write_json_atomic(self.run_dir / CONFIG_JSON, _config_payload(config))
-        self.children = _Children()
-        self.kv_checks: dict[str, KvCheck | str] = {}
+        self.run_dir = new_run_dir(out, config)
+        self.run_id = self.run_dir.name
+        run = self.settings.run
+        self.state = RunState(
+            self.run_dir, self.run_id, run.profile, self.settings.model.source, run.servers_at_once
+        )
+        write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
+        self.ports = RunPorts.pick(self.settings)
         self.dead_quants: set[str] = set()
 
-    # ------------------------------------------------------------------ the whole run
+    # ------------------------------------------------------------------ the sequence
 
-    def execute(self) -> Path:
-        """Run every step; return the run directory. Children are stopped whatever happens."""
-        status = "failed"
+    def execute(self) -> RunOutcome:
+        """Run every step; children are stopped whatever happens (see the module docstring)."""
+        status: RunStatus = "failed"
+        report: ReportPaths | None = None
         try:
-            toolchain = self._toolchain()
-            manifest = self._prepare(toolchain)
-            self._quality(toolchain, manifest)
-            self._speed(toolchain, manifest)
-            self._serve_and_load(toolchain, manifest)
-            self.children.stop_servers()
-            self.children.stop_exporter()
-            status = "finished"
-            self.state.finish("finished")
-            self._report()
+            with contextlib.ExitStack() as children:
+                toolchain = self._required("toolchain", "llama.cpp tools", self.steps.toolchain)
+                models = self._required(
+                    "prepare", f"prepare {self.settings.model.source}",
+                    lambda progress: self.steps.prepare(toolchain, self.run_dir, progress),
+                    account=lambda prepared, _: (prepared.busy_s, None),
+                )  # fmt: skip
+                quants = models.quants(self.settings.model.quants)
+                self._quality(toolchain, models, quants)
+                self._speed(toolchain, models, quants)
+                prometheus = self._prometheus(children)
+                self._serve_and_load(toolchain, models, quants, prometheus)
+                # Measuring is over. run.json says so before the report, which reads it: a report
+                # of a run still "running" would call it unfinished. The report step is still
+                # recorded in run.json after this.
+                self.state.finish("finished")
+                status = "finished"
+                report = self._report(prometheus)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
-            self.children.stop_all()
-            if self.state.data["status"] == "running":
-                self.state.finish(status)  # type: ignore[arg-type]
-        return self.run_dir
+            if self.state.status == "running":
+                self.state.finish(status)
+        return RunOutcome(self.run_dir, report)
 
-    @contextlib.contextmanager
-    def _step(self, name: str, quant: str | None = None, title: str = "") -> Iterator[_StepContext]:
+    def _attempt(
+        self,
+        name: str,
+        quant: str | None,
+        title: str,
+        body: Callable[[ProgressCallback], T],
+        account: Account[T] = overhead,
+        fatal: bool = False,
+    ) -> T | Failed:
+        """Run one step body, recorded in run.json; a QuantloadError becomes Failed (or, when
+        `fatal`, ends the run); anything else is recorded and raised."""
         index = self.state.begin(name, quant)
-        context = _StepContext(self.view.step(title or f"{name} {quant or ''}".strip()))
+        progress = self.view.step(title)
+        started = time.monotonic()
         try:
-            yield context
+            result = body(progress)
         except QuantloadError as error:
-            self.state.end(index, "failed", error.one_line(), context.busy_seconds)
-            self.view.message(f"{name} {quant or ''} failed: {error.one_line()}")
-            if context.fatal:
+            self.state.end(index, "failed", error.one_line())
+            self.view.message(f"{title} failed: {error.one_line()}")
+            if fatal:
                 raise
-            return
+            return Failed(error.one_line())
         except BaseException as error:
-            self.state.end(index, "failed", f"{type(error).__name__}: {error}", context.busy_seconds)
+            self.state.end(index, "failed", f"{type(error).__name__}: {error}")
             raise
-        self.state.end(index, context.status, context.error, context.busy_seconds)
+        busy_s, problem = account(result, time.monotonic() - started)
+        self.state.end(index, "failed" if problem else "ok", problem, busy_s)
+        return result
 
-    # ------------------------------------------------------------------ steps
+    def _required(
+        self,
+        name: str,
+        title: str,
+        body: Callable[[ProgressCallback], T],
+        account: Account[T] = measuring,
+    ) -> T:
+        """A step the run cannot go on without: its failure ends the run."""
+        result = self._attempt(name, None, title, body, account, fatal=True)
+        assert not isinstance(result, Failed)  # a fatal failure raised instead
+        return result
 
-    def _toolchain(self) -> Toolchain:
-        with self._step("toolchain", title="llama.cpp tools") as step:
-            step.fatal = True
-            toolchain = ensure_toolchain(self.settings.toolchain, self.environ, step.progress)
-            self.state.note(f"llama.cpp: {toolchain.label} ({toolchain.binary_version})")
-        return toolchain
+    # ------------------------------------------------------------------ measuring files
 
-    def _prepare(self, toolchain: Toolchain) -> Manifest:
-        source = self.settings.model.source
-        folder = self.cache / PREPARED_DIR / _folder_name(source)
-        result: list[Manifest] = []
-        with self._step("prepare", title=f"prepare {source}") as step:
-            step.fatal = True
-            started = time.monotonic()
-            manifest = prepare_models(
-                source,
-                folder,
-                toolchain,
-                self.cache,
-                self.environ,
-                functools.partial(ensure_llama_source, self.settings.toolchain, self.environ),
-                quants=self.settings.model.quants,
-                tiny_seed=self.settings.model.tiny_seed,
-                progress=step.progress,
-            )
-            step.busy_seconds = time.monotonic() - started
-            save_manifest(self.run_dir / MANIFEST_JSON, _absolute(manifest, folder))
-            _copy_logs(folder / LOGS_DIR, self.run_dir / LOGS_DIR, prefix="prepare-")
-            result.append(manifest)
-        return _absolute(result[0], folder)
-
-    def _quants(self, manifest: Manifest) -> list[str]:
-        """The quantizations asked for, in the order asked (the manifest also holds the F16 base)."""
-        return [quant for quant in self.settings.model.quants if quant in manifest.files]
-
-    def _quality(self, toolchain: Toolchain, manifest: Manifest) -> None:
-        from quantload.quality.dataset import resolve_dataset
-        from quantload.quality.measure import measure_quality
-        from quantload.quality.results import save_quality_result
-
-        quality = self.settings.quality
+    def _quality(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         try:
-            dataset = resolve_dataset(quality.dataset, self.cache, self.environ)
+            text = self.steps.quality_text()
         except QuantloadError as error:
             self.state.skip("quality", None, error.one_line())
             self.view.message(f"quality skipped: {error.one_line()}")
             return
-        for quant in self._quants(manifest):
-            entry = manifest.files[quant]
-            with self._step("quality", quant, f"perplexity {quant}") as step:
-                started = time.monotonic()
-                result = measure_quality(
-                    toolchain, Path(entry.path), dataset, quality.ctx, quality.chunks, step.progress,
-                    threads=quality.threads, timeout_s=quality.timeout_s,
-                    log_path=self.run_dir / LOGS_DIR / f"llama-perplexity-{quant}.log",
-                )
-                step.busy_seconds = time.monotonic() - started
-                save_quality_result(self.run_dir / QUALITY_JSON, quant, result)
-        if not quality.kld:
+        for quant in quants:
+            measure = functools.partial(
+                self.steps.quality, toolchain, models.path(quant), quant, text, self.run_dir
+            )
+            self._attempt("quality", quant, f"perplexity {quant}", measure, measuring)
+        if not self.settings.quality.kld:
             return
-        from quantload.quality.kld_measure import measure_manifest_kld
 
-        @contextlib.contextmanager
-        def kld_step(title: str, label: str) -> Iterator[ProgressCallback]:
-            with self._step("kld", None if label == "base" else label, title) as step:
-                started = time.monotonic()
-                yield step.progress
-                step.busy_seconds = time.monotonic() - started
+        def attempt(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
+            result = self._attempt("kld", label, title, body, measuring)  # one step per run
+            return None if isinstance(result, Failed) else result
 
-        measure_manifest_kld(
-            toolchain, manifest, self._quants(manifest), dataset, self.cache, quality,
-            self.run_dir / QUALITY_JSON, kld_step, self.run_dir / LOGS_DIR,
-        )  # fmt: skip
+        self.steps.kld(toolchain, models, quants, text, self.run_dir, attempt)
 
-    def _speed(self, toolchain: Toolchain, manifest: Manifest) -> None:
-        from quantload.llamacpp.bench import measure_speed
-        from quantload.roofline.ceilings import roofline
-        from quantload.roofline.probe import probe_machine
-        from quantload.roofline.speed_file import SpeedEntry, save_speed_entry
-
-        speed = self.settings.speed
-        with self._step("roofline_probe", title="machine limits probe") as step:
-            started = time.monotonic()
-            limits = probe_machine(self.cache / "machine", max_age_s=speed.probe_max_age_s)
-            step.busy_seconds = time.monotonic() - started
-        for quant in self._quants(manifest):
-            entry = manifest.files[quant]
-            with self._step("speed", quant, f"llama-bench {quant}") as step:
-                started = time.monotonic()
-                bench = measure_speed(
-                    toolchain, Path(entry.path), speed.prompt_tokens, speed.gen_tokens, speed.reps,
-                    speed.threads, step.progress, timeout_s=speed.timeout_s,
-                    log_path=self.run_dir / LOGS_DIR / f"llama-bench-{quant}.log",
-                )
-                step.busy_seconds = time.monotonic() - started
-                summary = read_gguf(Path(entry.path))
-                save_speed_entry(
-                    self.run_dir / SPEED_JSON, quant,
-                    SpeedEntry(bench=bench, roofline=roofline(bench, summary, limits)), limits,
-                )
+    def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
+        limits = self._attempt(
+            "roofline_probe", None, "machine limits probe", lambda _: self.steps.probe(), measuring
+        )
+        if isinstance(limits, Failed):
+            for quant in quants:
+                self.state.fail_unrun("speed", quant, f"no machine limits: {limits.why}")
+            return
+        for quant in quants:
+            measure = functools.partial(
+                self.steps.speed, toolchain, models.path(quant), quant, limits, self.run_dir
+            )
+            self._attempt("speed", quant, f"llama-bench {quant}", measure, measuring)
 
     # ------------------------------------------------------------------ serving and load
 
-    def _load_settings(self) -> Any:
-        return self.settings.load.model_copy(update={"metrics_port": self.loadgen_port, "workers": 0})
-
-    def _serve_and_load(self, toolchain: Toolchain, manifest: Manifest) -> None:
-        self.exporter_port = free_port(self.settings.observe.exporter_host)
-        self.loadgen_port = free_port(self.settings.load.metrics_host)
-        self._start_prometheus()
-        quants = self._quants(manifest)
-        if self.settings.run.servers_at_once:
-            self.state.note("servers ran all at once (they shared this machine's cores)")
-            served = [s for s in (self._start_server(toolchain, manifest, q) for q in quants) if s]
-            self._start_exporter(served)
-            for item in served:
-                self._load_one(item)
-            self.children.stop_exporter()
-            self.children.stop_servers()
-        else:
-            self.state.note("servers ran one at a time, so they did not compete for cores")
-            for quant in quants:
-                one = self._start_server(toolchain, manifest, quant)
-                if one is None:
-                    continue
-                self._start_exporter([one])  # one exporter for the whole load phase, retargeted
-                try:
-                    self._load_one(one)
-                finally:
-                    if self.children.exporter is not None:
-                        self.children.exporter.set_targets([])
-                    one.server.stop()
-                    self.children.servers.pop(quant, None)
-            self.children.stop_exporter()
-
-    def _start_prometheus(self) -> None:
-        from quantload.stack.prometheus import PrometheusProcess
-
-        observe = self.settings.observe
-        if shutil.which(observe.prometheus_binary) is None:
-            why = (
-                f"the '{observe.prometheus_binary}' binary is not installed (Debian/Ubuntu: "
-                "apt-get install prometheus; macOS: brew install prometheus)"
-            )
+    def _prometheus(self, children: contextlib.ExitStack) -> PrometheusProcess | None:
+        """Prometheus for the whole load phase and the report; None (and why) when there is none."""
+        why = self.steps.prometheus_missing()
+        if why is not None:
             self.state.prometheus(False, None, why, None)
             self.view.message(f"Prometheus not used: {why}")
-            return
-        exporter_url = f"http://{observe.exporter_host}:{self.exporter_port}"
-        loadgen_url = f"http://{self.settings.load.metrics_host}:{self.loadgen_port}"
-        with self._step("prometheus", title="start Prometheus") as step:
-            process = PrometheusProcess(
-                self.run_dir, exporter_url, [loadgen_url], observe.scrape_interval_s,
-                binary=observe.prometheus_binary, port=observe.prometheus_port,
-            )
-            process.start()
-            self.children.prometheus = process
-            self.state.prometheus(True, process.url, None, str(process.folder))
-            step.progress(1, 1, process.url)
-        if self.children.prometheus is None:
-            self.state.prometheus(False, None, "Prometheus failed to start (see logs/prometheus.log)", None)
-
-    def _start_server(self, toolchain: Toolchain, manifest: Manifest, quant: str) -> _Served | None:
-        entry = manifest.files[quant]
-        model_path = Path(entry.path)
-        alias = f"{manifest.source.get('name', 'model')}-{quant}"
-        log_path = self.run_dir / LOGS_DIR / f"llama-server-{quant}.log"
-        spec = dataclasses.replace(
-            ServerSpec.from_settings(self.settings.server, model_path, alias),
-            slot_save_path=self.run_dir / SLOTS_DIR,
-        )
-        server = LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
-        started: list[_Served] = []
-        with self._step("serve", quant, f"start llama-server {quant}") as step:
-            server.start()
-            self.children.servers[quant] = server
-            self.state.server(quant, url=server.url, log=str(log_path), pid=server.pid, status="running")
-            step.progress(1, 1, server.url)
-            started.append(_Served(quant, server))
-        if not started:
-            self.state.server(quant, log=str(log_path), status="failed_to_start")
-            self._mark_rest_failed(quant, "llama-server did not start")
             return None
-        with self._step("kv", quant, f"KV check {quant}"):
-            prediction = predict_kv(
-                kv_shape_from_gguf(read_gguf(model_path)),
-                spec.slots, spec.ctx_per_slot, spec.cache_type_k, spec.cache_type_v, spec.kv_unified,
-            )
-            try:
-                self.kv_checks[quant] = kv_check_from_log(prediction, server.log_text(), log_path)
-            except QuantloadError as error:
-                self.kv_checks[quant] = error.one_line()
-                raise
-            finally:
-                payload = kv_file_payload(self.kv_checks, toolchain.version_record())
-                write_json_atomic(self.run_dir / KV_JSON, payload)
-        return started[0]
+        exporter_url = f"http://{self.settings.observe.exporter_host}:{self.ports.exporter}"
+        process = self.steps.prometheus(self.run_dir, exporter_url, self.ports.loadgen_urls(self.settings))
+        children.callback(process.stop)
+        started = self._attempt("prometheus", None, "start Prometheus", lambda _: process.start())
+        if isinstance(started, Failed):
+            why = f"Prometheus failed to start: {started.why}"
+            self.state.prometheus(False, None, why, None)
+            return None
+        self.state.prometheus(True, process.url, None, str(process.folder))
+        return process
 
-    def _start_exporter(self, served: Sequence[_Served]) -> None:
-        from quantload.exporter import Target as ExporterTarget
-        from quantload.exporter import start_exporter
+    def _serve_and_load(
+        self,
+        toolchain: Toolchain,
+        models: PreparedModels,
+        quants: Sequence[str],
+        prometheus: PrometheusProcess | None,
+    ) -> None:
+        with contextlib.ExitStack() as serving:
+            exporter = self.steps.exporter(self.ports.exporter)  # one for the whole load phase
+            serving.callback(exporter.stop)
+            if self.settings.run.servers_at_once:
+                self.state.note("servers ran all at once (they shared this machine's cores)")
+                served = [self._serve(toolchain, models, quant, serving) for quant in quants]
+                started = [item for item in served if not isinstance(item, Failed)]
+                self._watch(exporter, prometheus, started)
+                for item in started:
+                    self._load(item)
+                return
+            self.state.note("servers ran one at a time, so they did not compete for cores")
+            for quant in quants:
+                with contextlib.ExitStack() as this_server:
+                    one = self._serve(toolchain, models, quant, this_server)
+                    if isinstance(one, Failed):
+                        continue
+                    self._watch(exporter, prometheus, [one])
+                    this_server.callback(exporter.set_targets, [])
+                    self._load(one)
 
-        observe = self.settings.observe
-        targets = [
-            ExporterTarget(
-                name=f"llama-{item.quant.lower()}",
-                url=item.server.url,
-                quant=item.quant,
-                model=item.server.spec.alias.rsplit("-", 1)[0],
-                api_key=item.server.spec.api_key,
-                log_path=item.server.log_path,
-            )
-            for item in served
-        ]
-        if self.children.exporter is not None:
-            self.children.exporter.set_targets(targets)
-        else:
-            self.children.exporter = start_exporter(
-                targets, port=self.exporter_port, timeout_s=observe.exporter_timeout_s,
-                host=observe.exporter_host,
-            )
-        prometheus = self.children.prometheus
-        if prometheus is not None:
-            prometheus.wait_scraping()
-            for target in targets:  # the load starts once Prometheus holds every server's series
-                prometheus.wait_for_series(f'quantload_target_up{{server="{target.name}"}}')
-
-    def _load_one(self, item: _Served) -> None:
-        from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
-
-        server = item.server
-        target = Target(
-            name=f"llama-{item.quant.lower()}",
-            quant=item.quant,
-            model=server.spec.alias.rsplit("-", 1)[0],
-            url=server.url,
-            api_key=server.spec.api_key,
+    def _serve(
+        self, toolchain: Toolchain, models: PreparedModels, quant: str, stack: contextlib.ExitStack
+    ) -> Served | Failed:
+        """Start one quantization's server (stopped when `stack` closes) and check its KV cache."""
+        server = self.steps.server(
+            toolchain, models.path(quant), f"{models.model_name}-{quant}", quant, self.run_dir
         )
-        load = self._load_settings()
-        observe = self.settings.observe  # stage annotations go to observe.grafana_url when one is set
-        experiments: list[tuple[str, str, Callable[[ProgressCallback], list[Any]]]] = [
-            ("load", f"load sweep {item.quant}",
-             lambda p: run_sweep(target, load, self.run_dir, self.run_id, p, observe=observe)),
-        ]
-        if load.prefix_requests > 0 and load.prefix_tokens > 0:
-            experiments.append(
-                ("prefix_cache", f"prompt cache {item.quant}",
-                 lambda p: run_prefix_cache_experiment(
-                     target, load, self.run_dir, self.run_id, p, observe=observe
-                 ))
-            )
-        if load.rates_rps:
-            experiments.append(
-                ("open_loop", f"open loop {item.quant}",
-                 lambda p: run_open_loop(target, load, self.run_dir, self.run_id, p, observe=observe))
-            )
-        for name, title, run in experiments:
+        stack.callback(server.stop)
+        log = str(server.log_path)
+        started = self._attempt("serve", quant, f"start llama-server {quant}", lambda _: server.start())
+        if isinstance(started, Failed):
+            self.state.server(quant, log=log, status="failed_to_start")
+            for name in ("kv", *(EXPERIMENT_STEPS[e][0] for e in planned_experiments(self.settings.load))):
+                self.state.fail_unrun(name, quant, "llama-server did not start")
+            return started
+        self.state.server(quant, url=server.url, log=log, pid=server.pid, status="running")
+        self._attempt(
+            "kv", quant, f"KV check {quant}",
+            lambda _: self.steps.check_kv(toolchain, server, quant, self.run_dir),
+        )  # fmt: skip
+        return Served(quant, server, name=f"llama-{quant.lower()}", model=models.model_name)
+
+    def _watch(
+        self, exporter: ExporterHandle, prometheus: PrometheusProcess | None, served: Sequence[Served]
+    ) -> None:
+        """Point the exporter at `served`; the load starts once Prometheus holds their series."""
+        exporter.set_targets([item.exporter_target() for item in served])
+        if prometheus is None:
+            return
+        prometheus.wait_scraping()
+        for item in served:
+            prometheus.wait_for_series(f'quantload_target_up{{server="{item.name}"}}')
+
+    def _load(self, item: Served) -> None:
+        """Every planned experiment against one server; a server that dies fails the rest."""
+        target = item.load_target()
+        for experiment in planned_experiments(self.settings.load):
+            name, title = EXPERIMENT_STEPS[experiment]
             if item.quant in self.dead_quants:
                 self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")
                 continue
-            with self._step(name, item.quant, title) as step:
-                summaries = run(step.progress)
-                step.busy_seconds = _stage_busy_seconds(
-                    self.run_dir / STAGES_JSONL, [s.stage_id for s in summaries]
-                )
-                failed = [s for s in summaries if s.status != "ok"]
-                if failed:
-                    step.status = "failed"
-                    first = failed[0]
-                    step.error = f"{len(failed)} of {len(summaries)} stages {first.status}: {first.reason}"
-            if not server.alive():
+            run = functools.partial(
+                self.steps.experiment, experiment, target, self.run_dir, self.run_id, self.ports.loadgen
+            )
+            self._attempt(name, item.quant, title.format(quant=item.quant), run, experiment_account)
+            if not item.server.alive():
                 self.dead_quants.add(item.quant)
-                self.state.server(item.quant, status="died", exit_code=server.stop())
+                self.state.server(item.quant, status="died", exit_code=item.server.stop())
                 self.view.message(f"llama-server {item.quant} died; its remaining stages are marked failed")
         if item.quant not in self.dead_quants:
             self.state.server(item.quant, status="ok")
 
-    def _mark_rest_failed(self, quant: str, why: str) -> None:
-        for name in ("kv", "load", "prefix_cache"):
-            self.state.fail_unrun(name, quant, why)
-
-    def _report(self) -> None:
-        from quantload.analysis import build_report
-
-        prometheus = self.children.prometheus
+    def _report(self, prometheus: PrometheusProcess | None) -> ReportPaths | None:
         url = prometheus.url if prometheus is not None else None
-        with self._step("report", title="report") as step:
-            paths = build_report(self.run_dir, url, self.settings.report)
-            step.progress(1, 1, str(paths.html))
-            self.report_paths = paths
+        written = self._attempt("report", None, "report", lambda _: self.steps.report(self.run_dir, url))
+        return None if isinstance(written, Failed) else written
 
 
-@dataclass
-class _StepContext:
-    """What a step body can set: its outcome beyond success, and its measuring time."""
-
-    progress: ProgressCallback
-    status: Any = "ok"
-    error: str | None = None
-    busy_seconds: float | None = None
-    fatal: bool = False
-
-
-def _folder_name(source: str) -> str:
-    path = Path(source)
-    if path.suffix == ".gguf":
-        return f"local-{path.stem}"
-    return source.replace("/", "-")
-
-
-def _absolute(manifest: Manifest, folder: Path) -> Manifest:
-    """The manifest with every entry's path pointing at the prepared file."""
-    files = {
-        quant: entry.model_copy(update={"path": str((folder / entry.file).resolve())})
-        for quant, entry in manifest.files.items()
-    }
-    return manifest.model_copy(update={"files": files})
-
-
-def _copy_logs(source_dir: Path, target_dir: Path, prefix: str) -> None:
-    """Copy the tool logs of the shared prepared folder into the run (files made earlier included)."""
-    if not source_dir.is_dir():
-        return
-    for log in sorted(source_dir.glob("*.log")):
-        shutil.copyfile(log, target_dir / f"{prefix}{log.name}")
+# Each experiment's step in run.json, and its title in the run's view.
+EXPERIMENT_STEPS: dict[Experiment, tuple[str, str]] = {
+    "sweep": ("load", "load sweep {quant}"),
+    "prefix_cache": ("prefix_cache", "prompt cache {quant}"),
+    "open_loop": ("open_loop", "open loop {quant}"),
+}

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from quantload.analysis.hist_check import bucket_of
-from quantload.analysis.stats import percentile
+from quantload.analysis.prometheus_tables import bucket_of
 from quantload.load.metrics import BUCKETS_S
+from quantload.stats import percentile
 
 
 def cumulative(values: list[float]) -> list[tuple[float, float]]:

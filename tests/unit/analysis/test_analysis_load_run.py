@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantload.analysis.load_run import load_run
+from quantload.analysis.run_data import load_run
 
 
 def test_torn_and_foreign_lines_are_counted_and_left_out(synthetic_run: Path) -> None:
@@ -47,6 +47,22 @@ def test_unreadable_files_are_notes(tmp_path: Path) -> None:
     whys = {g.section: g.why for g in run.gaps}
     assert whys["speed"].startswith("the file could not be read")
     assert whys["model files"] == "the file could not be read: not a JSON object"
-    assert run.kv == {"F16": {"error": "no KV line"}}
+    assert run.kv is not None and run.kv.to_json()["results"] == {"F16": {"error": "no KV line"}}
     assert any(note.startswith("run.json: ") for note in run.reading_notes)
     assert run.quants() == ["F16"]
+
+
+def test_a_kv_json_without_results_names_each_missing_quant(synthetic_run: Path) -> None:
+    from quantload.analysis.analyze import analyze
+    from quantload.analysis.prometheus_source import PromConnection
+    from quantload.config import ReportSettings
+
+    (synthetic_run / "kv.json").write_text('{"schema": "quantload.kv/1", "results": {}}')
+    run = load_run(synthetic_run)
+    assert not [g for g in run.gaps if g.section == "kv"]  # the file itself was read
+    analysis = analyze(run, ReportSettings(), PromConnection(None, "", ["none"]), 1.0)
+    kv_gaps = {g.what: g.why for g in analysis.gaps if g.section == "kv"}
+    assert kv_gaps == {
+        f"KV check of {q}": f"kv.json has no entry for {q} and run.json does not mention a kv step"
+        for q in ("Q8_0", "Q4_K_M")
+    }

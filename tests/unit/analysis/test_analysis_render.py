@@ -5,9 +5,18 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from quantload.analysis.document import Bullets, Details, Document, Facts, Image, Paragraph, Section, Table
-from quantload.analysis.render_html import render_html
-from quantload.analysis.render_md import render_markdown
+from quantload.analysis.document import (
+    Bullets,
+    Details,
+    Document,
+    Facts,
+    Image,
+    Paragraph,
+    Section,
+    Table,
+    render_html,
+    render_markdown,
+)
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -20,7 +29,7 @@ def document() -> Document:
         (("Q8_0", "<b>1 ms</b>", "12.5 ± 0.3"), ("Q4_K_M", "120 ms (110–130 ms)", "–")),
         (False, True, True),
         "a caption",
-        "seed-table",
+        "quant-table",
     )
     section = Section(
         "table",
@@ -51,7 +60,7 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "&lt;b&gt;1 ms&lt;/b&gt;" in page
     assert f"data:image/png;base64,{base64.b64encode(PNG).decode()}" in page
-    assert 'id="seed-table"' in page and '<td class="num">' in page
+    assert 'id="quant-table"' in page and '<td class="num">' in page
     assert '<td class="num">120 ms<span class="range">(110–130 ms)</span></td>' in page
     assert '<td class="num">12.5<span class="range">± 0.3</span></td>' in page
     assert "http://" not in page and "https://" not in page and "<script" not in page

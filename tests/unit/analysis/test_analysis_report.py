@@ -64,7 +64,7 @@ def test_report_files_and_the_table_match_the_records(synthetic_run: Path) -> No
     assert "the run had no Prometheus: prometheus not installed" in whats
     assert summary["percentile_method"]["numpy_method"] == "linear"
     html = paths.html.read_text()
-    assert html.count("data:image/png;base64,") == 3 and 'id="seed-table"' in html
+    assert html.count("data:image/png;base64,") == 3 and 'id="quant-table"' in html
     markdown = paths.markdown.read_text()
     assert "not measured: quality (quality.json)" in markdown and "install Prometheus" in markdown
 

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from analysis_synthetic import write_synthetic_run
 
-from quantload.analysis.levels import level_table
-from quantload.analysis.load_run import load_run
-from quantload.analysis.stages import UNFINISHED, UNRECORDED, stage_table
+from quantload.analysis.run_data import load_run
+from quantload.analysis.stage_tables import UNFINISHED, UNRECORDED, level_table, stage_table
 from quantload.config import ReportSettings
 
 SLO = ReportSettings()

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from quantload.analysis.stats import PERCENTILE_METHOD, finite, mean, percentile, relative_diff, spread
+from quantload.analysis.stats import mean, relative_diff, spread
+from quantload.stats import PERCENTILE_METHOD, finite, percentile
 
 
 def type7(values: list[float], q: float) -> float:

@@ -82,3 +82,13 @@ def test_nan_gauges_pass_and_nan_counters_are_dropped() -> None:
 def test_garbage_is_a_server_data_error(body: str) -> None:
     with pytest.raises(ServerDataError):
         parse_server_metrics(body)
+
+
+def test_label_values_are_unescaped_as_the_exposition_format_says() -> None:
+    text = (
+        "# TYPE llamacpp:requests_processing gauge\n"
+        'llamacpp:requests_processing{path="C:\\\\new",quote="say \\"hi\\"",lines="a\\nb"} 2 1700000000000\n'
+    )
+    (sample,) = parse_server_metrics(text)
+    assert sample.labels == {"path": "C:\\new", "quote": 'say "hi"', "lines": "a\nb"}
+    assert sample.value == 2.0

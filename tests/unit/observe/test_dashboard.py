@@ -11,16 +11,16 @@ import httpx
 import pytest
 import yaml
 
-from quantload.exporter import names
-from quantload.exporter.server_metrics import RENAMES
-from quantload.observe.annotations import OVERVIEW_UID, STAGE_TAGS
-from quantload.observe.dashboard import (
+from dashboard_check import (
     DashboardError,
     check_dashboard,
     dashboard_queries,
     load_dashboard,
     substitute,
 )
+from quantload.exporter import names
+from quantload.exporter.server_metrics import RENAMES
+from quantload.observe.annotations import OVERVIEW_UID, STAGE_TAGS
 from quantload.observe.promql import PrometheusClient
 
 GRAFANA = Path(__file__).resolve().parents[3] / "grafana"

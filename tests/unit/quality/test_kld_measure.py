@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import namedtuple
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from quantload.quality.kld_measure import (
 )
 from quantload.quality.results import load_quality_file
 
+T = TypeVar("T")
 TINY_VOCAB = 151_936
 TINY_BASE_BYTES = 57_434_876  # measured: tiny F16, 3 chunks of 128 tokens
 FILE_TYPES = {"F16": 1, "Q8_0": 7, "Q4_K_M": 15}
@@ -233,24 +233,44 @@ def test_a_failing_file_stops_the_set_and_the_base_is_still_removed(
     assert saved is not None and list(saved.results) == ["F16"]  # what was measured is kept
 
 
-def test_a_scope_that_swallows_errors_lets_the_other_files_be_measured(
+def test_an_attempt_that_records_errors_lets_the_other_files_be_measured(
     fake_toolchain: Toolchain, models: dict[str, Path], text: Path, tmp_path: Path
 ) -> None:
-    failures: list[tuple[str, str]] = []
+    failures: list[tuple[str, str | None, str]] = []
 
-    @contextlib.contextmanager
-    def forgiving(title: str, label: str) -> Iterator[ProgressCallback]:
+    def forgiving(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
         try:
-            yield no_progress
+            return body(no_progress)
         except QuantloadError as error:
-            failures.append((title, error.one_line()))
+            failures.append((title, label, error.one_line()))
+            return None
 
     kld = measure_kld_set(
-        fake_toolchain, models["F16"], files_of(models), text, tmp_path, settings(), scope=forgiving,
+        fake_toolchain, models["F16"], files_of(models), text, tmp_path, settings(), attempt=forgiving,
         runner=FakePerplexity(fail_for="Q8_0.gguf"),
     )  # fmt: skip
     assert kld is not None and list(kld.results) == ["F16", "Q4_K_M"]
-    assert [title for title, _ in failures] == ["KLD Q8_0", "KLD Q8_0 KV q8_0"]
+    assert [(title, label) for title, label, _ in failures] == [("KLD Q8_0", "Q8_0"), ("KLD Q8_0 KV q8_0", "Q8_0")]
+
+
+def test_an_attempt_that_records_a_failed_base_ends_the_set(
+    fake_toolchain: Toolchain, models: dict[str, Path], text: Path, tmp_path: Path
+) -> None:
+    labels: list[str | None] = []
+
+    def forgiving(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
+        labels.append(label)
+        try:
+            return body(no_progress)
+        except QuantloadError:
+            return None
+
+    runner = FakePerplexity(fail_for="F16.gguf")
+    assert measure_kld_set(
+        fake_toolchain, models["F16"], files_of(models), text, tmp_path, settings(), attempt=forgiving,
+        runner=runner,
+    ) is None  # fmt: skip
+    assert labels == [None] and len(runner.commands) == 1
 
 
 def test_a_file_of_another_vocabulary_is_refused_before_running(

@@ -1,0 +1,41 @@
+"""The report's chapters, in reading order: each a run of consecutive sections about one subject,
+with the figures it shows (see `parts.Chapter`).
+
+  verdict      Run and verdict; the table, one row per quantization
+  load         latency and throughput under load (3 figures); capacity under the SLO; open loop
+  ttft         where TTFT goes; the prompt cache off and on
+  model_files  quality, speed and the roofline (1 figure); the KV cache
+  checks       Little's law; the load generator's health
+  server       the servers' side from Prometheus (1 figure) and its histogram cross-check
+  appendix     every load stage; the method
+"""
+
+from __future__ import annotations
+
+from quantload.analysis.analyze import Analysis
+from quantload.analysis.chapters import appendix, checks, load, model_files, server, ttft, verdict
+from quantload.analysis.chapters.parts import Chapter, Plots
+from quantload.analysis.document import Document
+from quantload.analysis.plotting import Figure
+
+CHAPTERS: tuple[Chapter, ...] = (
+    verdict.CHAPTER,
+    load.CHAPTER,
+    ttft.CHAPTER,
+    model_files.CHAPTER,
+    checks.CHAPTER,
+    server.CHAPTER,
+    appendix.CHAPTER,
+)
+
+
+def figures() -> tuple[Figure, ...]:
+    """Every figure of the report, in the order the chapters show them."""
+    return tuple(figure for chapter in CHAPTERS for figure in chapter.figures)
+
+
+def build_document(analysis: Analysis, plots: Plots) -> Document:
+    """The whole report."""
+    model = analysis.header.model or "model not recorded"
+    sections = tuple(section for chapter in CHAPTERS for section in chapter.sections(analysis, plots))
+    return Document(f"quantload report: {model}", f"run {analysis.header.run_id}", sections)

@@ -1,0 +1,221 @@
+"""The load test's main results: latency and throughput against concurrency (three figures), the
+capacity under the SLO with goodput, and the open-loop (Poisson arrivals) levels."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from quantload.analysis import fmt
+from quantload.analysis.analyze import Analysis
+from quantload.analysis.capacity import slo_text
+from quantload.analysis.chapters.parts import Chapter, Plots, cache_state_block, range_text, shown, value
+from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
+from quantload.analysis.plotting import (
+    Figure,
+    colors,
+    column_values,
+    error_bars,
+    log_scale_if_wide,
+    new_figure,
+    save_figure,
+    users_axis,
+)
+
+
+def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
+    """TTFT p50 (solid) and p99 (dashed) against users, per quant, min-max of repeats as bars."""
+    levels, slo = analysis.levels, analysis.slo
+    if levels.empty or levels["ttft_p50_s"].dropna().empty:
+        return None
+    figure, axes = new_figure(8.0, 4.6)
+    axis = axes[0][0]
+    palette = colors(analysis.quants)
+    plotted: list[float] = []
+    for quant, frame in levels.groupby("quant", sort=False):
+        users = [int(u) for u in frame["users"]]
+        for metric, style, label in (("ttft_p50_s", "-o", "p50"), ("ttft_p99_s", "--s", "p99")):
+            values = [v * 1000 for v in column_values(frame, metric)]
+            plotted += values
+            axis.errorbar(
+                users,
+                values,
+                yerr=error_bars(frame, metric, 1000),
+                fmt=style,
+                capsize=3,
+                color=palette.get(str(quant)),
+                label=f"{quant} {label}",
+            )
+    axis.axhline(
+        slo.slo_ttft_p99_s * 1000,
+        color="black",
+        linestyle=":",
+        linewidth=1,
+        label=f"SLO p99 {slo.slo_ttft_p99_s * 1000:g} ms",
+    )
+    users_axis(axis, sorted({int(u) for u in levels["users"]}))
+    log_scale_if_wide(axis, plotted)
+    axis.set_ylabel("TTFT (ms)")
+    axis.set_title("Time to first token against concurrency (median of repeats, bars: min–max)")
+    axis.legend(fontsize=8, ncols=2)
+    return save_figure(figure, path)
+
+
+def _throughput_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
+    """Total output tokens/s against users, per quant."""
+    levels = analysis.levels
+    if levels.empty or levels["output_tok_s"].dropna().empty:
+        return None
+    figure, axes = new_figure(8.0, 4.2)
+    axis = axes[0][0]
+    palette = colors(analysis.quants)
+    for quant, frame in levels.groupby("quant", sort=False):
+        axis.errorbar(
+            [int(u) for u in frame["users"]],
+            column_values(frame, "output_tok_s"),
+            yerr=error_bars(frame, "output_tok_s"),
+            fmt="-o",
+            capsize=3,
+            color=palette.get(str(quant)),
+            label=str(quant),
+        )
+    users_axis(axis, sorted({int(u) for u in levels["users"]}))
+    axis.set_ylabel("output tokens/s (all users)")
+    axis.set_ylim(bottom=0)
+    axis.set_title("Throughput against concurrency (median of repeats, bars: min–max)")
+    axis.legend(fontsize=8)
+    return save_figure(figure, path)
+
+
+def _latency_vs_throughput(analysis: Analysis, path: Path) -> Path | None:
+    """TTFT p99 and TPOT p99 against output tokens/s: one curve per quant, points labelled by users."""
+    levels, slo = analysis.levels, analysis.slo
+    if levels.empty or levels["output_tok_s"].dropna().empty:
+        return None
+    figure, axes = new_figure(10.0, 4.4, 1, 2)
+    palette = colors(analysis.quants)
+    for axis, metric, limit, title in (
+        (axes[0][0], "ttft_p99_s", slo.slo_ttft_p99_s, "TTFT p99 (ms)"),
+        (axes[0][1], "tpot_p99_s", slo.slo_tpot_s, "TPOT p99 (ms)"),
+    ):
+        for quant, frame in levels.groupby("quant", sort=False):
+            x, y = column_values(frame, "output_tok_s"), [v * 1000 for v in column_values(frame, metric)]
+            axis.plot(x, y, "-o", color=palette.get(str(quant)), label=str(quant))
+            for xi, yi, users in zip(x, y, frame["users"], strict=True):
+                if math.isfinite(xi) and math.isfinite(yi):
+                    axis.annotate(
+                        f"{int(users)}u", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7
+                    )
+        axis.axhline(limit * 1000, color="black", linestyle=":", linewidth=1, label="SLO")
+        axis.set_xlabel("output tokens/s (all users)")
+        axis.set_ylabel(title)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle("Latency against throughput (one curve per quantization; labels: concurrent users)")
+    return save_figure(figure, path)
+
+
+FIGURES = (
+    Figure("ttft_vs_concurrency", "TTFT p50 and p99 against concurrency", _ttft_vs_concurrency),
+    Figure("throughput_vs_concurrency", "Output tokens/s against concurrency", _throughput_vs_concurrency),
+    Figure("latency_vs_throughput", "Latency against throughput", _latency_vs_throughput),
+)
+
+
+def load_curves_section(analysis: Analysis, plots: Plots) -> Section:
+    """TTFT, throughput and latency-throughput plots."""
+    blocks: list[Block] = [*(block for figure in FIGURES for block in shown(plots, figure))]
+    if not blocks:
+        blocks.append(Paragraph("not measured: no complete concurrency-sweep stage to plot", "warning"))
+    return Section("plots", "Latency and throughput under load", tuple(blocks))
+
+
+def capacity_section(analysis: Analysis) -> Section:
+    """Per level against the SLO, and goodput."""
+    rows = []
+    for verdict in analysis.capacity:
+        by_users = {
+            int(r["users"]): r for r in analysis.levels.to_dict("records") if r["quant"] == verdict.quant
+        }
+        for check in verdict.checks:
+            row = by_users.get(check.users, {})
+            judged = fmt.DASH if check.meets is None else ("meets" if check.meets else f"misses: {check.why}")
+            if check.meets and check.every_repeat_meets is False:
+                judged += " (not every repeat)"
+            rows.append(
+                (
+                    verdict.quant,
+                    str(check.users),
+                    range_text(row, "ttft_p99_s"),
+                    range_text(row, "tpot_p99_s"),
+                    fmt.percent(check.failed_frac),
+                    fmt.percent(value(row.get("good_frac"))),
+                    range_text(row, "goodput_rps", "number"),
+                    range_text(row, "output_tok_s", "number"),
+                    judged,
+                )
+            )
+    blocks: list[Block] = [
+        Paragraph(
+            f"SLO: {slo_text(analysis.slo)}. A level meets it when the median of its repeats does;"
+            " the capacity is the highest level met with every lower level met too. Goodput counts the"
+            " requests that succeeded within their deadline and met both limits on their own, per"
+            " second of the stage (open loop: TTFT from the intended send time)."
+        ),
+        Bullets(tuple(v.sentence for v in analysis.capacity), "verdict"),
+    ]
+    if rows:
+        columns = (
+            "quant",
+            "users",
+            "TTFT p99",
+            "TPOT p99",
+            "failed",
+            "good requests",
+            "goodput req/s",
+            "output tok/s",
+            "SLO",
+        )
+        blocks.append(Table(columns, tuple(rows), (False, True, True, True, True, True, True, True, False)))
+    return Section("capacity", "Capacity under the SLO (goodput)", tuple(blocks))
+
+
+def open_loop_section(analysis: Analysis) -> Section:
+    """Poisson arrivals at set rates; latency from the intended send time."""
+    table = analysis.open_loop
+    if table.empty:
+        return Section(
+            "open_loop",
+            "Open loop (Poisson arrivals)",
+            (Paragraph("Not run: no open-loop rates were configured (load.rates_rps).", "muted"),),
+        )
+    rows = tuple(
+        (
+            str(r["quant"]),
+            f"{fmt.number(value(r['rate_rps']), 2)} req/s",
+            range_text(r, "requests_per_s", "number"),
+            range_text(r, "ttft_from_intended_p50_s"),
+            range_text(r, "ttft_from_intended_p99_s"),
+            range_text(r, "tpot_p99_s"),
+            range_text(r, "output_tok_s", "number"),
+            fmt.percent(value(r["failed_frac"])),
+            fmt.percent(value(r["good_frac"])),
+        )
+        for r in table.to_dict("records")
+    )
+    columns = ("quant", "target rate", "achieved req/s", "TTFT p50", "TTFT p99", "TPOT p99", "output tok/s",
+               "failed", "good requests")  # fmt: skip
+    caption = (
+        "TTFT here runs from each request's intended send time (its Poisson arrival), so a client that"
+        " fell behind cannot hide queueing; median of repeats (min–max)."
+    )
+    blocks: list[Block] = [*cache_state_block(analysis, "open loop")]
+    blocks.append(Table(columns, rows, (False, *([True] * 8)), caption))
+    return Section("open_loop", "Open loop (Poisson arrivals)", tuple(blocks))
+
+
+def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
+    return load_curves_section(analysis, plots), capacity_section(analysis), open_loop_section(analysis)
+
+
+CHAPTER = Chapter(_sections, FIGURES)

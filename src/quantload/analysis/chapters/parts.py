@@ -1,0 +1,69 @@
+"""What the chapters share: a chapter's definition, cell values, gap notes, cache-state lines and
+the placement of a drawn figure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from quantload.analysis import fmt
+from quantload.analysis.analyze import Analysis
+from quantload.analysis.document import Block, Bullets, Image, Paragraph, Section
+from quantload.analysis.plotting import Figure
+
+# The figures the report drew, by key (a figure with nothing to draw is absent).
+Plots = Mapping[str, Image]
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A run of consecutive report sections about one subject, and the figures they show."""
+
+    sections: Callable[[Analysis, Plots], tuple[Section, ...]]
+    figures: tuple[Figure, ...] = ()
+
+
+def shown(plots: Plots, figure: Figure) -> list[Block]:
+    """The figure's image block, or nothing when it was not drawn."""
+    image = plots.get(figure.key)
+    return [image] if image is not None else []
+
+
+def value(value: Any) -> float | None:
+    """A table cell as a float; None for missing, NaN, booleans and non-numbers."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return None if pd.isna(value) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def range_text(row: Mapping[str, Any], column: str, show: str = "duration") -> str:
+    """A level-table figure as 'median (min–max)'."""
+    return fmt.with_range(
+        value(row.get(column)), value(row.get(f"{column}_min")), value(row.get(f"{column}_max")), show
+    )
+
+
+def gap_blocks(analysis: Analysis, *sections: str) -> list[Block]:
+    """The "not measured" notes of the given gap sections."""
+    lines = [gap.text() for gap in analysis.gaps if gap.section in sections]
+    return [Bullets(tuple(dict.fromkeys(lines)), "warning")] if lines else []
+
+
+def gap_blocks_about(analysis: Analysis, words: str) -> list[Block]:
+    """The "not measured" notes whose subject mentions `words`."""
+    lines = [g.text() for g in analysis.gaps if words in g.what]
+    return [Bullets(tuple(lines), "warning")] if lines else []
+
+
+def cache_state_block(analysis: Analysis, label: str) -> list[Block]:
+    """The header's cache-state line for one part of the run."""
+    for name, text in analysis.header.cache_states:
+        if name == label:
+            return [Paragraph(f"Cache state: {text}.", "muted")]
+    return []

@@ -1,0 +1,187 @@
+"""The servers' side, from Prometheus: busy slots, KV use, requests processing and deferred over the
+load phase with the stages marked (one figure), and the histogram cross-check of the exact TTFT
+percentiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from quantload.analysis import fmt
+from quantload.analysis.analyze import Analysis
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
+from quantload.analysis.document import Block, Details, Paragraph, Section, Table
+from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
+from quantload.analysis.prometheus_tables import MIN_SCRAPES, QUANTILES, SERVER_SERIES
+
+
+def _stage_marks(axis: Any, stages: pd.DataFrame, origin_s: float, label: bool) -> None:
+    spans = stages.dropna(subset=["started_unix_s", "ended_unix_s"])
+    if spans.empty:
+        return
+    total = float(spans["ended_unix_s"].max() - spans["started_unix_s"].min()) or 1.0
+    for index, stage in enumerate(spans.itertuples()):
+        start, end = stage.started_unix_s - origin_s, stage.ended_unix_s - origin_s
+        shade = "#dfe8f5" if stage.experiment == "prefix_cache" else ("#eeeeee" if index % 2 else "#f7f7f7")
+        axis.axvspan(start, end, color=shade, zorder=0, linewidth=0)
+        axis.axvline(start, color="#888888", linewidth=0.6, zorder=1)
+        if label and (end - start) / total > 0.015:
+            text = (
+                f"{'on' if stage.cache_prompt else 'off'}"
+                if stage.experiment == "prefix_cache"
+                else f"{int(stage.users)}u"
+                if pd.notna(stage.users)
+                else ""
+            )
+            axis.text(
+                (start + end) / 2,
+                1.01,
+                text,
+                transform=axis.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+                color="#444444",
+            )
+
+
+def _server_timeseries(analysis: Analysis, path: Path) -> Path | None:
+    """Busy slots, KV use, requests processing and deferred over the load phase, stages marked."""
+    series, stages, quants = analysis.server_series, analysis.stages, analysis.quants
+    if series.empty:
+        return None
+    panels = [
+        ("slots_busy", "busy slots"),
+        ("kv_used_ratio", "KV cells used\n(fraction)"),
+        ("requests_processing", "requests\nprocessing"),
+        ("requests_deferred", "requests\ndeferred"),
+    ]
+    starts = stages["started_unix_s"].dropna() if not stages.empty else pd.Series(dtype=float)
+    origin = float(starts.min()) if len(starts) else float(series["unix_s"].min())
+    figure, axes = new_figure(11.0, 8.0, len(panels), 1, sharex=True)
+    palette = colors(quants)
+    for row, (metric, label) in enumerate(panels):
+        axis = axes[row][0]
+        _stage_marks(axis, stages, origin, label=row == 0)
+        chosen = series[series["metric"] == metric]
+        for quant, frame in chosen.groupby("quant", sort=False):
+            axis.plot(
+                frame["unix_s"] - origin,
+                frame["value"],
+                drawstyle="steps-post",
+                linewidth=1.1,
+                color=palette.get(str(quant)),
+                label=str(quant),
+            )
+        if metric == "slots_busy":
+            total = series[series["metric"] == "slots"]
+            for quant, frame in total.groupby("quant", sort=False):
+                axis.plot(
+                    frame["unix_s"] - origin,
+                    frame["value"],
+                    linestyle=":",
+                    linewidth=0.9,
+                    color=palette.get(str(quant)),
+                    label=f"{quant} slots",
+                )
+        axis.set_ylabel(label, fontsize=8)
+        axis.set_ylim(bottom=0)
+        axis.grid(True, alpha=0.25)
+        if row == 0:
+            axis.legend(fontsize=7, ncols=max(1, len(quants)), loc="upper left")
+    axes[-1][0].set_xlabel("seconds since the first load stage (shaded: stages; labels: users, cache off/on)")
+    figure.suptitle(
+        "Server side, from Prometheus (" + ", ".join(SERVER_SERIES[m][0] for m, _ in panels) + ")"
+    )
+    return save_figure(figure, path)
+
+
+SERVER_TIMESERIES = Figure(
+    "server_timeseries", "Server-side time series with stage boundaries", _server_timeseries
+)
+
+
+def server_section(analysis: Analysis, plots: Plots) -> Section:
+    """Prometheus time series and the histogram cross-check."""
+    blocks: list[Block] = []
+    if analysis.prometheus_origin:
+        blocks.append(Paragraph(f"Read from {analysis.prometheus_origin}.", "muted"))
+    blocks += shown(plots, SERVER_TIMESERIES)
+    hist = analysis.histogram_check
+    if not hist.empty:
+        same = [v for q in QUANTILES for v in hist[f"p{round(q * 100)}_same_bucket"] if v is not None]
+        partial = int((~hist["comparable"]).sum())
+        text = (
+            "Prometheus histogram_quantile over each stage's TTFT bucket counts, beside the exact"
+            " percentile. A histogram places a quantile only within its bucket, shown as the resolution."
+        )
+        if same:
+            text += (
+                " Where a stage lasted a few scrape intervals and the scrapes caught exactly its requests,"
+                " the order statistic Prometheus' rule picks lies in the estimate's bucket in"
+                f" {sum(bool(v) for v in same)} of {len(same)} cases."
+            )
+        if partial:
+            text += (
+                f" {partial} of {len(hist)} stage(s) are shown but not judged: shorter than"
+                f" {MIN_SCRAPES} scrape intervals, or the scrapes caught a different number of requests"
+                " than the records hold."
+            )
+        blocks.append(Paragraph(text))
+        rows = []
+        for r in hist.to_dict("records"):
+            cells = [
+                str(r["quant"]),
+                str(r["users"]),
+                str(r["repeat"]),
+                f"{r['records_ok']} / {r['prom_requests']:.0f}",
+            ]
+            for q in QUANTILES:
+                name = f"p{round(q * 100)}"
+                low, high = value(r[f"{name}_bucket_low_s"]), value(r[f"{name}_bucket_high_s"])
+                bucket = f"({fmt.duration(low)}, {fmt.duration(high)}]" if high is not None else fmt.DASH
+                same_bucket = r[f"{name}_same_bucket"]
+                cells += [
+                    fmt.duration(value(r[f"{name}_exact_s"])),
+                    fmt.duration(value(r[f"{name}_prom_s"])),
+                    bucket,
+                    fmt.DASH if same_bucket is None else ("yes" if same_bucket else "no"),
+                ]
+            rows.append(tuple(cells))
+        columns = (
+            "quant",
+            "users",
+            "repeat",
+            "requests records / Prometheus",
+            "p50 exact",
+            "p50 Prometheus",
+            "p50 bucket",
+            "same",
+            "p99 exact",
+            "p99 Prometheus",
+            "p99 bucket",
+            "same",
+        )
+        blocks.append(
+            Details(
+                "TTFT percentiles per stage: exact and from the histogram",
+                (
+                    Table(
+                        columns,
+                        tuple(rows),
+                        (False, True, True, True, True, True, False, False, True, True, False, False),
+                    ),
+                ),
+            )
+        )
+    blocks += gap_blocks(analysis, "prometheus")
+    return Section("server", "Server side (Prometheus)", tuple(blocks))
+
+
+def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
+    return (server_section(analysis, plots),)
+
+
+CHAPTER = Chapter(_sections, (SERVER_TIMESERIES,))

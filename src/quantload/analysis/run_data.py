@@ -1,0 +1,334 @@
+"""Reading a run directory into typed objects and pandas frames, whatever state it is in.
+
+Each JSON file is read through its own model (rundir.run_file, rundir.config_file, rundir.kv_file,
+models.manifest, quality.results, roofline.speed_file), and the frames' columns are derived from
+the record and stage-event models of quantload.load.records. Nothing here raises for a missing or
+unreadable file: each one becomes a `Gap` saying why (taken from run.json's steps when it has
+them), so an interrupted run still yields a report.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+from pydantic import BaseModel, ValidationError
+
+from quantload.config import Settings
+from quantload.errors import QuantloadError
+from quantload.load.records import RequestRecord, StageEvent
+from quantload.models.manifest import Manifest
+from quantload.quality.results import QualityFile, load_quality_file
+from quantload.roofline.speed_file import SpeedFile, load_speed_file
+from quantload.rundir import (
+    CONFIG_JSON,
+    KV_JSON,
+    MANIFEST_JSON,
+    QUALITY_JSON,
+    RECORDS_JSONL,
+    RUN_JSON,
+    SPEED_JSON,
+    STAGES_JSONL,
+    read_json,
+)
+from quantload.rundir.config_file import load_config_file
+from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
+from quantload.rundir.run_file import RunFile, StepRecord, load_run_file
+
+_T = TypeVar("_T")
+_SCALARS = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One missing measurement: which section, what is missing, why, and how to get it."""
+
+    section: str
+    what: str
+    why: str
+    how: str = ""
+
+    def text(self) -> str:
+        """One line for the report: 'not measured: WHAT: WHY (HOW)'."""
+        line = f"not measured: {self.what}: {self.why}"
+        return f"{line} ({self.how})" if self.how else line
+
+    def to_dict(self) -> dict[str, str]:
+        return {"section": self.section, "what": self.what, "why": self.why, "how": self.how}
+
+
+# ----------------------------------------------------------------------------- frame columns
+
+
+def _value_types(annotation: Any) -> tuple[Any, ...]:
+    """The types a field's annotation allows, None left out (`float | None` -> (float,))."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(a for a in typing.get_args(annotation) if a is not type(None))
+    return (annotation,)
+
+
+def _is_scalar(annotation: Any) -> bool:
+    allowed = _value_types(annotation)
+    return all(t in _SCALARS or typing.get_origin(t) is typing.Literal for t in allowed)
+
+
+def scalar_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The model's fields that hold one value (not lists or objects), in the model's order."""
+    return tuple(
+        name
+        for name, field in model.model_fields.items()
+        if name != "schema_" and _is_scalar(field.annotation)
+    )
+
+
+def _fields_typed(model: type[BaseModel], wanted: type, optional: bool = True) -> tuple[str, ...]:
+    """The fields of type `wanted` (`wanted | None` too, unless `optional` is False)."""
+    return tuple(
+        name
+        for name, field in model.model_fields.items()
+        if (_value_types(field.annotation) == (wanted,) if optional else field.annotation is wanted)
+    )
+
+
+# The server's own timings, taken out of each record's `timings` object (llama-server's keys).
+SERVER_TIMINGS: tuple[str, ...] = ("prompt_ms", "predicted_ms", "prompt_n", "cache_n")
+# Every single-valued field of a record, then when its stream ended and the server's timings.
+RECORD_COLUMNS: tuple[str, ...] = (*scalar_fields(RequestRecord), "end_unix_s", *SERVER_TIMINGS)
+# Flags that are always true or false (a `bool | None` field keeps its None).
+RECORD_FLAGS: tuple[str, ...] = _fields_typed(RequestRecord, bool, optional=False)
+# Float columns (NaN where missing): the float fields, the token counts and the server timings.
+NUMERIC_RECORD_COLUMNS: tuple[str, ...] = (
+    *_fields_typed(RequestRecord, float),
+    *(name for name in _fields_typed(RequestRecord, int) if name.endswith("_tokens")),
+    "end_unix_s",
+    *SERVER_TIMINGS,
+)
+STAGE_COLUMNS: tuple[str, ...] = scalar_fields(StageEvent)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything a run directory holds that the report reads; None where a file is absent or unreadable."""
+
+    run_dir: Path
+    state: RunFile | None  # run.json: the run's own account of its steps, servers and Prometheus
+    settings: Settings | None  # config.json
+    manifest: Manifest | None
+    quality: QualityFile | None
+    speed: SpeedFile | None
+    kv: KvFile | None
+    records: pd.DataFrame  # RECORD_COLUMNS
+    stages: pd.DataFrame  # STAGE_COLUMNS
+    gaps: tuple[Gap, ...]
+    reading_notes: tuple[str, ...]
+
+    @property
+    def run_id(self) -> str:
+        """run.json's id, else the records', else the folder name."""
+        if self.state is not None and self.state.run_id is not None:
+            return self.state.run_id
+        if not self.records.empty:
+            return str(self.records["run_id"].iloc[0])
+        return self.run_dir.name
+
+    @property
+    def kv_results(self) -> dict[str, KvResult]:
+        """kv.json's results by quantization; empty when there is no kv.json."""
+        return dict(self.kv.results) if self.kv is not None else {}
+
+    def configured_quants(self) -> tuple[str, ...]:
+        return tuple(self.settings.model.quants) if self.settings is not None else ()
+
+    def configured_users(self) -> tuple[int, ...]:
+        return tuple(self.settings.load.users) if self.settings is not None else ()
+
+    def quants(self) -> list[str]:
+        """Every quantization the run names anywhere, in the configured order first."""
+        candidates: list[str] = list(self.configured_quants())
+        if self.manifest is not None:
+            candidates += list(self.manifest.files)
+        candidates += list(self.quality.results) if self.quality else []
+        candidates += list(self.speed.results) if self.speed else []
+        candidates += list(self.kv_results)
+        if not self.records.empty:
+            candidates += [str(q) for q in dict.fromkeys(self.records["quant"].tolist())]
+        return list(dict.fromkeys(candidates))
+
+    def _steps(self, name: str, quant: str | None) -> list[StepRecord]:
+        steps = [s for s in self.state.steps if s.name == name] if self.state is not None else []
+        if quant is not None:
+            steps = [s for s in steps if s.quant in (quant, None)]
+        return steps
+
+    def step_trouble(self, name: str, quant: str | None) -> str | None:
+        """The steps of `name` (for `quant`) that did not end ok, in words; None when all did."""
+        troubles = [_step_trouble(name, s) for s in self._steps(name, quant) if s.status != "ok"]
+        return "; ".join(troubles) or None
+
+    def step_why(self, name: str, quant: str | None, what_file: str) -> str:
+        """Why a step's output (the whole file, or one quant's entry) is missing, from run.json."""
+        steps = self._steps(name, quant)
+        missing = f"{what_file} has no entry for {quant}" if quant else f"{what_file} is absent"
+        status = self.state.status if self.state is not None else None
+        stopped = status in ("running", "interrupted", "failed")
+        state = "is still running or stopped" if status == "running" else str(status)
+        if steps:
+            trouble = self.step_trouble(name, quant)
+            if trouble:
+                return trouble
+            if stopped:
+                return f"the run {state} before {what_file} was written"
+            return f"{missing} although run.json records the {name} step as done (moved or deleted?)"
+        if stopped:
+            return f"the run {state} before the {name} step"
+        if self.state is None:
+            return f"{missing} and there is no run.json to say why"
+        return f"{missing} and run.json does not mention a {name} step"
+
+
+def _step_trouble(name: str, step: StepRecord) -> str:
+    """One step that did not end ok, in words."""
+    label = f"the {name} step" + (f" for {step.quant}" if step.quant else "")
+    error = step.error or "no reason recorded"
+    if step.status == "failed":
+        return f"{label} failed: {error}"
+    if step.status == "skipped":
+        return f"{label} was skipped: {error}"
+    if step.status == "running":
+        return f"{label} was still running when the run stopped"
+    return f"{label} ended as {step.status!r}"
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _jsonl_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        return [line for line in handle if line.strip()]
+
+
+def _frame(rows: list[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(columns))
+
+
+def _record_row(record: RequestRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {name: getattr(record, name) for name in scalar_fields(RequestRecord)}
+    row["end_unix_s"] = record.sent_unix_s + record.e2e_s if record.e2e_s is not None else None
+    timings = record.timings or {}
+    row.update({name: timings.get(name) for name in SERVER_TIMINGS})
+    return row
+
+
+def read_records(path: Path) -> tuple[pd.DataFrame, int]:
+    """The records as a frame (RECORD_COLUMNS) and how many lines could not be read."""
+    rows, bad = [], 0
+    for line in _jsonl_lines(path):
+        try:
+            rows.append(_record_row(RequestRecord.from_json_line(line)))
+        except (ValueError, TypeError, KeyError):
+            bad += 1
+    frame = _frame(rows, RECORD_COLUMNS)
+    for column in RECORD_FLAGS:
+        frame[column] = frame[column].astype(bool)
+    for column in NUMERIC_RECORD_COLUMNS:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    return frame, bad
+
+
+def read_stages(path: Path) -> tuple[pd.DataFrame, int]:
+    """The stage events as a frame (STAGE_COLUMNS) and how many lines could not be read."""
+    rows, bad = [], 0
+    for line in _jsonl_lines(path):
+        try:
+            event = StageEvent.from_json_line(line)
+        except (ValueError, TypeError, KeyError):
+            bad += 1
+            continue
+        rows.append({name: getattr(event, name) for name in STAGE_COLUMNS})
+    return _frame(rows, STAGE_COLUMNS), bad
+
+
+def _first_line(error: Exception) -> str:
+    if isinstance(error, QuantloadError):
+        return error.problem
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _read_model(
+    path: Path, loader: Callable[[Path], _T], section: str, what: str, gaps: list[Gap], why_absent: str
+) -> _T | None:
+    """The file read through its model, or None and a gap saying why."""
+    if not path.is_file():
+        gaps.append(Gap(section, what, why_absent))
+        return None
+    try:
+        return loader(path)
+    except (QuantloadError, ValidationError, ValueError, TypeError, OSError) as error:
+        gaps.append(Gap(section, what, f"the file could not be read: {_first_line(error)}"))
+        return None
+
+
+def _read_note(path: Path, loader: Callable[[Path], _T], consequence: str, notes: list[str]) -> _T | None:
+    """The file read through its model, or None and a reading note saying what that leaves unknown."""
+    if not path.is_file():
+        notes.append(f"{path.name}: {path.name} is absent; {consequence}")
+        return None
+    try:
+        return loader(path)
+    except (ValidationError, ValueError, TypeError, OSError) as error:
+        notes.append(f"{path.name}: {path.name} could not be read ({_first_line(error)}); {consequence}")
+        return None
+
+
+def _load_manifest(path: Path) -> Manifest:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return Manifest.from_json(data)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read every file of `run_dir` that exists; missing ones become gaps."""
+    gaps: list[Gap] = []
+    notes: list[str] = []
+    state = _read_note(run_dir / RUN_JSON, load_run_file, "the run's steps and status are unknown", notes)
+    config = _read_note(run_dir / CONFIG_JSON, load_config_file, "settings of the run are unknown", notes)
+    partial = RunData(run_dir, state, None, None, None, None, None, pd.DataFrame(), pd.DataFrame(), (), ())
+
+    def read(name: str, loader: Callable[[Path], _T], section: str, what: str, step: str) -> _T | None:
+        return _read_model(run_dir / name, loader, section, what, gaps, partial.step_why(step, None, name))
+
+    manifest = read(MANIFEST_JSON, _load_manifest, "model files", f"model files ({MANIFEST_JSON})", "prepare")
+    quality = read(QUALITY_JSON, load_quality_file, "quality", f"quality ({QUALITY_JSON})", "quality")
+    speed = read(SPEED_JSON, load_speed_file, "speed", f"speed ({SPEED_JSON})", "speed")
+    kv = read(KV_JSON, load_kv_file, "kv", f"KV cache check ({KV_JSON})", "kv")
+    records, bad_records = read_records(run_dir / RECORDS_JSONL)
+    stages, bad_stages = read_stages(run_dir / STAGES_JSONL)
+    if records.empty:
+        gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
+    for count, name in ((bad_records, RECORDS_JSONL), (bad_stages, STAGES_JSONL)):
+        if count:
+            notes.append(f"{count} line(s) of {name} could not be read (torn or foreign) and were left out")
+    return RunData(
+        run_dir=run_dir,
+        state=state,
+        settings=config.settings if config is not None else None,
+        manifest=manifest,
+        quality=quality,
+        speed=speed,
+        kv=kv,
+        records=records,
+        stages=stages,
+        gaps=tuple(gaps),
+        reading_notes=tuple(notes),
+    )

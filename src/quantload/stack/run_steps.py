@@ -1,0 +1,144 @@
+"""The steps of one native run bound to its settings (what `NativeRun` calls), and a served target.
+
+`RunSteps` turns the run's settings into the arguments of each named step (quantload.steps) and
+of each child the run starts (llama-server, the exporter, Prometheus), with run-directory file
+names filled in. Tests of the orchestrator subclass it with fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantload.analysis import ReportPaths
+from quantload.config import Settings
+from quantload.exporter import ExporterHandle, start_exporter
+from quantload.exporter import Target as ExporterTarget
+from quantload.kvcheck import KvCheck
+from quantload.llamacpp.server import LlamaServer
+from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
+from quantload.load.api import Target as LoadTarget
+from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
+from quantload.progress import ProgressCallback
+from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
+from quantload.quality.kld_results import KldSet
+from quantload.quality.results import QualityResult
+from quantload.roofline.probe import MachineLimits
+from quantload.roofline.speed_file import SpeedEntry
+from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
+from quantload.steps.load import Experiment, ExperimentRun, run_experiment
+from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
+from quantload.steps.quality import measure_file_quality, quality_text
+from quantload.steps.report import write_report
+from quantload.steps.serve import check_kv, server_spec
+from quantload.steps.speed import measure_file_speed, probe
+
+SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
+
+
+class RunSteps:
+    """The steps of one run, bound to its settings. Tests override methods with fakes."""
+
+    def __init__(self, settings: Settings, environ: Mapping[str, str], cache: Path) -> None:
+        self.settings = settings
+        self.environ = environ
+        self.cache = cache
+
+    def toolchain(self, progress: ProgressCallback) -> Toolchain:
+        return ensure_toolchain(self.settings.toolchain, self.environ, progress)
+
+    def prepare(self, toolchain: Toolchain, run_dir: Path, progress: ProgressCallback) -> PreparedModels:
+        source = self.settings.model.source
+        return prepare_model_files(
+            self.settings.model, self.settings.toolchain, toolchain, self.cache, self.environ,
+            prepared_folder(self.cache, source), progress, run_dir=run_dir,
+        )  # fmt: skip
+
+    def quality_text(self) -> Path:
+        return quality_text(self.settings.quality, self.cache, self.environ)
+
+    def quality(
+        self, toolchain: Toolchain, model: Path, quant: str, text: Path, run_dir: Path,
+        progress: ProgressCallback,
+    ) -> QualityResult:  # fmt: skip
+        return measure_file_quality(
+            toolchain, model, text, self.settings.quality, quant, progress, run_dir / QUALITY_JSON,
+            run_dir / LOGS_DIR / f"llama-perplexity-{quant}.log",
+        )  # fmt: skip
+
+    def kld(
+        self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str], text: Path,
+        run_dir: Path, attempt: RunAttempt,
+    ) -> KldSet | None:  # fmt: skip
+        return measure_manifest_kld(
+            toolchain, models.manifest, quants, text, self.cache, self.settings.quality,
+            run_dir / QUALITY_JSON, attempt, run_dir / LOGS_DIR,
+        )  # fmt: skip
+
+    def probe(self) -> MachineLimits:
+        return probe(self.cache, self.settings.speed)
+
+    def speed(
+        self, toolchain: Toolchain, model: Path, quant: str, limits: MachineLimits, run_dir: Path,
+        progress: ProgressCallback,
+    ) -> SpeedEntry:  # fmt: skip
+        return measure_file_speed(
+            toolchain, model, self.settings.speed, limits, quant, progress, run_dir / SPEED_JSON,
+            run_dir / LOGS_DIR / f"llama-bench-{quant}.log",
+        )  # fmt: skip
+
+    def prometheus_missing(self) -> str | None:
+        return prometheus_missing(self.settings.observe.prometheus_binary)
+
+    def prometheus(self, run_dir: Path, exporter_url: str, loadgen_urls: Sequence[str]) -> PrometheusProcess:
+        observe = self.settings.observe
+        return PrometheusProcess(
+            run_dir, exporter_url, loadgen_urls, observe.scrape_interval_s,
+            binary=observe.prometheus_binary, port=observe.prometheus_port,
+        )  # fmt: skip
+
+    def server(self, toolchain: Toolchain, model: Path, alias: str, quant: str, run_dir: Path) -> LlamaServer:
+        spec = server_spec(self.settings.server, model, alias, slot_save_path=run_dir / SLOTS_DIR)
+        log_path = run_dir / LOGS_DIR / f"llama-server-{quant}.log"
+        return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
+
+    def check_kv(self, toolchain: Toolchain, server: LlamaServer, quant: str, run_dir: Path) -> KvCheck:
+        return check_kv(server, quant, run_dir / KV_JSON, toolchain.version_record())
+
+    def exporter(self, port: int) -> ExporterHandle:
+        observe = self.settings.observe
+        return start_exporter(
+            [], port=port, timeout_s=observe.exporter_timeout_s, host=observe.exporter_host
+        )
+
+    def experiment(
+        self, experiment: Experiment, target: LoadTarget, run_dir: Path, run_id: str, loadgen_port: int,
+        progress: ProgressCallback,
+    ) -> ExperimentRun:  # fmt: skip
+        load = self.settings.load.model_copy(update={"metrics_port": loadgen_port})
+        return run_experiment(experiment, target, load, self.settings.observe, run_dir, run_id, progress)
+
+    def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
+        return write_report(run_dir, self.settings, prometheus_url)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A started llama-server and the names its series and records go by."""
+
+    quant: str
+    server: LlamaServer
+    name: str
+    model: str
+
+    def load_target(self) -> LoadTarget:
+        spec = self.server.spec
+        return LoadTarget(self.name, self.quant, self.model, self.server.url, spec.api_key)
+
+    def exporter_target(self) -> ExporterTarget:
+        spec = self.server.spec
+        return ExporterTarget(
+            name=self.name, url=self.server.url, quant=self.quant, model=self.model,
+            api_key=spec.api_key, log_path=self.server.log_path,
+        )  # fmt: skip

@@ -1,0 +1,66 @@
+"""Exact percentiles of raw values, for every part of quantload (load, report, calibration).
+
+One definition, so a figure printed by `quantload load`, written to a stage summary and shown in a
+report is the same number. Pure Python (the load processes call it per request and must not pay
+for importing numpy); the results equal `numpy.percentile(values, q, method=...)` bit for bit
+(tests/unit/test_stats.py checks it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Real
+from typing import Final, Literal
+
+PercentileMethod = Literal["linear", "inverted_cdf"]
+PERCENTILE_METHOD: Final[PercentileMethod] = "linear"  # Hyndman & Fan type 7
+
+
+def finite(values: Iterable[object]) -> list[float]:
+    """The values that are finite real numbers, as floats (None, NaN, booleans, text dropped)."""
+    out: list[float] = []
+    for value in values:
+        if type(value) is float:  # the usual case first: the load path calls this per request
+            if math.isfinite(value):
+                out.append(value)
+        elif isinstance(value, Real) and not isinstance(value, bool):
+            number = float(value)
+            if math.isfinite(number):
+                out.append(number)
+    return out
+
+
+def percentile(
+    values: Iterable[object], q: float, method: PercentileMethod = PERCENTILE_METHOD
+) -> float | None:
+    """The q-th percentile (0-100) of the finite values; None when there are none.
+
+    "linear" interpolates between the two nearest order statistics; "inverted_cdf" takes the
+    smallest value whose share of the sample reaches q (no interpolation).
+    """
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0-100")
+    ordered = sorted(finite(values))
+    count = len(ordered)
+    if count == 0:
+        return None
+    fraction = q / 100
+    if method == "inverted_cdf":
+        position = count * fraction - 1
+        index = math.floor(position)
+        if position != index:
+            index += 1
+        return ordered[min(max(index, 0), count - 1)]
+    position = (count - 1) * fraction  # numpy's virtual index, computed in the same float steps
+    if position >= count - 1:
+        return ordered[-1]
+    if position < 0:
+        return ordered[0]
+    low = math.floor(position)
+    below, above = ordered[low], ordered[low + 1]
+    weight = position - low
+    step = above - below
+    if weight >= 0.5:
+        return above - step * (1 - weight)
+    return below + step * weight

@@ -1,0 +1,93 @@
+"""The load step: one experiment (sweep, prompt cache, open loop) against a served target."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from quantload.config import LoadSettings, ObserveSettings
+from quantload.errors import ConfigError
+from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.records import iter_stage_events
+from quantload.load.summary import StageSummary
+from quantload.progress import ProgressCallback, no_progress
+from quantload.rundir import STAGES_JSONL
+
+Experiment = Literal["sweep", "prefix_cache", "open_loop"]
+EXPERIMENTS: tuple[Experiment, ...] = ("sweep", "prefix_cache", "open_loop")
+
+
+@dataclass(frozen=True)
+class ExperimentRun:
+    """The stages one experiment ran, and how long they took (the time spent measuring)."""
+
+    experiment: Experiment
+    summaries: tuple[StageSummary, ...]
+    busy_s: float
+
+    @property
+    def problem(self) -> str | None:
+        """Why the experiment counts as failed (stages that did not end ok); None when all did."""
+        failed = [s for s in self.summaries if s.status != "ok"]
+        if not failed:
+            return None
+        first = failed[0]
+        return f"{len(failed)} of {len(self.summaries)} stages {first.status}: {first.reason}"
+
+
+def planned_experiments(settings: LoadSettings) -> list[Experiment]:
+    """The experiments the settings ask `quantload run` for, in the order it runs them."""
+    kinds: list[Experiment] = ["sweep"]
+    if settings.prefix_requests > 0 and settings.prefix_tokens > 0:
+        kinds.append("prefix_cache")
+    if settings.rates_rps:
+        kinds.append("open_loop")
+    return kinds
+
+
+def check_experiments(names: Sequence[str]) -> list[Experiment]:
+    """The names as experiments; ConfigError naming the first unknown one."""
+    known: list[Experiment] = []
+    for name in names:
+        match = next((kind for kind in EXPERIMENTS if kind == name), None)
+        if match is None:
+            raise ConfigError(f"unknown experiment {name!r}", f"choose from {', '.join(EXPERIMENTS)}")
+        known.append(match)
+    return known
+
+
+def run_experiment(
+    experiment: Experiment,
+    target: Target,
+    settings: LoadSettings,
+    observe: ObserveSettings,
+    run_dir: Path,
+    run_id: str,
+    progress: ProgressCallback = no_progress,
+) -> ExperimentRun:
+    """Run one experiment's stages; records and stage lines are appended to `run_dir` as they come."""
+    if experiment == "sweep":
+        summaries = run_sweep(target, settings, run_dir, run_id, progress, observe=observe)
+    elif experiment == "prefix_cache":
+        summaries = run_prefix_cache_experiment(target, settings, run_dir, run_id, progress, observe=observe)
+    else:
+        summaries = run_open_loop(target, settings, run_dir, run_id, progress, observe=observe)
+    busy_s = stage_seconds(run_dir / STAGES_JSONL, [s.stage_id for s in summaries])
+    return ExperimentRun(experiment, tuple(summaries), busy_s)
+
+
+def stage_seconds(stages_path: Path, stage_ids: Sequence[str]) -> float:
+    """Wall time spent inside the given stages, from their start and end lines."""
+    wanted = set(stage_ids)
+    starts: dict[str, float] = {}
+    busy = 0.0
+    for event in iter_stage_events(stages_path):
+        if event.stage_id not in wanted:
+            continue
+        if event.event == "stage_start":
+            starts[event.stage_id] = event.unix_s
+        elif event.stage_id in starts:
+            busy += event.unix_s - starts.pop(event.stage_id)
+    return busy

@@ -1,0 +1,58 @@
+"""The serve step: a llama-server of one file, and its KV cache checked against the prediction."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from quantload.config import ServerSettings
+from quantload.errors import QuantloadError
+from quantload.kvcache import KvPrediction, kv_shape_from_gguf, predict_kv
+from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_file
+from quantload.llamacpp.server import LlamaServer, ServerSpec
+from quantload.llamacpp.toolchain import Toolchain
+from quantload.models.gguf_meta import read_gguf
+
+
+def server_spec(
+    settings: ServerSettings, model_path: Path, alias: str, slot_save_path: Path | None = None
+) -> ServerSpec:
+    """How the server of `model_path` is launched; `slot_save_path` lets the load erase slots."""
+    return dataclasses.replace(
+        ServerSpec.from_settings(settings, model_path, alias), slot_save_path=slot_save_path
+    )
+
+
+def serve(toolchain: Toolchain, spec: ServerSpec, log_path: Path, startup_timeout_s: float) -> LlamaServer:
+    """A started llama-server answering /health; ServerError when it does not come up."""
+    return LlamaServer(toolchain, spec, log_path, startup_timeout_s).start()
+
+
+def kv_prediction(spec: ServerSpec) -> KvPrediction:
+    """The KV-cache size the spec's layout allocates, from the model's GGUF metadata."""
+    return predict_kv(
+        kv_shape_from_gguf(read_gguf(spec.model_path)),
+        spec.slots,
+        spec.ctx_per_slot,
+        spec.cache_type_k,
+        spec.cache_type_v,
+        spec.kv_unified,
+    )
+
+
+def check_kv(
+    server: LlamaServer, label: str, out: Path | None = None, llama_cpp: dict[str, object] | None = None
+) -> KvCheck:
+    """The prediction against the size the running server logged (it runs with -lv 4).
+
+    With `out`, the outcome (or why there is none) is filed in that kv.json under `label`.
+    """
+    try:
+        check = kv_check_from_log(kv_prediction(server.spec), server.log_text(), server.log_path)
+    except QuantloadError as error:
+        if out is not None:
+            merge_kv_file(out, label, error.one_line(), llama_cpp)
+        raise
+    if out is not None:
+        merge_kv_file(out, label, check, llama_cpp)
+    return check

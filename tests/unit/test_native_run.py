@@ -1,0 +1,288 @@
+"""NativeRun over fake steps: the order of the steps, what run.json says, failures and interruptions.
+
+No llama.cpp, no Locust, no Prometheus: every step is a fake that records its call, so these tests
+run in well under a second and pin the sequence itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quantload.analysis import ReportPaths
+from quantload.config import load_config
+from quantload.errors import MeasurementError, ModelError, ServerError
+from quantload.stack.native import NativeRun
+from quantload.stack.run_steps import RunSteps
+from quantload.steps.load import ExperimentRun
+
+QUANTS = ("F16", "Q8_0", "Q4_K_M")
+
+
+class Silent:
+    """A RunView that shows nothing."""
+
+    def step(self, title: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+    def message(self, text: str) -> None:
+        pass
+
+
+class FakeSpec:
+    api_key = None
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+
+class FakeServer:
+    """Quacks like LlamaServer; `dies_after` experiments it stops being alive."""
+
+    def __init__(self, calls: list[str], quant: str, log_path: Path, fails: bool, dies_after: int | None) -> None:
+        self.calls, self.quant, self.log_path = calls, quant, log_path
+        self.fails, self.dies_after = fails, dies_after
+        self.spec = FakeSpec(f"tiny-{quant}")
+        self.url = f"http://127.0.0.1:1{len(quant)}"
+        self.pid = 4242
+        self.running = False
+        self.experiments = 0
+
+    def start(self) -> FakeServer:
+        self.calls.append(f"start {self.quant}")
+        if self.fails:
+            raise ServerError(f"llama-server for {self.quant} did not become ready: boom")
+        self.running = True
+        return self
+
+    def alive(self) -> bool:
+        return self.running and (self.dies_after is None or self.experiments < self.dies_after)
+
+    def stop(self) -> int | None:
+        if self.running:
+            self.calls.append(f"stop {self.quant}")
+        self.running = False
+        return 0
+
+
+class FakeExporter:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+        self.targets: list[Any] = []
+
+    def set_targets(self, targets: list[Any]) -> None:
+        self.targets = list(targets)
+
+    def stop(self) -> None:
+        self.calls.append("stop exporter")
+
+
+class FakePrepared:
+    model_name = "tiny"
+    busy_s = 2.0
+
+    def quants(self, asked: tuple[str, ...]) -> list[str]:
+        return list(asked)
+
+    def path(self, quant: str) -> Path:
+        return Path(f"/models/tiny-{quant}.gguf")
+
+
+class FakeSteps(RunSteps):
+    """Every step recorded in `calls`; `fail` maps a call to the exception it raises."""
+
+    def __init__(self, fail: dict[str, BaseException] | None = None, dies: dict[str, int] | None = None,
+                 no_start: tuple[str, ...] = ()) -> None:
+        self.calls: list[str] = []
+        self.fail = fail or {}
+        self.dies = dies or {}
+        self.no_start = no_start
+        self.servers: dict[str, FakeServer] = {}
+        self.exporter_handle: FakeExporter | None = None
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail[name]
+
+    def toolchain(self, progress: Any) -> Any:
+        self._call("toolchain")
+        return object()
+
+    def prepare(self, toolchain: Any, run_dir: Path, progress: Any) -> Any:
+        self._call("prepare")
+        return FakePrepared()
+
+    def quality_text(self) -> Path:
+        self._call("quality_text")
+        return Path("/data/wiki.test.raw")
+
+    def quality(self, toolchain: Any, model: Path, quant: str, text: Path, run_dir: Path, progress: Any) -> Any:
+        self._call(f"quality {quant}")
+        return object()
+
+    def kld(self, toolchain: Any, models: Any, quants: Any, text: Path, run_dir: Path, attempt: Any) -> Any:
+        self._call("kld")
+        return None
+
+    def probe(self) -> Any:
+        self._call("probe")
+        return object()
+
+    def speed(self, toolchain: Any, model: Path, quant: str, limits: Any, run_dir: Path, progress: Any) -> Any:
+        self._call(f"speed {quant}")
+        return object()
+
+    def prometheus_missing(self) -> str | None:
+        return "the 'prometheus' binary is not installed"
+
+    def server(self, toolchain: Any, model: Path, alias: str, quant: str, run_dir: Path) -> Any:
+        self.calls.append(f"server {quant}")
+        server = FakeServer(self.calls, quant, run_dir / "logs" / f"llama-server-{quant}.log",
+                            quant in self.no_start, self.dies.get(quant))
+        self.servers[quant] = server
+        return server
+
+    def check_kv(self, toolchain: Any, server: Any, quant: str, run_dir: Path) -> Any:
+        self._call(f"kv {quant}")
+        return object()
+
+    def exporter(self, port: int) -> Any:
+        self.calls.append("exporter")
+        self.exporter_handle = FakeExporter(self.calls)
+        return self.exporter_handle
+
+    def experiment(self, experiment: Any, target: Any, run_dir: Path, run_id: str, loadgen_port: int,
+                   progress: Any) -> ExperimentRun:
+        self._call(f"{experiment} {target.quant}")
+        self.servers[target.quant].experiments += 1
+        return ExperimentRun(experiment, (), busy_s=1.5)
+
+    def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
+        self._call("report")
+        md = run_dir / "report.md"
+        return ReportPaths(md, run_dir / "report.html", run_dir / "table.csv", run_dir / "summary.json", (), 0)
+
+
+def _run(tmp_path: Path, steps: FakeSteps) -> NativeRun:
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci"})
+    return NativeRun(config, {}, tmp_path / "results", Silent(), steps)
+
+
+def _run_json(run: NativeRun) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run.run_dir / "run.json").read_text())
+    return data
+
+
+def _steps(data: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+    return [(s["name"], s["quant"], s["status"]) for s in data["steps"]]
+
+
+def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    run = _run(tmp_path, steps)
+    outcome = run.execute()
+    per_quant = []
+    for quant in QUANTS:
+        per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", f"sweep {quant}",
+                      f"prefix_cache {quant}", f"stop {quant}"]
+    assert steps.calls == [
+        "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "kld", "probe",
+        *(f"speed {q}" for q in QUANTS), "exporter", *per_quant, "stop exporter", "report",
+    ]
+    data = _run_json(run)
+    assert data["status"] == "finished" and data["finished_unix_s"] is not None
+    assert all(status == "ok" for _, _, status in _steps(data))
+    assert {quant: server["status"] for quant, server in data["servers"].items()} == dict.fromkeys(QUANTS, "ok")
+    assert data["prometheus"]["available"] is False and "not installed" in data["prometheus"]["why"]
+    assert outcome.run_dir == run.run_dir and outcome.report is not None
+    load_steps = [s for s in data["steps"] if s["name"] in ("load", "prefix_cache")]
+    assert len(load_steps) == 6 and all(s["busy_seconds"] == 1.5 for s in load_steps)
+
+
+def test_a_failed_measurement_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    steps = FakeSteps(fail={"quality Q8_0": MeasurementError("llama-perplexity was killed", "see the log")})
+    run = _run(tmp_path, steps)
+    run.execute()
+    data = _run_json(run)
+    failed = [s for s in data["steps"] if s["status"] == "failed"]
+    assert [(s["name"], s["quant"]) for s in failed] == [("quality", "Q8_0")]
+    assert failed[0]["error"] == "llama-perplexity was killed (see the log)"
+    assert "quality Q4_K_M" in steps.calls and "report" in steps.calls
+    assert data["status"] == "finished"
+
+
+def test_a_failed_preparation_ends_the_run_with_its_error(tmp_path: Path) -> None:
+    steps = FakeSteps(fail={"prepare": ModelError("model.gguf is not a GGUF file", "pass a .gguf file")})
+    run = _run(tmp_path, steps)
+    with pytest.raises(ModelError):
+        run.execute()
+    data = _run_json(run)
+    assert data["status"] == "failed"
+    assert _steps(data) == [("toolchain", None, "ok"), ("prepare", None, "failed")]
+    assert steps.calls == ["toolchain", "prepare"]
+
+
+def test_a_server_that_does_not_start_fails_its_quantization_only(tmp_path: Path) -> None:
+    steps = FakeSteps(no_start=("Q8_0",))
+    run = _run(tmp_path, steps)
+    run.execute()
+    data = _run_json(run)
+    q8 = [(name, status) for name, quant, status in _steps(data) if quant == "Q8_0" and name != "quality"
+          and name != "speed"]
+    assert q8 == [("serve", "failed"), ("kv", "failed"), ("load", "failed"), ("prefix_cache", "failed")]
+    assert data["servers"]["Q8_0"]["status"] == "failed_to_start"
+    assert data["servers"]["Q4_K_M"]["status"] == "ok"
+    assert "sweep Q8_0" not in steps.calls and "sweep Q4_K_M" in steps.calls
+
+
+def test_a_server_that_dies_fails_its_remaining_experiments(tmp_path: Path) -> None:
+    steps = FakeSteps(dies={"F16": 1})
+    run = _run(tmp_path, steps)
+    run.execute()
+    data = _run_json(run)
+    f16 = {name: (status, error) for name, quant, status, error in
+           ((s["name"], s["quant"], s["status"], s["error"]) for s in data["steps"]) if quant == "F16"}
+    assert f16["load"] == ("ok", None)
+    assert f16["prefix_cache"] == ("failed", "llama-server died earlier in the run")
+    assert data["servers"]["F16"]["status"] == "died"
+    assert "prefix_cache F16" not in steps.calls and "prefix_cache Q8_0" in steps.calls
+
+
+def test_an_interruption_stops_every_child_and_marks_the_run_interrupted(tmp_path: Path) -> None:
+    steps = FakeSteps(fail={"prefix_cache Q8_0": KeyboardInterrupt()})
+    run = _run(tmp_path, steps)
+    with pytest.raises(KeyboardInterrupt):
+        run.execute()
+    data = _run_json(run)
+    assert data["status"] == "interrupted"
+    last = data["steps"][-1]
+    assert (last["name"], last["quant"], last["status"]) == ("prefix_cache", "Q8_0", "failed")
+    assert "KeyboardInterrupt" in last["error"]
+    assert steps.calls[-2:] == ["stop Q8_0", "stop exporter"]
+    assert not any(server.running for server in steps.servers.values())
+    assert "report" not in steps.calls
+
+
+def test_servers_at_once_start_together_and_stop_at_the_end(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "run.servers_at_once": True})
+    NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
+    starts = [i for i, call in enumerate(steps.calls) if call.startswith("start ")]
+    sweeps = [i for i, call in enumerate(steps.calls) if call.startswith("sweep ")]
+    assert max(starts) < min(sweeps)
+    assert steps.calls[-5:] == ["stop Q4_K_M", "stop Q8_0", "stop F16", "stop exporter", "report"]
+    assert steps.exporter_handle is not None and len(steps.exporter_handle.targets) == 3
+
+
+def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "load.workers": 2})
+    run = NativeRun(config, {}, tmp_path / "results", Silent(), FakeSteps())
+    port = run.ports.loadgen
+    assert run.ports.loadgen_urls(config.settings) == [
+        f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}",
+    ]
