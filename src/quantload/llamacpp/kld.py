@@ -240,8 +240,10 @@ def parse_kld_output(stdout: str, stderr: str) -> KldOutput:
     rows = parse_chunk_rows(stdout) or parse_chunk_rows(stderr)
     indices = [row.chunk for row in rows]
     if indices != list(range(1, n_chunks + 1)):
+        tail = " ".join(stdout.split()[-12:])
         raise MeasurementError(
-            f"llama-perplexity planned {n_chunks} KLD chunks but printed rows for {len(indices)}",
+            f"llama-perplexity planned {n_chunks} KLD chunks but printed rows for {len(indices)}"
+            f" (chunks {indices[:3]}...{indices[-3:]}; stdout ends '{tail[-160:]}')",
             "the output is truncated or garbled; run it again",
         )
     tokens_scored = n_chunks * tokens_scored_per_chunk(ctx_tokens)
