@@ -1,6 +1,6 @@
 """How long one scrape of the exporter takes: p50/p99 over many scrapes of its /metrics.
 
-Default: 3 fake llama-servers (quantload.exporter.fake_server) in a child process on loopback,
+Default: 3 fake llama-servers (tests/fake_llama_server.py) in a child process on loopback,
 each reporting 8 slots, all busy, with llama-server's exact /metrics text and /slots fields.
 The exporter runs in this process, as `quantload exporter` would in its own.
 With --target NAME=URL (repeatable) it scrapes real llama-servers instead.
@@ -15,20 +15,20 @@ import argparse
 import contextlib
 import multiprocessing
 import statistics
+import sys
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import httpx
 
-from quantload.exporter import Target, parse_target, start_exporter
-from quantload.exporter.fake_server import FakeLlamaServer, slots_payload
+from quantload.exporter import ExporterTarget, parse_target, start_exporter
+from quantload.stats import percentile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fake is test code
+from fake_llama_server import FakeLlamaServer, slots_payload
 
 GOAL_P99_S = 0.050
-
-
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
-    return sorted_values[index]
 
 
 def _serve_fakes(count: int, slots: int, pipe: Connection) -> None:
@@ -65,7 +65,9 @@ def main() -> int:
         )
         child.start()
         urls = parent_end.recv()
-        targets = [Target(f"s{i}", url, "Q8_0", "fake") for i, url in enumerate(urls)]
+        targets = [
+            ExporterTarget(name=f"s{i}", url=url, quant="Q8_0", model="fake") for i, url in enumerate(urls)
+        ]
         kind = f"fake llama-server in a child process ({args.slots} slots each, all busy)"
     exporter = start_exporter(targets, port=0, timeout_s=0.5)
     durations: list[float] = []
@@ -85,7 +87,7 @@ def main() -> int:
             parent_end.send("stop")
             child.join(timeout=10)
     durations.sort()
-    p50, p99 = _percentile(durations, 0.50), _percentile(durations, 0.99)
+    p50, p99 = percentile(durations, 50) or 0.0, percentile(durations, 99) or 0.0
     print(f"targets: {len(targets)} x {kind}; scrapes: {len(durations)}; body: {size} bytes")
     print(
         f"scrape duration (GET /metrics on the exporter): p50 {p50 * 1000:.1f} ms, "

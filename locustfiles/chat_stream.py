@@ -11,7 +11,8 @@ quantload's configuration (quantload.toml, QUANTLOAD_LOAD__* variables). Works w
 
 from locust import events
 
-from quantload.load.locust_user import StreamingChatUser, install_interactive
+from quantload.load.in_locust.interactive import install_interactive
+from quantload.load.in_locust.user import StreamingChatUser
 
 
 class ChatStreamUser(StreamingChatUser):

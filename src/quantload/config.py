@@ -154,7 +154,11 @@ class LoadSettings(_Section):
         default=20, ge=1, description="failed requests in a row that end a stage as failed"
     )
     reuse_connections: Literal["auto", "always", "never"] = "auto"
-    workers: int = Field(default=0, ge=0, description="Locust worker processes; 0 = one process")
+    workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        default="auto",
+        description="Locust worker processes: 0 = one process; auto = one process unless a stage"
+        " has more than 256 users and the cores leave room for a master and two workers",
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
@@ -195,6 +199,42 @@ class ReportSettings(_Section):
     client_lag_threshold_s: float = Field(default=0.05, gt=0)
 
 
+MAX_CALIBRATION_STREAMS = 1024
+MAX_CALIBRATION_COUNTS = 8
+
+
+class CalibrateSettings(_Section):
+    """`quantload calibrate`: the load client against a fake server of known timing."""
+
+    streams: tuple[int, ...] = Field(
+        default=(1, 8, 64, 256),
+        description=f"rising stream counts to measure, each 1-{MAX_CALIBRATION_STREAMS},"
+        f" at most {MAX_CALIBRATION_COUNTS}",
+    )
+    seconds_per_count: float = Field(
+        default=5.0, gt=0, le=60, description="how long each stream count streams"
+    )
+    max_error_p99_s: float = Field(
+        default=0.005,
+        gt=0,
+        description="TTFT and ITL error p99 within which a stream count counts as measured right",
+    )
+    server_closes_connections: bool = Field(
+        default=True, description="the fake closes every connection after its stream, as llama-server"
+    )
+
+    @field_validator("streams")
+    @classmethod
+    def _bounded_rising(cls, streams: tuple[int, ...]) -> tuple[int, ...]:
+        if not streams or len(streams) > MAX_CALIBRATION_COUNTS:
+            raise ValueError(f"give 1 to {MAX_CALIBRATION_COUNTS} stream counts")
+        if any(count < 1 or count > MAX_CALIBRATION_STREAMS for count in streams):
+            raise ValueError(f"stream counts must be 1 to {MAX_CALIBRATION_STREAMS}")
+        if list(streams) != sorted(set(streams)):
+            raise ValueError("stream counts must rise, each once")
+        return streams
+
+
 class RunSettings(_Section):
     """The whole protocol driven by `quantload run`."""
 
@@ -220,6 +260,7 @@ class Settings(_Section):
     load: LoadSettings = LoadSettings()
     observe: ObserveSettings = ObserveSettings()
     report: ReportSettings = ReportSettings()
+    calibrate: CalibrateSettings = CalibrateSettings()
     run: RunSettings = RunSettings()
 
 

@@ -24,8 +24,9 @@ import pytest
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.experiments import run_open_loop, run_prefix_cache_experiment, run_sweep
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
+from quantload.served import ServedTarget
 from support import require_binary
 
 pytestmark = pytest.mark.integration
@@ -39,12 +40,12 @@ CHROMIUM_FLAGS = [
 @pytest.fixture(scope="module")
 def llama(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Target]:
+) -> Iterator[ServedTarget]:
     """One llama-server (tiny Q4_K_M, 4 slots of 2048 tokens) shared by this module's tests."""
     logs = tmp_path_factory.mktemp("llama-load")
     spec = ServerSpec(model_path=tiny_models["Q4_K_M"], alias="tiny", slots=4, ctx_per_slot=2048)
     with LlamaServer(toolchain, spec, logs / "llama-server.log", startup_timeout_s=120) as server:
-        yield Target(name="tiny", quant="Q4_K_M", model="tiny", url=server.url)
+        yield ServedTarget(name="tiny", quant="Q4_K_M", model="tiny", url=server.url)
 
 
 def small(**changes: object) -> LoadSettings:
@@ -93,7 +94,7 @@ class Scraper:
         self._thread.join(5)
 
 
-def test_closed_loop_stages_with_the_cache_controlled(llama: Target, tmp_path: Path) -> None:
+def test_closed_loop_stages_with_the_cache_controlled(llama: ServedTarget, tmp_path: Path) -> None:
     port = free_port()
     with Scraper(port) as scraper:
         summaries = run_sweep(llama, small(metrics_port=port), tmp_path, "it-sweep")
@@ -126,7 +127,7 @@ def test_closed_loop_stages_with_the_cache_controlled(llama: Target, tmp_path: P
     assert "quantload_requests_total{" in text and "_created" not in text
 
 
-def test_open_loop_poisson_arrivals(llama: Target, tmp_path: Path) -> None:
+def test_open_loop_poisson_arrivals(llama: ServedTarget, tmp_path: Path) -> None:
     load = small(open_loop_requests=8, open_loop_users=4, warmup_requests=0)
     summaries = run_open_loop(llama, load, tmp_path, "it-open", rates_rps=[4.0])
     assert [(s.experiment, s.rate_rps, s.status, s.requests_ok) for s in summaries] == [
@@ -140,7 +141,7 @@ def test_open_loop_poisson_arrivals(llama: Target, tmp_path: Path) -> None:
         assert record.ttft_from_intended_s == pytest.approx((record.ttft_s or 0) + record.lag_s)
 
 
-def test_prompt_cache_experiment(llama: Target, tmp_path: Path) -> None:
+def test_prompt_cache_experiment(llama: ServedTarget, tmp_path: Path) -> None:
     load = small(prefix_tokens=1500, prefix_requests=3, prefix_users=1, repeats=1)
     summaries = run_prefix_cache_experiment(llama, load, tmp_path, "it-prefix")
     assert [(s.cache_prompt, s.status, s.requests_ok) for s in summaries] == [
@@ -164,7 +165,7 @@ def test_prompt_cache_experiment(llama: Target, tmp_path: Path) -> None:
     )
 
 
-def test_distributed_master_and_two_workers(llama: Target, tmp_path: Path) -> None:
+def test_distributed_master_and_two_workers(llama: ServedTarget, tmp_path: Path) -> None:
     load = small(workers=2, users=(2,), repeats=1)
     summaries = run_sweep(llama, load, tmp_path, "it-dist")
     assert [(s.status, s.requests_ok) for s in summaries] == [("ok", 4)]
@@ -175,7 +176,7 @@ def test_distributed_master_and_two_workers(llama: Target, tmp_path: Path) -> No
     assert end.workers == 2 and end.requests_done == 4
 
 
-def test_locust_web_ui_shows_ttft_and_tpot_rows(llama: Target, tmp_path: Path) -> None:
+def test_locust_web_ui_shows_ttft_and_tpot_rows(llama: ServedTarget, tmp_path: Path) -> None:
     chromium = shutil.which("chromium-browser") or require_binary("chromium", "apt-get install -y chromium")
     web_port = free_port()
     env = {**os.environ, "QUANTLOAD_LOAD__MAX_TOKENS": "8"}

@@ -3,7 +3,7 @@ the exporter reading them, Prometheus (Debian binary) scraping the exporter and 
 generator's metrics; then every query of every Grafana panel, annotation and variable is run
 against that Prometheus and must return data, and so must every recording rule.
 
-Traffic comes from one fixture, `load_driver`: the real load generator (`quantload.load.api.run_sweep`,
+Traffic comes from one fixture, `load_driver`: the real load generator (`quantload.load.experiments.run_sweep`,
 Locust processes streaming chat completions), driving both servers at once.
 """
 
@@ -22,15 +22,15 @@ import yaml
 
 from dashboard_check import QueryCheck, check_dashboard, load_dashboard
 from quantload.config import LoadSettings
-from quantload.exporter import Target, start_exporter
+from quantload.exporter import ExporterTarget, start_exporter
 from quantload.exporter.labels import model_from_filename
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.api import Target as LoadApiTarget
-from quantload.load.api import run_sweep
+from quantload.load.experiments import run_sweep
 from quantload.observe.annotations import read_stage_spans
 from quantload.observe.prometheus import PrometheusProcess, prometheus_config_dir
 from quantload.observe.promql import PrometheusClient
+from quantload.served import ServedTarget
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -91,7 +91,8 @@ class LocustLoad:
             )  # fmt: skip
             try:
                 summaries = run_sweep(
-                    LoadApiTarget(target.name, target.quant, target.model, target.url), settings, self.run_dir, "obs"
+                    ServedTarget(name=target.name, quant=target.quant, model=target.model, url=target.url),
+                    settings, self.run_dir, "obs",
                 )
                 assert all(summary.status == "ok" for summary in summaries), summaries
             except BaseException as error:
@@ -150,9 +151,9 @@ def test_every_dashboard_query_has_data_from_a_real_run(
     q8, q4 = servers["Q8_0"], servers["Q4_K_M"]
     exporter_targets = [
         # Labels and KV cells given, the way native mode knows them...
-        Target("llama-q8", q8.url, quant="Q8_0", model="tiny", log_path=q8.log_path),
+        ExporterTarget(name="llama-q8", url=q8.url, quant="Q8_0", model="tiny", log_path=q8.log_path),
         # ...and learnt from /props and /slots, the way a bare `--target NAME=URL` works.
-        Target("llama-q4", q4.url),
+        ExporterTarget(name="llama-q4", url=q4.url),
     ]
     load_targets = [
         LoadTarget("llama-q8", "Q8_0", "tiny", q8.url),

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from quantload.exporter import Target, start_exporter
-from quantload.exporter.fake_server import FakeLlamaServer
+from fake_llama_server import FakeLlamaServer
+from quantload.exporter import ExporterTarget, start_exporter
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.observe.promql import PrometheusClient
 from support import require_binary
@@ -39,7 +39,7 @@ def test_faulty_targets_do_not_disturb_the_scrape(
     faulty_fakes: dict[str, FakeLlamaServer], tmp_path: Path
 ) -> None:
     require_binary("prometheus", "apt-get install prometheus")
-    targets = [Target(n, f.url, quant=n.upper(), model="m") for n, f in faulty_fakes.items()]
+    targets = [ExporterTarget(name=n, url=f.url, quant=n.upper(), model="m") for n, f in faulty_fakes.items()]
     exporter = start_exporter(targets, port=0, timeout_s=EXPORTER_TIMEOUT_S)
     try:
         with PrometheusProcess(tmp_path, exporter.url, [], 1.0) as prometheus:

@@ -418,8 +418,8 @@ def test_an_api_key_reaches_servers_and_every_client(raw: dict[str, Any]) -> Non
 
 
 def _locust_api_key_variable() -> str:
-    """API_KEY_ENV of quantload.load.locust_runtime, read without importing Locust here."""
-    source = (REPO / "src" / "quantload" / "load" / "locust_runtime.py").read_text(encoding="utf-8")
+    """API_KEY_ENV of quantload.load.plan (the load processes read it), read without importing."""
+    source = (REPO / "src" / "quantload" / "load" / "plan.py").read_text(encoding="utf-8")
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "API_KEY_ENV" for t in node.targets

@@ -47,6 +47,8 @@ def test_the_wheel_from_the_image_context_ships_the_assets(tmp_path: Path) -> No
     names = set(zipfile.ZipFile(wheel).namelist())
     for relative in PACKAGED_FILES:
         assert f"quantload/{PACKAGED_DIR}/{relative}" in names, relative
+    assert "quantload/exporter/fake_server.py" not in names  # test code lives in tests/
+    assert "quantload/load/fakeserver.py" in names  # `quantload calibrate` runs it
 
     # Installed on its own, away from the checkout, the package finds its copies.
     site = tmp_path / "site"

@@ -8,15 +8,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import SecretStr
 from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError
-from quantload.load.api import Target
+from quantload.load.processes import choose_workers, usable_cores
 from quantload.load.summary import StageSummary
 from quantload.paths import check_out_dir
 from quantload.rundir import make_run_id, write_json_atomic
+from quantload.served import ServedTarget
 from quantload.steps.load import check_experiments, run_experiment
 
 SUMMARY_JSON = "load-summary.json"
@@ -86,7 +88,9 @@ def register(app: typer.Typer) -> None:
         cache_prompt: Annotated[
             bool | None, typer.Option("--cache-prompt/--no-cache-prompt", help="Sweep/open loop.")
         ] = None,
-        workers: Annotated[int | None, typer.Option(help="Locust workers; 0 = one process.")] = None,
+        workers: Annotated[
+            str | None, typer.Option(help="Locust workers: auto (default), or 0 = one process, N.")
+        ] = None,
         metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
         request_timeout: Annotated[float | None, typer.Option(help="Per-request deadline, s.")] = None,
         api_key_env: Annotated[
@@ -125,16 +129,20 @@ def register(app: typer.Typer) -> None:
             api_key = cli.environ.get(api_key_env) or os.environ.get(api_key_env)
             if not api_key:
                 raise ConfigError(f"environment variable {api_key_env} is empty or unset")
+        secret = SecretStr(api_key) if api_key else None
         targets = [
-            Target(
+            ServedTarget(
                 name=names[i] if i < len(names) else f"server{i}",
                 quant=quants[i] if i < len(quants) else "unknown",
                 model=model,
                 url=address,
-                api_key=api_key,
+                api_key=secret,
             )
             for i, address in enumerate(url)
         ]
+        choice = choose_workers(settings.load.workers, max(settings.load.users, default=1), usable_cores())
+        if choice.warning:
+            cli.err_console.print(f"warning: {choice.warning}")
         run = run_id or make_run_id(settings.model_dump(mode="json"))
         summaries: list[StageSummary] = []
         load, observe = settings.load, settings.observe  # observe.grafana_url: stage annotations

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import typer
 
 from quantload.cli import (
+    cmd_calibrate,
     cmd_config,
     cmd_exporter,
     cmd_kv,
@@ -29,5 +30,6 @@ REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_quality.register,
     cmd_speed.register,
     cmd_load.register,
+    cmd_calibrate.register,
     cmd_report.register,
 )

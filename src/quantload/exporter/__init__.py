@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from quantload.exporter.collector import LlamaServerCollector
 from quantload.exporter.serve import ExporterError, ExporterHandle, start_exporter
-from quantload.exporter.targets import Target, parse_target
+from quantload.exporter.targets import ExporterTarget, parse_target
 
 __all__ = [
     "ExporterError",
     "ExporterHandle",
+    "ExporterTarget",
     "LlamaServerCollector",
-    "Target",
     "parse_target",
     "start_exporter",
 ]

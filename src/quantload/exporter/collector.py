@@ -36,7 +36,7 @@ from quantload.exporter.slots import (
     cells_from_slots,
     parse_slots,
 )
-from quantload.exporter.targets import Target, check_unique
+from quantload.exporter.targets import ExporterTarget, check_unique
 
 LOG_HEAD_BYTES = 1024 * 1024
 COUNTED_ENDPOINTS = ("metrics", "slots")
@@ -49,7 +49,7 @@ _T = TypeVar("_T")
 class _TargetState:
     """What the collector remembers about one target between scrapes."""
 
-    target: Target
+    target: ExporterTarget
     quant: str
     model: str
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -66,7 +66,7 @@ class _TargetState:
         return self.quant != UNKNOWN and self.model != UNKNOWN
 
     def headers(self) -> dict[str, str]:
-        key = self.target.api_key
+        key = self.target.api_key_text
         return {"Authorization": f"Bearer {key}"} if key else {}
 
 
@@ -106,7 +106,7 @@ class LlamaServerCollector(Collector):
 
     def __init__(
         self,
-        targets: Sequence[Target],
+        targets: Sequence[ExporterTarget],
         timeout_s: float = 0.5,
         *,
         log_interval_s: float = 60.0,
@@ -119,7 +119,7 @@ class LlamaServerCollector(Collector):
         self._ratelimited = RateLimitedLog(logger or _log, log_interval_s)
         self._lock = threading.Lock()
 
-    def set_targets(self, targets: Sequence[Target]) -> None:
+    def set_targets(self, targets: Sequence[ExporterTarget]) -> None:
         """Read these targets from the next scrape on; one kept (same name and URL) keeps its counts.
 
         Lets one exporter (and so one Prometheus job) span servers started and stopped in turn.
@@ -234,7 +234,7 @@ class LlamaServerCollector(Collector):
         return None
 
 
-def _new_state(target: Target) -> _TargetState:
+def _new_state(target: ExporterTarget) -> _TargetState:
     state = _TargetState(target, target.quant or UNKNOWN, target.model or UNKNOWN)
     for endpoint in COUNTED_ENDPOINTS:
         for error in ERROR_CLASSES:
@@ -257,7 +257,7 @@ def _parsed(result: Fetched, parse: Callable[[str], _T]) -> tuple[_T | None, Fet
         return None, Fetched(None, PARSE, detail, result.duration_s)
 
 
-def _cells_in_log(target: Target) -> int | None:
+def _cells_in_log(target: ExporterTarget) -> int | None:
     if target.log_path is None:
         return None
     try:

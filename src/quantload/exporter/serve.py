@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from quantload.errors import QuantloadError
 from quantload.exporter.collector import LlamaServerCollector
-from quantload.exporter.targets import Target
+from quantload.exporter.targets import ExporterTarget
 
 
 class ExporterError(QuantloadError):
@@ -39,7 +39,7 @@ class ExporterHandle:
         """`host:port`, as a Prometheus scrape target."""
         return f"{self.host}:{self.port}"
 
-    def set_targets(self, targets: Sequence[Target]) -> None:
+    def set_targets(self, targets: Sequence[ExporterTarget]) -> None:
         """Change the servers read from the next scrape on (see LlamaServerCollector.set_targets)."""
         self.collector.set_targets(targets)
 
@@ -52,7 +52,7 @@ class ExporterHandle:
 
 
 def start_exporter(
-    targets: Sequence[Target],
+    targets: Sequence[ExporterTarget],
     port: int = 9646,
     timeout_s: float = 0.5,
     host: str = "127.0.0.1",

@@ -3,8 +3,9 @@
 Why hand-written: measured on a 2-core machine, every general-purpose client added CPU per
 request (requests: ~70% of user time in request setup) or buffered small SSE events
 (geventhttpclient's `iter_lines`), and both showed up as TTFT error at 64+ streams. Here a request
-is one `sendall` of pre-built bytes, and each `recv` is stamped with `time.perf_counter()` *before*
-any parsing, so parsing cost never shifts a timestamp.
+is one `sendall` of pre-built bytes, and each read is stamped with the time its bytes arrived
+(the kernel's receive time where available, `quantload.load.arrival`) *before* any parsing, so
+neither parsing nor a late read shifts a timestamp.
 
 It uses the stdlib `socket`/`ssl` modules through their module attributes, so inside a Locust
 process (gevent monkey-patched) every call cooperates with the other users, and in a plain
@@ -26,11 +27,15 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
-from quantload.load.sse import ProtocolError, ResponseParser, classify_payload
+from quantload.load.arrival import enable_kernel_stamps, read_stamped
+from quantload.load.http1 import ProtocolError
+from quantload.load.openai_chunks import classify_stream
+from quantload.load.sse import EventStreamParser
+from quantload.load.stream_result import StreamResult
 
 RECV_BYTES = 64 * 1024
 MAX_IDLE_PER_POOL = 1024
@@ -88,40 +93,6 @@ class Endpoint:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-@dataclass
-class StreamResult:
-    """What one streamed request produced, times in seconds from the send (perf_counter)."""
-
-    sent_unix_s: float = 0.0
-    sent_perf_s: float = 0.0
-    connect_s: float | None = None
-    connection_reused: bool = False
-    retried_stale: bool = False
-    status: int | None = None
-    ttfb_s: float | None = None
-    content_times_s: list[float] = field(default_factory=list)
-    end_s: float | None = None
-    done_seen: bool = False
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None
-    empty_chunks: int = 0
-    comments: int = 0
-    error_class: str | None = None
-    error: str | None = None
-    bytes_received: int = 0
-    events: list[tuple[float, bytes]] = field(default_factory=list, repr=False)
-    classified: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error_class is None
-
-    @property
-    def ttft_s(self) -> float | None:
-        return self.content_times_s[0] if self.content_times_s else None
-
-
 class ConnectionPool:
     """Idle connections to one endpoint, shared by every user of a process."""
 
@@ -135,6 +106,7 @@ class ConnectionPool:
         self.connect_timeout_s = connect_timeout_s
         self.reuse = reuse
         self.server_closes_streams = False  # learned in "auto" mode
+        self.kernel_stamps = False  # reads stamped with the kernel's receive time (see arrival)
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self._ssl: ssl.SSLContext | None = None
@@ -180,7 +152,9 @@ class ConnectionPool:
             (self.endpoint.host, self.endpoint.port), timeout=max(timeout_s, 0.001)
         )
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.endpoint.scheme == "https":
+        if self.endpoint.scheme == "http":
+            self.kernel_stamps = enable_kernel_stamps(sock)
+        else:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
             sock = self._ssl.wrap_socket(sock, server_hostname=self.endpoint.host)
@@ -287,21 +261,16 @@ def _connect(
     return sock, time.perf_counter() - start, None
 
 
-def _fail(result: StreamResult, error_class: str, message: str) -> StreamResult:
-    result.error_class = error_class
-    result.error = message[:300]
-    return result
-
-
 def _exchange(
     pool: ConnectionPool, sock: socket.socket, request: bytes, deadline: float, socket_deadline: bool
 ) -> StreamResult:
     """Send and read to the end of the message, stamping every event; no chunk is parsed here."""
     result = StreamResult()
-    parser = ResponseParser()
+    parser = EventStreamParser()
     buf = bytearray(RECV_BYTES)
     view = memoryview(buf)
     events = result.events
+    kernel_stamps = pool.kernel_stamps
     keep = False
     try:
         result.sent_unix_s = time.time()
@@ -311,17 +280,17 @@ def _exchange(
         while not parser.complete:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                return _fail(result, "timeout", "request deadline passed")
+                return result.fail("timeout", "request deadline passed")
             if socket_deadline:
                 sock.settimeout(remaining)
-            count = sock.recv_into(buf)
-            now = time.perf_counter() - sent
+            count, arrived = read_stamped(sock, view, kernel_stamps)
+            now = arrived - sent
             if count == 0:
                 payloads = parser.feed_eof()
                 if not parser.complete:
                     if parser.head is None:
-                        return _fail(result, "connect_error", "connection closed before a response")
-                    return _fail(result, "stream_cut", "connection closed mid-stream")
+                        return result.fail("connect_error", "connection closed before a response")
+                    return result.fail("stream_cut", "connection closed mid-stream")
             else:
                 result.bytes_received += count
                 payloads = parser.feed(view[:count])
@@ -339,63 +308,21 @@ def _exchange(
             body = bytes(parser.error_body).decode("utf-8", "replace").strip()
             error_class = "http_5xx" if head.status >= 500 else "http_4xx"
             keep = head.keep_alive
-            return _fail(result, error_class, f"HTTP {head.status}: {body[:240]}")
-        keep = head.keep_alive and (head.chunked or head.content_length is not None)
+            return result.fail(error_class, f"HTTP {head.status}: {body[:240]}")
+        keep = head.keep_alive and head.reusable_framing
         return result
     except TimeoutError:
-        return _fail(result, "timeout", "request deadline passed")
+        return result.fail("timeout", "request deadline passed")
     except ProtocolError as error:
-        return _fail(result, "protocol_error", str(error))
+        return result.fail("protocol_error", str(error))
     except ssl.SSLError as error:
-        return _fail(result, "connect_error", f"TLS: {error}")
+        return result.fail("connect_error", f"TLS: {error}")
     except OSError as error:
         if result.status is None and result.bytes_received == 0:
-            return _fail(result, "connect_error", str(error) or repr(error))
-        return _fail(result, "stream_cut", str(error) or repr(error))
+            return result.fail("connect_error", str(error) or repr(error))
+        return result.fail("stream_cut", str(error) or repr(error))
     finally:
         if keep and result.error_class in (None, "http_4xx", "http_5xx"):
             pool.give(sock)
         else:
             _close(sock)
-
-
-PAYLOAD_ERRORS = ("malformed_chunk", "server_error_event")
-
-
-def classify_stream(result: StreamResult) -> StreamResult:
-    """Turn the stamped events into content times, usage, timings and the final verdict.
-
-    A malformed payload or an `{"error": ...}` event makes the request fail with that class
-    (it outranks the transport's view, e.g. the connection closed right after it); a stream
-    whose message ended without `[DONE]` or a finish_reason is `stream_cut`. Idempotent.
-    """
-    if result.classified:
-        return result
-    result.classified = True
-    payload_error: tuple[str, str] | None = None
-    for stamp, payload in result.events:
-        info = classify_payload(payload)
-        kind = info.kind
-        if kind == "content":
-            result.content_times_s.append(stamp)
-        elif kind == "empty":
-            result.empty_chunks += 1
-        elif kind == "done":
-            result.done_seen = True
-        elif payload_error is None:
-            if kind == "error":
-                payload_error = ("server_error_event", info.error or "error event")
-            else:
-                payload_error = ("malformed_chunk", f"not JSON: {info.error}")
-        if info.finish_reason:
-            result.finish_reason = info.finish_reason
-        if info.usage is not None:
-            result.usage = info.usage
-        if info.timings is not None:
-            result.timings = info.timings
-    result.events = []
-    if payload_error is not None and result.error_class not in ("http_4xx", "http_5xx"):
-        return _fail(result, *payload_error)
-    if result.error_class is None and not result.done_seen and result.finish_reason is None:
-        return _fail(result, "stream_cut", "stream ended without [DONE] or finish_reason")
-    return result

@@ -1,4 +1,5 @@
-"""A fake OpenAI-style streaming server with scripted timing and faults, for tests and benchmarks.
+"""A fake OpenAI-style streaming server of known timing, with faults: what `quantload calibrate`
+measures the client against, and what the tests and benchmarks stream from.
 
 Each request to `POST /v1/chat/completions` gets a script: a time to first token, a constant
 inter-token gap and a token count, drawn from seeded ranges or set per request by a directive in
@@ -7,7 +8,9 @@ values come back in the last chunk's `timings` (`prompt_ms` = scripted TTFT,
 `predicted_per_token_ms` = scripted gap), so a client's error on every request is exact:
 measured minus scripted. Clocks start when the request body has been read. The server's own
 lateness in sending the first token (its event loop is busy too) is reported as
-`timings.first_token_late_ms`, so a benchmark can tell a late server from a late client.
+`timings.first_token_late_ms`, and when it had read the request as `timings.request_received_unix_s`
+(wall clock), so a benchmark can tell a late server from a late client; every
+token's lateness is also kept and summarized by `GET /stats` (`?reset=1` starts a new window).
 
 Every stream also carries what real servers send and careless clients trip on (switch off with
 `pathological=False`): a role-only first chunk sent at once, an SSE comment (`: keep-alive`), an
@@ -21,8 +24,9 @@ event after N tokens). A refused connection is simply a port nobody listens on.
 `close_after_stream=True` mimics llama-server: `Keep-Alive` advertised, connection closed after
 every streamed response.
 
-Run in-process with `FakeServer(script).start()` (own thread and event loop), or as a process:
-`python -m quantload.load.fakeserver --port 0 --port-file FILE`.
+Run in-process with `FakeServer(script).start()` (own thread and event loop), or in a process of
+its own with `FakeServerProcess(script).start()` (what calibration uses, so the server has its
+own core time like a real one), i.e. `python -m quantload.load.fakeserver --port 0 --port-file F`.
 """
 
 from __future__ import annotations
@@ -30,15 +34,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
 import json
 import random
 import re
+import subprocess
 import sys
+import tempfile
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from quantload.stats import percentile
+
+MAX_LATENESS_SAMPLES = 500_000
 DIRECTIVE = re.compile(r"\[\[fake ([^\]]*)\]\]")
 TOKEN_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -80,6 +92,24 @@ class FakeStats:
     connections: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     erased: int = 0
+    token_late_ms: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_LATENESS_SAMPLES))
+
+    def to_json(self) -> dict[str, Any]:
+        late = list(self.token_late_ms)
+        return {
+            "requests": self.requests,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "connections": self.connections,
+            "faults": self.faults,
+            "erased": self.erased,
+            "token_late_ms": {
+                "count": len(late),
+                "p50": percentile(late, 50),
+                "p99": percentile(late, 99),
+                "max": max(late) if late else None,
+            },
+        }
 
 
 def parse_directive(text: str) -> dict[str, str]:
@@ -189,19 +219,10 @@ class _Handler:
         if method == "GET" and path in ("/health", "/v1/health"):
             return await self._json(writer, 200, {"status": "ok"})
         if method == "GET" and path == "/stats":
-            stats = self.stats
-            return await self._json(
-                writer,
-                200,
-                {
-                    "requests": stats.requests,
-                    "in_flight": stats.in_flight,
-                    "max_in_flight": stats.max_in_flight,
-                    "connections": stats.connections,
-                    "faults": stats.faults,
-                    "erased": stats.erased,
-                },
-            )
+            answer = self.stats.to_json()
+            if "reset=1" in query.split("&"):
+                self.stats.token_late_ms.clear()
+            return await self._json(writer, 200, answer)
         if method == "GET" and path == "/slots":
             slots = [{"id": i, "n_ctx": 4096, "is_processing": False} for i in range(self.script.slots)]
             return await self._json(writer, 200, slots)
@@ -309,9 +330,11 @@ class _Handler:
         kind, _, arg = plan.fault.partition(":")
         fault_at = int(arg) if arg else -1
         first_at = received + plan.ttft_ms / 1000
+        received_unix_s = time.time() - (loop.time() - received)
         done: asyncio.Future[bool] = loop.create_future()
         handles: list[asyncio.TimerHandle] = []
         late_ms = [0.0]
+        token_late = self.stats.token_late_ms
 
         def finish(keep_open: bool) -> None:
             for handle in handles:
@@ -339,15 +362,17 @@ class _Handler:
                     writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
                     finish(not close)
                     return
+            late = (loop.time() - first_at) * 1000 - index * plan.itl_ms
             if index == 0:
-                late_ms[0] = (loop.time() - first_at) * 1000
+                late_ms[0] = late
+            token_late.append(late)
             writer.write(self._token_event(index))
             if index == plan.tokens - 1:
-                writer.write(self._tail(body, plan, late_ms[0]))
+                writer.write(self._tail(body, plan, late_ms[0], received_unix_s))
                 finish(not close)
 
         if plan.tokens == 0:
-            writer.write(self._tail(body, plan, 0.0))
+            writer.write(self._tail(body, plan, 0.0, received_unix_s))
             finish(not close)
         for index in range(plan.tokens):
             handles.append(loop.call_at(first_at + index * plan.itl_ms / 1000, emit, index))
@@ -355,7 +380,7 @@ class _Handler:
         await writer.drain()
         return keep_open
 
-    def _tail(self, body: dict[str, Any], plan: RequestPlan, late_ms: float) -> bytes:
+    def _tail(self, body: dict[str, Any], plan: RequestPlan, late_ms: float, received_unix_s: float) -> bytes:
         """The finish chunk, the usage+timings chunk, [DONE] and the end of the body."""
         base = self._base
         prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
@@ -367,6 +392,7 @@ class _Handler:
             "predicted_ms": plan.itl_ms * max(plan.tokens - 1, 0),
             "predicted_per_token_ms": plan.itl_ms,
             "first_token_late_ms": late_ms,
+            "request_received_unix_s": received_unix_s,
         }
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -464,6 +490,90 @@ def serve_forever(script: FakeScript, host: str, port: int, port_file: Path | No
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
+
+
+class FakeServerProcess:
+    """The fake server in a process of its own on loopback; `with FakeServerProcess(script) as f:`.
+
+    Its own process gives it its own core time, as a real server has, so what a client measures
+    against it is the client's doing, not a shared interpreter's.
+    """
+
+    def __init__(self, script: FakeScript, host: str = "127.0.0.1", start_timeout_s: float = 20.0) -> None:
+        self.script = script
+        self.host = host
+        self.start_timeout_s = start_timeout_s
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._folder: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self, port_file: Path) -> list[str]:
+        """The command line that serves `script` and writes the bound port to `port_file`."""
+        script = self.script
+        argv = [
+            sys.executable, "-m", "quantload.load.fakeserver", "--host", self.host, "--port", "0",
+            "--port-file", str(port_file),
+            "--ttft-ms", f"{script.ttft_ms[0]!r},{script.ttft_ms[1]!r}",
+            "--itl-ms", f"{script.itl_ms[0]!r},{script.itl_ms[1]!r}",
+            "--tokens", str(script.tokens), "--seed", str(script.seed),
+        ]  # fmt: skip
+        if not script.pathological:
+            argv.append("--plain")
+        if script.close_after_stream:
+            argv.append("--close-after-stream")
+        if script.fault_every:
+            argv += ["--fault-every", str(script.fault_every), "--fault", script.fault]
+        return argv
+
+    def start(self) -> FakeServerProcess:
+        """Start the process; returns once it listens. RuntimeError if it does not start."""
+        self._folder = tempfile.TemporaryDirectory(prefix="quantload-fake-")
+        port_file = Path(self._folder.name) / "port"
+        self._process = subprocess.Popen(
+            self.command(port_file), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while not port_file.exists():
+            if time.monotonic() > deadline or self._process.poll() is not None:
+                self.stop()
+                raise RuntimeError("the fake server process did not start")
+            time.sleep(0.02)
+        self.port = int(port_file.read_text().strip())
+        return self
+
+    def stats(self, reset: bool = False) -> dict[str, Any]:
+        """The server's counters (`GET /stats`); `reset` starts a new token-lateness window."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            connection.request("GET", "/stats?reset=1" if reset else "/stats")
+            answer: dict[str, Any] = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        return answer
+
+    def stop(self) -> None:
+        """Stop the process (SIGTERM, then SIGKILL) and remove its folder."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
+
+    def __enter__(self) -> FakeServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _range(text: str) -> tuple[float, float]:

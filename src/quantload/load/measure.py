@@ -12,9 +12,10 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from quantload.load.client import StreamResult
 from quantload.load.records import RequestRecord
-from quantload.load.tickets import Ticket, percentile
+from quantload.load.stream_result import StreamResult
+from quantload.load.tickets import Ticket
+from quantload.stats import percentile
 
 
 def _int(value: Any) -> int | None:

@@ -26,19 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from quantload.config import LoadSettings
 from quantload.load.prompts import Prompt, warmup_prompt
 from quantload.load.records import Experiment, StageEvent
+from quantload.served import ServedTarget
+
+API_KEY_ENV = "QL_TARGET_API_KEY"  # how the load processes get the key: never in a plan file
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TargetInfo(_Frozen):
-    """The server under load (the API key never goes into a plan: it travels in the env)."""
-
-    name: str
-    quant: str
-    model: str
-    url: str
 
 
 class RequestParams(_Frozen):
@@ -86,7 +80,7 @@ class LoadPlan(_Frozen):
 
     run_id: str
     invocation: str
-    target: TargetInfo
+    target: ServedTarget  # dumped without its API key
     params: RequestParams
     prompts: dict[str, str]
     stages: tuple[StagePlan, ...]
@@ -151,7 +145,7 @@ def _warmups(count: int) -> tuple[PlannedRequest, ...]:
 
 def _plan(
     settings: LoadSettings,
-    target: TargetInfo,
+    target: ServedTarget,
     run_id: str,
     invocation: str,
     prompts: dict[str, str],
@@ -172,7 +166,7 @@ def _plan(
 
 def sweep_plan(
     settings: LoadSettings,
-    target: TargetInfo,
+    target: ServedTarget,
     prompts: Sequence[Prompt],
     run_id: str,
     invocation: str,
@@ -212,7 +206,7 @@ def poisson_offsets(rate_rps: float, count: int, seed: int) -> list[float]:
 
 def open_loop_plan(
     settings: LoadSettings,
-    target: TargetInfo,
+    target: ServedTarget,
     prompts: Sequence[Prompt],
     run_id: str,
     invocation: str,
@@ -248,7 +242,7 @@ SYSTEM_PROMPT_ID = "system-prefix"
 
 def prefix_cache_plan(
     settings: LoadSettings,
-    target: TargetInfo,
+    target: ServedTarget,
     prompts: Sequence[Prompt],
     system_prompt: str,
     system_tokens: int,

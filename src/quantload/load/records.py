@@ -12,11 +12,13 @@ drives the stages (the local runner or the Locust master): workers send their re
 Times: `*_unix_s` are wall-clock (time.time) for lining up with Prometheus; every duration (`*_s`)
 is measured with time.perf_counter on the client. TTFT runs from the moment the request bytes are
 handed to the socket to the arrival of the first chunk carrying generated text (role-only chunks,
-SSE comments and empty deltas do not count). Connecting is *not* inside TTFT: a fresh connection
-is opened before the clock starts (llama-server closes the connection after every streamed
-response, so there usually is one) and `connect_s` gives its time apart. In open loop,
-`*_from_intended_s` add the lag between the scheduled and the actual send (latency corrected for
-coordinated omission); in closed loop the intended time is when the user took the request.
+SSE comments and empty deltas do not count); arrival is the kernel's receive time of those bytes
+where the platform gives it (Linux), else the moment the client's read returned. Connecting is
+*not* inside TTFT: a fresh connection is opened before the clock starts (llama-server closes the
+connection after every streamed response, so there usually is one) and `connect_s` gives its time
+apart. In open loop, `*_from_intended_s` add the lag between the scheduled and the actual send
+(latency corrected for coordinated omission); in closed loop the intended time is when the user
+took the request.
 
 Request record fields
   schema              "quantload.record/1"
@@ -60,7 +62,8 @@ Stage event fields (stages.jsonl): see `StageEvent`.
 
 Changes within quantload.record/1 (additive, readers ignore what they do not know): stage_id,
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
-"interactive"; error classes protocol_error and aborted.
+"interactive"; error classes protocol_error and aborted. Stage lines within quantload.stage/1:
+client_cpu_total_frac.
 """
 
 from __future__ import annotations
@@ -158,12 +161,28 @@ class RequestRecord(_JsonLine):
     error: str | None = None
 
 
+class RecordOutcome(_JsonLine):
+    """The part of a records.jsonl line that says how a stage is getting on.
+
+    Read instead of the whole record where only progress matters: the load supervisor counting
+    measured requests, the Locust master counting a worker's records for the circuit breaker.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    stage_id: str | None = None
+    warmup: bool = False
+    ok: bool
+    error_class: str | None = None
+
+
 class StageEvent(_JsonLine):
     """One line of stages.jsonl: a stage started or ended.
 
     Beyond the fields every reader relies on (event ... reason), a stage_end line carries the
     client's own health during the stage: `client_cpu_frac` (busiest load process, fraction of one
-    core), `loop_lag_p99_s`/`loop_lag_max_s` (how late the load process's event loop woke up) and
+    core), `client_cpu_total_frac` (every load process added up, master included: 2.0 = two
+    cores' worth), `loop_lag_p99_s`/`loop_lag_max_s` (how late the load process's event loop woke up) and
     `client_saturated` (true when those say the client itself may have been the bottleneck).
     """
 
@@ -194,6 +213,7 @@ class StageEvent(_JsonLine):
     prefix_tokens: int | None = None
     server_state: str | None = None
     client_cpu_frac: float | None = None
+    client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None
     loop_lag_max_s: float | None = None
     client_saturated: bool | None = None

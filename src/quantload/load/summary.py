@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from quantload.load.records import RequestRecord, StageEvent
-from quantload.load.tickets import percentile
+from quantload.stats import percentile
 
 
 @dataclass(frozen=True)

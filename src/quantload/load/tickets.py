@@ -9,12 +9,13 @@ waiter with None. All of it is plain Python: no Locust, no gevent, no clock.
 
 from __future__ import annotations
 
-import json
-import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 from quantload.load.plan import LoadPlan, RequestParams, StagePlan
 
@@ -78,6 +79,11 @@ class StageContext:
         )
 
     def to_wire(self) -> dict[str, Any]:
+        """The context as a msgpack-able dict (made once: every ticket of a stage sends it)."""
+        return self._wire
+
+    @cached_property
+    def _wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
@@ -112,7 +118,7 @@ class Ticket:
         if stage.ignore_eos:
             payload["ignore_eos"] = True
         payload.update(stage.extra_body)
-        return json.dumps(payload, separators=(",", ":")).encode()
+        return orjson.dumps(payload)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -257,49 +263,3 @@ class StageTracker:
             if self.consecutive_errors >= self.max_consecutive_errors:
                 self.tripped = True
         return True
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0-100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-@dataclass
-class ClientHealth:
-    """How busy the load processes were during a stage (CPU, event-loop lateness)."""
-
-    cpu_s: dict[str, float] = field(default_factory=dict)
-    wall_s: dict[str, float] = field(default_factory=dict)
-    lag_samples_s: list[float] = field(default_factory=list)
-
-    def add(self, process: str, cpu_s: float, wall_s: float, lag_samples_s: Iterable[float]) -> None:
-        """One window of measurements from one process."""
-        self.cpu_s[process] = self.cpu_s.get(process, 0.0) + cpu_s
-        self.wall_s[process] = self.wall_s.get(process, 0.0) + wall_s
-        self.lag_samples_s.extend(lag_samples_s)
-
-    def cpu_frac(self) -> float | None:
-        """The busiest process's CPU time over wall time (1.0 = one core)."""
-        fracs = [self.cpu_s[p] / self.wall_s[p] for p in self.cpu_s if self.wall_s.get(p, 0) > 0]
-        return max(fracs) if fracs else None
-
-    def lag_p99_s(self) -> float | None:
-        return percentile(self.lag_samples_s, 99)
-
-    def lag_max_s(self) -> float | None:
-        return max(self.lag_samples_s) if self.lag_samples_s else None
-
-    def saturated(self, cpu_frac_limit: float, lag_limit_s: float) -> bool | None:
-        """True when the client may have been the bottleneck; None without measurements."""
-        cpu, lag = self.cpu_frac(), self.lag_p99_s()
-        if cpu is None and lag is None:
-            return None
-        return (cpu is not None and cpu >= cpu_frac_limit) or (lag is not None and lag >= lag_limit_s)

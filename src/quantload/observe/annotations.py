@@ -1,6 +1,6 @@
 """Load stages as Grafana annotations, read from the run directory's `stages.jsonl`.
 
-`quantload.load.api.run_plan` calls `push_invocation_annotations` when a load invocation has
+`quantload.load.supervisor.run_plan` calls `push_invocation_annotations` when a load invocation has
 ended: one region annotation per stage of that invocation (its stage ids start with the
 invocation's unique name, so no stage is pushed twice), to `observe.grafana_url`, authenticated
 with `observe.grafana_token`, else `observe.grafana_user` and `observe.grafana_password`, else

@@ -32,6 +32,7 @@ from quantload.errors import QuantloadError
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.load.processes import most_workers
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
@@ -43,6 +44,7 @@ from quantload.rundir import (
 )
 from quantload.rundir.config_file import ConfigFile
 from quantload.rundir.run_file import RunStatus
+from quantload.served import server_alias, server_name
 from quantload.stack.run_state import RunState
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.load import Experiment, ExperimentRun, planned_experiments
@@ -90,9 +92,10 @@ class RunPorts:
         return cls(free_port(settings.observe.exporter_host), free_port(settings.load.metrics_host))
 
     def loadgen_urls(self, settings: Settings) -> list[str]:
-        """Every load process's /metrics, as `quantload.load.api` numbers them."""
+        """Every load process's /metrics, as `quantload.load.processes` numbers them."""
         host = settings.load.metrics_host
-        ports = [self.loadgen] + [self.loadgen + 1 + i for i in range(settings.load.workers)]
+        workers = most_workers(settings.load)
+        ports = [self.loadgen] + [self.loadgen + 1 + i for i in range(workers)]
         return [f"http://{host}:{port}" for port in ports]
 
 
@@ -318,7 +321,7 @@ class NativeRun:
     ) -> Served | Failed:
         """Start one quantization's server (stopped when `stack` closes) and check its KV cache."""
         server = self.steps.server(
-            toolchain, models.path(quant), f"{models.model_name}-{quant}", quant, self.run_dir
+            toolchain, models.path(quant), server_alias(models.model_name, quant), quant, self.run_dir
         )
         stack.callback(server.stop)
         log = str(server.log_path)
@@ -333,7 +336,7 @@ class NativeRun:
             "kv", quant, f"KV check {quant}",
             lambda _: self.steps.check_kv(toolchain, server, quant, self.run_dir),
         )  # fmt: skip
-        return Served(quant, server, name=f"llama-{quant.lower()}", model=models.model_name)
+        return Served(quant, server, name=server_name(quant), model=models.model_name)
 
     def _watch(
         self, exporter: ExporterHandle, prometheus: PrometheusProcess | None, served: Sequence[Served]

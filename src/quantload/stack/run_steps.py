@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
-from quantload.exporter import ExporterHandle, start_exporter
-from quantload.exporter import Target as ExporterTarget
+from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
-from quantload.load.api import Target as LoadTarget
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
@@ -27,6 +27,7 @@ from quantload.quality.results import QualityResult
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
+from quantload.served import ServedTarget
 from quantload.steps.load import Experiment, ExperimentRun, run_experiment
 from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
 from quantload.steps.quality import measure_file_quality, quality_text
@@ -113,7 +114,7 @@ class RunSteps:
         )
 
     def experiment(
-        self, experiment: Experiment, target: LoadTarget, run_dir: Path, run_id: str, loadgen_port: int,
+        self, experiment: Experiment, target: ServedTarget, run_dir: Path, run_id: str, loadgen_port: int,
         progress: ProgressCallback,
     ) -> ExperimentRun:  # fmt: skip
         load = self.settings.load.model_copy(update={"metrics_port": loadgen_port})
@@ -132,13 +133,12 @@ class Served:
     name: str
     model: str
 
-    def load_target(self) -> LoadTarget:
-        spec = self.server.spec
-        return LoadTarget(self.name, self.quant, self.model, self.server.url, spec.api_key)
+    def load_target(self) -> ServedTarget:
+        key = self.server.spec.api_key
+        return ServedTarget(
+            name=self.name, quant=self.quant, model=self.model, url=self.server.url,
+            api_key=SecretStr(key) if key else None,
+        )  # fmt: skip
 
     def exporter_target(self) -> ExporterTarget:
-        spec = self.server.spec
-        return ExporterTarget(
-            name=self.name, url=self.server.url, quant=self.quant, model=self.model,
-            api_key=spec.api_key, log_path=self.server.log_path,
-        )  # fmt: skip
+        return ExporterTarget.of(self.load_target(), log_path=self.server.log_path)

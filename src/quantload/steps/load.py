@@ -9,11 +9,12 @@ from typing import Literal
 
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import ConfigError
-from quantload.load.api import Target, run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.experiments import run_open_loop, run_prefix_cache_experiment, run_sweep
 from quantload.load.records import iter_stage_events
 from quantload.load.summary import StageSummary
 from quantload.progress import ProgressCallback, no_progress
 from quantload.rundir import STAGES_JSONL
+from quantload.served import ServedTarget
 
 Experiment = Literal["sweep", "prefix_cache", "open_loop"]
 EXPERIMENTS: tuple[Experiment, ...] = ("sweep", "prefix_cache", "open_loop")
@@ -60,7 +61,7 @@ def check_experiments(names: Sequence[str]) -> list[Experiment]:
 
 def run_experiment(
     experiment: Experiment,
-    target: Target,
+    target: ServedTarget,
     settings: LoadSettings,
     observe: ObserveSettings,
     run_dir: Path,

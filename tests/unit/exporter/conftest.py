@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 from prometheus_client import CollectorRegistry
 
+from fake_llama_server import FakeLlamaServer
 from quantload.exporter.collector import LlamaServerCollector
-from quantload.exporter.fake_server import FakeLlamaServer
-from quantload.exporter.targets import Target
+from quantload.exporter.targets import ExporterTarget
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def registry_for() -> Iterator[Callable[..., tuple[CollectorRegistry, LlamaServe
     collectors: list[LlamaServerCollector] = []
 
     def make(
-        targets: Sequence[Target], timeout_s: float = 1.0, **kwargs: object
+        targets: Sequence[ExporterTarget], timeout_s: float = 1.0, **kwargs: object
     ) -> tuple[CollectorRegistry, LlamaServerCollector]:
         collector = LlamaServerCollector(targets, timeout_s, **kwargs)  # type: ignore[arg-type]
         collectors.append(collector)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from fake_llama_server import FakeLlamaServer
 from quantload.cli.main import main
-from quantload.exporter.fake_server import FakeLlamaServer
 
 
 def test_without_targets_it_says_how_to_give_them(capsys: pytest.CaptureFixture[str]) -> None:

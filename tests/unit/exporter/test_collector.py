@@ -12,10 +12,10 @@ from unittest import mock
 import pytest
 from prometheus_client import CollectorRegistry
 
+from fake_llama_server import FakeLlamaServer, metrics_text, slots_payload
 from quantload.exporter.collector import LlamaServerCollector
-from quantload.exporter.fake_server import FakeLlamaServer, metrics_text, slots_payload
 from quantload.exporter.fetch import Fetched, Fetcher, TargetRequest
-from quantload.exporter.targets import Target
+from quantload.exporter.targets import ExporterTarget
 
 MakeFake = Callable[[], FakeLlamaServer]
 MakeRegistry = Callable[..., tuple[CollectorRegistry, LlamaServerCollector]]
@@ -37,8 +37,8 @@ class Scrape:
         return self.samples.get((name, frozenset(labels.items())))
 
 
-def _target(url: str, **kwargs: object) -> Target:
-    return Target("a", url, quant="Q8_0", model="tiny", **kwargs)  # type: ignore[arg-type]
+def _target(url: str, **kwargs: object) -> ExporterTarget:
+    return ExporterTarget(name="a", url=url, quant="Q8_0", model="tiny", **kwargs)  # type: ignore[arg-type]
 
 
 def test_server_metrics_are_renamed_and_labelled(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
@@ -81,7 +81,7 @@ def test_kv_cells_from_configuration_and_from_log(
         "llama_kv_cache: size =    4.00 MiB (   512 cells,   2 layers,  2/2 seqs),"
         " K (f16):    2.00 MiB, V (f16):    2.00 MiB\n"
     )
-    targets = [_target(fake.url, kv_cells=2048), Target("b", fake.url, "F16", "tiny", log_path=log)]
+    targets = [_target(fake.url, kv_cells=2048), ExporterTarget(name="b", url=fake.url, quant="F16", model="tiny", log_path=log)]
     registry, _ = registry_for(targets)
     value = Scrape(registry)
     b = {"server": "b", "quant": "F16", "model": "tiny"}
@@ -94,7 +94,7 @@ def test_kv_cells_from_configuration_and_from_log(
 def test_labels_are_discovered_from_props_once(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     fake = fake_servers()
     fake.props = {"model_path": "/m/tiny-Q4_K_M.gguf", "model_ftype": "Q4_K - Medium"}
-    registry, collector = registry_for([Target("a", fake.url)])
+    registry, collector = registry_for([ExporterTarget(name="a", url=fake.url)])
     labels = {"server": "a", "quant": "Q4_K_M", "model": "tiny"}
     assert Scrape(registry)("quantload_target_up", labels) == 1
     collector.collect()
@@ -130,7 +130,7 @@ def test_slots_failure_keeps_metrics(fake_servers: MakeFake, registry_for: MakeR
     assert value(ERRORS, {**Q8, "endpoint": "slots", "error": "parse"}) == 1
 
 
-def _faulty_targets(make: MakeFake) -> list[Target]:
+def _faulty_targets(make: MakeFake) -> list[ExporterTarget]:
     """good, slow (beyond the timeout), garbage, and down (nothing listens)."""
     fakes = {name: make() for name in ("good", "slow", "garbage")}
     fakes["slow"].delay_s = 2.0
@@ -138,7 +138,7 @@ def _faulty_targets(make: MakeFake) -> list[Target]:
     down = make()
     down.stop()
     fakes["down"] = down
-    return [Target(name, fake.url, quant=name.upper(), model="m") for name, fake in fakes.items()]
+    return [ExporterTarget(name=name, url=fake.url, quant=name.upper(), model="m") for name, fake in fakes.items()]
 
 
 def test_faults_are_contained_per_target(
@@ -245,19 +245,19 @@ def test_retargeting_swaps_the_servers_read(
     fake_servers: MakeFake, registry_for: MakeRegistry
 ) -> None:
     first, second, third = fake_servers(), fake_servers(), fake_servers()
-    a = Target("a", first.url, quant="Q8_0", model="tiny")
+    a = ExporterTarget(name="a", url=first.url, quant="Q8_0", model="tiny")
     registry, collector = registry_for([a])
     first.mode = "http500"
     assert Scrape(registry)("quantload_target_up", Q8) == 0
     first.mode = "ok"
-    b = Target("b", second.url, quant="Q4_K_M", model="tiny")
+    b = ExporterTarget(name="b", url=second.url, quant="Q4_K_M", model="tiny")
     collector.set_targets([b])
     value = Scrape(registry)
     q4 = {"server": "b", "quant": "Q4_K_M", "model": "tiny"}
     assert value("quantload_target_up", q4) == 1
     assert value("quantload_target_up", Q8) is None  # a is no longer read or shown
     reads_of_a = sum(first.reads.values())
-    collector.set_targets([a, b, Target("c", third.url, quant="F16", model="tiny")])  # grows the pool
+    collector.set_targets([a, b, ExporterTarget(name="c", url=third.url, quant="F16", model="tiny")])  # grows the pool
     value = Scrape(registry)
     assert value("quantload_target_up", Q8) == 1 and value("quantload_target_up", q4) == 1
     assert value("quantload_target_up", {"server": "c", "quant": "F16", "model": "tiny"}) == 1

@@ -13,7 +13,7 @@ from quantload.exporter.labels import (
     quant_from_filename,
     quant_from_ftype,
 )
-from quantload.exporter.targets import Target, check_unique, parse_target
+from quantload.exporter.targets import ExporterTarget, check_unique, parse_target
 
 
 @pytest.mark.parametrize(
@@ -54,8 +54,10 @@ def test_discover_prefers_ftype_and_survives_junk() -> None:
 def test_parse_target_with_options(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     target = parse_target(f"q8=http://127.0.0.1:8081/,quant=Q8_0,model=tiny,kv_cells=32768,log={log}")
-    assert target == Target("q8", "http://127.0.0.1:8081", "Q8_0", "tiny", None, 32768, log)
-    assert parse_target("a=https://h:1,api_key=k").api_key == "k"
+    assert target == ExporterTarget(
+        name="q8", url="http://127.0.0.1:8081", quant="Q8_0", model="tiny", kv_cells=32768, log_path=log
+    )
+    assert parse_target("a=https://h:1,api_key=k").api_key_text == "k"
 
 
 @pytest.mark.parametrize(
@@ -76,4 +78,4 @@ def test_bad_target_specs_are_config_errors(spec: str) -> None:
 
 def test_duplicate_names_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="twice"):
-        check_unique([Target("a", "http://h:1"), Target("a", "http://h:2")])
+        check_unique([ExporterTarget(name="a", url="http://h:1"), ExporterTarget(name="a", url="http://h:2")])

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from quantload.exporter import ExporterError, Target, start_exporter
-from quantload.exporter.fake_server import FakeLlamaServer
+from fake_llama_server import FakeLlamaServer
+from quantload.exporter import ExporterError, ExporterTarget, start_exporter
 from support import require_binary
 
 
@@ -17,7 +17,7 @@ def test_serves_metrics_and_ignores_target_parameters(
     fake_servers: Callable[[], FakeLlamaServer],
 ) -> None:
     fake, other = fake_servers(), fake_servers()
-    handle = start_exporter([Target("a", fake.url, "Q8_0", "tiny")], port=0, timeout_s=0.5)
+    handle = start_exporter([ExporterTarget(name="a", url=fake.url, quant="Q8_0", model="tiny")], port=0, timeout_s=0.5)
     try:
         assert handle.url.startswith("http://127.0.0.1:") and handle.port > 0
         body = httpx.get(f"{handle.url}/metrics?target={other.url}", timeout=5).text
@@ -41,7 +41,7 @@ def test_busy_port_is_an_exporter_error() -> None:
 def test_promtool_accepts_the_exposition(fake_servers: Callable[[], FakeLlamaServer]) -> None:
     promtool = require_binary("promtool", "apt-get install -y prometheus")
     fake = fake_servers()
-    handle = start_exporter([Target("a", fake.url, "Q8_0", "tiny")], port=0)
+    handle = start_exporter([ExporterTarget(name="a", url=fake.url, quant="Q8_0", model="tiny")], port=0)
     try:
         body = httpx.get(f"{handle.url}/metrics", timeout=5).text
     finally:

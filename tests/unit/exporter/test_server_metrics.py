@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from quantload.exporter.fake_server import metrics_text
+from fake_llama_server import metrics_text
 from quantload.exporter.server_metrics import (
     RENAMES,
     ServerDataError,

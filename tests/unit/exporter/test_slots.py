@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantload.exporter.fake_server import slots_payload
+from fake_llama_server import slots_payload
 from quantload.exporter.server_metrics import ServerDataError
 from quantload.exporter.slots import cells_from_log, cells_from_slots, parse_slots
 

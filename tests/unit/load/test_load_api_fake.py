@@ -20,12 +20,14 @@ import pytest
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import free_port
-from quantload.load import api
-from quantload.load.api import Target, run_open_loop, run_plan, run_sweep
+from quantload.load.experiments import run_open_loop, run_sweep
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.plan import sweep_plan
+from quantload.load.processes import LoadProcess
 from quantload.load.prompts import Prompt
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
+from quantload.load.supervisor import run_plan
+from quantload.served import ServedTarget
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]
@@ -38,6 +40,10 @@ PROMPTS = [
     Prompt("p4", "five [[fake fault=error_after:1]]", 3),
     Prompt("p5", "six", 3),
 ]
+
+
+def served(name: str, quant: str, url: str) -> ServedTarget:
+    return ServedTarget(name=name, quant=quant, model="m", url=url)
 
 
 def settings(**changes: object) -> LoadSettings:
@@ -65,7 +71,7 @@ def stages_of(run_dir: Path) -> list[StageEvent]:
 
 
 def test_sweep_records_every_request_and_fault(fake: FakeServer, tmp_path: Path) -> None:
-    target = Target("fake", "Q8_0", "m", fake.url)
+    target = served("fake", "Q8_0", fake.url)
     seen: list[tuple[float, float | None]] = []
     summaries = run_sweep(
         target, settings(), tmp_path, "run-1", lambda d, t, n="": seen.append((d, t)), PROMPTS
@@ -104,7 +110,7 @@ def test_sweep_records_every_request_and_fault(fake: FakeServer, tmp_path: Path)
 
 
 def test_dead_target_trips_the_breaker_and_aborts_the_rest(tmp_path: Path) -> None:
-    target = Target("dead", "F16", "m", f"http://127.0.0.1:{free_port()}")
+    target = served("dead", "F16", f"http://127.0.0.1:{free_port()}")
     load = settings(users=(1, 2, 4), warmup_requests=0, max_consecutive_errors=3)
     summaries = run_sweep(target, load, tmp_path, "run-2", prompts=PROMPTS * 3)
     assert [s.status for s in summaries] == ["failed", "aborted", "aborted"]
@@ -115,7 +121,7 @@ def test_dead_target_trips_the_breaker_and_aborts_the_rest(tmp_path: Path) -> No
 
 
 def test_failed_warm_up_fails_the_stage(tmp_path: Path) -> None:
-    target = Target("dead", "F16", "m", f"http://127.0.0.1:{free_port()}")
+    target = served("dead", "F16", f"http://127.0.0.1:{free_port()}")
     summaries = run_sweep(target, settings(users=(1,)), tmp_path, "run-3", prompts=PROMPTS)
     assert [s.status for s in summaries] == ["failed"]
     assert (summaries[0].reason or "").startswith("warm-up failed")
@@ -125,7 +131,7 @@ def test_failed_warm_up_fails_the_stage(tmp_path: Path) -> None:
 def test_a_server_that_never_answers_costs_the_deadline_not_a_hang(tmp_path: Path) -> None:
     hang = [Prompt(f"h{i}", "[[fake fault=hang]]", 3) for i in range(10)]
     with FakeServer(FakeScript()) as server:
-        target = Target("hang", "F16", "m", server.url)
+        target = served("hang", "F16", server.url)
         load = settings(users=(2,), warmup_requests=0, request_timeout_s=0.5, max_consecutive_errors=2)
         started = time.monotonic()
         summaries = run_sweep(target, load, tmp_path, "run-4", prompts=hang)
@@ -135,7 +141,7 @@ def test_a_server_that_never_answers_costs_the_deadline_not_a_hang(tmp_path: Pat
 
 
 def test_open_loop_measures_from_the_intended_time(fake: FakeServer, tmp_path: Path) -> None:
-    target = Target("fake", "Q8_0", "m", fake.url)
+    target = served("fake", "Q8_0", fake.url)
     load = settings(open_loop_requests=12, open_loop_users=4, warmup_requests=0)
     summaries = run_open_loop(target, load, tmp_path, "run-5", rates_rps=[20.0], prompts=PROMPTS[:1])
     assert [(s.experiment, s.rate_rps, s.users, s.status) for s in summaries] == [
@@ -152,7 +158,7 @@ def test_open_loop_measures_from_the_intended_time(fake: FakeServer, tmp_path: P
 
 
 def test_distributed_master_and_workers_produce_the_same_records(fake: FakeServer, tmp_path: Path) -> None:
-    target = Target("fake", "Q8_0", "m", fake.url)
+    target = served("fake", "Q8_0", fake.url)
     load = settings(workers=2, users=(2,))
     summaries = run_sweep(target, load, tmp_path, "run-6", prompts=PROMPTS)
     assert [s.status for s in summaries] == ["ok"]
@@ -164,13 +170,17 @@ def test_distributed_master_and_workers_produce_the_same_records(fake: FakeServe
     assert len(list((tmp_path / "logs").glob("locust-*-worker*.log"))) == 2
 
 
-def test_a_load_process_that_dies_leaves_aborted_stages(
-    fake: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    crash = [[sys.executable, "-c", "import sys; sys.exit(3)", "--role", "local"]]
-    monkeypatch.setattr(api, "_commands", lambda *args: crash)
-    plan = sweep_plan(settings(), Target("fake", "F16", "m", fake.url).info(), PROMPTS, "run-7", "inv")
-    summaries = run_plan(plan, settings(), tmp_path)
+class CrashingProcess:
+    """A layout whose one process exits with code 3 at once."""
+
+    def processes(self, plan_path: Path, run_dir: Path, invocation: str) -> list[LoadProcess]:
+        argv = (sys.executable, "-c", "import sys; sys.exit(3)")
+        return [LoadProcess("local", argv, f"locust-{invocation}-local.log")]
+
+
+def test_a_load_process_that_dies_leaves_aborted_stages(fake: FakeServer, tmp_path: Path) -> None:
+    plan = sweep_plan(settings(), served("fake", "F16", fake.url), PROMPTS, "run-7", "inv")
+    summaries = run_plan(plan, settings(), tmp_path, layout=CrashingProcess())
     assert [s.status for s in summaries] == ["aborted", "aborted"]
     assert all("exited with code 3" in (s.reason or "") for s in summaries)
 

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from quantload.llamacpp.server import free_port
-from quantload.load.client import ConnectionPool, Endpoint, EndpointError, classify_stream, stream_request
+from quantload.load.client import ConnectionPool, Endpoint, EndpointError, stream_request
 from quantload.load.fakeserver import FakeScript, FakeServer
+from quantload.load.openai_chunks import classify_stream
 
 
 def body(text: str = "hello", max_tokens: int = 6) -> bytes:

@@ -9,10 +9,10 @@ import statistics
 import pytest
 
 from quantload.config import LoadSettings
+from quantload.load.client_health import ClientHealth
 from quantload.load.plan import (
     SYSTEM_PROMPT_ID,
     LoadPlan,
-    TargetInfo,
     open_loop_plan,
     poisson_offsets,
     prefix_cache_plan,
@@ -20,15 +20,15 @@ from quantload.load.plan import (
 )
 from quantload.load.prompts import WARMUP_PROMPT_ID, Prompt
 from quantload.load.tickets import (
-    ClientHealth,
     StageTracker,
     Ticket,
     TicketBook,
-    percentile,
     stage_tickets,
 )
+from quantload.served import ServedTarget
+from quantload.stats import percentile
 
-TARGET = TargetInfo(name="srv", quant="Q8_0", model="m", url="http://127.0.0.1:1")
+TARGET = ServedTarget(name="srv", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 PROMPTS = [Prompt(f"p{i}", f"prompt {i}", 3) for i in range(5)]
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from quantload.errors import ConfigError, ServerError
 from quantload.load.fakeserver import FakeScript, FakeServer, count_tokens, parse_directive
-from quantload.load.prefix import build_system_prompt, erase_slots
 from quantload.load.prompts import load_builtin, load_prompt_file, select_prompts
+from quantload.load.shared_prefix import build_system_prompt, erase_slots
 
 
 def test_builtin_set_is_100_varied_long_tailed_prompts_in_fixed_order() -> None:

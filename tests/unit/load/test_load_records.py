@@ -8,10 +8,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from quantload.config import LoadSettings
-from quantload.load.client import StreamResult
 from quantload.load.measure import aborted_record, build_record
 from quantload.load.metrics import HISTOGRAMS, LoadMetrics, new_registry
-from quantload.load.plan import TargetInfo, sweep_plan
+from quantload.load.plan import sweep_plan
 from quantload.load.prompts import Prompt
 from quantload.load.records import (
     ERROR_CLASSES,
@@ -21,10 +20,12 @@ from quantload.load.records import (
     iter_records,
     iter_stage_events,
 )
+from quantload.load.stream_result import StreamResult
 from quantload.load.summary import delivered_concurrency, summarize_stage
 from quantload.load.tickets import Ticket, stage_tickets
+from quantload.served import ServedTarget
 
-TARGET = TargetInfo(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
+TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 
 
 def ticket(timeout_s: float = 10.0) -> Ticket:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from quantload.load.fakeserver import FakeScript, FakeServer
+from quantload.load.processes import ENTRY_MODULE
 from support import clean_env
 
 pytestmark = pytest.mark.slow
@@ -28,7 +29,7 @@ def _locust_processes_for(out: Path) -> list[str]:
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if "quantload.load.locust_process" in argv and str(out) in argv and state != "Z":
+        if ENTRY_MODULE in argv and str(out) in argv and state != "Z":
             found.append(argv[:200])
     return found
 

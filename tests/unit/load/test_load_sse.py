@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from quantload.load.sse import ProtocolError, ResponseParser, classify_payload, parse_head
+from quantload.load.http1 import ProtocolError, parse_head
+from quantload.load.openai_chunks import classify_payload
+from quantload.load.sse import EventStreamParser
 
 
 def chunked(*events: bytes) -> bytes:
@@ -26,8 +28,8 @@ EVENTS = (
 STREAM = HEAD + chunked(*EVENTS)
 
 
-def feed_in_pieces(raw: bytes, size: int) -> tuple[ResponseParser, list[bytes]]:
-    parser = ResponseParser()
+def feed_in_pieces(raw: bytes, size: int) -> tuple[EventStreamParser, list[bytes]]:
+    parser = EventStreamParser()
     payloads: list[bytes] = []
     for start in range(0, len(raw), size):
         payloads += parser.feed(raw[start : start + size])
@@ -117,7 +119,7 @@ def test_interim_100_continue_is_skipped() -> None:
 )
 def test_broken_framing_raises_protocol_error(raw: bytes) -> None:
     with pytest.raises(ProtocolError):
-        ResponseParser().feed(raw)
+        EventStreamParser().feed(raw)
 
 
 def test_head_keep_alive_rules() -> None:

@@ -1,7 +1,7 @@
 """Stage annotations pushed by the load path itself (`run_plan`, `quantload load`) to a fake Grafana.
 
-The fast tests run the real `quantload.load.api.run_plan` with its Locust process swapped for a
-tiny one that writes the plan's stage lines; the slow one runs `quantload load` end to end against
+The fast tests run the real `quantload.load.supervisor.run_plan` with its Locust process swapped
+(its `layout`) for a tiny one that writes the plan's stage lines; the slow one runs `quantload load` end to end against
 the fake llama-server.
 """
 
@@ -22,15 +22,17 @@ from fake_grafana import FakeGrafana
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings, ObserveSettings, load_config
 from quantload.llamacpp.server import free_port
-from quantload.load import api
 from quantload.load.fakeserver import FakeScript, FakeServer
-from quantload.load.plan import LoadPlan, TargetInfo, open_loop_plan, sweep_plan
+from quantload.load.plan import LoadPlan, open_loop_plan, sweep_plan
+from quantload.load.processes import LoadProcess
 from quantload.load.prompts import Prompt
 from quantload.load.records import iter_stage_events
+from quantload.load.supervisor import run_plan
 from quantload.observe.annotations import grafana_credential
+from quantload.served import ServedTarget
 
 T0 = 1_700_000_000.25  # stage i runs from T0 + 10 i to T0 + 10 i + 5
-TARGET = TargetInfo(name="fake", quant="Q8_0", model="m", url="http://127.0.0.1:9")
+TARGET = ServedTarget(name="fake", quant="Q8_0", model="m", url="http://127.0.0.1:9")
 PROMPTS = [Prompt("p0", "plain", 3)]
 LOAD = LoadSettings(users=(1, 2), repeats=1, warmup_requests=0, metrics_port=0)
 LOGGER = "quantload.observe.annotations"
@@ -41,24 +43,29 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-@pytest.fixture
-def fake_locust(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """run_plan's Locust process becomes one that appends the plan's stage_start/stage_end lines."""
+class StageLinesOnly:
+    """A stand-in for run_plan's Locust processes: one that appends the plan's stage lines."""
 
-    def commands(plan_path: Path, settings: LoadSettings, run_dir: Path) -> list[list[str]]:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def processes(self, plan_path: Path, run_dir: Path, invocation: str) -> list[LoadProcess]:
         plan = LoadPlan.model_validate_json(plan_path.read_text(encoding="utf-8"))
         lines = []
         for stage in plan.stages:
             start = T0 + 10 * stage.index
             lines.append(plan.stage_event(stage, "stage_start", start).model_dump_json(by_alias=True))
             lines.append(plan.stage_event(stage, "stage_end", start + 5).model_dump_json(by_alias=True))
-        prepared = tmp_path / f"{plan.invocation}.lines"
+        prepared = self.folder / f"{plan.invocation}.lines"
         prepared.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return [
-            [sys.executable, "-c", APPEND, str(prepared), str(run_dir / "stages.jsonl"), "--role", "local"]
-        ]
+        argv = (sys.executable, "-c", APPEND, str(prepared), str(run_dir / "stages.jsonl"))
+        return [LoadProcess("local", argv, f"locust-{invocation}-local.log")]
 
-    monkeypatch.setattr(api, "_commands", commands)
+
+@pytest.fixture
+def fake_locust(tmp_path: Path) -> StageLinesOnly:
+    """run_plan's Locust process becomes one that appends the plan's stage_start/stage_end lines."""
+    return StageLinesOnly(tmp_path)
 
 
 @pytest.fixture
@@ -79,8 +86,9 @@ def _sweep(invocation: str) -> LoadPlan:
     return sweep_plan(LOAD, TARGET, PROMPTS, "run-1", invocation)
 
 
-@pytest.mark.usefixtures("fake_locust")
-def test_run_plan_pushes_its_stages_with_a_token(tmp_path: Path, token_grafana: FakeGrafana) -> None:
+def test_run_plan_pushes_its_stages_with_a_token(
+    tmp_path: Path, token_grafana: FakeGrafana, fake_locust: StageLinesOnly
+) -> None:
     # a stage of an earlier invocation already in stages.jsonl is not pushed again
     earlier = _sweep("sweep-old")
     (tmp_path / "stages.jsonl").write_text(
@@ -91,7 +99,7 @@ def test_run_plan_pushes_its_stages_with_a_token(tmp_path: Path, token_grafana: 
         encoding="utf-8",
     )
     observe = ObserveSettings(grafana_url=token_grafana.url, grafana_token=SecretStr("glsa_abc"))
-    summaries = api.run_plan(_sweep("sweep-new"), LOAD, tmp_path, observe=observe)
+    summaries = run_plan(_sweep("sweep-new"), LOAD, tmp_path, observe=observe, layout=fake_locust)
     assert [s.status for s in summaries] == ["ok", "ok"]
     posts = token_grafana.annotations
     assert [p.auth for p in posts] == ["Bearer glsa_abc"] * 2
@@ -107,17 +115,16 @@ def test_run_plan_pushes_its_stages_with_a_token(tmp_path: Path, token_grafana: 
     ]
 
 
-@pytest.mark.usefixtures("fake_locust")
 def test_each_invocation_pushes_only_its_own_stages_with_basic_auth(
-    tmp_path: Path, basic_grafana: FakeGrafana
+    tmp_path: Path, basic_grafana: FakeGrafana, fake_locust: StageLinesOnly
 ) -> None:
     observe = ObserveSettings(
         grafana_url=basic_grafana.url, grafana_user="ops", grafana_password=SecretStr("p,1=x")
     )
-    api.run_plan(_sweep("sweep-a"), LOAD, tmp_path, observe=observe)
+    run_plan(_sweep("sweep-a"), LOAD, tmp_path, observe=observe, layout=fake_locust)
     assert len(basic_grafana.annotations) == 2
     rates = open_loop_plan(LOAD, TARGET, PROMPTS, "run-1", "open_loop-b", rates_rps=(0.5, 1.0, 2.0))
-    api.run_plan(rates, LOAD, tmp_path, observe=observe)
+    run_plan(rates, LOAD, tmp_path, observe=observe, layout=fake_locust)
     posts = basic_grafana.annotations
     assert len(posts) == 2 + 3
     assert {p.auth for p in posts} == {_basic("ops", "p,1=x")}
@@ -129,16 +136,15 @@ def test_each_invocation_pushes_only_its_own_stages_with_basic_auth(
     assert [p.body["time"] for p in posts if p.body is not None] == [round(s * 1000) for s in starts]
 
 
-@pytest.mark.usefixtures("fake_locust")
-def test_no_grafana_url_means_no_request(tmp_path: Path, grafana: FakeGrafana) -> None:
-    api.run_plan(
-        _sweep("sweep-1"), LOAD, tmp_path, observe=ObserveSettings(grafana_token=SecretStr("glsa_abc"))
-    )
-    api.run_plan(_sweep("sweep-2"), LOAD, tmp_path)
+def test_no_grafana_url_means_no_request(
+    tmp_path: Path, grafana: FakeGrafana, fake_locust: StageLinesOnly
+) -> None:
+    observe = ObserveSettings(grafana_token=SecretStr("glsa_abc"))
+    run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe, layout=fake_locust)
+    run_plan(_sweep("sweep-2"), LOAD, tmp_path, layout=fake_locust)
     assert grafana.seen == []
 
 
-@pytest.mark.usefixtures("fake_locust")
 @pytest.mark.parametrize(
     "url",
     [
@@ -149,11 +155,11 @@ def test_no_grafana_url_means_no_request(tmp_path: Path, grafana: FakeGrafana) -
     ],
 )
 def test_an_unreachable_grafana_costs_one_line_not_the_load(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, url: str
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, url: str, fake_locust: StageLinesOnly
 ) -> None:
     observe = ObserveSettings(grafana_url=url.format(closed=free_port()))
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        summaries = api.run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe)
+        summaries = run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe, layout=fake_locust)
     assert [s.status for s in summaries] == ["ok", "ok"]
     lines = [r for r in caplog.records if r.name == LOGGER]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING and lines[0].exc_info is None
@@ -161,17 +167,16 @@ def test_an_unreachable_grafana_costs_one_line_not_the_load(
     assert "hunter2" not in caplog.text
 
 
-@pytest.mark.usefixtures("fake_locust")
 @pytest.mark.parametrize("fake", ["wrong password", "garbage"])
 def test_a_grafana_that_refuses_or_babbles_costs_one_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, fake: str
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fake: str, fake_locust: StageLinesOnly
 ) -> None:
     grafana = FakeGrafana(expected_auth=_basic("admin", "right"), garbage=fake == "garbage")
     try:
         password = SecretStr("wrong" if fake == "wrong password" else "right")
         observe = ObserveSettings(grafana_url=grafana.url, grafana_user="admin", grafana_password=password)
         with caplog.at_level(logging.INFO, logger=LOGGER):
-            summaries = api.run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe)
+            summaries = run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe, layout=fake_locust)
     finally:
         grafana.close()
     assert [s.status for s in summaries] == ["ok", "ok"]

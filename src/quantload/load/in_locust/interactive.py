@@ -1,17 +1,11 @@
-"""The Locust user class, and the interactive mode that `locust -f locustfiles/...` runs.
+"""The interactive mode that `locust -f locustfiles/...` runs (web UI or headless, any runner).
 
-Import only inside a Locust process (see `quantload.load.locust_runtime`).
-
-`StreamingChatUser` is a plain Locust `User` (no HttpUser/FastHttpUser: their stream reading was
-either slow to set up or buffered small SSE events): each task takes the next ticket from the
-process's runtime and streams it with quantload's own socket client.
-
-Interactive mode (`install_interactive`): the user count and host come from Locust's web UI or
-command line, users cycle through the prompt set forever, records go to `--ql-out` when given
-(workers forward theirs to the master), and `/metrics` is served on `--ql-metrics-port` (a worker
-uses an explicit port as is, one worker per host; left at the default, workers take port + 1 +
-worker index so several fit on one host). Request parameters come from quantload's layered configuration
-(`quantload.toml`, `QUANTLOAD_LOAD__*`), e.g. `QUANTLOAD_LOAD__MAX_TOKENS=64`.
+The user count and host come from Locust's web UI or command line, users cycle through the
+prompt set forever, records go to `--ql-out` when given (workers forward theirs to the master),
+and `/metrics` is served on `--ql-metrics-port` (a worker uses an explicit port as is, one worker
+per host; left at the default, workers take port + 1 + worker index so several fit on one host).
+Request parameters come from quantload's layered configuration (`quantload.toml`,
+`QUANTLOAD_LOAD__*`), e.g. `QUANTLOAD_LOAD__MAX_TOKENS=64`.
 """
 
 from __future__ import annotations
@@ -20,50 +14,22 @@ import itertools
 import logging
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gevent
-from locust import User, constant, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from quantload.config import LoadSettings, load_config
 from quantload.errors import QuantloadError
-from quantload.load.locust_runtime import LoadRuntime, UserState, assemble
+from quantload.load.in_locust.user import StreamingChatUser
+from quantload.load.in_locust.wiring import Role, wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.prompts import Prompt, select_prompts
 from quantload.load.tickets import StageContext, Ticket
 from quantload.rundir import RECORDS_JSONL
 
 _log = logging.getLogger(__name__)
-
-
-class StreamingChatUser(User):
-    """A user that streams chat completions handed to it by the process's runtime."""
-
-    abstract = True
-    wait_time = constant(0)
-    runtime: ClassVar[LoadRuntime | None] = None
-
-    def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
-        self.state = UserState()
-
-    @task
-    def stream(self) -> None:
-        """Send ticket after ticket, with no pause in between; idle briefly when there is none.
-
-        The loop stays inside one task on purpose: going back to Locust's task scheduler after
-        every request would add a scheduling round (and a wait) between requests, which at
-        hundreds of users shows up as less concurrency than asked.
-        """
-        runtime = type(self).runtime
-        while runtime is not None:
-            ticket = runtime.take()
-            if ticket is None:
-                break
-            runtime.execute(ticket, self.state)
-        gevent.sleep(0.5)
 
 
 class EndlessPrompts:
@@ -174,21 +140,21 @@ def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> Non
         )
         labels = (str(options.ql_server), str(options.ql_quant), str(options.ql_model))
         metrics = LoadMetrics()
-        role = (
+        role: Role = (
             "worker"
             if isinstance(runner, WorkerRunner)
             else ("master" if isinstance(runner, MasterRunner) else "local")
         )
         source = EndlessPrompts(environment, prompts, settings, labels, str(options.ql_run_id))
         out = Path(options.ql_out) if options.ql_out and role != "worker" else None
-        assembly = assemble(
+        parts = wire_process(
             environment,
             role,
             metrics,
             records_path=out / RECORDS_JSONL if out is not None else None,
             tickets=source if role != "master" else None,
         )
-        user_class.runtime = assembly.runtime
+        user_class.runtime = parts.runtime
         port = int(options.ql_metrics_port)
         base = settings.metrics_port if port < 0 else port
         if role != "worker":

@@ -1,13 +1,14 @@
-"""A Locust process running a quantload plan: `python -m quantload.load.locust_process`.
+"""A Locust process running a quantload plan: `python -m quantload.load.in_locust.process`.
 
 Roles: `local` (one process runs the plan), `master` (runs the plan's stages and writes the
 records; `--expect-workers N` workers send the requests) and `worker` (connects to a master; needs
 no plan, tickets carry everything). The API key comes from the environment variable
 QL_TARGET_API_KEY, never from the command line or the plan file.
 
-Started by `quantload.load.api` (and so by `quantload load` and `quantload run`); usable by hand
+Started by `quantload.load.supervisor` (and so by `quantload load`, `quantload run` and
+`quantload calibrate`); usable by hand
 for multi-host runs, e.g. on another machine:
-`python -m quantload.load.locust_process --role worker --master-host 10.0.0.5 --metrics-port 9650`.
+`python -m quantload.load.in_locust.process --role worker --master-host 10.0.0.5 --metrics-port 9650`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from locust.env import Environment
 from locust.log import setup_logging
 from locust.runners import Runner
 
-from quantload.load.locust_runtime import assemble
-from quantload.load.locust_user import StreamingChatUser
+from quantload.load.in_locust.user import StreamingChatUser
+from quantload.load.in_locust.wiring import wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.plan import LoadPlan
 from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
@@ -36,7 +37,7 @@ _log = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m quantload.load.locust_process")
+    parser = argparse.ArgumentParser(prog="python -m quantload.load.in_locust.process")
     parser.add_argument("--role", choices=("local", "master", "worker"), default="local")
     parser.add_argument("--plan", type=Path, help="plan JSON (local, master)")
     parser.add_argument("--out", type=Path, help="folder for records.jsonl and stages.jsonl")
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runner = environment.create_worker_runner(args.master_host, args.master_port)
     metrics = LoadMetrics()
-    assembly = assemble(
+    parts = wire_process(
         environment,
         args.role,
         metrics,
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         stages_path=args.out / STAGES_JSONL if args.out else None,
         expect_workers=args.expect_workers,
     )
-    user_class.runtime = assembly.runtime  # type: ignore[attr-defined]
+    user_class.runtime = parts.runtime  # type: ignore[attr-defined]
     if args.metrics_port:
         try:
             port = serve_metrics(metrics, args.metrics_host, args.metrics_port)
@@ -97,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             _log.info("serving /metrics on %s:%d", args.metrics_host, port)
     if args.web_port and args.role != "worker":
         environment.create_web_ui(args.web_host, args.web_port)
-    if assembly.controller is not None:
-        gevent.spawn(assembly.controller.run)
+    if parts.controller is not None:
+        gevent.spawn(parts.controller.run)
     runner.greenlet.join()
-    assembly.runtime.flush()
+    parts.runtime.flush()
     if environment.web_ui is not None:
         environment.web_ui.stop()  # type: ignore[no-untyped-call]
     return 0

@@ -1,6 +1,8 @@
 """An in-process stand-in for llama-server's `/metrics`, `/slots` and `/props`, with faults.
 
-For the exporter's tests and its scrape benchmark: no llama.cpp needed, timing and faults scripted.
+Imported as `fake_llama_server` (tests/ is on pytest's pythonpath) by the exporter's tests and the
+observability fault tests, and by benchmarks/exporter_scrape.py: no llama.cpp needed, timing
+and faults scripted. Test-only: it is not part of the installed package.
 
 Behaviour is scripted through attributes that a test may change while it runs:
 `metrics_text`, `slots`, `props`, `delay_s` (before every answer), `mode` ("ok", "garbage",

@@ -1,0 +1,217 @@
+"""The part of a Locust process every user shares: connection pools, sending, recording.
+
+A user takes a ticket, waits until it is due (open loop: the Poisson schedule; closed loop: a
+random offset before its first request of a stage, so users do not start in lockstep), sends it
+with `stream_request` (which only stamps each event's arrival) and goes straight back for the
+next ticket. One recorder greenlet per process, running when the event loop is idle, then works
+out what the events said, builds the record, hands it to the sink and (except for warm-ups)
+fires three Locust request events, the request itself, "TTFT" and "TPOT", and updates the
+Prometheus metrics. Transport failures skip the queue, so the circuit breaker sees them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import gevent
+from gevent.event import Event
+from locust.env import Environment
+
+from quantload.load.client import ConnectionPool, Endpoint, stream_request
+from quantload.load.in_locust.sinks import RecordSink
+from quantload.load.in_locust.ticket_sources import TicketSource
+from quantload.load.measure import aborted_record, build_record
+from quantload.load.metrics import LoadMetrics
+from quantload.load.openai_chunks import classify_stream
+from quantload.load.records import RequestRecord
+from quantload.load.stream_result import StreamResult
+from quantload.load.tickets import StageContext, Ticket
+
+RECORD_WAIT_MAX_S = 0.05
+REQUEST_TYPE = "POST"
+LLM_TYPE = "LLM"
+
+_log = logging.getLogger(__name__)
+
+
+def process_name() -> str:
+    """Who sends: "<host>:<pid>"."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LoadRequestError(Exception):
+    """A failed request, as Locust's statistics show it: "<error_class>: <message>"."""
+
+
+@dataclass
+class UserState:
+    """Per-user memory: the last stage it sent in (for the first-request offset) and its dice."""
+
+    stage_id: str | None = None
+    rng: random.Random = field(default_factory=random.Random)
+
+
+_PoolKey = tuple[str, str, float, str]
+_Finished = tuple[Ticket, StreamResult, float, str]
+
+
+class LoadRuntime:
+    """Everything users of one Locust process share."""
+
+    def __init__(
+        self,
+        environment: Environment,
+        tickets: TicketSource,
+        sink: RecordSink,
+        metrics: LoadMetrics,
+        api_key: str | None,
+    ) -> None:
+        self.environment = environment
+        self.tickets = tickets
+        self.sink = sink
+        self.metrics = metrics
+        self.api_key = api_key
+        self.worker = process_name()
+        self._pools: dict[_PoolKey, tuple[Endpoint, ConnectionPool]] = {}
+        self._finished: deque[_Finished] = deque()
+        self._wake = Event()
+        self._recorder = gevent.spawn(self._record_loop)
+
+    def take(self) -> Ticket | None:
+        """The next ticket for a user (blocks); None when there will be no more."""
+        return self.tickets.take()
+
+    def _pool(self, stage: StageContext) -> tuple[Endpoint, ConnectionPool]:
+        key = (stage.url, stage.path, stage.connect_timeout_s, stage.reuse_connections)
+        found = self._pools.get(key)
+        if found is None:
+            endpoint = Endpoint.from_url(stage.url, stage.path, self.api_key)
+            reuse = stage.reuse_connections if stage.reuse_connections in ("always", "never") else "auto"
+            pool = ConnectionPool(endpoint, stage.connect_timeout_s, reuse)  # type: ignore[arg-type]
+            found = self._pools[key] = (endpoint, pool)
+        return found
+
+    def execute(self, ticket: Ticket, state: UserState) -> None:
+        """Send one ticket when it is due, then queue what happened for the recorder.
+
+        Building the record, writing it and reporting it to Locust and Prometheus happen in one
+        recorder greenlet, off the user's path: the user is back for its next ticket at once,
+        which keeps the delivered concurrency at the asked one when there are hundreds of users.
+        Failed requests are recorded at once instead, so the circuit breaker sees them in time.
+        """
+        stage = ticket.stage
+        endpoint, pool = self._pool(stage)
+        request = endpoint.request_bytes(ticket.body())
+        if ticket.intended_unix_s is not None:
+            delay_s = ticket.intended_unix_s - time.time()
+            intended = time.perf_counter() + delay_s
+            if delay_s > 0:
+                gevent.sleep(delay_s)
+        else:
+            if state.stage_id != stage.stage_id and not ticket.warmup:
+                state.stage_id = stage.stage_id
+                offset_s = state.rng.uniform(0.0, stage.first_round_jitter_s)
+                if offset_s > 0:
+                    gevent.sleep(offset_s)
+            intended = time.perf_counter()
+        called_unix, called = time.time(), time.perf_counter()
+        deadline = gevent.Timeout(stage.request_timeout_s)
+        deadline.start()
+        try:
+            result = stream_request(
+                pool, request, stage.request_timeout_s, socket_deadline=False, classify=False
+            )
+        except gevent.Timeout as fired:
+            if fired is not deadline:
+                raise
+            result = StreamResult(error_class="timeout", error="request deadline passed")
+        except gevent.GreenletExit:
+            try:
+                self.sink.put(aborted_record(ticket, called - intended, self.worker, called_unix))
+            except Exception:  # shutting down: the master may be gone already
+                _log.debug("could not record an aborted request", exc_info=True)
+            raise
+        except Exception as error:  # a bug must cost one record, not the user
+            _log.exception("request failed inside the client")
+            result = StreamResult(error_class="client_error", error=repr(error)[:300])
+        finally:
+            deadline.cancel()
+        if not result.sent_unix_s:
+            result.sent_unix_s, result.sent_perf_s = called_unix, called
+        lag_s = result.sent_perf_s - intended
+        if not result.ok:  # transport failures are recorded at once: the breaker must see them
+            result.end_s = time.perf_counter() - result.sent_perf_s
+            self._record(ticket, result, lag_s, stage.path)
+            return
+        self._finished.append((ticket, result, lag_s, stage.path))
+        self._wake.set()
+
+    def _record_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._finished:
+                # wait until no arrival on any stream waits to be stamped, but not for long:
+                # a saturated loop is never idle, and the stage must still see its records
+                with gevent.Timeout(RECORD_WAIT_MAX_S, False):
+                    gevent.idle()
+                self._record(*self._finished.popleft())
+
+    def _record(self, ticket: Ticket, result: StreamResult, lag_s: float, route: str) -> None:
+        try:
+            classify_stream(result)
+            if not result.ok and result.end_s is None:
+                result.end_s = result.content_times_s[-1] if result.content_times_s else 0.0
+            record = build_record(ticket, result, lag_s, self.worker)
+            self.sink.put(record)
+            if not ticket.warmup:
+                self._report(record, result, route)
+        except Exception:  # one broken record must not stop the recorder
+            _log.exception("could not record a finished request")
+
+    def flush(self) -> None:
+        """Record whatever finished requests are still queued (at exit)."""
+        while self._finished:
+            self._record(*self._finished.popleft())
+
+    def _report(self, record: RequestRecord, result: StreamResult, route: str) -> None:
+        events = self.environment.events
+        elapsed_ms = (result.end_s or 0.0) * 1000.0
+        error = None
+        if not record.ok:
+            error = LoadRequestError(f"{record.error_class}: {record.error}")
+        events.request.fire(  # type: ignore[no-untyped-call]
+            request_type=REQUEST_TYPE,
+            name=route,
+            response_time=elapsed_ms,
+            response_length=result.bytes_received,
+            exception=error,
+            context={"stage_id": record.stage_id},
+        )
+        for row_name, seconds in (("TTFT", record.ttft_s), ("TPOT", record.tpot_s)):
+            if record.ok and seconds is not None:
+                events.request.fire(  # type: ignore[no-untyped-call]
+                    request_type=LLM_TYPE,
+                    name=row_name,
+                    response_time=seconds * 1000.0,
+                    response_length=0,
+                    exception=None,
+                    context={},
+                )
+        self.metrics.observe_request(
+            (record.server, record.quant, record.experiment),
+            "ok" if record.ok else (record.error_class or "client_error"),
+            record.ttft_s if record.ok else None,
+            record.tpot_s,
+            record.e2e_s,
+            record.itl_s or () if record.ok else (),
+            record.lag_s,
+            record.prompt_tokens,
+            record.completion_tokens,
+        )

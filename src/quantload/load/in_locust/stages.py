@@ -1,0 +1,250 @@
+"""The stage controller: runs a plan's stages in order on the local runner or the master.
+
+For each stage: spawn its users, announce it (metrics, workers), run its warm-up requests, write
+`stage_start`, release its measured tickets, wait until every one is recorded (or the circuit
+breaker trips, the stage times out, every worker is gone), write `stage_end` with the client's
+own health. A stage after a failed one is written as aborted without running.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner
+
+from quantload.load.client_health import ClientHealth
+from quantload.load.in_locust.health import HealthMonitor, freeze_heap
+from quantload.load.in_locust.messages import HealthWindow, StageStarted
+from quantload.load.in_locust.sinks import DriverSink
+from quantload.load.metrics import LoadMetrics
+from quantload.load.plan import LoadPlan, StagePlan
+from quantload.load.records import JsonlAppender
+from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
+
+POLL_S = 0.02
+SPAWN_TIMEOUT_S = 60.0
+WORKERS_TIMEOUT_S = 60.0
+OPEN_LOOP_START_DELAY_S = 0.05
+
+_log = logging.getLogger(__name__)
+
+
+class StageController:
+    """Runs a plan's stages in order on the local runner or the master."""
+
+    def __init__(
+        self,
+        environment: Environment,
+        plan: LoadPlan,
+        book: TicketBook[Any],
+        sink: DriverSink,
+        stages: JsonlAppender,
+        metrics: LoadMetrics,
+        expect_workers: int = 0,
+    ) -> None:
+        self.environment = environment
+        self.plan = plan
+        self.book = book
+        self.sink = sink
+        self.stages = stages
+        self.metrics = metrics
+        self.expect_workers = expect_workers
+        self.health = ClientHealth()
+        self.abort_reason: str | None = None
+        self.monitor: HealthMonitor | None = None
+        sink.on_trip = book.cancel_pending
+
+    @property
+    def runner(self) -> Any:
+        return self.environment.runner
+
+    def add_health(self, window: HealthWindow) -> None:
+        """One health window from a process that sends requests (this one or a worker)."""
+        self.health.add(window.process, window.cpu_s, window.wall_s, window.lags_s)
+
+    def add_own_cpu(self, window: HealthWindow) -> None:
+        """One window of the master itself: its CPU counts in the total, its lateness does not."""
+        self.health.add_coordinator(window.process, window.cpu_s, window.wall_s)
+
+    def on_health_message(self, environment: Environment, msg: Any, **_: Any) -> None:
+        self.add_health(HealthWindow.from_data(msg.data))
+
+    def refresh_users_gauge(self) -> None:
+        runner = self.runner
+        if runner is not None:
+            target = self.plan.target
+            self.metrics.set_active_users(target.name, target.quant, int(runner.user_count))
+
+    def run(self) -> None:
+        """Every stage, then stop the runner. Never raises."""
+        try:
+            self._wait_for_workers()
+            for stage in self.plan.stages:
+                if self.abort_reason is not None:
+                    self._write(stage, "stage_end", status="aborted", reason=self.abort_reason)
+                    continue
+                self._run_stage(stage)
+        except Exception as error:  # the load must end with its stage lines
+            _log.exception("stage controller failed")
+            self.abort_reason = f"controller error: {error!r}"
+        finally:
+            self.book.close()
+            self.metrics.set_stage(None)
+            gevent.sleep(0.2)
+            self.runner.quit()
+
+    def _wait_for_workers(self) -> None:
+        if not isinstance(self.runner, MasterRunner):
+            return
+        deadline = time.monotonic() + WORKERS_TIMEOUT_S
+        while self.runner.worker_count < self.expect_workers:
+            if time.monotonic() > deadline:
+                self.abort_reason = (
+                    f"only {self.runner.worker_count} of {self.expect_workers} workers connected"
+                )
+                return
+            gevent.sleep(0.1)
+
+    def _spawn(self, users: int) -> bool:
+        runner = self.runner
+        runner.start(users, spawn_rate=max(float(users), 1.0) * 50.0)
+        deadline = time.monotonic() + SPAWN_TIMEOUT_S
+        while runner.user_count != users:
+            if time.monotonic() > deadline:
+                return False
+            gevent.sleep(POLL_S)
+        self.refresh_users_gauge()
+        return True
+
+    def _announce(self, stage: StagePlan) -> None:
+        target = self.plan.target
+        labels = (
+            target.name,
+            target.quant,
+            stage.experiment,
+            str(stage.users),
+            str(stage.repeat),
+            "" if stage.rate_rps is None else f"{stage.rate_rps:g}",
+        )
+        self.metrics.set_stage(labels)
+        if isinstance(self.runner, MasterRunner):
+            self.runner.send_message(StageStarted.NAME, StageStarted(labels).to_data())
+        freeze_heap(self.monitor)
+
+    def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
+        tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
+        tracker = StageTracker(stage.stage_id, len(tickets), warmup, self.plan.max_consecutive_errors)
+        self.sink.tracker = tracker
+        if not tickets:
+            return tracker
+        handed_before = self.book.handed_out
+        self.book.add(tickets)
+        deadline = time.monotonic() + stage.timeout_s
+        reason = None
+        while not tracker.finished:
+            if tracker.tripped:
+                reason = f"{tracker.consecutive_errors} requests in a row failed (last: {tracker.last_error})"
+                break
+            if time.monotonic() > deadline:
+                reason = (
+                    f"stage timeout after {stage.timeout_s:g} s ({tracker.done} of {tracker.planned} done)"
+                )
+                break
+            if isinstance(self.runner, MasterRunner) and self.runner.worker_count == 0:
+                reason = "every worker is gone"
+                break
+            gevent.sleep(POLL_S)
+        if reason is not None:
+            self.abort_reason = reason
+            self.book.cancel_pending()
+            grace = time.monotonic() + self.plan.abort_grace_s
+            while tracker.done < self.book.handed_out - handed_before and time.monotonic() < grace:
+                gevent.sleep(POLL_S)
+        elif tracker.ok == 0 and tracker.planned > 0:
+            self.abort_reason = f"all {tracker.planned} requests failed (last: {tracker.last_error})"
+        return tracker
+
+    def _run_stage(self, stage: StagePlan) -> None:
+        if not self._spawn(stage.users):
+            self.abort_reason = f"could not start {stage.users} users in {SPAWN_TIMEOUT_S:g} s"
+            self._write(stage, "stage_end", status="failed", reason=self.abort_reason)
+            return
+        self._announce(stage)
+        if stage.warmup:
+            warm = self._run_phase(stage, True, None)
+            if self.abort_reason is not None:
+                self.abort_reason = f"warm-up failed: {self.abort_reason}"
+                self._write(
+                    stage,
+                    "stage_end",
+                    status="failed",
+                    reason=self.abort_reason,
+                    done=0,
+                    ok=0,
+                    warm=warm.done,
+                )
+                self.metrics.set_stage(None)
+                return
+            freeze_heap(self.monitor)
+        start_unix = time.time() + (OPEN_LOOP_START_DELAY_S if stage.rate_rps is not None else 0.0)
+        self._write(stage, "stage_start", unix_s=time.time())
+        self.health = ClientHealth()
+        tracker = self._run_phase(stage, False, start_unix)
+        status = "ok" if self.abort_reason is None else "failed"
+        self._write(
+            stage,
+            "stage_end",
+            status=status,
+            reason=self.abort_reason,
+            done=tracker.done,
+            ok=tracker.ok,
+            warm=len(stage.warmup),
+            health=True,
+        )
+        self.metrics.set_stage(None)
+
+    def _write(
+        self,
+        stage: StagePlan,
+        event: str,
+        status: str = "ok",
+        reason: str | None = None,
+        done: int = 0,
+        ok: int = 0,
+        warm: int = 0,
+        health: bool = False,
+        unix_s: float | None = None,
+    ) -> None:
+        plan = self.plan
+        runner = self.runner
+        workers = int(runner.worker_count) if isinstance(runner, MasterRunner) else 0
+        line = plan.stage_event(
+            stage,
+            event,
+            unix_s if unix_s is not None else time.time(),
+            requests_done=done,
+            requests_ok=ok,
+            warmup_requests=warm,
+            status=status,
+            reason=reason,
+            workers=workers,
+        )
+        if health:
+            line.client_cpu_frac = self.health.cpu_frac()
+            line.client_cpu_total_frac = self.health.cpu_total_frac()
+            line.loop_lag_p99_s = self.health.lag_p99_s()
+            line.loop_lag_max_s = self.health.lag_max_s()
+            line.client_saturated = self.health.saturated(plan.saturation_cpu_frac, plan.saturation_lag_s)
+            if line.client_saturated:
+                _log.warning(
+                    "stage %s: the load generator itself may have been the bottleneck "
+                    "(cpu %.2f of a core, loop lag p99 %.1f ms)",
+                    stage.stage_id,
+                    line.client_cpu_frac or 0.0,
+                    (line.loop_lag_p99_s or 0.0) * 1000,
+                )
+        self.stages.append(line)

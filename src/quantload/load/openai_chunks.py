@@ -1,0 +1,134 @@
+"""What the `data:` payloads of an OpenAI-style chat stream mean: text, the end, usage, errors.
+
+`classify_payload` reads one payload; `classify_stream` turns a stream's stamped payloads into
+content times (TTFT and the inter-token gaps come from them), usage, timings and a verdict.
+JSON whitespace does not matter (payloads are parsed, not scanned), role-only deltas, empty
+strings and chunks without choices never stop the TTFT clock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from quantload.load.stream_result import StreamResult
+
+ChunkKind = Literal["content", "empty", "done", "error", "malformed"]
+TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+
+
+@dataclass
+class ChunkInfo:
+    """What one `data:` payload of an OpenAI-style stream says."""
+
+    kind: ChunkKind
+    text_chars: int = 0
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _parse(payload: bytes) -> Any:
+    """JSON by orjson (7x faster than the stdlib here, and this runs for every chunk); what orjson
+    refuses but JSON readers accept (integers beyond 64 bits, NaN) goes to the stdlib parser."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
+
+
+def _choice_text(choice: Any) -> int:
+    """Characters of generated text in one choice: content, reasoning, tool calls, legacy text."""
+    if type(choice) is not dict:
+        return 0
+    chars = 0
+    delta = choice.get("delta")
+    if type(delta) is dict:
+        for key in TEXT_KEYS:
+            value = delta.get(key)
+            if value and type(value) is str:
+                chars += len(value)
+        calls = delta.get("tool_calls")
+        if calls and type(calls) is list:
+            chars += sum(len(json.dumps(call)) for call in calls)
+    text = choice.get("text")
+    if text and type(text) is str:
+        chars += len(text)
+    return chars
+
+
+def classify_payload(payload: bytes) -> ChunkInfo:
+    """Decide whether a payload carries generated text, ends the stream, or is an error."""
+    stripped = payload.strip()
+    if stripped == b"[DONE]":
+        return ChunkInfo("done")
+    try:
+        obj = _parse(stripped)
+    except ValueError:
+        return ChunkInfo("malformed", error=stripped[:120].decode("utf-8", "replace"))
+    if not isinstance(obj, dict):
+        return ChunkInfo("malformed", error=stripped[:120].decode("utf-8", "replace"))
+    if "error" in obj:
+        error = obj["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        return ChunkInfo("error", error=str(message)[:300])
+    info = ChunkInfo("empty")
+    choices = obj.get("choices")
+    if choices and type(choices) is list:
+        for choice in choices:
+            info.text_chars += _choice_text(choice)
+            if type(choice) is dict and choice.get("finish_reason"):
+                info.finish_reason = str(choice["finish_reason"])
+    usage = obj.get("usage")
+    if usage and type(usage) is dict:
+        info.usage = usage
+    timings = obj.get("timings")
+    if timings and type(timings) is dict:
+        info.timings = timings
+    if info.text_chars > 0:
+        info.kind = "content"
+    return info
+
+
+def classify_stream(result: StreamResult) -> StreamResult:
+    """Turn the stamped events into content times, usage, timings and the final verdict.
+
+    A malformed payload or an `{"error": ...}` event makes the request fail with that class
+    (it outranks the transport's view, e.g. the connection closed right after it); a stream
+    whose message ended without `[DONE]` or a finish_reason is `stream_cut`. Idempotent.
+    """
+    if result.classified:
+        return result
+    result.classified = True
+    payload_error: tuple[str, str] | None = None
+    for stamp, payload in result.events:
+        info = classify_payload(payload)
+        kind = info.kind
+        if kind == "content":
+            result.content_times_s.append(stamp)
+        elif kind == "empty":
+            result.empty_chunks += 1
+        elif kind == "done":
+            result.done_seen = True
+        elif payload_error is None:
+            if kind == "error":
+                payload_error = ("server_error_event", info.error or "error event")
+            else:
+                payload_error = ("malformed_chunk", f"not JSON: {info.error}")
+        if info.finish_reason:
+            result.finish_reason = info.finish_reason
+        if info.usage is not None:
+            result.usage = info.usage
+        if info.timings is not None:
+            result.timings = info.timings
+    result.events = []
+    if payload_error is not None and result.error_class not in ("http_4xx", "http_5xx"):
+        return result.fail(*payload_error)
+    if result.error_class is None and not result.done_seen and result.finish_reason is None:
+        return result.fail("stream_cut", "stream ended without [DONE] or finish_reason")
+    return result

@@ -1,0 +1,257 @@
+"""Run one plan in Locust processes of its own, watch them, and summarize its stages.
+
+`run_plan` writes the plan to `<run_dir>/load-plans/<invocation>.json`, starts the processes of
+its layout (`quantload.load.processes`: one local process, or a master and workers on loopback),
+which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and returns one
+`StageSummary` per stage computed from those records. Locust never runs in the caller's process:
+`import locust` monkey-patches the interpreter.
+
+Robust by construction: the whole invocation is bounded in time, and if the driving process dies
+or overruns, every process is stopped and the plan's unfinished stages are written as aborted.
+Every request has a deadline and every stage a time bound and a circuit breaker (inside the Locust
+process), so a dead target costs at most a few failed requests, never a hang.
+
+Progress: `progress(done, total, note)` with measured requests done out of planned, read twice a
+second from the new lines of records.jsonl and stages.jsonl (parsed, as `RecordOutcome` and
+`StageEvent`).
+
+Grafana: given `observe=` settings with a `grafana_url`, the plan's stages are pushed as
+annotations once they have all ended (quantload.observe.annotations); a Grafana that does not
+answer costs one warning line, never the load.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
+
+from quantload.childproc import die_with_parent
+from quantload.config import LoadSettings, ObserveSettings
+from quantload.errors import QuantloadError
+from quantload.load.plan import API_KEY_ENV, LoadPlan
+from quantload.load.processes import LocustProcesses, ProcessLayout, choose_workers, usable_cores
+from quantload.load.records import (
+    JsonlAppender,
+    RecordOutcome,
+    StageEvent,
+    iter_records,
+    iter_stage_events,
+)
+from quantload.load.summary import StageSummary, summarize_stage
+from quantload.progress import ProgressCallback, no_progress
+from quantload.rundir import LOGS_DIR, RECORDS_JSONL, STAGES_JSONL, write_json_atomic
+
+LOAD_PLANS_DIR = "load-plans"
+POLL_S = 0.5
+STARTUP_ALLOWANCE_S = 120.0
+STOP_GRACE_S = 10.0
+
+
+class LoadError(QuantloadError):
+    """The load generator could not run (not: the target failed requests)."""
+
+
+def default_layout(plan: LoadPlan, settings: LoadSettings) -> LocustProcesses:
+    """The Locust processes `settings` ask for, the worker count chosen for this machine.
+
+    The warning of a count the machine cannot run is the caller's to show (the CLI prints it
+    once per command, before any load starts).
+    """
+    max_users = max((stage.users for stage in plan.stages), default=1)
+    choice = choose_workers(settings.workers, max_users, usable_cores())
+    return LocustProcesses(choice.workers, settings.metrics_host, settings.metrics_port)
+
+
+class NewLines:
+    """The complete lines a growing file gained since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.is_file() else 0
+        self._partial = ""
+
+    def lines(self) -> list[str]:
+        if not self.path.is_file():
+            return []
+        with self.path.open(encoding="utf-8") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+            self.offset = handle.tell()
+        parts = (self._partial + chunk).split("\n")
+        self._partial = parts.pop()
+        return parts
+
+
+_Line = TypeVar("_Line", RecordOutcome, StageEvent)
+
+
+def _parsed(lines: Sequence[str], kind: type[_Line]) -> Iterator[_Line]:
+    for line in lines:
+        if line.strip():
+            try:
+                yield kind.from_json_line(line)
+            except ValueError:  # not one of ours (a line from an older or foreign writer)
+                continue
+
+
+class Progress:
+    """Measured requests done and the running stage of one invocation, from its files' new lines."""
+
+    def __init__(self, plan: LoadPlan, run_dir: Path) -> None:
+        self.plan = plan
+        self.head = f"{plan.invocation}-"
+        self.records = NewLines(run_dir / RECORDS_JSONL)
+        self.stages = NewLines(run_dir / STAGES_JSONL)
+        self.done = 0
+        self.note = "starting"
+
+    def poll(self) -> None:
+        """Read what was appended since the last poll."""
+        for outcome in _parsed(self.records.lines(), RecordOutcome):
+            if not outcome.warmup and (outcome.stage_id or "").startswith(self.head):
+                self.done += 1
+        for event in _parsed(self.stages.lines(), StageEvent):
+            if event.event == "stage_start" and event.stage_id.startswith(self.head):
+                self.note = (
+                    f"{self.plan.target.name} {event.experiment}"
+                    f" stage {event.stage_index + 1}/{len(self.plan.stages)}"
+                )
+
+
+def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_GRACE_S)
+
+
+def _time_bound_s(plan: LoadPlan) -> float:
+    per_stage = sum(2 * stage.timeout_s + plan.abort_grace_s + 60.0 for stage in plan.stages)
+    return STARTUP_ALLOWANCE_S + per_stage
+
+
+def run_plan(
+    plan: LoadPlan,
+    settings: LoadSettings,
+    run_dir: Path,
+    api_key: str | None = None,
+    progress: ProgressCallback = no_progress,
+    *,
+    observe: ObserveSettings | None = None,
+    layout: ProcessLayout | None = None,
+) -> list[StageSummary]:
+    """Run a plan and summarize its stages (see the module docstring).
+
+    `api_key` reaches the Locust processes through their environment only. `layout` replaces
+    the Locust processes `settings` ask for (tests run a stand-in process through it).
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan_path = run_dir / LOAD_PLANS_DIR / f"{plan.invocation}.json"
+    write_json_atomic(plan_path, plan.model_dump(mode="json"))
+    logs = run_dir / LOGS_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    chosen = layout if layout is not None else default_layout(plan, settings)
+    watch = Progress(plan, run_dir)
+    total = plan.total_requests
+    processes: list[subprocess.Popen[bytes]] = []
+    handles: list[IO[bytes]] = []
+    exit_note = ""
+    try:
+        for spec in chosen.processes(plan_path, run_dir, plan.invocation):
+            handle: IO[bytes] = (logs / spec.log_name).open("ab")
+            handles.append(handle)
+            try:
+                processes.append(
+                    subprocess.Popen(
+                        list(spec.argv),
+                        stdout=handle,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        preexec_fn=die_with_parent(),
+                    )
+                )
+            except OSError as error:
+                raise LoadError(f"cannot start the load process: {error}") from None
+        driver = processes[0]
+        progress(0, total, watch.note)
+        deadline = time.monotonic() + _time_bound_s(plan)
+        while driver.poll() is None:
+            if time.monotonic() > deadline:
+                exit_note = "load process overran its time bound and was killed"
+                break
+            watch.poll()
+            progress(watch.done, total, watch.note)
+            time.sleep(POLL_S)
+        else:
+            if driver.returncode != 0:
+                exit_note = f"load process exited with code {driver.returncode}"
+    except KeyboardInterrupt:
+        exit_note = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
+        raise
+    finally:
+        _stop(processes)
+        for handle in handles:
+            handle.close()
+        # every stage of the plan ends with a line, even when the load was interrupted
+        _close_stages(plan, run_dir, exit_note or "load process ended before this stage")
+    summaries = summarize_invocation(plan, run_dir)
+    done = sum(s.requests_done for s in summaries)
+    if observe is not None and observe.grafana_url:
+        progress(done, total, "annotating stages in Grafana")
+        _push_annotations(plan, run_dir, observe)
+    progress(done, total, "done")
+    return summaries
+
+
+def _push_annotations(plan: LoadPlan, run_dir: Path, observe: ObserveSettings) -> int:
+    """This invocation's stages as Grafana annotations; 0 when Grafana is unset or unreachable."""
+    # Imported here: grafana-client costs ~0.4 s at import, which no run without Grafana should pay.
+    from quantload.observe.annotations import push_invocation_annotations
+
+    return push_invocation_annotations(run_dir / STAGES_JSONL, observe, plan.invocation)
+
+
+def _close_stages(plan: LoadPlan, run_dir: Path, reason: str) -> None:
+    """Write an aborted stage_end for every stage of the plan that has none."""
+    ended = {
+        event.stage_id
+        for event in iter_stage_events(run_dir / STAGES_JSONL)
+        if event.event == "stage_end" and event.stage_id.startswith(f"{plan.invocation}-")
+    }
+    missing = [stage for stage in plan.stages if stage.stage_id not in ended]
+    if not missing:
+        return
+    appender = JsonlAppender(run_dir / STAGES_JSONL)
+    try:
+        for stage in missing:
+            appender.append(
+                plan.stage_event(stage, "stage_end", time.time(), status="aborted", reason=reason)
+            )
+    finally:
+        appender.close()
+
+
+def summarize_invocation(plan: LoadPlan, run_dir: Path) -> list[StageSummary]:
+    """One summary per stage of `plan`, from run_dir's records and stage lines."""
+    head = f"{plan.invocation}-"
+    ends: dict[str, StageEvent] = {}
+    for event in iter_stage_events(run_dir / STAGES_JSONL):
+        if event.event == "stage_end" and event.stage_id.startswith(head):
+            ends[event.stage_id] = event
+    records = [r for r in iter_records(run_dir / RECORDS_JSONL) if (r.stage_id or "").startswith(head)]
+    return [summarize_stage(ends[s.stage_id], records) for s in plan.stages if s.stage_id in ends]

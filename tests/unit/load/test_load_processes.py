@@ -1,0 +1,89 @@
+"""Which Locust processes run a plan: the worker count for a machine, and the command lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quantload.config import LoadSettings, load_config
+from quantload.errors import ConfigError
+from quantload.load.processes import (
+    ENTRY_MODULE,
+    STREAMS_PER_PROCESS,
+    LocustProcesses,
+    choose_workers,
+    most_workers,
+    usable_cores,
+)
+
+
+@pytest.mark.parametrize(
+    ("max_users", "cores", "workers"),
+    [
+        (8, 2, 0),  # a few users: one process, whatever the machine
+        (256, 64, 0),  # one process measures 256 streams
+        (257, 2, 0),  # more, but two cores leave no room for a master and two workers
+        (257, 3, 2),  # just room: two workers, a core each, the master on the third
+        (600, 16, 3),  # as many workers as 256-stream shares
+        (5000, 4, 3),  # never more workers than cores minus the master's
+    ],
+)
+def test_auto_picks_one_process_unless_workers_pay_off(max_users: int, cores: int, workers: int) -> None:
+    choice = choose_workers("auto", max_users, cores)
+    assert choice.workers == workers
+    assert choice.warning is None
+    assert choice.reason
+
+
+def test_a_number_is_used_as_asked_with_a_warning_when_the_cores_cannot_run_it() -> None:
+    fits = choose_workers(1, 8, cores=2)
+    assert (fits.workers, fits.warning) == (1, None)
+    crowded = choose_workers(2, 8, cores=2)
+    assert crowded.workers == 2
+    assert crowded.warning is not None and "2 core(s)" in crowded.warning and "auto" in crowded.warning
+    assert choose_workers(0, 1000, cores=1).warning is None
+    with pytest.raises(ValueError, match="0 or more"):
+        choose_workers(-1, 8, cores=2)
+
+
+def test_workers_default_to_auto_and_read_numbers_and_auto_from_every_layer(tmp_path: Path) -> None:
+    assert LoadSettings().workers == "auto"
+    assert load_config(tmp_path, {"QUANTLOAD_LOAD__WORKERS": "3"}).settings.load.workers == 3
+    assert load_config(tmp_path, {"QUANTLOAD_LOAD__WORKERS": "auto"}).settings.load.workers == "auto"
+    assert load_config(tmp_path, {}, {"load.workers": "2"}).settings.load.workers == 2
+    with pytest.raises(ConfigError, match=r"load\.workers"):
+        load_config(tmp_path, {"QUANTLOAD_LOAD__WORKERS": "many"})
+
+
+def test_usable_cores_is_at_least_one() -> None:
+    assert usable_cores() >= 1
+    assert STREAMS_PER_PROCESS == 256
+
+
+def test_one_process_or_a_master_and_workers(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    (local,) = LocustProcesses(0, "127.0.0.1", 9647, python="py").processes(plan, tmp_path, "inv")
+    assert local.role == "local" and local.log_name == "locust-inv-local.log"
+    assert local.argv[:3] == ("py", "-m", ENTRY_MODULE)
+    assert "--plan" in local.argv and str(plan) in local.argv and "9647" in local.argv
+
+    master, *workers = LocustProcesses(2, "127.0.0.1", 9647, python="py").processes(plan, tmp_path, "inv")
+    assert master.role == "master" and [w.role for w in workers] == ["worker", "worker"]
+    assert master.argv[master.argv.index("--expect-workers") + 1] == "2"
+    port = master.argv[master.argv.index("--master-port") + 1]
+    for index, worker in enumerate(workers):
+        assert worker.argv[worker.argv.index("--master-port") + 1] == port
+        assert worker.argv[worker.argv.index("--metrics-port") + 1] == str(9647 + 1 + index)
+        assert worker.log_name == f"locust-inv-worker{index}.log"
+        assert "--plan" not in worker.argv  # tickets carry everything a worker needs
+    unserved = LocustProcesses(1, "127.0.0.1", 0).processes(plan, tmp_path, "inv")
+    assert unserved[1].argv[unserved[1].argv.index("--metrics-port") + 1] == "0"
+
+
+def test_most_workers_covers_every_experiment_of_the_settings() -> None:
+    small = LoadSettings(users=(1, 2, 4, 8))
+    assert most_workers(small, cores=16) == 0
+    crowded = LoadSettings(users=(8,), open_loop_users=600)
+    assert most_workers(crowded, cores=16) == 3  # the open-loop user pool decides
+    assert most_workers(LoadSettings(workers=2), cores=2) == 2  # as asked
