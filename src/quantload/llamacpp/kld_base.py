@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,14 +117,25 @@ def check_free_space(folder: Path, needed_bytes: int, lower_with: str) -> None:
         )
 
 
-# Files of one process: `<key>-<pid>-<hex>.logits` (a base used once) and `.<name>.<pid>.partial`
-# (any base being written). A process killed outright leaves them; its pid says whose they are.
-OWNED_FILE = re.compile(r"^(?:[0-9a-f]+-(?P<pid>\d+)-[0-9a-f]+\.logits|\..+\.(?P<writer>\d+)\.partial)$")
+# Files of one process: `<key>-<pid>@<host>-<hex>.logits` (a base used once) and
+# `.<name>.<pid>@<host>.partial` (any base being written). A process killed outright leaves them;
+# the pid says whose they are, and the host keeps another machine or container that shares the
+# cache (its pids mean nothing here) from having its files taken for orphans.
+OWNED_FILE = re.compile(
+    r"^(?:[0-9a-f]+-(?P<pid>\d+)@(?P<host>[^/@]+)-[0-9a-f]+\.logits"
+    r"|\..+\.(?P<writer>\d+)@(?P<writer_host>[^/@]+)\.partial)$"
+)
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """`<pid>@<host>` of this process (or of `pid` on this host)."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+    return f"{os.getpid() if pid is None else pid}@{host}"
 
 
 def partial_name(name: str, pid: int | None = None) -> str:
     """The name a base file has while this process writes it."""
-    return f".{name}.{os.getpid() if pid is None else pid}.partial"
+    return f".{name}.{owner_tag(pid)}.partial"
 
 
 def _alive(pid: int) -> bool:
@@ -137,16 +149,18 @@ def _alive(pid: int) -> bool:
 
 
 def remove_orphans(folder: Path) -> list[Path]:
-    """Delete base files left by processes that no longer run; return what was deleted."""
+    """Delete base files left by processes of this host that no longer run; return them."""
     removed: list[Path] = []
     if not folder.is_dir():
         return removed
+    here = owner_tag().split("@", 1)[1]
     for path in folder.iterdir():
         match = OWNED_FILE.match(path.name)
         if match is None:
             continue
         pid = int(match.group("pid") or match.group("writer"))
-        if pid != os.getpid() and not _alive(pid):
+        host = match.group("host") or match.group("writer_host")
+        if host == here and pid != os.getpid() and not _alive(pid):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

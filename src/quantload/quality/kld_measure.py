@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from quantload.llamacpp.kld_base import (
     base_file_size_bytes,
     check_base_file,
     check_free_space,
+    owner_tag,
     remove_orphans,
 )
 from quantload.llamacpp.perplexity import tokens_scored_per_chunk
@@ -190,7 +190,7 @@ def prepare_base(
     predicted = base_file_size_bytes(n_vocab, quality.ctx, planned_chunks(quality, dataset_info.size_bytes))
     check_free_space(folder, predicted, LOWER_CHUNKS_WITH)
     # A base used once gets a name of its own, so two measurements at once never share a file.
-    own_name = f"{key}-{os.getpid()}-{secrets.token_hex(4)}.logits"
+    own_name = f"{key}-{owner_tag()}-{secrets.token_hex(4)}.logits"
     path = kept_path if quality.kld_keep_base else folder / own_name
     run, header = run_base(
         toolchain, reference, dataset, path, quality.ctx, quality.kld_chunks, quality.threads,

@@ -88,12 +88,14 @@ def test_files_of_processes_that_died_are_removed_and_others_kept(tmp_path: Path
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)  # fmt: skip
-    dead_pid = int(dead.stdout)
+    dead_tag, own_tag = kld_base.owner_tag(int(dead.stdout)), kld_base.owner_tag()
     names = {
-        f"0123abcd-{dead_pid}-beef.logits": False,  # used once by a process that is gone
-        f".0123abcd.logits.{dead_pid}.partial": False,  # being written by it
-        f"0123abcd-{os.getpid()}-beef.logits": True,  # ours
-        f".0123abcd.logits.{os.getpid()}.partial": True,
+        f"0123abcd-{dead_tag}-beef.logits": False,  # used once by a process that is gone
+        f".0123abcd.logits.{dead_tag}.partial": False,  # being written by it
+        f"0123abcd-{own_tag}-beef.logits": True,  # ours
+        f".0123abcd.logits.{own_tag}.partial": True,
+        f"0123abcd-{dead.stdout.strip()}@another-host.example-beef.logits": True,  # another machine's
+        f".0123abcd.logits.{dead.stdout.strip()}@another-host.example.partial": True,
         "0123abcd.logits": True,  # kept on purpose
         "0123abcd.json": True,
     }
@@ -102,4 +104,5 @@ def test_files_of_processes_that_died_are_removed_and_others_kept(tmp_path: Path
     removed = kld_base.remove_orphans(tmp_path)
     assert sorted(path.name for path in removed) == sorted(name for name, kept in names.items() if not kept)
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(name for name, kept in names.items() if kept)
-    assert kld_base.partial_name("b.logits", 42) == ".b.logits.42.partial"
+    assert kld_base.partial_name("b.logits", 42) == f".b.logits.{kld_base.owner_tag(42)}.partial"
+    assert own_tag == f"{os.getpid()}@{own_tag.split('@')[1]}"
