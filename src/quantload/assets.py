@@ -15,6 +15,7 @@ PACKAGED_DIR = "_assets"
 PACKAGED_FILES = (
     "prometheus/prometheus.yml",
     "prometheus/rules/quantload.rules.yml",
+    "prometheus/rules/quantload.alerts.yml",
     "analysis/report_template.html",
 )
 

@@ -74,13 +74,38 @@ class ServerSettings(_Section):
 
 
 class QualitySettings(_Section):
-    """Perplexity on WikiText-2."""
+    """Perplexity on WikiText-2, and KL divergence from the F16 file (llama-perplexity)."""
 
     dataset: Path | None = None
     ctx: int = Field(default=512, ge=16)
     chunks: int = Field(default=0, ge=0, description="0 = every chunk of the text")
     threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
     timeout_s: float = Field(default=7200.0, gt=0, description="stop llama-perplexity after this")
+    kld: bool = Field(default=True, description="measure each file's KL divergence from the F16")
+    kld_chunks: int = Field(
+        default=40,
+        ge=0,
+        description="chunks of quality.ctx tokens compared; the base logits file holds about"
+        " n_vocab x 2 bytes x ctx/2 per chunk (SmolLM2 25 MB, Qwen2.5 77 MB); 0 = every chunk",
+    )
+    kld_cache_types: tuple[CacheType, ...] = Field(
+        default=("f16", "q8_0"),
+        description="KV cache types (-ctk and -ctv) whose quality cost is measured; f16 first",
+    )
+    kld_keep_base: bool = Field(
+        default=False, description="keep the base logits file in the cache and reuse it next time"
+    )
+
+    @field_validator("kld_cache_types")
+    @classmethod
+    def _cache_types_listed_once_with_f16(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """The base is written with an f16 cache, so f16 must be listed; no type twice."""
+        if "f16" not in value:
+            raise ValueError("must list f16 (the base and the weights' own KLD use it), e.g. ['f16', 'q8_0']")
+        repeated = sorted({kind for kind in value if value.count(kind) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return ("f16", *(kind for kind in value if kind != "f16"))
 
 
 class SpeedSettings(_Section):
@@ -180,6 +205,28 @@ class ReportSettings(_Section):
     client_lag_threshold_s: float = Field(default=0.05, gt=0)
 
 
+class PlanSettings(_Section):
+    """The capacity plan's inputs: the load to serve, the headroom kept, what a server costs and
+    may use. Each is optional; the plan leaves out what an unset input would give."""
+
+    target_rps: float | None = Field(
+        default=None, gt=0, description="requests per second to serve; unset = no server count for a rate"
+    )
+    target_users: int | None = Field(
+        default=None, ge=1, description="concurrent users to serve; unset = no server count for users"
+    )
+    headroom_frac: float = Field(
+        default=0.3, ge=0, lt=1, description="share of each server's measured limit kept free"
+    )
+    price_per_hour: float | None = Field(
+        default=None, gt=0, description="what one server costs per hour; unset = no costs"
+    )
+    currency: str = Field(default="", description="the unit of price_per_hour, e.g. USD")
+    memory_budget_gib: float | None = Field(
+        default=None, gt=0, description="memory one server may use, GiB; unset = no fit check"
+    )
+
+
 MAX_CALIBRATION_STREAMS = 1024
 MAX_CALIBRATION_COUNTS = 8
 
@@ -241,6 +288,7 @@ class Settings(_Section):
     load: LoadSettings = LoadSettings()
     observe: ObserveSettings = ObserveSettings()
     report: ReportSettings = ReportSettings()
+    plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()
     run: RunSettings = RunSettings()
 

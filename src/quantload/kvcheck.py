@@ -10,7 +10,14 @@ from typing import Any
 from quantload.errors import MeasurementError, ServerError
 from quantload.kvcache import KvPrediction
 from quantload.llamacpp.server import LlamaServer, ServerSpec
-from quantload.llamacpp.server_log import KvSizeLine, parse_build, parse_kv_sizes, parse_slot_layout
+from quantload.llamacpp.server_log import (
+    BufferLine,
+    KvSizeLine,
+    parse_buffers,
+    parse_build,
+    parse_kv_sizes,
+    parse_slot_layout,
+)
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.rundir import write_json_atomic
 from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
@@ -25,6 +32,12 @@ class KvCheck:
     n_ctx_slot: int | None
     log_path: Path | None
     server_build: str | None = None  # the llama.cpp build the server's log names
+    buffers: tuple[BufferLine, ...] = ()  # everything the server allocated, as its log says
+
+    def buffer_mib(self, kind: str) -> float | None:
+        """The MiB of one kind of buffer (model, output, KV, compute) over every device."""
+        found = [line.mib for line in self.buffers if line.kind == kind]
+        return round(sum(found), 2) if found else None
 
     @property
     def predicted_mib(self) -> float:
@@ -51,6 +64,7 @@ class KvCheck:
             "diff_pct": self.diff_pct,
             "server_log": str(self.log_path) if self.log_path else None,
             "server_build": self.server_build,
+            "buffers": [line.__dict__ for line in self.buffers],
         }
 
 
@@ -69,8 +83,9 @@ def kv_check_from_log(prediction: KvPrediction, log_text: str, log_path: Path | 
         )
     layout = parse_slot_layout(log_text)
     return KvCheck(
-        prediction, tuple(lines), layout.n_ctx_slot if layout else None, log_path, parse_build(log_text)
-    )
+        prediction, tuple(lines), layout.n_ctx_slot if layout else None, log_path, parse_build(log_text),
+        tuple(parse_buffers(log_text)),
+    )  # fmt: skip
 
 
 def kv_check_with_server(

@@ -13,7 +13,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "full": {},
     # About five minutes on a 2-core laptop with SmolLM2-135M.
     "quick": {
-        "quality": {"chunks": 4},
+        "quality": {"chunks": 4, "kld_chunks": 4},
         "speed": {"prompt_tokens": 128, "gen_tokens": 32, "reps": 2},
         "load": {
             "repeats": 1,
@@ -26,7 +26,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     # The smallest end-to-end run, for tests on the tiny synthetic model.
     "ci": {
-        "quality": {"ctx": 128, "chunks": 2},
+        "quality": {"ctx": 128, "chunks": 2, "kld_chunks": 2},
         "speed": {"prompt_tokens": 32, "gen_tokens": 8, "reps": 1},
         "server": {"slots": 4, "ctx_per_slot": 2048},
         "load": {

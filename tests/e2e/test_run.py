@@ -53,6 +53,22 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
     assert all(result["server_build"] and result["diff_pct"] == 0.0 for result in kv["results"].values())
 
 
+def test_the_run_measures_kld_against_its_f16(ci_run: Path) -> None:
+    run = _json(ci_run / "run.json")
+    kld_steps = [step for step in run["steps"] if step["name"] == "kld"]
+    assert len(kld_steps) == 1 + 3 * 2  # the base, then F16 (floor), Q8_0, Q4_K_M with f16 and q8_0 KV
+    assert all(step["status"] == "ok" for step in kld_steps), kld_steps
+    kld = _json(ci_run / "quality.json")["kld"]
+    assert (kld["base"]["ctx_tokens"], kld["base"]["chunks_scored"]) == (128, 2)  # the ci profile's cap
+    assert kld["base"]["source_note"].startswith("random weights")
+    assert not Path(kld["base"]["file_path"]).exists()  # removed after use
+    assert {quant: sorted(per_type) for quant, per_type in kld["results"].items()} == {
+        quant: ["f16", "q8_0"] for quant in ("F16", "Q8_0", "Q4_K_M")
+    }
+    assert kld["results"]["F16"]["f16"]["is_floor"] is True
+    assert (ci_run / "logs" / "llama-perplexity-kld-base.log").is_file()
+
+
 def test_no_file_the_run_writes_holds_the_api_key(ci_run: Path) -> None:
     key = CI_API_KEY.encode()
     files = [path for path in ci_run.rglob("*") if path.is_file()]

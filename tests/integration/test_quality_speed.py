@@ -36,7 +36,7 @@ def test_quality_command_writes_one_entry_per_quant(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = cli_env / "run" / "quality.json"
-    settings = ["--dataset", str(wikitext_test_raw), "--ctx", "128", "--chunks", "2"]
+    settings = ["--dataset", str(wikitext_test_raw), "--ctx", "128", "--chunks", "2", "--no-kld"]
     assert main(["quality", str(tiny_models["Q8_0"]), *settings, "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["schema"] == QUALITY_SCHEMA and list(printed["results"]) == ["Q8_0"]
@@ -60,7 +60,7 @@ def test_quality_table_is_printed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["quality", str(tiny_models["Q8_0"]), "--dataset", str(wikitext_test_raw)]
-    assert main([*argv, "--ctx", "64", "--chunks", "1"]) == 0
+    assert main([*argv, "--ctx", "64", "--chunks", "1", "--no-kld"]) == 0
     out = capsys.readouterr().out
     assert "Perplexity on WikiText-2 test" in out
     assert "Q8_0" in out
@@ -134,7 +134,13 @@ def test_speed_command_places_each_file_on_the_roofline(
     for quant, entry in saved.results.items():
         assert entry.bench.prefill.n_prompt == 32 and entry.bench.decode.n_gen == 8
         assert len(entry.bench.decode.samples_tokens_per_s) == 2
-        assert entry.roofline.decode.bound == "memory"
+        if saved.machine.taken_when_busy:
+            # other processes shared the cores during the probe: its arithmetic rate reads low (on
+            # this machine 30-80 instead of ~200 GFLOP/s), which can flip a small model's bound;
+            # the CLI must then say the machine was busy
+            assert "other processes used" in printed
+        else:
+            assert entry.roofline.decode.bound == "memory"
         assert entry.roofline.decode.fraction_of_ceiling > 0
         assert entry.roofline.quant == quant
         assert entry.roofline.explanation.startswith(quant)

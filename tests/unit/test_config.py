@@ -106,6 +106,35 @@ def test_cli_config_show_lists_sources(
 
 
 @pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[quality]\nkld_cache_types = ['q8_0']\n", "must list f16"),
+        ("[quality]\nkld_cache_types = ['f16', 'q8_0', 'q8_0']\n", "lists q8_0 more than once"),
+        ("[quality]\nkld_cache_types = ['f16', 'q3_k']\n", "'q3_k'"),
+        ("[quality]\nkld_chunks = -1\n", "'quality.kld_chunks'"),
+    ],
+)
+def test_kld_settings_are_checked_in_one_line(tmp_path: Path, toml: str, needle: str) -> None:
+    (tmp_path / "quantload.toml").write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path, {})
+    line = caught.value.one_line()
+    assert needle in line and "quality." in line and "\n" not in line
+
+
+def test_kld_cache_types_put_f16_first_and_profiles_cap_the_chunks(tmp_path: Path) -> None:
+    env = {"QUANTLOAD_QUALITY__KLD_CACHE_TYPES": "q4_0,f16"}
+    assert load_config(tmp_path, env).settings.quality.kld_cache_types == ("f16", "q4_0")
+    seed = load_config(tmp_path, {}).settings.quality
+    assert (seed.kld, seed.kld_chunks, seed.kld_cache_types, seed.kld_keep_base) == (
+        True, 40, ("f16", "q8_0"), False,
+    )  # fmt: skip
+    quick = load_config(tmp_path, {}, {"run.profile": "quick"}).settings.quality
+    ci = load_config(tmp_path, {}, {"run.profile": "ci"}).settings.quality
+    assert (quick.kld_chunks, ci.kld_chunks, ci.ctx) == (4, 2, 128)
+
+
+@pytest.mark.parametrize(
     ("name", "raw", "dotted", "expected"),
     [
         ("QUANTLOAD_SERVER__API_KEY", "123456", "server.api_key", "123456"),

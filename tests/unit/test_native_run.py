@@ -125,6 +125,10 @@ class FakeSteps(RunSteps):
         self._call(f"quality {quant}")
         return object()
 
+    def kld(self, toolchain: Any, models: Any, quants: Any, text: Path, run_dir: Path, attempt: Any) -> Any:
+        self._call("kld")
+        return None
+
     def probe(self) -> Any:
         self._call("probe")
         return object()
@@ -187,7 +191,7 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
         per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", f"sweep {quant}",
                       f"prefix_cache {quant}", f"stop {quant}"]
     assert steps.calls == [
-        "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "probe",
+        "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "kld", "probe",
         *(f"speed {q}" for q in QUANTS), "exporter", *per_quant, "stop exporter", "report",
     ]
     data = _run_json(run)

@@ -128,3 +128,24 @@ def test_written_config_passes_promtool(tmp_path: Path) -> None:
     assert path == tmp_path / "prometheus" / "prometheus.yml"
     result = _promtool("check", "config", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+ALERTS = prometheus_config_dir() / "rules" / "quantload.alerts.yml"
+ALERTS_TEST = prometheus_config_dir().parent / "prometheus" / "tests" / "quantload.alerts.test.yml"
+
+
+def test_promtool_accepts_the_alert_rules_and_their_unit_tests_pass() -> None:
+    checked = _promtool("check", "rules", str(ALERTS))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 3 rules found" in checked.stdout
+    tested = _promtool("test", "rules", str(ALERTS_TEST))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
+
+
+def test_prometheus_loads_the_alert_rules() -> None:
+    config = yaml.safe_load(PROMETHEUS_YML.read_text())
+    assert "rules/quantload.alerts.yml" in config["rule_files"]
+    alerts = yaml.safe_load(ALERTS.read_text())
+    names = [rule["alert"] for group in alerts["groups"] for rule in group["rules"]]
+    assert names == ["LlamaServerQueueing", "LlamaServerSlotsSaturated", "LlamaServerTTFTOverSLO"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
+from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
 from quantload.analysis.littles_law import littles_law_table, stage_windows
 from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
 from quantload.analysis.prometheus_tables import (
@@ -26,9 +27,10 @@ from quantload.analysis.run_tables import (
     roofline_frame,
     users_levels,
 )
+from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.ttft_tables import CacheComparison, prompt_cache_table, ttft_split_table
-from quantload.config import ReportSettings
+from quantload.config import PlanSettings, ReportSettings
 from quantload.observe.promql import PrometheusQueryError
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON
 
@@ -60,6 +62,8 @@ class Analysis:
     prometheus_origin: str
     gaps: tuple[Gap, ...]
     notes: tuple[str, ...]
+    plan: CapacityPlan
+    scale_out: tuple[SignalVerdict, ...]
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -147,7 +151,11 @@ def _excluded_notes(levels: pd.DataFrame) -> list[str]:
 
 
 def analyze(
-    run: RunData, slo: ReportSettings, prometheus: PromConnection, scrape_interval_s: float
+    run: RunData,
+    slo: ReportSettings,
+    prometheus: PromConnection,
+    scrape_interval_s: float,
+    plan_settings: PlanSettings | None = None,
 ) -> Analysis:
     """Compute every figure; missing inputs become gaps, never errors."""
     quants = tuple(run.quants())
@@ -186,6 +194,11 @@ def analyze(
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, slo.client_lag_threshold_s)
+    verdicts = tuple(capacity(levels, quants, slo))
+    plan_inputs = plan_settings or PlanSettings()
+    plan = plan_from_run(
+        run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s
+    )
     return Analysis(
         run=run,
         slo=slo,
@@ -195,7 +208,7 @@ def analyze(
         levels=levels,
         open_loop=level_table(stages, "open_loop", "rate_rps", quants),
         quant_table=quant_table(run, levels, quants),
-        capacity=tuple(capacity(levels, quants, slo)),
+        capacity=verdicts,
         ttft_split=ttft_split_table(run.records, stages, "sweep", quants),
         prompt_cache=tuple(prompt_cache_table(stages, quants)),
         kv=tuple(kv_rows(run.kv_results, quants)),
@@ -208,6 +221,8 @@ def analyze(
         prometheus_origin=prometheus.origin if client is not None else "",
         gaps=tuple(gaps),
         notes=tuple(notes),
+        plan=plan,
+        scale_out=scale_out_signals(series, stages, verdicts),
     )
 
 
@@ -216,9 +231,10 @@ def analyze_run(
     settings: ReportSettings,
     prometheus_url: str | None = None,
     prometheus_binary: str = "prometheus",
+    plan_settings: PlanSettings | None = None,
 ) -> Analysis:
     """Every figure of one run, reading Prometheus when one with the run's data can be found."""
     scrape_s = run.settings.observe.scrape_interval_s if run.settings is not None else 1.0
     window = load_window(stage_table(run, settings))
     with open_prometheus(run, prometheus_url, window, prometheus_binary) as connection:
-        return analyze(run, settings, connection, scrape_s)
+        return analyze(run, settings, connection, scrape_s, plan_settings)

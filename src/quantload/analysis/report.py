@@ -15,7 +15,7 @@ from quantload.analysis.chapters import build_document, figures
 from quantload.analysis.document import Image, render_html, render_markdown
 from quantload.analysis.run_data import load_run
 from quantload.analysis.summary_json import ReportFiles, summary_file
-from quantload.config import ReportSettings
+from quantload.config import PlanSettings, ReportSettings
 from quantload.errors import QuantloadError
 from quantload.rundir import (
     PLOTS_DIR,
@@ -78,6 +78,7 @@ def build_report(
     settings: ReportSettings | None = None,
     out_dir: Path | None = None,
     prometheus_binary: str = "prometheus",
+    plan: PlanSettings | None = None,
 ) -> ReportPaths:
     """Write the report of `run_dir` (into `out_dir`, default the run directory itself).
 
@@ -87,7 +88,9 @@ def build_report(
     check_run_dir(run_dir)
     out = out_dir or run_dir
     out.mkdir(parents=True, exist_ok=True)
-    analysis = analyze_run(load_run(run_dir), settings or ReportSettings(), prometheus_url, prometheus_binary)
+    analysis = analyze_run(
+        load_run(run_dir), settings or ReportSettings(), prometheus_url, prometheus_binary, plan
+    )
     plots = draw_figures(analysis, out)
     document = build_document(analysis, plots)
     paths = ReportPaths(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -58,6 +59,17 @@ class PrometheusSummary(_SummaryPart):
     series_points: int
 
 
+class PlanSummary(_SummaryPart):
+    """The capacity plan (capacity_plan.CapacityPlan.to_dict) and the scale-out signals
+    (scale_out.SignalVerdict.to_dict), one entry per quantization each."""
+
+    inputs: dict[str, Any]
+    quants: list[Row]
+    missing: list[str]
+    fewest_servers: str | None
+    scale_out: list[Row]
+
+
 class ReportFiles(_SummaryPart):
     """The report's files, relative to its folder."""
 
@@ -77,6 +89,7 @@ class SummaryFile(_SummaryPart):
     percentile_method: PercentileMethod
     quants: list[str]
     capacity: list[CapacityVerdict]
+    plan: PlanSummary
     table: list[Row]  # run_tables.quant_table, as table.csv
     sweep_levels: list[Row]  # stage_tables.level_table of the sweep
     open_loop_levels: list[Row]  # stage_tables.level_table of the open loop
@@ -127,6 +140,10 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "percentile_method": {"numpy_method": PERCENTILE_METHOD, "text": PERCENTILE_METHOD_TEXT},
             "quants": list(analysis.quants),
             "capacity": [verdict.to_dict() for verdict in analysis.capacity],
+            "plan": {
+                **analysis.plan.to_dict(),
+                "scale_out": [verdict.to_dict() for verdict in analysis.scale_out],
+            },
             "table": _rows(analysis.quant_table),
             "sweep_levels": _rows(analysis.levels),
             "open_loop_levels": _rows(analysis.open_loop),
@@ -148,3 +165,8 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
         }
     )
     return SummaryFile.model_validate(data)
+
+
+def load_summary_file(path: Path) -> SummaryFile:
+    """Read a summary.json written by this version; ValueError when it is not one."""
+    return SummaryFile.model_validate(json.loads(path.read_text(encoding="utf-8")))

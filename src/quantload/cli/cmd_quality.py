@@ -1,21 +1,32 @@
-"""`quantload quality`: perplexity of one or more GGUF files on the WikiText-2 test text."""
+"""`quantload quality`: perplexity of GGUF files on WikiText-2, and their KL divergence from F16."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
+from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels, source_notes
+from quantload.llamacpp.kld_base import format_bytes
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
+from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root, check_out_file
+from quantload.progress import ProgressCallback
+from quantload.quality.kld_measure import KldFile, RunAttempt, find_reference, measure_kld_set
+from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldSet
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.steps.quality import measure_file_quality, quality_text
+
+T = TypeVar("T")
 
 
 def quality_table(results: QualityFile) -> Table:
@@ -36,6 +47,77 @@ def quality_table(results: QualityFile) -> Table:
     return table
 
 
+def _plus_minus(value: float, error: float | None, digits: int) -> str:
+    return f"{value:.{digits}f}" + ("" if error is None else f" ± {error:.{digits}f}")
+
+
+def _table(title: str, headers: tuple[str, ...], left: int) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for index, header in enumerate(headers):
+        table.add_column(header, no_wrap=True, justify="left" if index < left else "right")
+    return table
+
+
+def kld_table(kld: KldSet) -> Table:
+    """One row per file, f16 KV cache: mean KLD, its tail, same top token and Δppl (the rest of
+    llama-perplexity's statistics are in quality.json)."""
+    table = _table(
+        "KL divergence from F16 (nats; lower is better)",
+        ("quant", "mean KLD", "p99.9 KLD", "same top %", "Δppl %"),
+        left=1,
+    )
+    for label, result in kld.for_cache_type(FLOOR_CACHE_TYPE).items():
+        table.add_row(
+            label + (" (floor)" if result.is_floor else ""),
+            _plus_minus(result.kld_mean_nats, result.kld_mean_error_nats, 5),
+            f"{result.kld_p99_9_nats:.4f}",
+            f"{result.same_top_p_pct:.2f}",
+            _plus_minus(result.ppl_change_pct, result.ppl_change_error_pct, 2),
+        )
+    return table
+
+
+def kv_table(kld: KldSet) -> Table:
+    """One row per file and KV-cache type: what the cache type adds to the weights' loss."""
+    table = _table(
+        "KL divergence from F16 per KV cache type (-ctk/-ctv)",
+        ("quant", "KV", "mean KLD", "same top %", "Δppl %", "seconds"),
+        left=2,
+    )
+    for label, per_type in kld.results.items():
+        for cache_type, result in per_type.items():
+            table.add_row(
+                label,
+                cache_type,
+                _plus_minus(result.kld_mean_nats, result.kld_mean_error_nats, 5),
+                f"{result.same_top_p_pct:.2f}",
+                _plus_minus(result.ppl_change_pct, result.ppl_change_error_pct, 2),
+                f"{result.wall_time_s:.1f}",
+            )
+    return table
+
+
+def kld_summary_line(kld: KldSet) -> str:
+    """Where the KLDs come from: the reference, its chunks, the base file and its fate."""
+    base = kld.base
+    fate = "reused from the cache" if base.reused else ("kept" if base.kept else "removed after use")
+    return (
+        f"KLD reference: {base.model_path} ({base.chunks_scored} chunks of {base.ctx_tokens} tokens,"
+        f" {base.tokens_scored:,} tokens scored); base logits {format_bytes(base.file_size_bytes)}"
+        f" ({fate}, {base.wall_time_s:.1f} s to write); KLD in nats"
+    )
+
+
+def _with_progress_bar(console: Console) -> RunAttempt:
+    """Each llama-perplexity run of the KLD step under its own progress bar; errors go through."""
+
+    def attempt(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
+        with progress_bar(console, title) as progress:
+            return body(progress)
+
+    return attempt
+
+
 def register(app: typer.Typer) -> None:
     """Add the `quality` command."""
 
@@ -49,12 +131,27 @@ def register(app: typer.Typer) -> None:
         context_tokens: int | None = typer.Option(None, "--ctx", help="Tokens per chunk [512]."),
         chunks: int | None = typer.Option(None, "--chunks", help="Chunks to score [0 = all]."),
         threads: int | None = typer.Option(None, "--threads", help="Threads [0 = default]."),
+        kld: bool | None = typer.Option(
+            None, "--kld/--no-kld", help="KL divergence from the F16 of the set [on]."
+        ),
+        kld_chunks: int | None = typer.Option(
+            None, "--kld-chunks", help="Chunks compared for KLD [40; the base file grows with it]."
+        ),
+        kv_types: str | None = typer.Option(
+            None, "--kv-types", help="KV cache types whose KLD cost is measured [f16,q8_0]."
+        ),
+        keep_kld_base: bool | None = typer.Option(
+            None, "--keep-kld-base/--drop-kld-base", help="Keep the base logits in the cache [drop]."
+        ),
+        kld_base: Path | None = typer.Option(
+            None, "--kld-base", help="The F16 to compare with (default: among MODELs or beside them)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the quality.json object."),
         out: Path | None = typer.Option(
             None, "--out", help="Add the results to this quality.json (created if absent)."
         ),
     ) -> None:
-        """Measure perplexity with llama-perplexity; F16 < Q8_0 < Q4_K_M is the usual order."""
+        """Measure perplexity and KL divergence from F16 with llama-perplexity (F16 < Q8_0 < Q4_K_M)."""
         cli = cli_context(ctx)
         settings = cli.config(
             {
@@ -62,13 +159,19 @@ def register(app: typer.Typer) -> None:
                 "quality.ctx": context_tokens,
                 "quality.chunks": chunks,
                 "quality.threads": threads,
+                "quality.kld": kld,
+                "quality.kld_chunks": kld_chunks,
+                "quality.kld_cache_types": kv_types.split(",") if kv_types else None,
+                "quality.kld_keep_base": keep_kld_base,
             }
         ).settings
         if out is not None and check_out_file(out).exists():
             load_quality_file(out)  # a file that is not a quality.json is refused before measuring
-        for model in models:
+        for model in [*models, *([kld_base] if kld_base else [])]:
             check_is_gguf(model)
-        labels = result_labels(models, [read_gguf(model).file_type for model in models])
+        file_types = [read_gguf(model).file_type for model in models]
+        labels = result_labels(models, file_types)
+        reference = find_reference(models, file_types, kld_base) if settings.quality.kld else None
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         text = quality_text(settings.quality, cache, cli.environ)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
@@ -80,10 +183,34 @@ def register(app: typer.Typer) -> None:
                     toolchain, model, text, settings.quality, label, progress, out
                 )
             results = results.with_result(label, result)
+        if reference is not None:
+            kld_set = measure_kld_set(
+                toolchain,
+                reference,
+                [KldFile(label, model) for model, label in zip(models, labels, strict=True)],
+                text,
+                cache,
+                settings.quality,
+                out,
+                source_note_of(reference),
+                attempt=_with_progress_bar(cli.err_console),
+            )
+            results = results.model_copy(update={"kld": kld_set})
         if as_json:
             typer.echo(json.dumps(results.to_json(), indent=2))
             return
         cli.console.print(quality_table(results))
+        if results.kld is not None:
+            cli.console.print(kld_table(results.kld))
+            if len(settings.quality.kld_cache_types) > 1:
+                cli.console.print(kv_table(results.kld))
+            cli.console.print(kld_summary_line(results.kld), highlight=False)
+        elif settings.quality.kld:
+            cli.console.print(
+                "note: no KL divergence: no F16 among the files or in a manifest beside them"
+                " (pass --kld-base F16.gguf, or --no-kld)",
+                highlight=False,
+            )
         for source_note in source_notes(models):
             cli.console.print(f"note: {source_note}", highlight=False)
         for label, result in results.results.items():

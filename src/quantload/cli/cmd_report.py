@@ -3,13 +3,52 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.table import Table
 
 from quantload.analysis import build_report, compare_runs
+from quantload.analysis.summary_json import SummaryFile, load_summary_file
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
 from quantload.paths import check_out_dir
+
+
+def _money(amount: Any, currency: str) -> str:
+    return "-" if amount is None else f"{amount:.6g} {currency}".strip()
+
+
+def plan_table(summary: SummaryFile) -> Table:
+    """The plan, one row per quantization, as summary.json holds it."""
+    plan = summary.plan
+    currency = str(plan.inputs.get("currency") or "")
+    table = Table(
+        "quant", "users/server", "req/s/server", "servers", "utilisation", "memory/server",
+        "cost/request (plan)", "cost/M output tokens (plan)", title="capacity plan",
+    )  # fmt: skip
+    for row in plan.quants:
+        limit, memory, costs = row["limit"], row.get("memory") or {}, row.get("costs") or {}
+        count = row.get("by_rate") or row.get("by_users") or {}
+        table.add_row(
+            str(row["quant"]),
+            "-" if limit["users"] is None else str(limit["users"]),
+            "-" if limit["rps"] is None else f"{limit['rps']:.3g}",
+            "-" if row.get("servers") is None else str(row["servers"]),
+            "-" if not count else f"{count['utilisation']:.0%}",
+            "-" if not memory else f"{memory['total_bytes'] / 2**20:,.1f} MiB",
+            _money(costs.get("per_request_planned"), currency),
+            _money(costs.get("per_million_output_planned"), currency),
+        )
+    return table
+
+
+def plan_lines(summary: SummaryFile) -> list[str]:
+    """What the plan left out and which quantization needs the fewest servers."""
+    lines = list(summary.plan.missing)
+    if summary.plan.fewest_servers:
+        lines.append(f"fewest servers: {summary.plan.fewest_servers}")
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -32,10 +71,34 @@ def register(app: typer.Typer) -> None:
             "--out",
             help="Folder to write into (default: the run directory; with --compare: ./compare-<A>-vs-<B>).",
         ),
+        plan: bool = typer.Option(False, "--plan", help="Also print the capacity plan here."),
+        target_rps: float | None = typer.Option(None, "--target-rps", help="Plan: requests/s to serve."),
+        target_users: int | None = typer.Option(None, "--target-users", help="Plan: concurrent users."),
+        headroom: float | None = typer.Option(None, "--headroom", help="Plan: limit share kept free [0.3]."),
+        price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="Plan: server price."),
+        currency: str | None = typer.Option(None, "--currency", help="Plan: the price's unit, e.g. USD."),
+        memory_budget_gib: float | None = typer.Option(
+            None, "--memory-budget-gib", help="Plan: memory one server may use, GiB."
+        ),
     ) -> None:
-        """Write report.md, report.html, table.csv, summary.json and plots/ for a run directory."""
+        """Write report.md, report.html, table.csv, summary.json and plots/ for a run directory.
+
+        The report's capacity plan uses the [plan] settings; the --target-*, --headroom, --price-*,
+        --currency and --memory-budget-gib flags set them for this report, on any finished run.
+        """
         cli = cli_context(ctx)
-        settings = cli.config({"report.slo_ttft_p99_s": slo_ttft_p99, "report.slo_tpot_s": slo_tpot}).settings
+        settings = cli.config(
+            {
+                "report.slo_ttft_p99_s": slo_ttft_p99,
+                "report.slo_tpot_s": slo_tpot,
+                "plan.target_rps": target_rps,
+                "plan.target_users": target_users,
+                "plan.headroom_frac": headroom,
+                "plan.price_per_hour": price_per_hour,
+                "plan.currency": currency,
+                "plan.memory_budget_gib": memory_budget_gib,
+            }
+        ).settings
         if out is not None:
             check_out_dir(out)
         if compare is not None:
@@ -48,11 +111,17 @@ def register(app: typer.Typer) -> None:
             return
         if run_dir is None:
             raise ConfigError("no run directory given", "quantload report results/<run-id>")
-        written = build_report(run_dir, prometheus, settings.report, out, settings.observe.prometheus_binary)
+        written = build_report(
+            run_dir, prometheus, settings.report, out, settings.observe.prometheus_binary, settings.plan
+        )
         cli.console.print(
             f"report: {written.html}\n        {written.markdown}", highlight=False, soft_wrap=True
         )
         cli.console.print(f"table:  {written.csv}", highlight=False, soft_wrap=True)
+        if plan:
+            cli.console.print(plan_table(load_summary_file(written.summary)))
+            for line in plan_lines(load_summary_file(written.summary)):
+                cli.console.print(line, highlight=False, soft_wrap=True)
         if written.not_measured:
             cli.console.print(
                 f"{written.not_measured} thing(s) were not measured; the report says which and why",

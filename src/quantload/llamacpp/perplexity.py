@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ PLAN = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+), batch
 TOO_SHORT = re.compile(r"you need at least (\d+) tokens to evaluate perplexity with a context of (\d+)")
 TOKENIZED_TO = re.compile(r"tokenizes to only (\d+) tokens")
 NEGATIVE_VARIANCE = "Unexpected negative standard deviation"
+CANNOT_WRITE_LOGITS = re.compile(r"failed to open (.+) for writing")
 # The running values are printed with 4 decimals; allow for that when checking the final estimate.
 ROUNDING_TOLERANCE = 1e-3
 
@@ -152,6 +153,12 @@ def diagnose_failure(run: ToolRun, model_path: Path, dataset_path: Path) -> None
             f"{dataset_path} tokenizes to {have}; a context of {ctx} needs at least {needed}",
             "use a longer text (WikiText-2 test) or a smaller --ctx",
         )
+    cannot_write = CANNOT_WRITE_LOGITS.search(run.stderr)
+    if cannot_write is not None:
+        raise MeasurementError(
+            f"llama-perplexity cannot write the logits file {cannot_write.group(1)}",
+            "check that its folder exists and is writable (toolchain.cache_dir)",
+        )
     raise_for_load_failure_or_exit(run, "llama-perplexity", model_path)
 
 
@@ -162,6 +169,7 @@ def perplexity_command(
     ctx_tokens: int,
     chunks: int,
     threads: int = 0,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The llama-perplexity command line; `chunks` 0 means every chunk, `threads` 0 its default.
 
@@ -178,7 +186,7 @@ def perplexity_command(
     ]  # fmt: skip
     if threads > 0:
         command += ["-t", str(threads)]
-    return command
+    return command + list(extra_args)
 
 
 class _ChunkProgress:
@@ -213,6 +221,7 @@ class PerplexityRun:
     output: PerplexityOutput
     command: tuple[str, ...]
     wall_time_s: float
+    other_cpu_frac: float | None = None  # other processes' share of all CPUs during the run
 
 
 def run_perplexity(
@@ -226,13 +235,16 @@ def run_perplexity(
     timeout_s: float | None = None,
     runner: Callable[..., ToolRun] = run_tool,
     log_path: Path | None = None,
+    extra_args: Sequence[str] = (),
 ) -> PerplexityRun:
     """Run llama-perplexity to completion; raise MeasurementError or ModelError otherwise.
 
-    With `log_path`, everything the tool prints is appended there as it comes.
+    With `log_path`, everything the tool prints is appended there as it comes; `extra_args` go
+    at the end of the command line (e.g. `--kl-divergence-base FILE`).
     """
     command = perplexity_command(
-        toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads
+        toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads,
+        extra_args,
     )
     with logged_output(log_path, command, _ChunkProgress(progress)) as on_output:
         run = runner(command, on_output=on_output, timeout_s=timeout_s)
@@ -243,4 +255,9 @@ def run_perplexity(
             f"llama-perplexity used a context of {output.ctx_tokens}, not {ctx_tokens} as asked",
             "report this as a quantload bug",
         )
-    return PerplexityRun(output=output, command=run.command, wall_time_s=run.wall_time_s)
+    return PerplexityRun(
+        output=output,
+        command=run.command,
+        wall_time_s=run.wall_time_s,
+        other_cpu_frac=run.other_cpu_frac,
+    )

@@ -11,6 +11,7 @@ _KV_SIZE = re.compile(
 )
 _BUILD = re.compile(r"\bbuild:? (\d+ \([^)]*\)(?: with [^\n]*)?)")
 _SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
+_BUFFER = re.compile(r"(\w+):\s+(\S+?)\s+(model|output|KV|compute) buffer size =\s*([\d.]+) MiB")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,20 @@ class SlotLayout:
     n_slots: int
     n_ctx_slot: int
     kv_unified: bool
+
+
+@dataclass(frozen=True)
+class BufferLine:
+    """One `<device> <kind> buffer size = N MiB` line: what the server allocated, by kind."""
+
+    device: str  # CPU, CPU_Mapped, CUDA0, ...
+    kind: str  # model, output, KV, compute
+    mib: float
+
+
+def parse_buffers(log_text: str) -> list[BufferLine]:
+    """Every buffer the server's log reports (weights, output, KV cache, compute graph)."""
+    return [BufferLine(m[2], m[3], float(m[4])) for m in _BUFFER.finditer(log_text)]
 
 
 def parse_kv_sizes(log_text: str) -> list[KvSizeLine]:

@@ -1,13 +1,14 @@
-"""`quality.json`: the perplexity of every model file of a run, one object per file.
+"""`quality.json`: the perplexity of every model file of a run, and its KL divergence from F16.
 
-Schema `quantload.quality/1`::
+Schema `quantload.quality/2` (a `quantload.quality/1` file, which has no `kld`, still reads)::
 
     {
-      "schema": "quantload.quality/1",
+      "schema": "quantload.quality/2",
       "results": {                       # one entry per quantization, keyed by its name
         "F16":  QualityResult,           # e.g. "F16", "Q8_0", "Q4_K_M" (the GGUF file type)
         "Q8_0": QualityResult
-      }
+      },
+      "kld": KldSet or null              # see quantload.quality.kld_results
     }
 
 QualityResult (every field always present):
@@ -24,6 +25,7 @@ QualityResult (every field always present):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -31,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quantload.errors import ConfigError
 from quantload.quality.dataset import DatasetInfo
+from quantload.quality.kld_results import KldBase, KldResult, KldSet
 from quantload.rundir import read_json, write_json_atomic
 
-QUALITY_SCHEMA: Final = "quantload.quality/1"
+QUALITY_SCHEMA: Final = "quantload.quality/2"
 
 
 class QualityResult(BaseModel):
@@ -63,16 +66,33 @@ class QualityResult(BaseModel):
 
 
 class QualityFile(BaseModel):
-    """The whole `quality.json`: results keyed by quantization name."""
+    """The whole `quality.json`: perplexity keyed by quantization name, and the KLD set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    schema_id: Literal["quantload.quality/1"] = Field(default=QUALITY_SCHEMA, alias="schema")
+    schema_id: Literal["quantload.quality/1", "quantload.quality/2"] = Field(
+        default=QUALITY_SCHEMA, alias="schema"
+    )
     results: dict[str, QualityResult] = Field(default_factory=dict)
+    kld: KldSet | None = None
 
     def with_result(self, label: str, result: QualityResult) -> QualityFile:
         """A copy with `result` stored (or replaced) under `label`."""
-        return self.model_copy(update={"results": {**self.results, label: result}})
+        return self.model_copy(
+            update={"results": {**self.results, label: result}, "schema_id": QUALITY_SCHEMA}
+        )
+
+    def with_kld_base(self, base: KldBase) -> QualityFile:
+        """A copy whose KLD set rests on `base`: kept if it is the same base, else started anew."""
+        kld = self.kld if self.kld is not None and self.kld.same_base(base) else None
+        kld = KldSet(base=base, results=kld.results if kld else {})
+        return self.model_copy(update={"kld": kld, "schema_id": QUALITY_SCHEMA})
+
+    def with_kld_result(self, label: str, cache_type: str, result: KldResult) -> QualityFile:
+        """A copy with one KLD result added to the current set (which must exist)."""
+        if self.kld is None:
+            raise ValueError("no KLD base recorded yet: store the base first")
+        return self.model_copy(update={"kld": self.kld.with_result(label, cache_type, result)})
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object as written to disk."""
@@ -85,14 +105,28 @@ def load_quality_file(path: Path) -> QualityFile:
         return QualityFile.model_validate(read_json(path))
     except (ValueError, ValidationError) as error:
         raise ConfigError(
-            f"{path} is not a {QUALITY_SCHEMA} file ({str(error).splitlines()[0]})",
+            f"{path} is not a quantload.quality file ({str(error).splitlines()[0]})",
             "choose another output file, or delete this one",
         ) from None
 
 
 def save_quality_result(path: Path, label: str, result: QualityResult) -> QualityFile:
     """Add `result` under `label` to the file at `path` (created if absent), atomically."""
+    return _update(path, lambda current: current.with_result(label, result))
+
+
+def _update(path: Path, change: Callable[[QualityFile], QualityFile]) -> QualityFile:
     current = load_quality_file(path) if path.exists() else QualityFile()
-    updated = current.with_result(label, result)
+    updated = change(current)
     write_json_atomic(path, updated.to_json())
     return updated
+
+
+def save_kld_base(path: Path, base: KldBase) -> QualityFile:
+    """Record the KLD base in the file at `path` (results of another base are dropped)."""
+    return _update(path, lambda current: current.with_kld_base(base))
+
+
+def save_kld_result(path: Path, label: str, cache_type: str, result: KldResult) -> QualityFile:
+    """Add one KLD result to the file at `path`, whose base is already recorded."""
+    return _update(path, lambda current: current.with_kld_result(label, cache_type, result))

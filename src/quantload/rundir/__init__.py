@@ -5,7 +5,7 @@ each file is read and written through:
   config.json          resolved configuration (secrets masked) and its sources (rundir.config_file)
   run.json             run state: steps, servers, Prometheus (rundir.run_file)
   manifest.json        prepared model files (quantload.models.manifest)
-  quality.json         perplexity per file (quantload.quality.results)
+  quality.json         perplexity per file, KL divergence from F16 (quantload.quality.results)
   speed.json           llama-bench and roofline per file (quantload.roofline.speed_file)
   kv.json              KV cache predicted vs reported per file (rundir.kv_file)
   records.jsonl        one line per request (quantload.load.records), appended as they finish

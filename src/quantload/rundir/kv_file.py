@@ -38,6 +38,14 @@ class KvReportedLine(_KvPart):
     v_mib: float
 
 
+class KvBuffer(_KvPart):
+    """One `<device> <kind> buffer size = N MiB` line: model, output, KV or compute."""
+
+    device: str
+    kind: str
+    mib: float
+
+
 class KvResult(_KvPart):
     """One quantization's check; fields are in the order they are written, all absent for an error."""
 
@@ -67,6 +75,9 @@ class KvResult(_KvPart):
     diff_pct: float | None = None
     server_log: str | None = None
     server_build: str | None = None
+    buffers: list[KvBuffer] | None = Field(
+        default=None, description="every buffer the server allocated (weights, output, KV, compute)"
+    )
     error: str | None = Field(default=None, description="why this quantization was not checked")
 
 

@@ -245,6 +245,14 @@ class NativeRun:
                 self.steps.quality, toolchain, models.path(quant), quant, text, self.run_dir
             )
             self._attempt("quality", quant, f"perplexity {quant}", measure, measuring)
+        if not self.settings.quality.kld:
+            return
+
+        def attempt(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
+            result = self._attempt("kld", label, title, body, measuring)  # one step per run
+            return None if isinstance(result, Failed) else result
+
+        self.steps.kld(toolchain, models, quants, text, self.run_dir, attempt)
 
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         limits = self._attempt(

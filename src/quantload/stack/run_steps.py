@@ -21,6 +21,8 @@ from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
+from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
+from quantload.quality.kld_results import KldSet
 from quantload.quality.results import QualityResult
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
@@ -64,6 +66,15 @@ class RunSteps:
         return measure_file_quality(
             toolchain, model, text, self.settings.quality, quant, progress, run_dir / QUALITY_JSON,
             run_dir / LOGS_DIR / f"llama-perplexity-{quant}.log",
+        )  # fmt: skip
+
+    def kld(
+        self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str], text: Path,
+        run_dir: Path, attempt: RunAttempt,
+    ) -> KldSet | None:  # fmt: skip
+        return measure_manifest_kld(
+            toolchain, models.manifest, quants, text, self.cache, self.settings.quality,
+            run_dir / QUALITY_JSON, attempt, run_dir / LOGS_DIR,
         )  # fmt: skip
 
     def probe(self) -> MachineLimits:

@@ -17,5 +17,6 @@ def write_report(
     the run's saved Prometheus data when it can.
     """
     return build_report(
-        run_dir, prometheus_url, settings.report, out_dir, settings.observe.prometheus_binary
-    )
+        run_dir, prometheus_url, settings.report, out_dir, settings.observe.prometheus_binary,
+        plan=settings.plan,
+    )  # fmt: skip
