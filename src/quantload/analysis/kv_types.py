@@ -84,9 +84,9 @@ def _checked(run: RunData, quant: str, cache_type: str, own: bool) -> KvResult |
     return run.kv.cache_types.get(quant, {}).get(cache_type) if run.kv is not None else None
 
 
-def cache_types_of(run: RunData, stages: pd.DataFrame) -> list[str]:
-    """Configured cache types first (quality.kld_cache_types), then any measured ones."""
-    found: list[str] = list(run.settings.quality.kld_cache_types) if run.settings is not None else []
+def measured_cache_types(run: RunData, stages: pd.DataFrame) -> list[str]:
+    """The cache types anything was measured with: a KLD, a kv_types server's check or stage."""
+    found: list[str] = []
     if run.quality is not None and run.quality.kld is not None:
         found += [t for per in run.quality.kld.results.values() for t in per]
     if run.kv is not None:
@@ -94,6 +94,16 @@ def cache_types_of(run: RunData, stages: pd.DataFrame) -> list[str]:
     if not stages.empty and "kv_cache_type" in stages:
         found += [str(t) for t in stages[stages["experiment"] == EXPERIMENT]["kv_cache_type"].dropna()]
     return list(dict.fromkeys(found))
+
+
+def cache_types_of(run: RunData, stages: pd.DataFrame) -> list[str]:
+    """f16 (the base of every comparison), the configured ones (quality.kld_cache_types), then any
+    other measured ones."""
+    found: list[str] = list(run.settings.quality.kld_cache_types) if run.settings is not None else []
+    every = list(dict.fromkeys([*found, *measured_cache_types(run, stages)]))
+    if BASE_CACHE_TYPE not in every:
+        return every
+    return [BASE_CACHE_TYPE, *(t for t in every if t != BASE_CACHE_TYPE)]
 
 
 def _stage(stages: pd.DataFrame, quant: str, cache_type: str) -> dict[str, Any]:
@@ -122,12 +132,13 @@ def _relative(value: float | None, base: float | None) -> float | None:
 
 
 def kv_type_table(run: RunData, stages: pd.DataFrame, quants: Sequence[str]) -> pd.DataFrame:
-    """One row per (quantization, cache type) with anything measured (see the module docstring)."""
+    """One row per (quantization, cache type) with anything known (see the module docstring);
+    empty unless something was measured with at least two cache types."""
     kld = run.quality.kld if run.quality is not None else None
     rows: list[dict[str, Any]] = []
-    types = cache_types_of(run, stages)
-    if len(types) < 2 and not (not stages.empty and (stages["experiment"] == EXPERIMENT).any()):
+    if len(measured_cache_types(run, stages)) < 2:  # nothing to trade off
         return pd.DataFrame(columns=list(KV_TYPE_COLUMNS))
+    types = cache_types_of(run, stages)
     for quant in quants:
         shape = _shape_entry(run, quant)
         losses = kld.results.get(quant, {}) if kld is not None else {}
