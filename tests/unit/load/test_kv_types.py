@@ -4,6 +4,7 @@ KV-cache type, one type whose server cannot be had), with real Locust processes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from quantload.config import KvTypeSettings, LoadSettings, load_config
 from quantload.errors import ConfigError, ServerError
+from quantload.llamacpp.server import ServerSpec
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.kv_types import kv_type_plan, run_kv_types, short_prompts
 from quantload.load.prompts import Prompt, load_builtin
@@ -18,6 +20,7 @@ from quantload.load.records import iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError
 from quantload.served import ServedTarget
 from quantload.steps.load import check_experiments, planned_experiments, run_experiment
+from quantload.steps.serve import cache_type_spec
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 
@@ -108,3 +111,15 @@ def test_no_requests_means_no_stage(tmp_path: Path) -> None:
     assert run_kv_types(FakeCacheTypes(), ("f16", "q8_0"), load_settings(), KvTypeSettings(requests=0),
                         tmp_path, "run") == [] == prompts  # fmt: skip
     assert not (tmp_path / "stages.jsonl").exists()
+
+
+def test_a_cache_type_server_is_the_same_spec_with_its_types_and_flash_attention_where_needed() -> None:
+    spec = ServerSpec(model_path=Path("m.gguf"), alias="m-Q8_0", port=8080, api_key="k", extra_args=("-t", "2"))
+    q8 = cache_type_spec(spec, "q8_0")
+    assert (q8.cache_type_k, q8.cache_type_v, q8.port, q8.api_key) == ("q8_0", "q8_0", 0, "k")
+    assert q8.extra_args == ("-t", "2", "-fa", "on")  # llama.cpp refuses a quantized V cache without it
+    command = q8.command(Path("llama-server"), 1)
+    assert command[command.index("-ctk") + 1] == command[command.index("-ctv") + 1] == "q8_0"
+    assert cache_type_spec(spec, "f16").extra_args == ("-t", "2")  # auto, as the f16 KLD runs
+    chosen = dataclasses.replace(spec, extra_args=("-fa", "off"))
+    assert cache_type_spec(chosen, "q4_0").extra_args == ("-fa", "off")  # the user's own choice stays
