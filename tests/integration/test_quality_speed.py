@@ -134,7 +134,13 @@ def test_speed_command_places_each_file_on_the_roofline(
     for quant, entry in saved.results.items():
         assert entry.bench.prefill.n_prompt == 32 and entry.bench.decode.n_gen == 8
         assert len(entry.bench.decode.samples_tokens_per_s) == 2
-        assert entry.roofline.decode.bound == "memory"
+        if saved.machine.taken_when_busy:
+            # other processes shared the cores during the probe: its arithmetic rate reads low (on
+            # this machine 30-80 instead of ~200 GFLOP/s), which can flip a small model's bound;
+            # the CLI must then say the machine was busy
+            assert "other processes used" in printed
+        else:
+            assert entry.roofline.decode.bound == "memory"
         assert entry.roofline.decode.fraction_of_ceiling > 0
         assert entry.roofline.quant == quant
         assert entry.roofline.explanation.startswith(quant)
