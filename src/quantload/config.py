@@ -173,6 +173,22 @@ class LoadSettings(_Section):
     saturation_lag_s: float = Field(default=0.05, gt=0)
 
 
+class KvTypeSettings(_Section):
+    """The KV-cache type trade-off (the kv_types experiment): per quantization, after its other
+    experiments, a llama-server for each cache type of quality.kld_cache_types (the quantization's
+    own server for the type it serves) and one closed-loop stage of decode-heavy requests on each:
+    short prompts, max_tokens with ignore_eos, cache_prompt off."""
+
+    users: int = Field(default=8, ge=1, description="concurrent users of each cache type's stage")
+    requests: int = Field(
+        default=16, ge=0, description="measured requests per cache type; 0 = no kv_types experiment"
+    )
+    max_tokens: int = Field(default=128, ge=2, description="tokens generated per request (ignore_eos)")
+    prompt_max_tokens: int = Field(
+        default=32, ge=1, description="only prompts of at most this many tokens (load.prompts' set)"
+    )
+
+
 class ObserveSettings(_Section):
     """Exporter, Prometheus and Grafana."""
 
@@ -203,6 +219,14 @@ class ReportSettings(_Section):
     slo_ttft_p99_s: float = Field(default=1.0, gt=0)
     slo_tpot_s: float = Field(default=0.1, gt=0)
     client_lag_threshold_s: float = Field(default=0.05, gt=0)
+    max_kld_mean_nats: float = Field(
+        default=0.05,
+        ge=0,
+        description="the quality loss the verdict accepts: mean KL divergence from the F16 file"
+        " (nats, quality.kld). 0.05 admits the 4-bit K-quants of an 8B model (llama.cpp's own"
+        " table for LLaMA 3 8B: Q4_K_M 0.031, Q4_K_S 0.043) and rules out legacy 4-bit (Q4_0 0.072)"
+        " and everything at 3 bits or fewer",
+    )
 
 
 class PlanSettings(_Section):
@@ -287,6 +311,7 @@ class Settings(_Section):
     speed: SpeedSettings = SpeedSettings()
     load: LoadSettings = LoadSettings()
     observe: ObserveSettings = ObserveSettings()
+    kv_types: KvTypeSettings = KvTypeSettings()
     report: ReportSettings = ReportSettings()
     plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()

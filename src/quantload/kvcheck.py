@@ -15,6 +15,7 @@ from quantload.llamacpp.server_log import (
     KvSizeLine,
     parse_buffers,
     parse_build,
+    parse_flash_attention,
     parse_kv_sizes,
     parse_slot_layout,
 )
@@ -33,6 +34,7 @@ class KvCheck:
     log_path: Path | None
     server_build: str | None = None  # the llama.cpp build the server's log names
     buffers: tuple[BufferLine, ...] = ()  # everything the server allocated, as its log says
+    flash_attn: str | None = None  # "enabled" or "disabled", as the server log says
 
     def buffer_mib(self, kind: str) -> float | None:
         """The MiB of one kind of buffer (model, output, KV, compute) over every device."""
@@ -64,6 +66,7 @@ class KvCheck:
             "diff_pct": self.diff_pct,
             "server_log": str(self.log_path) if self.log_path else None,
             "server_build": self.server_build,
+            "flash_attn": self.flash_attn,
             "buffers": [line.__dict__ for line in self.buffers],
         }
 
@@ -84,7 +87,7 @@ def kv_check_from_log(prediction: KvPrediction, log_text: str, log_path: Path | 
     layout = parse_slot_layout(log_text)
     return KvCheck(
         prediction, tuple(lines), layout.n_ctx_slot if layout else None, log_path, parse_build(log_text),
-        tuple(parse_buffers(log_text)),
+        tuple(parse_buffers(log_text)), parse_flash_attention(log_text),
     )  # fmt: skip
 
 
@@ -137,5 +140,21 @@ def merge_kv_file(
         except ValueError:
             current = KvFile()
     record = dict(llama_cpp) if llama_cpp is not None else current.llama_cpp
-    merged = KvFile(llama_cpp=record, results={**current.results, label: _result(check)})
+    merged = current.model_copy(
+        update={"llama_cpp": record, "results": {**current.results, label: _result(check)}}
+    )
+    write_json_atomic(path, merged.to_json())
+
+
+def merge_kv_cache_type(path: Path, label: str, cache_type: str, check: KvCheck | str) -> None:
+    """Add (or replace) the check of `label`'s server with `cache_type` K and V caches (the
+    kv_types experiment) under `cache_types` of a kv.json, which keeps everything else."""
+    current = KvFile()
+    if path.is_file():
+        try:
+            current = load_kv_file(path)
+        except ValueError:
+            current = KvFile()
+    per_type = {**current.cache_types.get(label, {}), cache_type: _result(check)}
+    merged = current.model_copy(update={"cache_types": {**current.cache_types, label: per_type}})
     write_json_atomic(path, merged.to_json())

@@ -23,6 +23,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "warmup_requests": 1,
             "prefix_requests": 4,
         },
+        "kv_types": {"max_tokens": 64},
     },
     # The smallest end-to-end run, for tests on the tiny synthetic model.
     "ci": {
@@ -39,6 +40,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "prefix_tokens": 300,
             "prefix_requests": 3,
         },
+        "kv_types": {"users": 4, "requests": 8, "max_tokens": 16},
     },
 }
 

@@ -19,6 +19,7 @@ from quantload.llamacpp.toolchain import Toolchain
 from support import CI_API_KEY, GRAFANA_ANNOTATIONS_JSON, clean_env, run_quantload
 
 pytestmark = pytest.mark.integration
+QUANTS = ("F16", "Q8_0", "Q4_K_M")
 
 
 def _json(path: Path) -> Any:
@@ -34,7 +35,7 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
     assert run["status"] == "finished"
     steps = {(s["name"], s["quant"]): s for s in run["steps"]}
     for quant in ("F16", "Q8_0", "Q4_K_M"):
-        for name in ("quality", "speed", "serve", "kv", "load", "prefix_cache"):
+        for name in ("quality", "speed", "serve", "kv", "load", "prefix_cache", "kv_types"):
             assert steps[(name, quant)]["status"] == "ok", steps[(name, quant)]
     assert steps[("report", None)]["status"] == "ok"
     assert run["prometheus"]["available"] is True
@@ -51,6 +52,11 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
     kv = _json(ci_run / "kv.json")
     assert kv["llama_cpp"]["binary_version"].startswith("version")
     assert all(result["server_build"] and result["diff_pct"] == 0.0 for result in kv["results"].values())
+    # the kv_types experiment's q8_0 servers, each checked (the f16 one is the quantization's own)
+    assert {quant: sorted(per) for quant, per in kv["cache_types"].items()} == {q: ["q8_0"] for q in QUANTS}
+    for quant, per in kv["cache_types"].items():
+        assert per["q8_0"]["diff_pct"] == 0.0 and per["q8_0"]["flash_attn"] == "enabled", quant
+        assert {"llama-server-" + quant + "-kv-q8_0.log"} <= logs
 
 
 def test_the_run_measures_kld_against_its_f16(ci_run: Path) -> None:
@@ -87,7 +93,7 @@ def test_the_run_annotates_every_load_stage_in_grafana(ci_run: Path) -> None:
     for body in pushed:
         assert body["tags"][:2] == ["quantload", "stage"] and body["timeEnd"] > body["time"]
     assert {body["tags"][2] for body in pushed} == {"F16", "Q8_0", "Q4_K_M"}
-    assert {body["tags"][3] for body in pushed} == {"sweep", "prefix_cache"}
+    assert {body["tags"][3] for body in pushed} == {"sweep", "prefix_cache", "kv_types"}
 
 
 def test_every_report_section_has_numbers(ci_run: Path) -> None:
@@ -96,7 +102,8 @@ def test_every_report_section_has_numbers(ci_run: Path) -> None:
     assert summary["quants"] == ["F16", "Q8_0", "Q4_K_M"]
     for row in summary["table"]:
         for key in ("file_size_bytes", "perplexity", "perplexity_error", "prefill_tok_s", "decode_tok_s",
-                    "ttft_p50_s_at_1_users", "ttft_p99_s_at_2_users", "output_tok_s_at_2_users"):
+                    "ttft_p50_s_at_1_users", "ttft_p99_s_at_2_users", "output_tok_s_at_2_users",
+                    "kld_mean_nats", "kld_mean_error_nats", "same_top_p_pct"):
             assert _number(row[key]), (row["quant"], key, row[key])
     assert {(level["quant"], level["users"]) for level in summary["sweep_levels"]} == {
         (q, u) for q in ("F16", "Q8_0", "Q4_K_M") for u in (1, 2)
@@ -107,6 +114,23 @@ def test_every_report_section_has_numbers(ci_run: Path) -> None:
         assert _number(entry["off"]["ttft_p50_s"]) and _number(entry["on"]["ttft_p50_s"])
         assert entry["on"]["cache_n_mean"] > entry["off"]["cache_n_mean"] == 0
     assert all(entry["diff_pct"] == 0.0 for entry in summary["kv"])
+    loss = summary["quality_loss"]
+    assert len(loss["sentences"]) == 3 and "random weights" in loss["reference"]  # the floor, Q8_0, Q4_K_M
+    assert loss["sentences"][1].startswith("Q8_0: mean KLD ") and "Q4_K_M" in loss["sentences"][1]
+    assert summary["quality_verdict"]["sentence"] and summary["quality_verdict"]["max_kld_mean_nats"] == 0.05
+    assert summary["quality_verdict"]["within_limit"] or summary["quality_verdict"]["over_limit"]
+    trade = {(row["quant"], row["cache_type"]): row for row in summary["kv_cache_types"]}
+    assert set(trade) == {(q, t) for q in QUANTS for t in ("f16", "q8_0")}
+    for key, row in trade.items():
+        for column in ("kv_predicted_mib", "kv_reported_mib", "output_tok_s", "tpot_p50_s", "kld_mean_nats"):
+            assert _number(row[column]), (key, column, row[column])
+        assert row["kv_reported_mib"] == pytest.approx(row["kv_predicted_mib"], abs=0.005)
+        assert row["users"] == 4 and row["status"] == "ok"
+        assert row["own_server"] == (key[1] == "f16")
+    markdown = (ci_run / "report.md").read_text()
+    for title in ("## Quality loss against F16 (KL divergence)", "## KV-cache type trade-off"):
+        assert title in markdown
+    assert summary["quality_verdict"]["sentence"] in markdown
     assert all(_number(entry["fraction_of_ceiling"]) for entry in summary["roofline"])
     assert all(_number(split["prefill_p50_s"]) for split in summary["ttft_split"])
     assert summary["littles_law"] and summary["prometheus"]["histogram_check"]
@@ -183,6 +207,7 @@ def test_a_server_killed_mid_run_fails_its_stages_and_the_run_goes_on(
     assert steps[("load", "Q8_0")]["status"] == "failed"
     assert steps[("prefix_cache", "Q8_0")]["status"] == "failed"
     assert steps[("prefix_cache", "Q8_0")]["error"] == "llama-server died earlier in the run"
+    assert steps[("kv_types", "Q8_0")]["error"] == "llama-server died earlier in the run"
     assert steps[("load", "Q4_K_M")]["status"] == "ok"
     summary = _json(run_dir / "summary.json")
     q4 = next(row for row in summary["table"] if row["quant"] == "Q4_K_M")

@@ -95,13 +95,21 @@ def test_report_of_a_complete_run_matches_the_run_files(run_copy: Path) -> None:
     assert took_s < 120, f"the report took {took_s:.0f} s"
     rows = table(paths)
     manifest = json.loads((run_copy / "manifest.json").read_text())
-    quality = json.loads((run_copy / "quality.json").read_text())["results"]
+    quality_file = json.loads((run_copy / "quality.json").read_text())
+    quality, kld = quality_file["results"], quality_file["kld"]["results"]
     speed = json.loads((run_copy / "speed.json").read_text())["results"]
     assert list(rows) == list(manifest["files"])
     for quant, row in rows.items():
         assert int(row["file_size_bytes"]) == manifest["files"][quant]["size_bytes"]
         assert float(row["perplexity"]) == pytest.approx(quality[quant]["perplexity"], rel=1e-5)
         assert float(row["perplexity_error"]) == pytest.approx(quality[quant]["perplexity_error"], rel=1e-5)
+        weights = kld[quant]["f16"]  # the weights' own loss: the f16 KV cache
+        assert float(row["kld_mean_nats"]) == pytest.approx(weights["kld_mean_nats"], rel=1e-5, abs=1e-12)
+        assert float(row["kld_mean_error_nats"]) == pytest.approx(
+            max(e for e in (weights["kld_mean_error_nats"], weights["kld_mean_chunk_error_nats"]) if e is not None),
+            rel=1e-5, abs=1e-12,
+        )  # fmt: skip
+        assert float(row["same_top_p_pct"]) == pytest.approx(weights["same_top_p_pct"], rel=1e-5)
         assert float(row["decode_tok_s"]) == pytest.approx(
             speed[quant]["bench"]["decode"]["tokens_per_s"], rel=1e-5
         )
@@ -130,7 +138,10 @@ def test_report_of_a_complete_run_matches_the_run_files(run_copy: Path) -> None:
     assert "cache_prompt=false on every request" in markdown
     names = {p.name for p in paths.plots}
     assert {"ttft_vs_concurrency.png", "throughput_vs_concurrency.png", "latency_vs_throughput.png",
-            "quality_speed_size.png"} <= names  # fmt: skip
+            "quality_speed_size.png", "kv_cache_types.png"} <= names  # fmt: skip
+    trade = {(r["quant"], r["cache_type"]): r for r in summary["kv_cache_types"]}  # type: ignore[union-attr,index]
+    for (quant, kind), row in trade.items():
+        assert row["kld_mean_nats"] == pytest.approx(kld[quant][kind]["kld_mean_nats"], rel=1e-5, abs=1e-12)
     if has_prometheus_data(run_copy):
         assert "server_timeseries.png" in names
         assert summary["not_measured"] == [], summary["not_measured"]
@@ -150,7 +161,8 @@ def stop_the_run_during_its_last_quant(run_dir: Path) -> str:
     state = json.loads((run_dir / "run.json").read_text())
     state.update(status="interrupted", finished_unix_s=None)
     state["steps"] = [
-        s for s in state["steps"] if not (s["quant"] == "Q4_K_M" and s["name"] in ("load", "prefix_cache"))
+        s for s in state["steps"]
+        if not (s["quant"] == "Q4_K_M" and s["name"] in ("load", "prefix_cache", "kv_types"))
     ]
     state["steps"].append({"name": "load", "quant": "Q4_K_M", "status": "running", "started_unix_s": time.time(),
                            "finished_unix_s": None, "error": None})  # fmt: skip

@@ -7,7 +7,7 @@ import pytest
 
 from quantload.errors import ModelError
 from quantload.kvcache import KvShape, kv_shape_from_hf_config, pad_cells, predict_kv
-from quantload.llamacpp.server_log import parse_kv_sizes, parse_slot_layout
+from quantload.llamacpp.server_log import parse_flash_attention, parse_kv_sizes, parse_slot_layout
 
 QWEN25_05B_CONFIG = {  # published hyperparameters of Qwen2.5-0.5B-Instruct
     "hidden_size": 896,
@@ -89,6 +89,37 @@ def test_kv_json_merges_entries(tmp_path: Path) -> None:
     assert data["results"]["Q8_0"]["diff_pct"] == 0.0
     assert data["results"]["Q8_0"]["server_build"] == "6912 (a1b2c3d) with GNU 12.2.0 for Linux x86_64"
     assert data["results"]["F16"] == {"error": "the server died"}
+
+
+def test_the_kv_types_servers_are_filed_apart_and_every_merge_keeps_the_rest(tmp_path: Path) -> None:
+    from quantload.kvcheck import kv_check_from_log, merge_kv_cache_type, merge_kv_file
+
+    shape = KvShape(2, (2, 2), 64, 64, 32768, "test")
+    out = tmp_path / "kv.json"
+    merge_kv_file(out, "Q8_0", kv_check_from_log(predict_kv(shape, 8, 4096), LOG, None), {"origin": "cache"})
+    q8_log = LOG.replace("K (f16):   16.00 MiB, V (f16):   16.00 MiB", "K (q8_0):    8.50 MiB, V (q8_0):    8.50 MiB")
+    q8_log = q8_log.replace("size =   32.00 MiB", "size =   17.00 MiB")
+    q8 = kv_check_from_log(predict_kv(shape, 8, 4096, "q8_0", "q8_0"), q8_log, None)
+    merge_kv_cache_type(out, "Q8_0", "q8_0", q8)
+    merge_kv_cache_type(out, "Q8_0", "q4_0", "llama-server did not become ready")
+    merge_kv_file(out, "F16", "the server died")  # the main entries' writer keeps cache_types
+    data = json.loads(out.read_text())
+    assert sorted(data["results"]) == ["F16", "Q8_0"] and data["llama_cpp"] == {"origin": "cache"}
+    assert data["cache_types"]["Q8_0"]["q8_0"]["diff_pct"] == 0.0
+    assert data["cache_types"]["Q8_0"]["q8_0"]["reported_mib"] == 17.0
+    assert data["cache_types"]["Q8_0"]["q4_0"] == {"error": "llama-server did not become ready"}
+
+
+def test_flash_attention_as_asked_or_as_auto_resolved() -> None:
+    asked = "I llama_context: flash_attn            = {}\n"
+    assert parse_flash_attention(asked.format("enabled")) == "enabled"
+    assert parse_flash_attention(asked.format("disabled")) == "disabled"
+    auto = asked.format("auto")
+    assert parse_flash_attention(auto + "I resolve_fused_ops: Flash Attention enabled\n") == "enabled"
+    assert parse_flash_attention(auto + "W resolve_fused_ops: Flash Attention not supported, set to disabled") == (
+        "disabled"
+    )
+    assert parse_flash_attention(auto) is None and parse_flash_attention(LOG) is None
 
 
 def test_formula_names_every_factor_with_the_type_sizes() -> None:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from quantload.analysis import ReportPaths
-from quantload.config import load_config
+from quantload.config import KvTypeSettings, load_config
 from quantload.errors import MeasurementError, ModelError, ServerError
 from quantload.stack.native import NativeRun
-from quantload.stack.run_steps import RunSteps
-from quantload.steps.load import ExperimentRun
+from quantload.stack.run_steps import CacheTypeServing, RunSteps
+from quantload.steps.load import ExperimentRun, KvTypesRun
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
 
@@ -35,6 +35,7 @@ class Silent:
 
 class FakeSpec:
     api_key = None
+    cache_type_k = cache_type_v = "f16"
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -151,15 +152,34 @@ class FakeSteps(RunSteps):
         self._call(f"kv {quant}")
         return object()
 
+    def kv_types(self, toolchain: Any, served: Any, run_dir: Path) -> Any:
+        # the real CacheTypeServing over these fakes: it starts, checks and stops the fakes below
+        return KvTypesRun(CacheTypeServing(self, toolchain, served, run_dir), ("f16", "q8_0"), KvTypeSettings())
+
+    def cache_type_server(self, toolchain: Any, served: Any, cache_type: str, run_dir: Path) -> Any:
+        label = f"{served.quant}-kv-{cache_type}"
+        self.calls.append(f"server {label}")
+        return FakeServer(self.calls, label, run_dir / "logs" / f"llama-server-{label}.log", label in self.no_start,
+                          None)  # fmt: skip
+
+    def check_cache_type_kv(self, server: Any, quant: str, cache_type: str, run_dir: Path) -> Any:
+        self._call(f"kv {quant}-kv-{cache_type}")
+        return object()
+
     def exporter(self, port: int) -> Any:
         self.calls.append("exporter")
         self.exporter_handle = FakeExporter(self.calls)
         return self.exporter_handle
 
     def experiment(self, experiment: Any, target: Any, run_dir: Path, run_id: str, loadgen_port: int,
-                   progress: Any) -> ExperimentRun:
+                   progress: Any, kv_types: KvTypesRun | None = None) -> ExperimentRun:
         self._call(f"{experiment} {target.quant}")
         self.servers[target.quant].experiments += 1
+        if experiment == "kv_types":  # what run_kv_types does with the servers, without Locust
+            assert kv_types is not None
+            for cache_type in kv_types.cache_types:
+                with kv_types.servers.serve(cache_type) as served:
+                    self.calls.append(f"decode {served.name} {cache_type}")
         return ExperimentRun(experiment, (), busy_s=1.5)
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
@@ -188,8 +208,11 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
     outcome = run.execute()
     per_quant = []
     for quant in QUANTS:
+        served, other = f"llama-{quant.lower()}", f"{quant}-kv-q8_0"
         per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", f"sweep {quant}",
-                      f"prefix_cache {quant}", f"stop {quant}"]
+                      f"prefix_cache {quant}", f"kv_types {quant}", f"decode {served} f16",
+                      f"server {other}", f"start {other}", f"kv {other}", f"decode {served}-kv-q8_0 q8_0",
+                      f"stop {other}", f"stop {quant}"]  # fmt: skip
     assert steps.calls == [
         "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "kld", "probe",
         *(f"speed {q}" for q in QUANTS), "exporter", *per_quant, "stop exporter", "report",
@@ -200,8 +223,8 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
     assert {quant: server["status"] for quant, server in data["servers"].items()} == dict.fromkeys(QUANTS, "ok")
     assert data["prometheus"]["available"] is False and "not installed" in data["prometheus"]["why"]
     assert outcome.run_dir == run.run_dir and outcome.report is not None
-    load_steps = [s for s in data["steps"] if s["name"] in ("load", "prefix_cache")]
-    assert len(load_steps) == 6 and all(s["busy_seconds"] == 1.5 for s in load_steps)
+    load_steps = [s for s in data["steps"] if s["name"] in ("load", "prefix_cache", "kv_types")]
+    assert len(load_steps) == 9 and all(s["busy_seconds"] == 1.5 for s in load_steps)
 
 
 def test_a_failed_measurement_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -234,7 +257,8 @@ def test_a_server_that_does_not_start_fails_its_quantization_only(tmp_path: Path
     data = _run_json(run)
     q8 = [(name, status) for name, quant, status in _steps(data) if quant == "Q8_0" and name != "quality"
           and name != "speed"]
-    assert q8 == [("serve", "failed"), ("kv", "failed"), ("load", "failed"), ("prefix_cache", "failed")]
+    assert q8 == [("serve", "failed"), ("kv", "failed"), ("load", "failed"), ("prefix_cache", "failed"),
+                  ("kv_types", "failed")]
     assert data["servers"]["Q8_0"]["status"] == "failed_to_start"
     assert data["servers"]["Q4_K_M"]["status"] == "ok"
     assert "sweep Q8_0" not in steps.calls and "sweep Q4_K_M" in steps.calls
@@ -272,7 +296,7 @@ def test_servers_at_once_start_together_and_stop_at_the_end(tmp_path: Path) -> N
     steps = FakeSteps()
     config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "run.servers_at_once": True})
     NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
-    starts = [i for i, call in enumerate(steps.calls) if call.startswith("start ")]
+    starts = [i for i, call in enumerate(steps.calls) if call.startswith("start ") and "-kv-" not in call]
     sweeps = [i for i, call in enumerate(steps.calls) if call.startswith("sweep ")]
     assert max(starts) < min(sweeps)
     assert steps.calls[-5:] == ["stop Q4_K_M", "stop Q8_0", "stop F16", "stop exporter", "report"]

@@ -8,6 +8,8 @@ Analysis -> each chapter draws its figures and builds its sections -> document r
 Computation is grouped by what it reads:
   the run's files        run_data (RunData, gaps), run_tables (header, quantization table, KV, roofline)
   records and stages     stage_tables (stages, levels, client health), capacity, ttft_tables, littles_law
+  quality.json's KLD     quality_loss (rows, sentences), quality_verdict (capacity at a quality limit),
+                         kv_types (the KV-cache type trade-off, with kv.json and the kv_types stages)
   Prometheus             prometheus_source (finding one with the run's data), prometheus_tables
 Rendering: chapters/ (one module per chapter, each owning its figures), plotting, document, fmt;
 summary_json writes the machine-readable copy. A new figure is a draw function, a `Figure` and

@@ -9,6 +9,7 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
+from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
 from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
 from quantload.analysis.prometheus_tables import (
@@ -17,6 +18,8 @@ from quantload.analysis.prometheus_tables import (
     server_in_flight,
     server_series,
 )
+from quantload.analysis.quality_loss import QualityLoss, quality_loss
+from quantload.analysis.quality_verdict import QualityVerdict, quality_verdict
 from quantload.analysis.run_data import Gap, RunData
 from quantload.analysis.run_tables import (
     Header,
@@ -32,7 +35,8 @@ from quantload.analysis.stage_tables import client_verdict, lagging_stages, leve
 from quantload.analysis.ttft_tables import CacheComparison, prompt_cache_table, ttft_split_table
 from quantload.config import PlanSettings, ReportSettings
 from quantload.observe.promql import PrometheusQueryError
-from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON
+from quantload.quality.kld_results import FLOOR_CACHE_TYPE
+from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
 
 WINDOW_MARGIN_S = 5.0
 
@@ -64,6 +68,9 @@ class Analysis:
     notes: tuple[str, ...]
     plan: CapacityPlan
     scale_out: tuple[SignalVerdict, ...]
+    quality_loss: QualityLoss
+    quality_verdict: QualityVerdict
+    kv_types: pd.DataFrame  # kv_types.kv_type_table
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -105,6 +112,7 @@ def _quant_gaps(
                 else run.step_why("prefix_cache", quant, RECORDS_JSONL)
             )
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
+    gaps += _kld_gaps(run, quants) + _kv_type_gaps(run, quants, stages)
     for row in kv_rows(run.kv_results, quants):
         if row.error:
             gaps.append(Gap("kv", f"KV size reported by llama-server for {row.quant}", row.error))
@@ -138,6 +146,44 @@ def _sweep_gaps(run: RunData, quant: str, mine: pd.DataFrame, levels: pd.DataFra
         )
         gaps.append(Gap("load", f"concurrency sweep of {quant} at {users} users", why))
     return gaps
+
+
+def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
+    """The quantizations without a KL divergence from F16, when the run meant to measure it."""
+    if run.quality is None or (run.settings is not None and not run.settings.quality.kld):
+        return []
+    if run.quality.kld is None:
+        why = run.step_why("kld", None, QUALITY_JSON)
+        return [Gap("quality", "KL divergence from F16 (quality.json has no kld)", why)]
+    measured = run.quality.kld.for_cache_type(FLOOR_CACHE_TYPE)
+    return [
+        Gap("quality", f"KL divergence of {quant} from F16", run.step_why("kld", quant, QUALITY_JSON))
+        for quant in quants
+        if quant not in measured and quant in run.quality.results
+    ]
+
+
+def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -> list[Gap]:
+    """The KV-cache types the run meant to serve per quantization (kv_types) without a stage."""
+    settings = run.settings
+    if settings is None or run.records.empty or settings.kv_types.requests <= 0:
+        return []
+    types = settings.quality.kld_cache_types
+    if len(types) < 2:
+        return []
+    ran = stages[stages["experiment"] == "kv_types"] if not stages.empty else stages
+    seen = {(str(r["quant"]), str(r["kv_cache_type"])) for r in ran.to_dict("records")}
+    users = settings.kv_types.users
+    return [
+        Gap(
+            "kv_types",
+            f"decode at {users} users of {quant} with a {kind} KV cache",
+            run.step_why("kv_types", quant, STAGES_JSONL),
+        )
+        for quant in quants
+        for kind in types
+        if (quant, kind) not in seen and not run.records[run.records["quant"] == quant].empty
+    ]
 
 
 def _excluded_notes(levels: pd.DataFrame) -> list[str]:
@@ -199,6 +245,8 @@ def analyze(
     plan = plan_from_run(
         run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s
     )
+    kld = run.quality.kld if run.quality is not None else None
+    served = run.settings.server if run.settings is not None else None
     return Analysis(
         run=run,
         slo=slo,
@@ -223,6 +271,15 @@ def analyze(
         notes=tuple(notes),
         plan=plan,
         scale_out=scale_out_signals(series, stages, verdicts),
+        quality_loss=quality_loss(kld, quants, run.step_why("kld", None, QUALITY_JSON)),
+        quality_verdict=quality_verdict(
+            verdicts,
+            kld,
+            slo.max_kld_mean_nats,
+            served.cache_type_k if served else None,
+            served.cache_type_v if served else None,
+        ),
+        kv_types=kv_type_table(run, stages, quants),
     )
 
 

@@ -96,6 +96,7 @@ def metrics(levels: list[int]) -> list[Metric]:
     chosen = [
         Metric("file size", _from_table("file_size_bytes"), fmt.mib, True),
         Metric("perplexity", _from_table("perplexity"), lambda v: fmt.number(v, 3), True),
+        Metric("mean KLD from F16 (nats)", _from_table("kld_mean_nats"), lambda v: fmt.number(v, 6), True),
         Metric("prefill tok/s (llama-bench)", _from_table("prefill_tok_s"), fmt.number, False),
         Metric("decode tok/s (llama-bench)", _from_table("decode_tok_s"), fmt.number, False),
     ]

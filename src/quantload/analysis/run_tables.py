@@ -2,7 +2,10 @@
 speed and the sweep's load figures per quantization), the KV check and the roofline.
 
 The quantization table has one row per quantization: file size, perplexity and its +/- (one
-standard error), llama-bench prefill and decode tokens/s, then for each concurrency level TTFT p50,
+standard error), the quality loss against F16 (mean KLD in nats with its standard error, the
+larger of the per-token and per-chunk one, and the share of tokens whose top token matches F16's;
+f16 KV cache, so the weights' own loss; F16's row is the floor), llama-bench prefill and decode
+tokens/s, then for each concurrency level TTFT p50,
 TTFT p99 and total output tokens/s, each with `_min` and `_max` over the repeats. An empty cell is
 a figure that was not measured (so is a standard deviation when llama-bench ran only once).
 """
@@ -17,6 +20,7 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.run_data import RunData
+from quantload.quality.kld_results import FLOOR_CACHE_TYPE, mean_error_nats
 from quantload.roofline.speed_file import SpeedFile
 from quantload.rundir.kv_file import KvResult
 
@@ -220,9 +224,12 @@ def _file_size(run: RunData, quant: str) -> int | None:
 def quant_table(run: RunData, levels: pd.DataFrame, quants: Sequence[str]) -> pd.DataFrame:
     """The quantization table (see the module docstring); quants in the run's order."""
     users = users_levels(run, levels)
+    kld = run.quality.kld if run.quality else None
+    losses = kld.for_cache_type(FLOOR_CACHE_TYPE) if kld is not None else {}
     rows = []
     for quant in quants:
         quality = run.quality.results.get(quant) if run.quality else None
+        loss = losses.get(quant)
         speed = run.speed.results.get(quant) if run.speed else None
         repeated = speed is not None and speed.bench.reps > 1  # one repetition has no spread to show
         row: dict[str, Any] = {
@@ -230,6 +237,9 @@ def quant_table(run: RunData, levels: pd.DataFrame, quants: Sequence[str]) -> pd
             "file_size_bytes": _file_size(run, quant),
             "perplexity": quality.perplexity if quality else None,
             "perplexity_error": quality.perplexity_error if quality else None,
+            "kld_mean_nats": loss.kld_mean_nats if loss else None,
+            "kld_mean_error_nats": mean_error_nats(loss) if loss else None,
+            "same_top_p_pct": loss.same_top_p_pct if loss else None,
             "prefill_tok_s": speed.bench.prefill.tokens_per_s if speed else None,
             "prefill_stddev_tok_s": speed.bench.prefill.stddev_tokens_per_s if speed and repeated else None,
             "decode_tok_s": speed.bench.decode.tokens_per_s if speed else None,

@@ -123,6 +123,7 @@ def _one_stage(
         "prompt_tokens_mean": mean(ok["prompt_tokens"]),
         "prefix_tokens": head.get("prefix_tokens"),
         "server_state": head.get("server_state"),
+        "kv_cache_type": head.get("kv_cache_type"),
     }
     row.update(_latency(ok))
     row.update(_throughput(ok, good))

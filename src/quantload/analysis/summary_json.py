@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import CapacityVerdict, slo_text
+from quantload.analysis.quality_verdict import QualityVerdict
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
@@ -70,6 +71,17 @@ class PlanSummary(_SummaryPart):
     scale_out: list[Row]
 
 
+class QualityLossSummary(_SummaryPart):
+    """Quality loss against F16 (quality_loss.QualityLoss): what it is measured against, a sentence
+    per quantization, and every KLD row (one per quantization and KV-cache type)."""
+
+    reference: str | None
+    floor_kld_mean_nats: float | None
+    sentences: list[str]
+    missing: str | None
+    rows: list[Row]  # quality_loss.QUALITY_LOSS_COLUMNS
+
+
 class ReportFiles(_SummaryPart):
     """The report's files, relative to its folder."""
 
@@ -89,6 +101,7 @@ class SummaryFile(_SummaryPart):
     percentile_method: PercentileMethod
     quants: list[str]
     capacity: list[CapacityVerdict]
+    quality_verdict: QualityVerdict  # the capacity verdict at report.max_kld_mean_nats
     plan: PlanSummary
     table: list[Row]  # run_tables.quant_table, as table.csv
     sweep_levels: list[Row]  # stage_tables.level_table of the sweep
@@ -97,6 +110,8 @@ class SummaryFile(_SummaryPart):
     ttft_split: list[Row]  # ttft_tables.ttft_split_table
     prompt_cache: list[CacheComparison]
     kv: list[KvRow]
+    quality_loss: QualityLossSummary
+    kv_cache_types: list[Row]  # kv_types.kv_type_table
     roofline: list[Row]  # run_tables.roofline_frame
     littles_law: list[Row]  # littles_law.littles_law_table
     client: ClientSummary
@@ -140,6 +155,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "percentile_method": {"numpy_method": PERCENTILE_METHOD, "text": PERCENTILE_METHOD_TEXT},
             "quants": list(analysis.quants),
             "capacity": [verdict.to_dict() for verdict in analysis.capacity],
+            "quality_verdict": analysis.quality_verdict.to_dict(),
             "plan": {
                 **analysis.plan.to_dict(),
                 "scale_out": [verdict.to_dict() for verdict in analysis.scale_out],
@@ -151,6 +167,8 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "ttft_split": _rows(analysis.ttft_split),
             "prompt_cache": [item.to_dict() for item in analysis.prompt_cache],
             "kv": [row.to_dict() for row in analysis.kv],
+            "quality_loss": {**analysis.quality_loss.to_dict(), "rows": _rows(analysis.quality_loss.rows)},
+            "kv_cache_types": _rows(analysis.kv_types),
             "roofline": _rows(analysis.roofline),
             "littles_law": _rows(analysis.littles_law),
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},

@@ -63,6 +63,9 @@ def register(app: typer.Typer) -> None:
         ),
         slo_ttft_p99: float | None = typer.Option(None, "--slo-ttft-p99", help="TTFT p99 limit, s [1.0]."),
         slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT p99 limit, s [0.1]."),
+        max_kld: float | None = typer.Option(
+            None, "--max-kld", help="Quality loss the verdict accepts: mean KLD from F16, nats [0.05]."
+        ),
         compare: tuple[Path, Path] | None = typer.Option(
             None, "--compare", help="Two run directories to put side by side.", metavar="RUN_A RUN_B"
         ),
@@ -91,6 +94,7 @@ def register(app: typer.Typer) -> None:
             {
                 "report.slo_ttft_p99_s": slo_ttft_p99,
                 "report.slo_tpot_s": slo_tpot,
+                "report.max_kld_mean_nats": max_kld,
                 "plan.target_rps": target_rps,
                 "plan.target_users": target_users,
                 "plan.headroom_frac": headroom,

@@ -12,6 +12,8 @@ _KV_SIZE = re.compile(
 _BUILD = re.compile(r"\bbuild:? (\d+ \([^)]*\)(?: with [^\n]*)?)")
 _SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
 _BUFFER = re.compile(r"(\w+):\s+(\S+?)\s+(model|output|KV|compute) buffer size =\s*([\d.]+) MiB")
+_FLASH_ATTN_ASKED = re.compile(r"llama_context: flash_attn\s*=\s*(\w+)")
+_FLASH_ATTN_AUTO = re.compile(r"resolve_fused_ops: Flash Attention (enabled|not supported)")
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,17 @@ def parse_build(log_text: str) -> str | None:
     """The llama.cpp build a server log names, e.g. '0 (unknown) with GNU 12.2.0 for Linux x86_64'."""
     found = _BUILD.search(log_text)
     return found.group(1).strip() if found else None
+
+
+def parse_flash_attention(log_text: str) -> str | None:
+    """Whether the context runs with flash attention: "enabled" or "disabled", as -fa asked or as
+    llama.cpp resolved `auto` (its resolve_fused_ops line); None when the log does not say."""
+    asked = _FLASH_ATTN_ASKED.search(log_text)
+    if asked is None:
+        return None
+    if asked[1] != "auto":
+        return asked[1]
+    resolved = _FLASH_ATTN_AUTO.search(log_text)
+    if resolved is None:
+        return None
+    return "enabled" if resolved[1] == "enabled" else "disabled"

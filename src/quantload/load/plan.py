@@ -67,6 +67,7 @@ class StagePlan(_Frozen):
     rate_rps: float | None = None
     repeat: int = 0
     cache_prompt: bool
+    kv_cache_type: str | None = None  # the served K and V cache type, where the stage compares them
     system_prompt_id: str | None = None
     warmup: tuple[PlannedRequest, ...] = ()
     requests: tuple[PlannedRequest, ...]
@@ -111,6 +112,7 @@ class LoadPlan(_Frozen):
                 "stage_users": stage.users,
                 "stage_rate_rps": stage.rate_rps,
                 "repeat": stage.repeat,
+                "kv_cache_type": stage.kv_cache_type,
                 "cache_prompt": stage.cache_prompt,
                 "requests_planned": len(stage.requests),
                 "prefix_tokens": stage.prefix_tokens,

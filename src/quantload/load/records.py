@@ -59,6 +59,8 @@ Request record fields
   error               short error text
 
 Stage event fields (stages.jsonl): see `StageEvent`.
+Experiment "kv_types": one decode-heavy closed-loop stage per KV-cache type on a server of that
+type; its stage lines name the type (`kv_cache_type`, both K and V).
 
 Changes within quantload.record/1 (additive, readers ignore what they do not know): stage_id,
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
@@ -79,7 +81,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = "quantload.record/1"
 STAGE_SCHEMA = "quantload.stage/1"
-Experiment = Literal["sweep", "open_loop", "prefix_cache", "interactive", "warmup"]
+Experiment = Literal["sweep", "open_loop", "prefix_cache", "kv_types", "interactive", "warmup"]
 StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
     "http_4xx",  # the server refused the request (400, 401, 404, ...)
@@ -204,6 +206,7 @@ class StageEvent(_JsonLine):
     stage_rate_rps: float | None = None
     repeat: int = 0
     cache_prompt: bool
+    kv_cache_type: str | None = None  # the server's K and V cache type (the kv_types experiment)
     requests_planned: int
     requests_done: int = 0
     requests_ok: int = 0

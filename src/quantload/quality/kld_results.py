@@ -137,6 +137,23 @@ def _error(result: KldResult) -> float:
     return max(result.kld_mean_error_nats or 0.0, result.kld_mean_chunk_error_nats or 0.0)
 
 
+def mean_error_nats(result: KldResult) -> float | None:
+    """The mean KLD's standard error `beyond_uncertainty` uses: the larger of the per-token and the
+    per-chunk one; None when llama-perplexity printed neither."""
+    known = [e for e in (result.kld_mean_error_nats, result.kld_mean_chunk_error_nats) if e is not None]
+    return max(known) if known else None
+
+
+def standard_errors_apart(a: KldResult, b: KldResult) -> float | None:
+    """How many combined standard errors (`mean_error_nats`, as if independent) the two mean KLDs
+    differ by; None when neither has an error (inf when only that is zero)."""
+    combined = math.hypot(_error(a), _error(b))
+    difference = abs(a.kld_mean_nats - b.kld_mean_nats)
+    if combined == 0.0:
+        return None if difference == 0.0 else math.inf
+    return difference / combined
+
+
 def chunk_standard_error(running_means: list[float]) -> float | None:
     """The standard error of the mean from the chunks' own means, recovered from running means
     (every chunk scores the same number of tokens); None below 3 chunks."""

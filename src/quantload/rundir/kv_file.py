@@ -6,6 +6,10 @@ holds every factor of the prediction, what the server reported and their differe
 quantization that could not be checked holds only `error`. `diff_pct` is
 (predicted - reported) / reported x 100, both at the 0.01 MiB llama.cpp prints. `llama_cpp` is the
 toolchain's version record when quantload started the servers, else null.
+
+`cache_types` holds the checks of the kv_types experiment's servers: {quantization: {KV-cache type
+(K and V): result}}, for the cache types the quantization's own server (in `results`) does not
+serve. `flash_attn` is whether a server's context ran with flash attention, from its log.
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ class KvResult(_KvPart):
     diff_pct: float | None = None
     server_log: str | None = None
     server_build: str | None = None
+    flash_attn: str | None = Field(
+        default=None, description='"enabled" or "disabled" as the server log says; null if it does not'
+    )
     buffers: list[KvBuffer] | None = Field(
         default=None, description="every buffer the server allocated (weights, output, KV, compute)"
     )
@@ -87,14 +94,22 @@ class KvFile(_KvPart):
     schema_: Literal["quantload.kv/1"] = Field(default=KV_SCHEMA, alias="schema")
     llama_cpp: dict[str, Any] | None = None
     results: dict[str, KvResult] = Field(default_factory=dict)
+    cache_types: dict[str, dict[str, KvResult]] = Field(
+        default_factory=dict, description="{quant: {KV-cache type: result}} of the kv_types servers"
+    )
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object as written: a result carries only the fields it was given."""
-        data = self.model_dump(mode="json", by_alias=True, exclude={"results"})
+        data = self.model_dump(mode="json", by_alias=True, exclude={"results", "cache_types"})
         data["results"] = {
             quant: result.model_dump(mode="json", exclude_unset=True)
             for quant, result in self.results.items()
         }
+        if self.cache_types:
+            data["cache_types"] = {
+                quant: {kind: item.model_dump(mode="json", exclude_unset=True) for kind, item in per.items()}
+                for quant, per in self.cache_types.items()
+            }
         return data
 
 

@@ -2,7 +2,8 @@
 
   toolchain -> prepare -> quality (per file) -> machine probe -> speed (per file)
   -> Prometheus (when installed) -> per quantization: llama-server, KV check, the load
-  experiments, stop -> run.json "finished" -> report
+  experiments (the last, kv_types, with a server per other KV-cache type), stop
+  -> run.json "finished" -> report
 
 The steps are quantload.steps, reached through `RunSteps` (bound to the run's settings), which
 tests replace with fakes. run.json records each step as it begins and ends. A step that fails
@@ -304,7 +305,7 @@ class NativeRun:
                 started = [item for item in served if not isinstance(item, Failed)]
                 self._watch(exporter, prometheus, started)
                 for item in started:
-                    self._load(item)
+                    self._load(item, toolchain)
                 return
             self.state.note("servers ran one at a time, so they did not compete for cores")
             for quant in quants:
@@ -314,7 +315,7 @@ class NativeRun:
                         continue
                     self._watch(exporter, prometheus, [one])
                     this_server.callback(exporter.set_targets, [])
-                    self._load(one)
+                    self._load(one, toolchain)
 
     def _serve(
         self, toolchain: Toolchain, models: PreparedModels, quant: str, stack: contextlib.ExitStack
@@ -328,7 +329,7 @@ class NativeRun:
         started = self._attempt("serve", quant, f"start llama-server {quant}", lambda _: server.start())
         if isinstance(started, Failed):
             self.state.server(quant, log=log, status="failed_to_start")
-            for name in ("kv", *(EXPERIMENT_STEPS[e][0] for e in planned_experiments(self.settings.load))):
+            for name in ("kv", *(EXPERIMENT_STEPS[e][0] for e in planned_experiments(self.settings))):
                 self.state.fail_unrun(name, quant, "llama-server did not start")
             return started
         self.state.server(quant, url=server.url, log=log, pid=server.pid, status="running")
@@ -349,17 +350,19 @@ class NativeRun:
         for item in served:
             prometheus.wait_for_series(f'quantload_target_up{{server="{item.name}"}}')
 
-    def _load(self, item: Served) -> None:
+    def _load(self, item: Served, toolchain: Toolchain) -> None:
         """Every planned experiment against one server; a server that dies fails the rest."""
         target = item.load_target()
-        for experiment in planned_experiments(self.settings.load):
+        kv_types = self.steps.kv_types(toolchain, item, self.run_dir)
+        for experiment in planned_experiments(self.settings):
             name, title = EXPERIMENT_STEPS[experiment]
             if item.quant in self.dead_quants:
                 self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")
                 continue
             run = functools.partial(
-                self.steps.experiment, experiment, target, self.run_dir, self.run_id, self.ports.loadgen
-            )
+                self.steps.experiment, experiment, target, self.run_dir, self.run_id, self.ports.loadgen,
+                kv_types=kv_types,
+            )  # fmt: skip
             self._attempt(name, item.quant, title.format(quant=item.quant), run, experiment_account)
             if not item.server.alive():
                 self.dead_quants.add(item.quant)
@@ -379,4 +382,5 @@ EXPERIMENT_STEPS: dict[Experiment, tuple[str, str]] = {
     "sweep": ("load", "load sweep {quant}"),
     "prefix_cache": ("prefix_cache", "prompt cache {quant}"),
     "open_loop": ("open_loop", "open loop {quant}"),
+    "kv_types": ("kv_types", "KV-cache types {quant}"),
 }

@@ -7,7 +7,8 @@ names filled in. Tests of the orchestrator subclass it with fakes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
+from quantload.errors import QuantloadError
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
 from quantload.llamacpp.server import LlamaServer
@@ -28,11 +30,11 @@ from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
 from quantload.served import ServedTarget
-from quantload.steps.load import Experiment, ExperimentRun, run_experiment
+from quantload.steps.load import Experiment, ExperimentRun, KvTypesRun, run_experiment
 from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
 from quantload.steps.quality import measure_file_quality, quality_text
 from quantload.steps.report import write_report
-from quantload.steps.serve import check_kv, server_spec
+from quantload.steps.serve import cache_type_spec, check_cache_type_kv, check_kv, server_spec
 from quantload.steps.speed import measure_file_speed, probe
 
 SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
@@ -107,6 +109,25 @@ class RunSteps:
     def check_kv(self, toolchain: Toolchain, server: LlamaServer, quant: str, run_dir: Path) -> KvCheck:
         return check_kv(server, quant, run_dir / KV_JSON, toolchain.version_record())
 
+    def cache_type_server(
+        self, toolchain: Toolchain, served: Served, cache_type: str, run_dir: Path
+    ) -> LlamaServer:
+        """A server of `served`'s file with `cache_type` K and V caches (the kv_types experiment)."""
+        spec = cache_type_spec(served.server.spec, cache_type)
+        log_path = run_dir / LOGS_DIR / f"llama-server-{served.quant}-kv-{cache_type}.log"
+        return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
+
+    def check_cache_type_kv(self, server: LlamaServer, quant: str, cache_type: str, run_dir: Path) -> KvCheck:
+        return check_cache_type_kv(server, quant, cache_type, run_dir / KV_JSON)
+
+    def kv_types(self, toolchain: Toolchain, served: Served, run_dir: Path) -> KvTypesRun:
+        """The kv_types experiment's inputs for one served quantization."""
+        return KvTypesRun(
+            servers=CacheTypeServing(self, toolchain, served, run_dir),
+            cache_types=tuple(self.settings.quality.kld_cache_types),
+            settings=self.settings.kv_types,
+        )
+
     def exporter(self, port: int) -> ExporterHandle:
         observe = self.settings.observe
         return start_exporter(
@@ -115,10 +136,12 @@ class RunSteps:
 
     def experiment(
         self, experiment: Experiment, target: ServedTarget, run_dir: Path, run_id: str, loadgen_port: int,
-        progress: ProgressCallback,
+        progress: ProgressCallback, kv_types: KvTypesRun | None = None,
     ) -> ExperimentRun:  # fmt: skip
         load = self.settings.load.model_copy(update={"metrics_port": loadgen_port})
-        return run_experiment(experiment, target, load, self.settings.observe, run_dir, run_id, progress)
+        return run_experiment(
+            experiment, target, load, self.settings.observe, run_dir, run_id, progress, kv_types=kv_types
+        )
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
         return write_report(run_dir, self.settings, prometheus_url)
@@ -142,3 +165,35 @@ class Served:
 
     def exporter_target(self) -> ExporterTarget:
         return ExporterTarget.of(self.load_target(), log_path=self.server.log_path)
+
+
+class CacheTypeServing:
+    """`CacheTypeServers` for one served quantization: its own server for the cache type it serves
+    (K and V alike), else a llama-server of the same file started for the stage, KV-checked into
+    kv.json's `cache_types` and stopped afterwards."""
+
+    def __init__(self, steps: RunSteps, toolchain: Toolchain, served: Served, run_dir: Path) -> None:
+        self.steps = steps
+        self.toolchain = toolchain
+        self.served = served
+        self.run_dir = run_dir
+
+    @contextlib.contextmanager
+    def serve(self, cache_type: str) -> Iterator[ServedTarget]:
+        spec = self.served.server.spec
+        if spec.cache_type_k == spec.cache_type_v == cache_type:
+            yield self.served.load_target()
+            return
+        server = self.steps.cache_type_server(self.toolchain, self.served, cache_type, self.run_dir)
+        try:
+            server.start()
+            # a failed check is filed in kv.json as this type's error; the decode stage still measures
+            with contextlib.suppress(QuantloadError):
+                self.steps.check_cache_type_kv(server, self.served.quant, cache_type, self.run_dir)
+            key = spec.api_key
+            yield ServedTarget(
+                name=f"{self.served.name}-kv-{cache_type}", quant=self.served.quant,
+                model=self.served.model, url=server.url, api_key=SecretStr(key) if key else None,
+            )  # fmt: skip
+        finally:
+            server.stop()

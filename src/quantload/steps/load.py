@@ -1,4 +1,6 @@
-"""The load step: one experiment (sweep, prompt cache, open loop) against a served target."""
+"""The load step: one experiment (sweep, prompt cache, open loop, KV-cache types) against a served
+target. `quantload load` runs the first three against any URL; kv_types starts servers of its own
+(`CacheTypeServers`), so only `quantload run` runs it."""
 
 from __future__ import annotations
 
@@ -7,17 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from quantload.config import LoadSettings, ObserveSettings
+from quantload.config import KvTypeSettings, LoadSettings, ObserveSettings, Settings
 from quantload.errors import ConfigError
 from quantload.load.experiments import run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.kv_types import CacheTypeServers, run_kv_types
 from quantload.load.records import iter_stage_events
 from quantload.load.summary import StageSummary
 from quantload.progress import ProgressCallback, no_progress
 from quantload.rundir import STAGES_JSONL
 from quantload.served import ServedTarget
 
-Experiment = Literal["sweep", "prefix_cache", "open_loop"]
-EXPERIMENTS: tuple[Experiment, ...] = ("sweep", "prefix_cache", "open_loop")
+Experiment = Literal["sweep", "prefix_cache", "open_loop", "kv_types"]
+EXPERIMENTS: tuple[Experiment, ...] = ("sweep", "prefix_cache", "open_loop")  # what `quantload load` runs
 
 
 @dataclass(frozen=True)
@@ -38,13 +41,27 @@ class ExperimentRun:
         return f"{len(failed)} of {len(self.summaries)} stages {first.status}: {first.reason}"
 
 
-def planned_experiments(settings: LoadSettings) -> list[Experiment]:
-    """The experiments the settings ask `quantload run` for, in the order it runs them."""
+@dataclass(frozen=True)
+class KvTypesRun:
+    """What the kv_types experiment needs besides a target: a server per cache type, the types
+    (quality.kld_cache_types) and the [kv_types] settings."""
+
+    servers: CacheTypeServers
+    cache_types: tuple[str, ...]
+    settings: KvTypeSettings
+
+
+def planned_experiments(settings: Settings) -> list[Experiment]:
+    """The experiments the settings ask `quantload run` for, in the order it runs them; kv_types
+    last, when kv_types.requests > 0 and quality.kld_cache_types lists more than one type."""
+    load = settings.load
     kinds: list[Experiment] = ["sweep"]
-    if settings.prefix_requests > 0 and settings.prefix_tokens > 0:
+    if load.prefix_requests > 0 and load.prefix_tokens > 0:
         kinds.append("prefix_cache")
-    if settings.rates_rps:
+    if load.rates_rps:
         kinds.append("open_loop")
+    if settings.kv_types.requests > 0 and len(settings.quality.kld_cache_types) > 1:
+        kinds.append("kv_types")
     return kinds
 
 
@@ -67,12 +84,26 @@ def run_experiment(
     run_dir: Path,
     run_id: str,
     progress: ProgressCallback = no_progress,
+    *,
+    kv_types: KvTypesRun | None = None,
 ) -> ExperimentRun:
-    """Run one experiment's stages; records and stage lines are appended to `run_dir` as they come."""
+    """Run one experiment's stages; records and stage lines are appended to `run_dir` as they come.
+
+    kv_types needs `kv_types`: the servers of `target`'s file per cache type, and what to run.
+    """
     if experiment == "sweep":
         summaries = run_sweep(target, settings, run_dir, run_id, progress, observe=observe)
     elif experiment == "prefix_cache":
         summaries = run_prefix_cache_experiment(target, settings, run_dir, run_id, progress, observe=observe)
+    elif experiment == "kv_types":
+        if kv_types is None:
+            raise ConfigError(
+                "the kv_types experiment starts llama-servers of its own", "run it through `quantload run`"
+            )
+        summaries = run_kv_types(
+            kv_types.servers, kv_types.cache_types, settings, kv_types.settings, run_dir, run_id,
+            progress, observe=observe,
+        )  # fmt: skip
     else:
         summaries = run_open_loop(target, settings, run_dir, run_id, progress, observe=observe)
     busy_s = stage_seconds(run_dir / STAGES_JSONL, [s.stage_id for s in summaries])

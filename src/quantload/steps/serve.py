@@ -8,7 +8,8 @@ from pathlib import Path
 from quantload.config import ServerSettings
 from quantload.errors import QuantloadError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, predict_kv
-from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_file
+from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_cache_type, merge_kv_file
+from quantload.llamacpp.kld import needs_flash_attention
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.gguf_meta import read_gguf
@@ -20,6 +21,17 @@ def server_spec(
     """How the server of `model_path` is launched; `slot_save_path` lets the load erase slots."""
     return dataclasses.replace(
         ServerSpec.from_settings(settings, model_path, alias), slot_save_path=slot_save_path
+    )
+
+
+def cache_type_spec(spec: ServerSpec, cache_type: str) -> ServerSpec:
+    """`spec` with K and V caches of `cache_type`, and flash attention on where a quantized V cache
+    needs it (the rule the KLD runs follow); the port is picked afresh."""
+    extra = tuple(spec.extra_args)
+    if needs_flash_attention(cache_type) and not {"-fa", "--flash-attn"} & set(extra):
+        extra += ("-fa", "on")
+    return dataclasses.replace(
+        spec, cache_type_k=cache_type, cache_type_v=cache_type, port=0, extra_args=extra
     )
 
 
@@ -55,4 +67,15 @@ def check_kv(
         raise
     if out is not None:
         merge_kv_file(out, label, check, llama_cpp)
+    return check
+
+
+def check_cache_type_kv(server: LlamaServer, label: str, cache_type: str, out: Path) -> KvCheck:
+    """`check_kv` for a server of the kv_types experiment: filed under kv.json's `cache_types`."""
+    try:
+        check = kv_check_from_log(kv_prediction(server.spec), server.log_text(), server.log_path)
+    except QuantloadError as error:
+        merge_kv_cache_type(out, label, cache_type, error.one_line())
+        raise
+    merge_kv_cache_type(out, label, cache_type, check)
     return check

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from quantload.load.records import RequestRecord, StageEvent
+from quantload.quality.dataset import DatasetInfo
+from quantload.quality.kld_results import KldBase, KldResult, KldSet
+from quantload.quality.results import QualityFile
 
 T0 = 1_800_000_000.0
 
@@ -38,9 +41,9 @@ def _record(quant: str, stage_id: str, users: int, repeat: int, sent: float, rng
 
 def _event(kind: str, quant: str, stage_id: str, index: int, users: int, repeat: int, at: float,
            experiment: str = "sweep", cache: bool = False, status: str = "ok",
-           rate: float | None = None) -> StageEvent:  # fmt: skip
+           rate: float | None = None, kv_cache_type: str | None = None) -> StageEvent:  # fmt: skip
     return StageEvent(
-        stage_rate_rps=rate,
+        stage_rate_rps=rate, kv_cache_type=kv_cache_type,
         event=kind, unix_s=at, run_id="synthetic", server=f"llama-{quant.lower()}", quant=quant,
         experiment=experiment, stage_id=stage_id, stage_index=index, stage_users=users, repeat=repeat,
         cache_prompt=cache, requests_planned=6, status=status, prefix_tokens=300 if experiment != "sweep" else None,
@@ -56,8 +59,10 @@ def write_synthetic_run(
     seed: int = 0,
     failures: int = 0,
     open_loop_rates: Sequence[float] = (),
+    kv_types: Sequence[str] = (),
 ) -> Path:
-    """A run directory with run.json, config.json, records.jsonl and stages.jsonl (no model files)."""
+    """A run directory with run.json, config.json, records.jsonl and stages.jsonl (no model files);
+    with `kv_types`, a kv_types stage at 4 users per quantization and cache type."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
@@ -69,10 +74,13 @@ def write_synthetic_run(
         ]
         stages += [("prefix_cache", 1, r, cache, None) for r in range(repeats) for cache in (False, True)]
         stages += [("open_loop", 4, r, False, rate) for r in range(repeats) for rate in open_loop_rates]
+        stages += [("kv_types", 4, 0, False, None) for _ in kv_types]
+        kinds = iter(kv_types)
         for index, (experiment, users, repeat, cache, rate) in enumerate(stages):
             stage_id = f"{quant}-{experiment}-{index}"
+            kind = next(kinds) if experiment == "kv_types" else None
             events.append(_event("stage_start", quant, stage_id, index, users, repeat, clock, experiment, cache,
-                                 rate=rate).to_json_line())  # fmt: skip
+                                 rate=rate, kv_cache_type=kind).to_json_line())  # fmt: skip
             user_clock = [clock + 0.001 * u for u in range(users)]
             latest = clock
             for number in range(requests):
@@ -85,7 +93,7 @@ def write_synthetic_run(
                 latest = max(latest, user_clock[user])
                 lines.append(record.to_json_line())
             events.append(_event("stage_end", quant, stage_id, index, users, repeat, latest, experiment, cache,
-                                 rate=rate).to_json_line())  # fmt: skip
+                                 rate=rate, kv_cache_type=kind).to_json_line())  # fmt: skip
             clock = latest + 1.0
     (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
     (folder / "stages.jsonl").write_text("\n".join(events) + "\n")
@@ -100,6 +108,77 @@ def write_synthetic_run(
     settings = {
         "load": {"users": list(users_levels), "prefix_requests": requests},
         "model": {"quants": list(quants)},
+        "kv_types": {"users": 4, "requests": requests if kv_types else 0},
     }
     (folder / "config.json").write_text(json.dumps({"settings": settings, "sources": {}}))
     return folder
+
+
+# ----------------------------------------------------------------------------- quality.json and kv.json
+
+SHAPE = {"n_layer": 30, "n_head_kv": [3] * 30, "head_dim_k": 64, "head_dim_v": 64, "slots": 8,
+         "ctx_per_slot": 4096, "unified": False}  # fmt: skip
+SOURCE_NOTE = "F16 reconstructed from the Q4_1 release"
+
+
+def kld_base() -> KldBase:
+    return KldBase(
+        quant="F16", model_path="models/F16.gguf", model_name="SmolLM2", model_size_bytes=100,
+        model_sha256="a" * 64, source_note=SOURCE_NOTE,
+        dataset=DatasetInfo(name="WikiText-2", path="wiki.test.raw", size_bytes=10, sha256="ab"),
+        ctx_tokens=512, chunks_requested=4, chunks_scored=4, tokens_scored=1020, n_vocab=49152,
+        predicted_size_bytes=1, file_size_bytes=1, file_path="cache/kld/b.logits", kept=False, reused=False,
+        perplexity=23.9, perplexity_error=2.4, wall_time_s=10.0, other_cpu_frac=0.1, command=[],
+        llama_cpp={}, measured_at="2026-01-01",
+    )  # fmt: skip
+
+
+def kld_result(quant: str, kld: float, error: float | None, cache: str = "f16", floor: bool = False,
+               same_top: float = 90.0, chunk_error: float | None = None) -> KldResult:  # fmt: skip
+    return KldResult(
+        quant=quant, model_path=f"models/{quant}.gguf", model_size_bytes=100, cache_type_k=cache,
+        cache_type_v=cache, flash_attn="auto" if cache == "f16" else "on", is_floor=floor, chunks_scored=4,
+        tokens_scored=1020, kld_mean_nats=kld, kld_mean_error_nats=error, kld_mean_chunk_error_nats=chunk_error,
+        kld_median_nats=kld, kld_p99_nats=kld, kld_p99_9_nats=kld, kld_max_nats=kld, kld_quantiles_nats={},
+        same_top_p_pct=same_top, same_top_p_error_pct=1.0, delta_p_rms_pct=1.0, delta_p_rms_error_pct=None,
+        delta_p_mean_pct=0.0, delta_p_mean_error_pct=None, delta_p_quantiles_pct={}, ppl_change_pct=1.5,
+        ppl_change_error_pct=0.4, ln_ppl_ratio=0.01, ln_ppl_ratio_error=0.004, ppl_ratio=1.01,
+        ppl_ratio_error=0.004, ppl_q=24.0, ppl_q_error=2.4, ppl_base=23.8, ppl_base_error=2.4, ppl_diff=0.2,
+        ppl_diff_error=0.1, ln_ppl_correlation_pct=None, running_kld_mean_nats=[kld], wall_time_s=8.0,
+        other_cpu_frac=None, command=[], llama_cpp={}, measured_at="2026-01-01",
+    )  # fmt: skip
+
+
+def kld_set(losses: dict[str, dict[str, tuple[float, float | None]]]) -> KldSet:
+    """{quant: {cache type: (mean, error)}}; F16 with f16 is the floor."""
+    results = {
+        quant: {
+            cache: kld_result(quant, mean, error, cache, floor=quant == "F16" and cache == "f16")
+            for cache, (mean, error) in per.items()
+        }
+        for quant, per in losses.items()
+    }
+    return KldSet(base=kld_base(), results=results)
+
+
+def write_quality(folder: Path, losses: dict[str, dict[str, tuple[float, float | None]]]) -> None:
+    """quality.json with KLDs only (no perplexity results)."""
+    quality = QualityFile(kld=kld_set(losses))
+    (folder / "quality.json").write_text(json.dumps(quality.to_json()))
+
+
+def kv_entry(cache_type: str, reported_mib: float | None) -> dict[str, object]:
+    return {**SHAPE, "cache_type_k": cache_type, "cache_type_v": cache_type, "reported_mib": reported_mib,
+            "flash_attn": "enabled"}  # fmt: skip
+
+
+def write_kv(folder: Path, quants: Sequence[str], served: str = "f16",
+             others: dict[str, float | None] | None = None) -> None:  # fmt: skip
+    """kv.json: each quantization's own server with `served`, and one entry per other cache type
+    (cache type: reported MiB)."""
+    data = {
+        "schema": "quantload.kv/1", "llama_cpp": None,
+        "results": {quant: kv_entry(served, 720.0) for quant in quants},
+        "cache_types": {quant: {kind: kv_entry(kind, mib) for kind, mib in (others or {}).items()} for quant in quants},
+    }  # fmt: skip
+    (folder / "kv.json").write_text(json.dumps(data))

@@ -5,7 +5,8 @@ with the figures it shows (see `parts.Chapter`).
   load         latency and throughput under load (3 figures); capacity under the SLO; open loop
   plan         the capacity plan (servers, memory, cost, request limits); when to add a server
   ttft         where TTFT goes; the prompt cache off and on
-  model_files  quality, speed and the roofline (1 figure); the KV cache
+  model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
+               cache; the KV-cache type trade-off (1 figure)
   checks       Little's law; the load generator's health
   server       the servers' side from Prometheus (1 figure) and its histogram cross-check
   appendix     every load stage; the method

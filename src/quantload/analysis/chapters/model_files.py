@@ -1,5 +1,7 @@
-"""What each model file is: its quality (perplexity), its speed against this machine's roofline
-(one figure), and the memory its KV cache takes (predicted against reported by llama-server)."""
+"""What each model file is: its quality loss against F16 (KL divergence, a sentence per
+quantization), its quality and speed against this machine's roofline (one figure: quality loss
+against decode speed and file size), the memory its KV cache takes (predicted against reported by
+llama-server), and the KV-cache type trade-off (memory, decode speed, quality cost; one figure)."""
 
 from __future__ import annotations
 
@@ -10,64 +12,70 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, gap_blocks_about, shown, value
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
+from quantload.analysis.quality_loss import KLD_DIGITS
 from quantload.roofline.speed_file import busy_note
 
 
+def _quality_axis(table: pd.DataFrame) -> tuple[str, str, str, str] | None:
+    """(value column, error column, axis label, unit) of the quality the plot shows: the mean KLD
+    from F16 where it was measured, else perplexity; None when there is neither."""
+    if "kld_mean_nats" in table and table["kld_mean_nats"].notna().any():
+        label = "mean KLD from F16, nats (lower is better; ±1 s.e.)"
+        return "kld_mean_nats", "kld_mean_error_nats", label, "nats"
+    if table["perplexity"].notna().any():
+        return "perplexity", "perplexity_error", "perplexity (lower is better; bars: ±1 s.e.)", ""
+    return None
+
+
 def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
-    """Perplexity against llama-bench decode tokens/s, marker area by file size."""
+    """Quality loss (mean KLD from F16, else perplexity) against llama-bench decode tokens/s and
+    against file size: the trade-off a quantization is chosen on."""
     table = analysis.quant_table
     if table.empty:
         return None
-    usable = table.dropna(subset=["perplexity", "decode_tok_s"])
-    if usable.empty:
+    axis_of = _quality_axis(table)
+    if axis_of is None:
         return None
-    figure, axes = new_figure(7.5, 4.6)
-    axis = axes[0][0]
+    quality, error, label, unit = axis_of
+    usable = table.dropna(subset=[quality])
+    figure, axes = new_figure(11.0, 4.6, 1, 2, sharey=True)
     palette = colors(analysis.quants)
-    sizes = [
-        float(s) if s is not None and not pd.isna(s) else float("nan") for s in usable["file_size_bytes"]
-    ]
-    largest = max((s for s in sizes if math.isfinite(s)), default=1.0)
-    for row, size in zip(usable.to_dict("records"), sizes, strict=True):
-        area = 80 + 900 * (size / largest) if math.isfinite(size) else 80
-        axis.errorbar(
-            [row["decode_tok_s"]],
-            [row["perplexity"]],
-            yerr=[[row["perplexity_error"] or 0.0]] * 2,
-            fmt="none",
-            ecolor="gray",
-            capsize=3,
-        )
-        axis.scatter(
-            [row["decode_tok_s"]],
-            [row["perplexity"]],
-            s=area,
-            alpha=0.55,
-            color=palette.get(str(row["quant"])),
-            edgecolors="black",
-            linewidths=0.5,
-        )
-        label = f"{row['quant']}\n{size / 2**20:,.1f} MiB" if math.isfinite(size) else str(row["quant"])
-        axis.annotate(
-            label,
-            (row["decode_tok_s"], row["perplexity"]),
-            textcoords="offset points",
-            xytext=(10, 6),
-            fontsize=8,
-        )
-    axis.set_xlabel("decode tokens/s (llama-bench, one stream)")
-    axis.set_ylabel("perplexity (lower is better; bars: ±1 s.e.)")
-    axis.set_title("Quality against decode speed; marker area ∝ file size")
-    axis.grid(True, alpha=0.3)
-    axis.margins(0.25)
+    floor = analysis.quality_loss.floor_kld_mean_nats if quality == "kld_mean_nats" else None
+    panels = (
+        (axes[0][0], "decode_tok_s", 1.0, "decode tokens/s (llama-bench, one stream)"),
+        (axes[0][1], "file_size_bytes", 1 / 2**20, "file size, MiB"),
+    )
+    for axis, column, scale, xlabel in panels:
+        rows = usable.dropna(subset=[column]).to_dict("records")
+        for row in rows:
+            x, y = float(row[column]) * scale, float(row[quality])
+            spread = float(row[error]) if row.get(error) is not None and not pd.isna(row[error]) else 0.0
+            axis.errorbar([x], [y], yerr=[[spread]] * 2, fmt="none", ecolor="gray", capsize=3)
+            axis.scatter([x], [y], s=120, alpha=0.75, color=palette.get(str(row["quant"])),
+                         edgecolors="black", linewidths=0.5)  # fmt: skip
+            shown_y = 0.0 if abs(y) < 5e-7 else y  # llama-perplexity's -0.000000 floor
+            text = f"{row['quant']}\n{shown_y:.3g} {unit}".rstrip()
+            axis.annotate(text, (x, y), textcoords="offset points", xytext=(8, 6), fontsize=8)
+        if floor is not None:
+            axis.axhline(floor, color="gray", linestyle="--", linewidth=0.8)
+            axis.annotate(
+                "floor: F16 against its own base", (0.99, floor), xycoords=("axes fraction", "data"),
+                textcoords="offset points", xytext=(0, -10), fontsize=7, color="gray", ha="right",
+            )  # fmt: skip
+        axis.set_xlabel(xlabel)
+        axis.grid(True, alpha=0.3)
+        axis.margins(0.25)
+    axes[0][0].set_ylabel(label)
+    what = "Quality loss" if quality == "kld_mean_nats" else "Perplexity"
+    figure.suptitle(f"{what} against decode speed and against file size")
     return save_figure(figure, path)
 
 
 QUALITY_SPEED_SIZE = Figure(
-    "quality_speed_size", "Quality against decode speed and file size", _quality_speed_size
+    "quality_speed_size", "Quality loss against decode speed and file size", _quality_speed_size
 )
 
 
@@ -179,8 +187,158 @@ def kv_section(analysis: Analysis) -> Section:
     return Section("kv", "KV cache: predicted and reported by llama-server", tuple(blocks))
 
 
+def _pct(number: float | None, error: float | None = None, signed: bool = False) -> str:
+    if number is None:
+        return fmt.DASH
+    text = f"{number:+.2f}" if signed else f"{number:.2f}"
+    return f"{text} ± {error:.2f} %" if error is not None else f"{text} %"
+
+
+def quality_loss_section(analysis: Analysis) -> Section:
+    """How far each quantization is from F16: a sentence each, the floor, and the details."""
+    loss = analysis.quality_loss
+    blocks: list[Block] = []
+    if loss.reference:
+        blocks.append(Paragraph(loss.reference, "muted"))
+    if loss.sentences:
+        blocks.append(Bullets(loss.sentences, "verdict"))
+    rows = tuple(
+        (
+            str(r["quant"]) + (" (floor)" if r["is_floor"] else ""),
+            str(r["cache_type"]),
+            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
+            fmt.number(value(r["kld_median_nats"]), KLD_DIGITS),
+            fmt.number(value(r["kld_p99_nats"]), 5),
+            fmt.number(value(r["kld_p99_9_nats"]), 5),
+            _pct(value(r["same_top_p_pct"]), value(r["same_top_p_error_pct"])),
+            _pct(value(r["delta_p_rms_pct"])),
+            _pct(value(r["ppl_change_pct"]), value(r["ppl_change_error_pct"]), signed=True),
+            str(r["chunks_scored"]),
+        )
+        for r in loss.rows.to_dict("records")
+    )
+    if rows:
+        blocks.append(
+            Table(
+                ("quant", "KV cache", "mean KLD ± s.e. (nats)", "median", "p99", "p99.9", "same top token",
+                 "RMS Δp", "Δ perplexity", "chunks"),
+                rows,
+                (False, False, True, True, True, True, True, True, True, True),
+                "KL divergence of each file's next-token distribution from F16's, paired per token"
+                " (llama-perplexity). ± is the larger of llama-perplexity's per-token standard error"
+                " (which treats tokens as independent and understates it) and the spread of the"
+                " chunks' own means; two values differ beyond the uncertainty when they are more than"
+                " two combined standard errors apart. Δ perplexity is against F16's own perplexity on"
+                " the same tokens. Rows with another KV cache type measure weights and cache together.",
+            )
+        )
+    elif loss.missing:
+        blocks.append(Paragraph(f"not measured: quality loss against F16: {loss.missing}", "warning"))
+    blocks += gap_blocks_about(analysis, "KL divergence")
+    return Section("quality_loss", "Quality loss against F16 (KL divergence)", tuple(blocks))
+
+
+def _plus(number: float | None, error: float | None) -> str:
+    if number is None:
+        return fmt.DASH
+    text = fmt.number(number, KLD_DIGITS)
+    return f"{text} ± {fmt.number(error, KLD_DIGITS)}" if error is not None else text
+
+
+def _kv_types_plot(analysis: Analysis, path: Path) -> Path | None:
+    """KV memory, decode throughput and quality loss per quantization, one bar per cache type."""
+    table = analysis.kv_types
+    if table.empty:
+        return None
+    quants = [q for q in analysis.quants if q in set(table["quant"])]
+    types = list(dict.fromkeys(str(t) for t in table["cache_type"]))
+    figure, axes = new_figure(12.0, 4.2, 1, 3)
+    palette = colors(types)
+    width = 0.8 / max(len(types), 1)
+    users = sorted({int(u) for u in table["users"].dropna()})
+    at = f" at {users[0]} users" if len(users) == 1 else ""
+    panels = (
+        ("kv_predicted_mib", "KV cache, MiB (exact)", None),
+        ("output_tok_s", f"output tok/s{at} (decode-heavy)", None),
+        ("kld_mean_nats", "mean KLD from F16, nats", "kld_mean_error_nats"),
+    )
+    for axis, (column, title, error) in zip(axes[0], panels, strict=True):
+        for index, kind in enumerate(types):
+            mine = table[table["cache_type"] == kind].set_index("quant")
+            xs = [position + (index - (len(types) - 1) / 2) * width for position in range(len(quants))]
+            heights = [_cell(mine, q, column) for q in quants]
+            spreads = [_cell(mine, q, error) if error else 0.0 for q in quants]
+            axis.bar(xs, [h if math.isfinite(h) else 0.0 for h in heights], width,
+                     yerr=[e if math.isfinite(e) else 0.0 for e in spreads] if error else None,
+                     color=palette[kind], label=f"K/V {kind}", capsize=2)  # fmt: skip
+        axis.set_xticks(list(range(len(quants))), quants)
+        axis.set_title(title, fontsize=10)
+        axis.grid(True, axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    figure.suptitle("KV-cache type trade-off: memory, decode speed and quality cost")
+    return save_figure(figure, path)
+
+
+def _cell(frame: pd.DataFrame, quant: str, column: str | None) -> float:
+    if column is None or quant not in frame.index:
+        return float("nan")
+    number = value(frame.loc[quant, column])
+    return number if number is not None else float("nan")
+
+
+KV_TYPES_PLOT = Figure("kv_cache_types", "KV-cache type trade-off per quantization", _kv_types_plot)
+
+
+def kv_types_section(analysis: Analysis, plots: Plots) -> Section:
+    """Per quantization and KV-cache type: memory, decode speed at the experiment's users, KLD."""
+    table = analysis.kv_types
+    blocks: list[Block] = [*shown(plots, KV_TYPES_PLOT)]
+    rows = tuple(
+        (
+            str(r["quant"]),
+            str(r["cache_type"]) + (" (served)" if r["own_server"] else ""),
+            fmt.number(value(r["kv_predicted_mib"]), 2),
+            fmt.number(value(r["kv_reported_mib"]), 2),
+            fmt.percent(value(r["kv_vs_f16_frac"]), 0, signed=True),
+            fmt.number(value(r["output_tok_s"])),
+            fmt.percent(value(r["output_vs_f16_frac"]), 1, signed=True),
+            fmt.duration(value(r["tpot_p50_s"])),
+            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
+            fmt.number(value(r["kld_added_nats"]), KLD_DIGITS),
+            _pct(value(r["same_top_p_pct"])),
+            str(r["flash_attn"] or fmt.DASH),
+        )
+        for r in table.to_dict("records")
+    )
+    if rows:
+        users = sorted({int(u) for u in table["users"].dropna()})
+        at = f"{users[0]} users" if len(users) == 1 else "the experiment's users"
+        blocks.append(
+            Table(
+                ("quant", "K/V cache", "KV MiB", "reported MiB", "KV vs f16", f"output tok/s @{at}",
+                 "vs f16", "TPOT p50", "mean KLD ± s.e.", "KLD added", "same top token", "flash attn"),
+                rows,
+                (False, False, True, True, True, True, True, True, True, True, True, False),
+                "KV MiB: the exact allocation (the KV check's arithmetic) for the run's slots and context;"
+                " reported: what that cache type's llama-server logged. Speed: one closed-loop stage of"
+                f" decode-heavy requests (short prompts, max_tokens with ignore_eos, cache_prompt off) at"
+                f" {at} on each server, the quantization's own server for the type it serves (served) and"
+                " one started for each other type. KLD: llama-perplexity with the same -ctk/-ctv (and"
+                " flash attention on for a quantized V cache); KLD added is the cost of the cache type"
+                " beyond the weights' own loss (f16 cache).",
+            )
+        )
+    blocks += gap_blocks(analysis, "kv_types")
+    return Section("kv_types", "KV-cache type trade-off", tuple(blocks))
+
+
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    return quality_speed_section(analysis, plots), kv_section(analysis)
+    return (
+        quality_loss_section(analysis),
+        quality_speed_section(analysis, plots),
+        kv_section(analysis),
+        kv_types_section(analysis, plots),
+    )
 
 
-CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE,))
+CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE, KV_TYPES_PLOT))

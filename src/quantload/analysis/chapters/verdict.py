@@ -8,6 +8,7 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import slo_text
 from quantload.analysis.chapters.parts import Chapter, Plots, cache_state_block, gap_blocks, range_text, value
 from quantload.analysis.document import Block, Bullets, Details, Facts, Paragraph, Section, Table
+from quantload.analysis.quality_loss import KLD_DIGITS
 from quantload.analysis.run_tables import level_column, users_levels
 
 
@@ -19,6 +20,7 @@ def overview_section(analysis: Analysis) -> Section:
         blocks.append(Facts(tuple((f"cache state: {k}", v) for k, v in header.cache_states)))
     blocks.append(Paragraph(f"Service-level objective (SLO): {slo_text(analysis.slo)}."))
     blocks.append(Bullets(tuple(v.sentence for v in analysis.capacity), "verdict"))
+    blocks.append(Paragraph(analysis.quality_verdict.sentence, "verdict"))
     blocks.append(Paragraph(analysis.client_sentence, "warning" if not analysis.lagging.empty else "plain"))
     gaps = [gap.text() for gap in analysis.gaps]
     if gaps:
@@ -40,10 +42,18 @@ def _plus_minus(number: float | None, spread: float | None, digits: int = 1) -> 
     return f"{text} ± {fmt.number(spread, digits)}" if spread is not None else text
 
 
+def _pct(number: float | None) -> str:
+    """'96.77 %' from a percentage, a dash when there is none."""
+    return fmt.DASH if number is None else f"{fmt.number(number, 2)} %"
+
+
 def quant_table_section(analysis: Analysis) -> Section:
     """The quantization table, one row per quantization."""
     levels = users_levels(analysis.run, analysis.levels)
-    columns = ["quant", "file size", "perplexity ± s.e.", "prefill tok/s ± sd", "decode tok/s ± sd"]
+    columns = [
+        "quant", "file size", "perplexity ± s.e.", "mean KLD ± s.e. (nats)", "same top token",
+        "prefill tok/s ± sd", "decode tok/s ± sd",
+    ]  # fmt: skip
     for users in levels:
         columns += [f"TTFT p50 @{users}u", f"TTFT p99 @{users}u", f"output tok/s @{users}u"]
     rows = []
@@ -53,6 +63,8 @@ def quant_table_section(analysis: Analysis) -> Section:
             str(row["quant"]),
             fmt.mib(value(row["file_size_bytes"])),
             _plus_minus(ppl, err, 3),
+            _plus_minus(value(row["kld_mean_nats"]), value(row["kld_mean_error_nats"]), KLD_DIGITS),
+            _pct(value(row["same_top_p_pct"])),
             _plus_minus(value(row["prefill_tok_s"]), value(row["prefill_stddev_tok_s"])),
             _plus_minus(value(row["decode_tok_s"]), value(row["decode_stddev_tok_s"])),
         ]
@@ -66,7 +78,10 @@ def quant_table_section(analysis: Analysis) -> Section:
     caption = (
         "Load figures: concurrency sweep, median of the complete repeats with the min–max range in"
         " brackets; percentiles exact from the records. Perplexity ± one standard error"
-        " (llama-perplexity); tok/s ± standard deviation over llama-bench repetitions. – = not measured."
+        " (llama-perplexity). Quality loss against F16 (f16 KV cache; F16's own row is the floor): mean KL"
+        " divergence ± the larger of its per-token and per-chunk standard errors, and the share of tokens"
+        " whose most likely next token is F16's. tok/s ± standard deviation over llama-bench"
+        " repetitions. – = not measured."
     )
     blocks: list[Block] = [*cache_state_block(analysis, "concurrency sweep")]
     blocks.append(
