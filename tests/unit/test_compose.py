@@ -829,7 +829,9 @@ elif args[0] in ("quality", "speed"):
 """
 
 
-def _run_prepare(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+def _run_prepare(
+    tmp_path: Path, **extra_env: str
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "calls.jsonl"
@@ -845,6 +847,7 @@ def _run_prepare(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list
         "QL_RESULTS_DIR": str(tmp_path / "results"),
         "QL_RUN": "r1",
         "QL_MODEL": "tiny",
+        **extra_env,
     }
     result = subprocess.run(
         ["sh", str(PREPARE_SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -872,6 +875,23 @@ def test_prepare_script_links_each_quantization_and_fills_the_run_folder(tmp_pat
         check_quantload_argv(call)  # every step is a real subcommand with real flags
     again, _ = _run_prepare(tmp_path)  # running it again replaces the links
     assert again.returncode == 0, again.stderr
+
+
+def test_prepare_script_run_again_keeps_the_measurements_of_unchanged_files(tmp_path: Path) -> None:
+    """Compose re-runs prepare before every `run load` (the servers depend on it): with the same
+    files, quality and speed are kept; QL_REMEASURE=1 measures them again."""
+    first, _ = _run_prepare(tmp_path)
+    assert first.returncode == 0, first.stderr
+    again, calls = _run_prepare(tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert [call[1] for call in calls] == ["prepare", "quality", "speed", "prepare"]
+    assert "kept" in again.stdout
+    forced, calls = _run_prepare(tmp_path, QL_REMEASURE="1")
+    assert forced.returncode == 0, forced.stderr
+    assert [call[1] for call in calls][-3:] == ["prepare", "quality", "speed"]
+    (tmp_path / "results" / "r1" / "speed.json").unlink()  # a missing result is measured again
+    _, calls = _run_prepare(tmp_path)
+    assert [call[1] for call in calls][-3:] == ["prepare", "quality", "speed"]
 
 
 def test_prepare_script_goes_on_when_quality_cannot_be_measured(tmp_path: Path) -> None:
