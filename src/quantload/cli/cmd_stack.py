@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import typer
@@ -72,6 +72,13 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--into-run/--no-into-run", help="Write kv.json into the servers' run folder."),
         ] = True,
+        run_folder: Annotated[
+            str | None,
+            typer.Option(
+                "--run-folder",
+                help="That run folder, as the containers see it (default: where the servers' logs go).",
+            ),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print kv.json.")] = False,
     ) -> None:
         """Check each llama-server's KV cache: predicted from its GGUF header and command line,
@@ -94,7 +101,7 @@ def register(app: typer.Typer) -> None:
             by_name = {state.name: container for state, container in pairs}
             for result in results:  # the first running server that writes into a run folder
                 container = by_name[result.container]
-                folder = run_folder_of(container)
+                folder = PurePosixPath(run_folder) if run_folder else run_folder_of(container)
                 if result.check is not None and folder is not None:
                     path = put_file(container, folder, KV_JSON, payload_bytes(payload))
                     written.append(f"{path} (in {result.container}'s volume)")

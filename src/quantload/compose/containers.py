@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,7 @@ class ContainerState:
             return f"restarting after exit code {self.exit_code} (restarted {self.restart_count} times)"
         if self.state in ("exited", "dead"):
             if self.exit_code != 0:
-                return f"exited with code {self.exit_code}"
+                return self.exit_text()
             if self.long_running:
                 return "stopped (exit code 0), although it should stay up"
             return None
@@ -119,6 +120,18 @@ class ContainerState:
             last = f": {self.health_output.splitlines()[-1][:160]}" if self.health_output else ""
             return f"unhealthy{last}"
         return None
+
+    def exit_text(self) -> str:
+        """How the container ended, e.g. 'exited with code 137 (killed by signal 9, SIGKILL)'."""
+        text = f"exited with code {self.exit_code}"
+        number = self.exit_code - 128
+        if number > 0:
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = "unknown signal"
+            text += f" (killed by signal {number}, {name})"
+        return text
 
     def status_text(self) -> str:
         """One short phrase, e.g. 'running, healthy', 'exited 0', 'running, restarted 1 time'."""

@@ -299,7 +299,11 @@ def check_servers(pairs: Sequence[tuple[ContainerState, Any]]) -> list[ServerKv]
         if not is_llama_server(container.attrs):
             continue
         if state.state != "running":
-            why = f"not running ({state.status_text()}), so it has no KV cache to compare"
+            ended = state.problem() if state.exit_code != 0 else None
+            why = (
+                f"{state.service} died: its container {ended}" if ended
+                else f"{state.service} is not running ({state.status_text()})"
+            )  # fmt: skip
             results.append(
                 ServerKv(state.service, state.name, _label_of(container, state.service), None, why)
             )

@@ -209,7 +209,7 @@ def test_states_in_words() -> None:
     killed = ContainerState.from_attrs(
         attrs("llama-q8-0", status="exited", exit_code=137, health="unhealthy")
     )
-    assert killed.problem() == "exited with code 137"
+    assert killed.problem() == "exited with code 137 (killed by signal 9, SIGKILL)"
     stopped = ContainerState.from_attrs(attrs("exporter", status="exited", health=None))
     assert "should stay up" in (stopped.problem() or "")
     sick = ContainerState.from_attrs(attrs("llama-f16", health="unhealthy"))
@@ -304,7 +304,10 @@ def test_servers_that_cannot_be_checked_say_why(tmp_path: Path) -> None:
     assert results["llama-f16"].check is None and "-lv 4" in (results["llama-f16"].error or "")
     assert results["llama-f16"].error and results["llama-f16"].error.startswith("llama-f16:")
     assert results["llama-q8-0"].label == "Q8_0"  # read from the stopped container
-    assert "not running (exited 137)" in (results["llama-q8-0"].error or "")
+    assert (
+        results["llama-q8-0"].error
+        == "llama-q8-0 died: its container exited with code 137 (killed by signal 9, SIGKILL)"
+    )
 
 
 def test_the_cli_needs_a_stack(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
