@@ -210,6 +210,18 @@ def _build_images(stack: Stack, toolchain: Toolchain, environ: dict[str, str]) -
         stack.compose.run("build", "prepare", timeout_s=deadline.left(1500), services=["prepare"])
 
 
+def _clear_leftovers(client: Any) -> str:
+    """Containers, networks and volumes an interrupted run left in the kept data root (everything in
+    it belongs to this test); without this, the engine would restart old servers on start."""
+    removed = []
+    for container in client.containers.list(all=True):
+        container.remove(force=True, v=True)
+        removed.append(container.name)
+    networks = client.networks.prune().get("NetworksDeleted") or []
+    volumes = client.volumes.prune().get("VolumesDeleted") or []
+    return ", ".join([*removed, *networks, *volumes])
+
+
 def _probe_bridge(stack: Stack, note: str) -> None:
     """One container reaching another over the project network (the FORWARD-chain pitfall)."""
     probe = "import socket; socket.create_connection(('llama-f16', 8080), 5).close()"
@@ -245,6 +257,7 @@ def stack(
         timings.add("engine start (until it answers)", engine.started_s, root_note)
         client = engine.client()
         exits.callback(client.close)
+        left = _clear_leftovers(client)
         ports = {name: free_port() for name in (
             "QL_F16_PORT", "QL_Q8_0_PORT", "QL_Q4_K_M_PORT", "QL_PROMETHEUS_PORT", "QL_GRAFANA_PORT",
             "QL_LOCUST_PORT", "QL_LOCUST_MASTER_PORT",
@@ -254,6 +267,8 @@ def stack(
         project = f"qle2e{secrets.token_hex(3)}"
         compose = Compose(project, env_file, engine.env(), client)
         built = Stack(compose, engine, client, ports, workdir, timings, deadline, notes=[bridge_note])
+        if left:
+            built.notes.append(f"removed what an interrupted earlier run left in the data root: {left}")
         exits.callback(_finish, built, cache)
         _build_images(built, toolchain, environ)
         with timings.measure("seed the cache volume (vocabulary, WikiText-2)"):
@@ -430,6 +445,9 @@ def test_load_kv_check_and_report_jobs(stack: Stack) -> None:
         stack.compose.run("run", "--rm", "-T", "report", timeout_s=stack.deadline.left(600),
                           services=["report", "prometheus"])  # fmt: skip
     run_dir = _run_folder(stack, RUN)
+    kept = images.compose_cache(clean_env()) / "last-run" / RUN  # the last e2e report, to look at
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(run_dir, kept)
     # The copy-out command docs/compose.md gives users: the same files come out.
     copied = stack.compose.run("run", "--rm", "--no-deps", "-T", "report", "tar", "-C", "/results", "-cf", "-", RUN,
                                timeout_s=stack.deadline.left(120))  # fmt: skip

@@ -36,6 +36,7 @@ import docker
 DOCKER_API_VERSION = "1.41"  # Debian bookworm's engine 20.10; the SDK's default is newer
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 30.0
+HTTP_TIMEOUT_S = 600
 BRIDGE_NF_CALL = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 DEFAULT_BRIDGE = "docker0"
 
@@ -65,11 +66,14 @@ class Engine:
         """The environment for docker / docker-compose commands aimed at this engine."""
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "COMPOSE_"))}
         environ["DOCKER_HOST"] = self.host
+        # With vfs, creating a container copies its whole image (~0.6 GB for ours): on a busy disk
+        # that outlasts docker-compose's default 60 s per request.
+        environ["COMPOSE_HTTP_TIMEOUT"] = str(HTTP_TIMEOUT_S)
         return environ
 
     def client(self) -> Any:
         """A Docker SDK client of this engine."""
-        return docker.DockerClient(base_url=self.host, version=DOCKER_API_VERSION, timeout=600)
+        return docker.DockerClient(base_url=self.host, version=DOCKER_API_VERSION, timeout=HTTP_TIMEOUT_S)
 
     def log_tail(self, lines: int = 30) -> str:
         return tail(self.log, lines)

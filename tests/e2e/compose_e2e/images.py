@@ -9,6 +9,8 @@ Under `~/.cache/quantload/compose/` (quantload's cache root):
   (services/quantload/wheels/) for the build and removed from it afterwards.
 - `debs/`: Debian's prometheus package, whose two binaries make the Prometheus stand-in.
 - `context-llama/`, `context-prometheus/`: the stand-ins' build contexts.
+- `last-run/`: the run folder of the last e2e (report included), `last-run.json` its wall times,
+  `last-locust-ui.png` its screenshot of the Locust web UI.
 - `engine-root/`: the private engine's data root, kept so that images and the classic builder's
   layer cache survive between runs (tests/e2e/test_compose_stack.py).
 
