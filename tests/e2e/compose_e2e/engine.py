@@ -268,7 +268,8 @@ def private_engine(dockerd: str, data_root: Path) -> Iterator[Engine]:
         try:
             yield engine
         finally:
-            stop_engine(engine)
+            for note in stop_engine(engine):
+                print("engine stop:", note)
     finally:
         if not bridge_existed and Path(f"/sys/class/net/{DEFAULT_BRIDGE}").exists():
             subprocess.run(["ip", "link", "delete", DEFAULT_BRIDGE], capture_output=True, check=False)
