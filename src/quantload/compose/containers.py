@@ -152,12 +152,3 @@ def project_containers(client: Any, project: str) -> list[tuple[ContainerState, 
         raise StackError(f"cannot list the containers of {project}: {error}") from None
     pairs = [(ContainerState.from_attrs(container.attrs), container) for container in found]
     return sorted(pairs, key=lambda pair: (pair[0].service, pair[0].name))
-
-
-def log_tail(container: Any, lines: int = 40) -> str:
-    """The end of a container's output (stdout and stderr)."""
-    try:
-        raw = container.logs(stdout=True, stderr=True, tail=lines)
-    except docker.errors.DockerException as error:
-        return f"(log unavailable: {error})"
-    return bytes(raw).decode("utf-8", "replace")
