@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -11,10 +12,8 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.compose.containers import connect, default_project_name, project_containers
-from quantload.compose.server_kv import KV_JSON, check_servers, payload_bytes, put_file, run_folder_of
+from quantload.compose.server_kv import KV_JSON, check_servers, kv_json, put_file, run_folder_of
 from quantload.errors import ConfigError
-from quantload.kvcheck import KvCheck, kv_file_payload
-from quantload.rundir import write_json_atomic
 
 ProjectOption = Annotated[
     str | None,
@@ -92,22 +91,22 @@ def register(app: typer.Typer) -> None:
                 f"no llama-server containers in compose project {name!r}",
                 "start the stack with 'docker compose up -d', or name it with --project",
             )
-        checks: dict[str, KvCheck | str] = {
-            r.label: r.check if r.check is not None else str(r.error) for r in results
-        }
-        payload = kv_file_payload(checks)
         written: list[str] = []
-        if into_run:
-            by_name = {state.name: container for state, container in pairs}
-            for result in results:  # the first running server that writes into a run folder
-                container = by_name[result.container]
-                folder = PurePosixPath(run_folder) if run_folder else run_folder_of(container)
-                if result.check is not None and folder is not None:
-                    path = put_file(container, folder, KV_JSON, payload_bytes(payload))
-                    written.append(f"{path} (in {result.container}'s volume)")
-                    break
+        with tempfile.TemporaryDirectory(prefix="quantload-kv-") as tmp:
+            fresh = Path(tmp) / KV_JSON  # every server's check, nothing older
+            kv_json(results, fresh)
+            payload = json.loads(fresh.read_text(encoding="utf-8"))
+            if into_run:
+                by_name = {state.name: container for state, container in pairs}
+                for result in results:  # the first running server that writes into a run folder
+                    container = by_name[result.container]
+                    folder = PurePosixPath(run_folder) if run_folder else run_folder_of(container)
+                    if result.check is not None and folder is not None:
+                        path = put_file(container, folder, KV_JSON, fresh.read_bytes())
+                        written.append(f"{path} (in {result.container}'s volume)")
+                        break
         if out is not None:
-            write_json_atomic(out, payload)
+            kv_json(results, out)
             written.append(str(out))
         if as_json:
             typer.echo(json.dumps(payload, indent=2))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import io
-import json
 import tarfile
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,7 @@ import docker
 from quantload.compose.containers import ContainerState
 from quantload.errors import MeasurementError, ModelError, QuantloadError, ServerError
 from quantload.kvcache import kv_shape_from_gguf, predict_kv
-from quantload.kvcheck import KvCheck, kv_check_from_log
+from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_file
 from quantload.models.gguf_meta import GgufSummary, summarize_scan
 from quantload.models.gguf_scan import scan_gguf
 
@@ -276,11 +275,6 @@ def put_file(container: Any, folder: PurePosixPath, name: str, data: bytes) -> P
     return folder / name
 
 
-def payload_bytes(payload: Mapping[str, Any]) -> bytes:
-    """kv.json as written to disk."""
-    return (json.dumps(payload, indent=2) + "\n").encode("utf-8")
-
-
 @dataclass(frozen=True)
 class ServerKv:
     """The KV check of one llama-server container, or why there is none."""
@@ -327,3 +321,10 @@ def _label_of(container: Any, fallback: str) -> str:
         return read_container_gguf(container, container_launch(container.attrs).model_path).file_type
     except (QuantloadError, docker.errors.DockerException):
         return fallback
+
+
+def kv_json(results: Sequence[ServerKv], path: Path) -> None:
+    """Write (or merge into) a kv.json with every server's check or why there is none, through
+    quantload.kvcheck.merge_kv_file, the file's one writer."""
+    for result in results:
+        merge_kv_file(path, result.label, result.check if result.check is not None else str(result.error))
