@@ -4,7 +4,7 @@
         client = engine.client()
 
 The engine has its own data root (kept between runs as an image cache, or a temporary one), exec
-root, socket and pid file, uses the vfs storage driver, and leaves the host's network rules alone
+root, socket and pid file, uses the vfs storage driver (another on request), and leaves the host's network rules alone
 (`--iptables=false --ip-masq=false --ip-forward=false`). Stopping it: SIGTERM to the pid in its
 pid file, SIGKILL after a grace period, then its managed containerd and any container shim it left,
 each by the pid it wrote; mounts left under the exec root are undone and the default bridge it
@@ -64,7 +64,9 @@ class Engine:
 
     def env(self) -> dict[str, str]:
         """The environment for docker / docker-compose commands aimed at this engine."""
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "COMPOSE_"))}
+        # Nothing of the developer's own stack settings: compose lets the shell override --env-file.
+        ours = ("DOCKER_", "COMPOSE_", "QL_", "GRAFANA_", "LLAMA_")
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
         environ["DOCKER_HOST"] = self.host
         # With vfs, creating a container copies its whole image (~0.6 GB for ours): on a busy disk
         # that outlasts docker-compose's default 60 s per request.
@@ -99,7 +101,7 @@ def _ping(host: str) -> bool:
         return False
 
 
-def start_engine(dockerd: str, data_root: Path, workdir: Path) -> Engine:
+def start_engine(dockerd: str, data_root: Path, workdir: Path, storage_driver: str = "vfs") -> Engine:
     """Start dockerd with private folders under `workdir` and `data_root`; EngineError if it fails."""
     exec_root = workdir / "exec"
     exec_root.mkdir(parents=True, exist_ok=True)
@@ -107,7 +109,7 @@ def start_engine(dockerd: str, data_root: Path, workdir: Path) -> Engine:
     socket, pidfile, log = workdir / "docker.sock", workdir / "docker.pid", workdir / "dockerd.log"
     command = [
         dockerd, "--data-root", str(data_root), "--exec-root", str(exec_root),
-        "-H", f"unix://{socket}", "--pidfile", str(pidfile), "--storage-driver", "vfs",
+        "-H", f"unix://{socket}", "--pidfile", str(pidfile), "--storage-driver", storage_driver,
         "--iptables=false", "--ip-masq=false", "--ip-forward=false",
     ]  # fmt: skip
     started = time.monotonic()
@@ -258,18 +260,20 @@ def bridge_traffic_allowed() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def private_engine(dockerd: str, data_root: Path) -> Iterator[Engine]:
+def private_engine(dockerd: str, data_root: Path, storage_driver: str = "vfs") -> Iterator[Engine]:
     """An engine on `data_root` with its exec root and socket in a temporary folder, always stopped."""
     bridge_existed = Path(f"/sys/class/net/{DEFAULT_BRIDGE}").exists()
     # Short path: unix socket paths are limited to 107 bytes.
     workdir = Path(tempfile.mkdtemp(prefix="ql-engine-", dir="/tmp"))
     try:
-        engine = start_engine(dockerd, data_root, workdir)
+        engine = start_engine(dockerd, data_root, workdir, storage_driver)
         try:
             yield engine
         finally:
+            stopping = time.monotonic()
             for note in stop_engine(engine):
                 print("engine stop:", note)
+            print(f"engine stopped in {time.monotonic() - stopping:.1f} s")
     finally:
         if not bridge_existed and Path(f"/sys/class/net/{DEFAULT_BRIDGE}").exists():
             subprocess.run(["ip", "link", "delete", DEFAULT_BRIDGE], capture_output=True, check=False)
