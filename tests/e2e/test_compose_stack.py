@@ -70,6 +70,7 @@ RUN = "e2e"
 FAULT_RUN = "fault"
 KILLED = "llama-q8-0"
 DATA_ROOT_CAP_BYTES = 40 * 10**9  # a kept data root above this is started afresh
+PRUNE_ABOVE_BYTES = 15 * 10**9  # dangling images are removed once the data root is above this
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -289,6 +290,11 @@ def stack(
         yield built
 
 
+def _disk_used(folder: Path) -> int | None:
+    du = subprocess.run(["du", "-sb", str(folder)], capture_output=True, text=True, timeout=600, check=False)
+    return int(du.stdout.split()[0]) if du.returncode == 0 else None
+
+
 def _finish(stack: Stack, cache: Path) -> None:
     """Tear down whatever the tests left: down -v, prune, sizes, timings (engine stops after)."""
     if not stack.down_done:
@@ -297,13 +303,16 @@ def _finish(stack: Stack, cache: Path) -> None:
     for name in (*images.STANDIN_IMAGES, "quantload:0.1.0"):
         with contextlib.suppress(Exception):
             stack.timings.sizes_bytes[f"image {name}"] = int(stack.client.images.get(name).attrs["Size"])
-    with stack.timings.measure("prune dangling images"), contextlib.suppress(Exception):
-        stack.client.images.prune(filters={"dangling": True})
     with stack.timings.measure("du of the data root"):
-        du = subprocess.run(["du", "-sb", str(stack.engine.data_root)], capture_output=True, text=True,
-                            timeout=300, check=False)  # fmt: skip
-    if du.returncode == 0:
-        used = int(du.stdout.split()[0])
+        used = _disk_used(stack.engine.data_root)
+    if used is not None and used > PRUNE_ABOVE_BYTES:
+        # Every rebuild leaves the old image's layers, each a full copy under vfs; deleting them
+        # takes minutes, so it is done only once they add up.
+        with stack.timings.measure("prune dangling images (data root above the threshold)"):
+            with contextlib.suppress(Exception):
+                stack.client.images.prune(filters={"dangling": True})
+            used = _disk_used(stack.engine.data_root)
+    if used is not None:
         stack.timings.sizes_bytes["engine data root"] = used
         (stack.engine.data_root.parent / f"{stack.engine.data_root.name}.size").write_text(str(used))
     stack.timings.write(cache / "last-run.json")
@@ -452,8 +461,13 @@ def test_load_kv_check_and_report_jobs(stack: Stack) -> None:
     shutil.rmtree(kept, ignore_errors=True)
     shutil.copytree(run_dir, kept)
     # The copy-out command docs/compose.md gives users: the same files come out.
-    copied = stack.compose.run("run", "--rm", "--no-deps", "-T", "report", "tar", "-C", "/results", "-cf", "-", RUN,
-                               timeout_s=stack.deadline.left(120))  # fmt: skip
+    # The servers keep writing their logs, so tar may note a file changed while it read it: exit 1.
+    copied = stack.compose.run(
+        "run", "--rm", "--no-deps", "-T", "report",
+        "tar", "-C", "/results", "--warning=no-file-changed", "-cf", "-", RUN,
+        timeout_s=stack.deadline.left(120), check=False,
+    )  # fmt: skip
+    assert copied.returncode in (0, 1), copied.stderr[-2000:]
     with tarfile.open(fileobj=io.BytesIO(copied.stdout)) as tar:
         names = {name for name in tar.getnames() if not name.endswith("/")}
     assert {f"{RUN}/{p.relative_to(run_dir)}" for p in run_dir.rglob("*") if p.is_file()} <= names

@@ -141,6 +141,9 @@ def base_rootfs_tarball(cache: Path, environ: Mapping[str, str]) -> tuple[Path, 
             ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."], "tar of the rootfs", 300
         )
         partial.replace(tarball)
+    for stale in cache.glob(f"base-{SUITE}-*.tar"):  # an older package list's
+        if stale != tarball:
+            stale.unlink()
     return tarball, False
 
 
@@ -198,6 +201,9 @@ def ensure_wheels(cache: Path) -> tuple[Path, bool]:
             shutil.rmtree(folder)
         Path(tmp).rename(folder)
         Path(tmp).mkdir()  # for TemporaryDirectory's own clean-up
+    for stale in cache.glob("wheels-*"):  # for older dependency pins
+        if stale != folder and stale.is_dir():
+            shutil.rmtree(stale)
     return folder, False
 
 
