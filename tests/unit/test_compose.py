@@ -72,7 +72,10 @@ from quantload.llamacpp.sdist import PINNED_SDIST
 from support import missing
 
 DOCKERFILE = REPO / "services" / "quantload" / "Dockerfile"
-DOCKERIGNORE = REPO / "services" / "quantload" / "Dockerfile.dockerignore"
+DOCKERIGNORE = REPO / ".dockerignore"  # at the root: BuildKit and the classic builder both read it
+STANDIN_OVERRIDE = REPO / "tests" / "e2e" / "compose_e2e" / "docker-compose.standins.yml"
+STANDIN_DOCKERFILES = sorted((REPO / "services" / "standins").glob("*/Dockerfile"))
+WHEELS_DIR = REPO / "services" / "quantload" / "wheels"
 PREPARE_SCRIPT = REPO / "services" / "quantload" / "prepare.sh"
 DCLINT_CONFIG = Path(__file__).parent / "compose" / "dclint.json"
 SERVERS = {"llama-f16": "F16", "llama-q8-0": "Q8_0", "llama-q4-k-m": "Q4_K_M"}
@@ -560,6 +563,87 @@ def test_gpu_override_swaps_image_layers_and_reservation(gpu_raw: dict[str, Any]
         assert "command" not in service, f"{name}: keep the base command; -ngl comes as a variable"
 
 
+# ---------------------------------------------------------------- the stand-in override of the e2e
+
+
+def _sorted_lists(node: Any) -> Any:
+    """Lists of strings sorted: docker-compose 1.29's merge reorders volumes and ports."""
+    if isinstance(node, dict):
+        return {key: _sorted_lists(value) for key, value in node.items()}
+    if isinstance(node, list):
+        items = [_sorted_lists(item) for item in node]
+        return sorted(items, key=json.dumps) if all(isinstance(i, str | dict) for i in items) else items
+    return node
+
+
+def _differences(left: Any, right: Any, path: str = "") -> list[str]:
+    """Dotted paths where two parsed configurations differ."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        found: list[str] = []
+        for key in sorted(set(left) | set(right), key=str):
+            found += _differences(left.get(key), right.get(key), f"{path}.{key}" if path else str(key))
+        return found
+    return [] if left == right else [path]
+
+
+def test_the_standin_override_changes_only_images_and_build_arguments(tmp_path: Path) -> None:
+    """The e2e runs the user's stack: merged with the override, only `image:` of the servers and
+    Prometheus and our image's base-image build arguments (and PIP_NO_INDEX) differ."""
+    profiles = ["load", "report"]
+    base = _sorted_lists(_compose_config([BASE_FILE], profiles, tmp_path))
+    merged = _sorted_lists(_compose_config([BASE_FILE, STANDIN_OVERRIDE], profiles, tmp_path))
+    changed = _differences(base, merged)
+    ours = [name for name, service in services(base).items() if is_quantload(service)]
+    allowed = {f"services.{name}.image" for name in (*SERVERS, "prometheus")}
+    allowed |= {f"services.{name}.build.args.{arg}" for name in ours
+                for arg in ("PYTHON_IMAGE", "LLAMA_CPP_FULL_IMAGE", "PIP_NO_INDEX")}  # fmt: skip
+    assert changed and set(changed) <= allowed, sorted(set(changed) - allowed)
+    assert {f"services.{name}.image" for name in (*SERVERS, "prometheus")} <= set(changed)
+    assert "grafana" in merged["services"], "Grafana is left out by the test's service list, not here"
+    for name in SERVERS:
+        assert merged["services"][name]["image"] == f"quantload-standin/llama.cpp:server-{LLAMA_BUILD}"
+
+
+def test_the_standin_override_is_small_and_touches_known_services() -> None:
+    override = read_yaml(STANDIN_OVERRIDE)
+    keys = {key for service in services(override).values() for key in service}
+    assert keys <= {"image", "build"}, keys
+    for service in services(override).values():
+        assert set(service.get("build", {})) <= {"args"}
+
+
+@pytest.mark.parametrize("path", STANDIN_DOCKERFILES, ids=lambda p: p.parent.name)
+def test_standin_dockerfiles_pass_hadolint(path: Path) -> None:
+    command = _tool(hadolint_command(), "hadolint")
+    result = subprocess.run(
+        [*command, "--no-color", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_llama_standin_keeps_upstream_entrypoints_and_layout() -> None:
+    """The compose commands run unchanged on it: /app/llama-*, the entrypoints, LLAMA_ARG_HOST, curl."""
+    dockerfile = parse_dockerfile(REPO / "services" / "standins" / "llama.cpp" / "Dockerfile")
+    server, full = dockerfile.stage("server"), dockerfile.stage("full")
+    assert server.of("ENTRYPOINT")[0].text.strip() == '["/app/llama-server"]'
+    assert full.of("ENTRYPOINT")[0].text.strip() == '["/app/tools.sh"]'
+    env: dict[str, str] = {}
+    for instruction in server.of("ENV"):
+        env.update(env_assignments(instruction))
+    assert env == {"LLAMA_ARG_HOST": "0.0.0.0"}
+    assert '"curl", "-f", "http://localhost:8080/health"' in server.of("HEALTHCHECK")[0].text
+
+
+def test_the_wheels_folder_exists_in_a_fresh_clone() -> None:
+    """services/quantload/Dockerfile copies it; only its README is committed."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "services/quantload/wheels"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if tracked.returncode != 0:
+        missing("not a git checkout")
+    assert tracked.stdout.split() == ["services/quantload/wheels/README.md"]
+
+
 # ---------------------------------------------------------------- real validators
 
 
@@ -668,8 +752,12 @@ def test_dockerfile_copies_only_what_the_context_sends() -> None:
                 assert ignore.sends(source.rstrip("/")), f"line {instruction.line}: {source} is ignored"
                 copied += 1
     assert copied >= 5
-    for heavy in (".venv", ".git", "results", "tests", "grafana/dashboards", ".env"):
+    for heavy in (".venv", ".git", "results", "tests", "grafana/dashboards", ".env", "services/standins"):
         assert not ignore.sends(heavy), f"{heavy} would be sent to the build"
+    assert ignore.sends("services/quantload/wheels/numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert not (REPO / "services" / "quantload" / "Dockerfile.dockerignore").exists(), (
+        "a Dockerfile-specific ignore file is read by BuildKit only; keep the one at the root"
+    )
     assert ignore.sends("src/quantload/cli/main.py")
     assert not ignore.sends("src/quantload/__pycache__/x.pyc")
 
@@ -741,7 +829,9 @@ elif args[0] in ("quality", "speed"):
 """
 
 
-def _run_prepare(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+def _run_prepare(
+    tmp_path: Path, **extra_env: str
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "calls.jsonl"
@@ -757,6 +847,7 @@ def _run_prepare(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list
         "QL_RESULTS_DIR": str(tmp_path / "results"),
         "QL_RUN": "r1",
         "QL_MODEL": "tiny",
+        **extra_env,
     }
     result = subprocess.run(
         ["sh", str(PREPARE_SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -784,6 +875,23 @@ def test_prepare_script_links_each_quantization_and_fills_the_run_folder(tmp_pat
         check_quantload_argv(call)  # every step is a real subcommand with real flags
     again, _ = _run_prepare(tmp_path)  # running it again replaces the links
     assert again.returncode == 0, again.stderr
+
+
+def test_prepare_script_run_again_keeps_the_measurements_of_unchanged_files(tmp_path: Path) -> None:
+    """Compose re-runs prepare before every `run load` (the servers depend on it): with the same
+    files, quality and speed are kept; QL_REMEASURE=1 measures them again."""
+    first, _ = _run_prepare(tmp_path)
+    assert first.returncode == 0, first.stderr
+    again, calls = _run_prepare(tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert [call[1] for call in calls] == ["prepare", "quality", "speed", "prepare"]
+    assert "kept" in again.stdout
+    forced, calls = _run_prepare(tmp_path, QL_REMEASURE="1")
+    assert forced.returncode == 0, forced.stderr
+    assert [call[1] for call in calls][-3:] == ["prepare", "quality", "speed"]
+    (tmp_path / "results" / "r1" / "speed.json").unlink()  # a missing result is measured again
+    _, calls = _run_prepare(tmp_path)
+    assert [call[1] for call in calls][-3:] == ["prepare", "quality", "speed"]
 
 
 def test_prepare_script_goes_on_when_quality_cannot_be_measured(tmp_path: Path) -> None:

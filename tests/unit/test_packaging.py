@@ -16,7 +16,7 @@ from compose.dockerfile import DockerIgnore
 from quantload.assets import PACKAGED_DIR, PACKAGED_FILES
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKERIGNORE = REPO / "services" / "quantload" / "Dockerfile.dockerignore"
+DOCKERIGNORE = REPO / ".dockerignore"
 
 pytestmark = pytest.mark.slow
 

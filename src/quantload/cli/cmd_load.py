@@ -13,7 +13,7 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
-from quantload.errors import ConfigError
+from quantload.errors import ConfigError, ServerError
 from quantload.load.processes import choose_workers, usable_cores
 from quantload.load.summary import StageSummary
 from quantload.paths import check_out_dir
@@ -150,10 +150,15 @@ def register(app: typer.Typer) -> None:
         run = run_id or make_run_id(settings.model_dump(mode="json"))
         summaries: list[StageSummary] = []
         load, observe = settings.load, settings.observe  # observe.grafana_url: stage annotations
+        unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
         with progress_bar(cli.err_console, "load") as progress:
             for target in targets:
                 for kind in experiments:
-                    done = run_experiment(kind, target, load, observe, out, run, progress)
+                    try:
+                        done = run_experiment(kind, target, load, observe, out, run, progress)
+                    except ServerError as error:
+                        unreachable.append(f"{target.name} ({target.quant}) {kind}: {error.one_line()}")
+                        break
                     summaries += done.summaries
         write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
         if as_json:
@@ -170,5 +175,7 @@ def register(app: typer.Typer) -> None:
                 f"warning: the load generator may have been the bottleneck in {len(saturated)}"
                 " stage(s) (client column): its numbers include client delay"
             )
-        if any(s.status != "ok" for s in summaries):
+        for failure in unreachable:
+            cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
+        if unreachable or any(s.status != "ok" for s in summaries):
             raise typer.Exit(1)

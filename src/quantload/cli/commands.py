@@ -17,6 +17,7 @@ from quantload.cli import (
     cmd_report,
     cmd_run,
     cmd_speed,
+    cmd_stack,
     cmd_toolchain,
 )
 
@@ -32,4 +33,5 @@ REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_load.register,
     cmd_calibrate.register,
     cmd_report.register,
+    cmd_stack.register,
 )

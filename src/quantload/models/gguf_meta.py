@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from quantload.errors import ModelError
-from quantload.models.gguf_scan import check_is_gguf, scan_gguf
+from quantload.models.gguf_scan import GgufScan, check_is_gguf, scan_gguf
 
-__all__ = ["FILE_TYPE_NAMES", "GgufSummary", "check_is_gguf", "read_gguf"]
+__all__ = ["FILE_TYPE_NAMES", "GgufSummary", "check_is_gguf", "read_gguf", "summarize_scan"]
 
 # general.file_type values (llama_ftype) for the types we prepare or accept as a source.
 FILE_TYPE_NAMES: dict[int, str] = {
@@ -52,6 +52,12 @@ def read_gguf(path: Path) -> GgufSummary:
             f"{path} is truncated: tensors end at byte {end}, the file has {size}",
             "delete it and prepare it again",
         )
+    return summarize_scan(path, size, scan)
+
+
+def summarize_scan(path: Path, size_bytes: int, scan: GgufScan) -> GgufSummary:
+    """The summary of a scanned header; `size_bytes` is the whole file's (the header may be all
+    that was read, e.g. from a container). ModelError when the header names no architecture."""
     metadata = scan.metadata
     architecture = str(metadata.get("general.architecture", ""))
     if not architecture:
@@ -62,7 +68,7 @@ def read_gguf(path: Path) -> GgufSummary:
         file_type = FILE_TYPE_NAMES.get(int(file_type_id), str(file_type_id))
     return GgufSummary(
         path=path,
-        size_bytes=size,
+        size_bytes=size_bytes,
         architecture=architecture,
         name=str(metadata.get("general.name", path.stem)),
         file_type=file_type,
