@@ -7,7 +7,8 @@ names filled in. Tests of the orchestrator subclass it with fakes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
+from quantload.load.experiments import ServerRestarts, log_warning
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
 from quantload.quality.results import QualityResult
@@ -104,10 +106,14 @@ class RunSteps:
 
     def experiment(
         self, experiment: Experiment, target: ServedTarget, run_dir: Path, run_id: str, loadgen_port: int,
-        progress: ProgressCallback,
+        progress: ProgressCallback, restarts: ServerRestarts | None = None,
+        warn: Callable[[str], None] = log_warning,
     ) -> ExperimentRun:  # fmt: skip
         load = self.settings.load.model_copy(update={"metrics_port": loadgen_port})
-        return run_experiment(experiment, target, load, self.settings.observe, run_dir, run_id, progress)
+        settings = self.settings.model_copy(update={"load": load})
+        return run_experiment(
+            experiment, target, settings, run_dir, run_id, progress, restarts=restarts, warn=warn
+        )  # fmt: skip
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
         return write_report(run_dir, self.settings, prometheus_url)
@@ -131,3 +137,29 @@ class Served:
 
     def exporter_target(self) -> ExporterTarget:
         return ExporterTarget.of(self.load_target(), log_path=self.server.log_path)
+
+    def restarts(self) -> ServerRestarts:
+        """Restarts of this server with extra flags, on its port, under its names."""
+        return ServerRestart(self)
+
+
+class ServerRestart:
+    """Stops a served llama-server and starts it again with flags added to its spec's own.
+
+    The same process handle is reused (so whoever stops it at the end stops the new process), on
+    the same port (so the exporter's target stays valid), logging to the same file.
+    """
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.base_args: tuple[str, ...] | None = None  # the spec's own flags, read at the first restart
+
+    def restart(self, extra_args: Sequence[str]) -> ServedTarget:
+        server = self.served.server
+        if self.base_args is None:
+            self.base_args = tuple(server.spec.extra_args)
+        port = server.port
+        server.stop()
+        server.spec = dataclasses.replace(server.spec, port=port, extra_args=(*self.base_args, *extra_args))
+        server.start()
+        return self.served.load_target()

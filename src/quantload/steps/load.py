@@ -1,23 +1,45 @@
-"""The load step: one experiment (sweep, prompt cache, open loop) against a served target."""
+"""The load step: one experiment against a served target.
+
+The experiments (`load.experiments` chooses which `quantload run` runs, in order):
+  sweep         closed loop at each of load.users, with workload.kind's requests
+  prefix_cache  a shared system prompt, cache_prompt off then on
+  open_loop     Poisson arrivals at each of load.rates_rps (needs them)
+  sessions      multi-turn conversations, cache off then on ([sessions])
+  trace         trace.path replayed open loop at trace.speed (needs trace.path)
+  mixed         decode-heavy traffic alone and with long prompts, at each -b/-ub ([mixed])
+  limit_users   the most concurrent users within the SLO ([limit])
+  limit_rate    the highest arrival rate within the SLO ([limit])
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from quantload.config import LoadSettings, ObserveSettings
+from quantload.config import ALL_EXPERIMENTS, ExperimentName, Settings
 from quantload.errors import ConfigError
-from quantload.load.experiments import run_open_loop, run_prefix_cache_experiment, run_sweep
+from quantload.load.experiments import (
+    ServerRestarts,
+    log_warning,
+    run_mixed,
+    run_open_loop,
+    run_prefix_cache_experiment,
+    run_sessions,
+    run_sweep,
+    run_trace,
+    run_workload_open_loop,
+    run_workload_sweep,
+)
+from quantload.load.limit_runner import LimitLine, run_limit_search
 from quantload.load.records import iter_stage_events
 from quantload.load.summary import StageSummary
 from quantload.progress import ProgressCallback, no_progress
 from quantload.rundir import STAGES_JSONL
 from quantload.served import ServedTarget
 
-Experiment = Literal["sweep", "prefix_cache", "open_loop"]
-EXPERIMENTS: tuple[Experiment, ...] = ("sweep", "prefix_cache", "open_loop")
+Experiment = ExperimentName
+EXPERIMENTS: tuple[Experiment, ...] = ALL_EXPERIMENTS
 
 
 @dataclass(frozen=True)
@@ -27,10 +49,17 @@ class ExperimentRun:
     experiment: Experiment
     summaries: tuple[StageSummary, ...]
     busy_s: float
+    limit: LimitLine | None = None  # what a limit search found
 
     @property
     def problem(self) -> str | None:
-        """Why the experiment counts as failed (stages that did not end ok); None when all did."""
+        """Why the experiment counts as failed (stages that did not end ok); None when all did.
+
+        A limit search's trials may fail on purpose (a level breaking is how it finds the limit):
+        the search fails only when no trial ran at all.
+        """
+        if self.limit is not None:
+            return None if self.limit.trials else "the limit search ran no trial"
         failed = [s for s in self.summaries if s.status != "ok"]
         if not failed:
             return None
@@ -38,14 +67,24 @@ class ExperimentRun:
         return f"{len(failed)} of {len(self.summaries)} stages {first.status}: {first.reason}"
 
 
-def planned_experiments(settings: LoadSettings) -> list[Experiment]:
-    """The experiments the settings ask `quantload run` for, in the order it runs them."""
-    kinds: list[Experiment] = ["sweep"]
-    if settings.prefix_requests > 0 and settings.prefix_tokens > 0:
-        kinds.append("prefix_cache")
-    if settings.rates_rps:
-        kinds.append("open_loop")
-    return kinds
+def missing_input(experiment: Experiment, settings: Settings) -> str | None:
+    """Why `experiment` cannot run with these settings (the input it needs), or None."""
+    load = settings.load
+    if experiment == "prefix_cache" and (load.prefix_requests <= 0 or load.prefix_tokens <= 0):
+        return "load.prefix_tokens or load.prefix_requests is 0"
+    if experiment == "open_loop" and not load.rates_rps:
+        return "no open-loop rate (load.rates_rps)"
+    if experiment == "trace" and not settings.trace.path:
+        return "no trace (trace.path)"
+    if experiment == "sessions" and settings.sessions.count <= 0:
+        return "sessions.count is 0"
+    return None
+
+
+def planned_experiments(settings: Settings) -> list[Experiment]:
+    """The experiments the settings ask `quantload run` for, in the order it runs them: those of
+    `load.experiments` whose input is there (see `missing_input`)."""
+    return [kind for kind in settings.load.experiments if missing_input(kind, settings) is None]
 
 
 def check_experiments(names: Sequence[str]) -> list[Experiment]:
@@ -62,21 +101,54 @@ def check_experiments(names: Sequence[str]) -> list[Experiment]:
 def run_experiment(
     experiment: Experiment,
     target: ServedTarget,
-    settings: LoadSettings,
-    observe: ObserveSettings,
+    settings: Settings,
     run_dir: Path,
     run_id: str,
     progress: ProgressCallback = no_progress,
+    *,
+    restarts: ServerRestarts | None = None,
+    warn: Callable[[str], None] = log_warning,
 ) -> ExperimentRun:
-    """Run one experiment's stages; records and stage lines are appended to `run_dir` as they come."""
+    """Run one experiment's stages; records and stage lines are appended to `run_dir` as they come.
+
+    `restarts` lets the mixed experiment restart the server at its batch sizes; `warn` gets each
+    line saying what is wrong with a plan before it starts.
+    """
+    why = missing_input(experiment, settings)
+    if why is not None:
+        raise ConfigError(
+            f"the {experiment} experiment cannot run: {why}", "set it, or leave the experiment out"
+        )
+    load, observe = settings.load, settings.observe
+    prompts = settings.workload.kind == "prompts"
+    limit = None
     if experiment == "sweep":
-        summaries = run_sweep(target, settings, run_dir, run_id, progress, observe=observe)
+        summaries = (
+            run_sweep(target, load, run_dir, run_id, progress, observe=observe, warn=warn)
+            if prompts
+            else run_workload_sweep(target, settings, run_dir, run_id, progress, warn)
+        )
     elif experiment == "prefix_cache":
-        summaries = run_prefix_cache_experiment(target, settings, run_dir, run_id, progress, observe=observe)
+        summaries = run_prefix_cache_experiment(
+            target, load, run_dir, run_id, progress, observe=observe, warn=warn
+        )
+    elif experiment == "open_loop":
+        summaries = (
+            run_open_loop(target, load, run_dir, run_id, progress, observe=observe, warn=warn)
+            if prompts
+            else run_workload_open_loop(target, settings, run_dir, run_id, progress, warn=warn)
+        )
+    elif experiment == "sessions":
+        summaries = run_sessions(target, settings, run_dir, run_id, progress, warn)
+    elif experiment == "trace":
+        summaries = run_trace(target, settings, run_dir, run_id, progress, warn)
+    elif experiment == "mixed":
+        summaries = run_mixed(target, settings, run_dir, run_id, progress, restarts, warn)
     else:
-        summaries = run_open_loop(target, settings, run_dir, run_id, progress, observe=observe)
+        outcome = run_limit_search(experiment, target, settings, run_dir, run_id, progress, warn)
+        summaries, limit = list(outcome.summaries), outcome.line
     busy_s = stage_seconds(run_dir / STAGES_JSONL, [s.stage_id for s in summaries])
-    return ExperimentRun(experiment, tuple(summaries), busy_s)
+    return ExperimentRun(experiment, tuple(summaries), busy_s, limit)
 
 
 def stage_seconds(stages_path: Path, stage_ids: Sequence[str]) -> float:
