@@ -9,6 +9,7 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.littles_law import littles_law_table, stage_windows
+from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
 from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
 from quantload.analysis.prometheus_tables import (
     histogram_check,
@@ -26,9 +27,16 @@ from quantload.analysis.run_tables import (
     roofline_frame,
     users_levels,
 )
+from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
-from quantload.analysis.ttft_tables import CacheComparison, prompt_cache_table, ttft_split_table
+from quantload.analysis.ttft_tables import (
+    CacheComparison,
+    prompt_cache_table,
+    reasoning_table,
+    ttft_split_table,
+)
 from quantload.config import ReportSettings
+from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON
 
@@ -60,6 +68,13 @@ class Analysis:
     prometheus_origin: str
     gaps: tuple[Gap, ...]
     notes: tuple[str, ...]
+    session_turns: pd.DataFrame  # session_tables.turn_table
+    session_hits: pd.DataFrame  # session_tables.session_hits
+    session_hit_summary: pd.DataFrame  # session_tables.hit_summary
+    mixed: pd.DataFrame  # mixed_tables.mixed_table
+    mixed_verdict: str
+    limits: tuple[LimitLine, ...]
+    reasoning: pd.DataFrame  # ttft_tables.reasoning_table
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -146,6 +161,17 @@ def _excluded_notes(levels: pd.DataFrame) -> list[str]:
     return notes
 
 
+def _stage_warnings(stages: pd.DataFrame) -> list[str]:
+    """What the load said was wrong with a stage before it started (e.g. more users than requests)."""
+    if stages.empty or "warning" not in stages:
+        return []
+    starts = stages[stages["event"] == "stage_start"] if "event" in stages else stages
+    flagged = starts[starts["warning"].notna()]
+    return [
+        f"{row.quant} {row.experiment} stage {row.stage_id}: {row.warning}" for row in flagged.itertuples()
+    ]
+
+
 def analyze(
     run: RunData, slo: ReportSettings, prometheus: PromConnection, scrape_interval_s: float
 ) -> Analysis:
@@ -154,7 +180,7 @@ def analyze(
     stages = stage_table(run, slo)
     levels = level_table(stages, "sweep", "users", quants)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
-    notes = list(run.reading_notes) + _excluded_notes(levels)
+    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
     if run.stages.empty and not run.records.empty:
         notes.append(
             "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
@@ -186,6 +212,8 @@ def analyze(
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, slo.client_lag_threshold_s)
+    mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
+    hits = session_hits(run.records, stages, quants)
     return Analysis(
         run=run,
         slo=slo,
@@ -195,7 +223,7 @@ def analyze(
         levels=levels,
         open_loop=level_table(stages, "open_loop", "rate_rps", quants),
         quant_table=quant_table(run, levels, quants),
-        capacity=tuple(capacity(levels, quants, slo)),
+        capacity=tuple(capacity(levels, quants, slo, run.limits)),
         ttft_split=ttft_split_table(run.records, stages, "sweep", quants),
         prompt_cache=tuple(prompt_cache_table(stages, quants)),
         kv=tuple(kv_rows(run.kv_results, quants)),
@@ -208,6 +236,13 @@ def analyze(
         prometheus_origin=prometheus.origin if client is not None else "",
         gaps=tuple(gaps),
         notes=tuple(notes),
+        session_turns=turn_table(run.records, stages, quants),
+        session_hits=hits,
+        session_hit_summary=hit_summary(hits),
+        mixed=mixed,
+        mixed_verdict=mixed_verdict(mixed),
+        limits=run.limits,
+        reasoning=reasoning_table(run.records, quants),
     )
 
 

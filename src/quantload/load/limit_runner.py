@@ -8,7 +8,7 @@ stage did not end ok (circuit breaker, stage timeout) or at least `limit.hard_fa
 requests failed. A closed-loop trial sends `limit.requests_per_user` requests per user (at least
 `limit.min_requests`), an open-loop one `limit.trial_seconds` worth at its rate.
 
-The outcome is appended to `limits.jsonl` (schema `quantload.limit/1`, one line per search) when
+The outcome is appended to `limits.jsonl` (`quantload.load.limit_file`, one line per search) when
 the search ends; every trial's records and stage lines are in records.jsonl and stages.jsonl as
 they happen, so an interrupted search loses nothing it measured.
 """
@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from quantload.config import ReportSettings, Settings
+from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine
 from quantload.load.limit_search import LimitResult, LimitSearch, Trial, level_text
 from quantload.load.records import JsonlAppender, RequestRecord, iter_records
 from quantload.load.summary import StageSummary
@@ -37,9 +36,7 @@ from quantload.rundir import LIMITS_JSONL, RECORDS_JSONL
 from quantload.served import ServedTarget
 from quantload.stats import percentile
 
-LIMIT_SCHEMA = "quantload.limit/1"
 MAX_FAILED_FRAC = 0.01
-SearchExperiment = Literal["limit_users", "limit_rate"]
 
 
 @dataclass(frozen=True)
@@ -87,61 +84,6 @@ def judge_trial(
         f", TPOT p99 {tpot_p99 * 1000:.0f} ms" if tpot_p99 else ""
     )
     return TrialVerdict(held, False, detail if held else "; ".join(reasons))
-
-
-class TrialLine(BaseModel):
-    """One trial of a search as limits.jsonl keeps it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    level: float
-    held: bool
-    hard_failure: bool
-    seconds: float
-    why: str
-    stage_id: str | None = None
-
-
-class LimitLine(BaseModel):
-    """One line of limits.jsonl: a finished (or capped) search against one server."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    schema_: str = Field(default=LIMIT_SCHEMA, alias="schema")
-    run_id: str
-    server: str
-    quant: str
-    experiment: SearchExperiment
-    kind: Literal["users", "rate_rps"]
-    workload: str
-    slo_ttft_p99_s: float
-    slo_tpot_s: float
-    limit: float | None
-    confirmed: bool
-    ending: str
-    lowest_broken: float | None
-    seconds: float
-    sentence: str
-    trials: list[TrialLine]
-    unix_s: float
-
-    @classmethod
-    def from_json_line(cls, line: str) -> LimitLine:
-        return cls.model_validate_json(line)
-
-
-def read_limits(path: Path) -> list[LimitLine]:
-    """Every search of a run; unreadable lines are skipped."""
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.strip():
-            try:
-                found.append(LimitLine.from_json_line(line))
-            except ValueError:
-                continue
-    return found
 
 
 @dataclass(frozen=True)

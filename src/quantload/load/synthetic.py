@@ -165,15 +165,32 @@ class PromptMaker:
         assert best is not None
         return best
 
+    def whole_prompt_tokens(self, text: str) -> int:
+        """Tokens of the whole prompt the server builds around the user turn `text`."""
+        prompt = self.tokenizer.apply_template([{"role": "user", "content": text}])
+        return len(self.tokenizer.tokenize(prompt, add_special=True))
+
     def prompt(self, prompt_tokens: int, index: int) -> tuple[str, int]:
-        """A user turn whose whole templated prompt is `prompt_tokens` tokens: (text, its tokens)."""
+        """A user turn whose whole templated prompt is `prompt_tokens` tokens: (text, its tokens).
+
+        The turn is made to the length the template leaves, then the whole prompt is counted as
+        the server builds it; a token lost or gained where the turn meets the template is made up
+        once.
+        """
         content = prompt_tokens - self.overhead_tokens
         if content < 1:
             raise ValueError(
                 f"{prompt_tokens} prompt tokens leave no room for a user turn: the chat template"
                 f" alone takes {self.overhead_tokens}"
             )
-        return self.user_text(content, index)
+        text, count = self.user_text(content, index)
+        whole = self.whole_prompt_tokens(text)
+        if whole != prompt_tokens and content + prompt_tokens - whole >= 1:
+            retry, retry_count = self.user_text(content + prompt_tokens - whole, index)
+            retried = self.whole_prompt_tokens(retry)
+            if abs(retried - prompt_tokens) < abs(whole - prompt_tokens):
+                return retry, retry_count
+        return text, count
 
     @property
     def smallest_prompt_tokens(self) -> int:

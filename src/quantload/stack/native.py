@@ -343,8 +343,8 @@ class NativeRun:
 
     def _load(self, item: Served) -> None:
         """Every planned experiment against one server; a server that dies fails the rest."""
-        target = item.load_target()
         for experiment in planned_experiments(self.settings):
+            target = item.load_target()  # afresh: an experiment may have restarted the server
             name, title = EXPERIMENT_STEPS[experiment]
             if item.quant in self.dead_quants:
                 self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
+from quantload.errors import ServerError
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
 from quantload.llamacpp.server import LlamaServer
@@ -162,4 +163,9 @@ class ServerRestart:
         server.stop()
         server.spec = dataclasses.replace(server.spec, port=port, extra_args=(*self.base_args, *extra_args))
         server.start()
+        if server.port != port:  # the port was taken meanwhile: the exporter's target is stale now
+            raise ServerError(
+                f"llama-server restarted on port {server.port}, not {port} (the port was taken)",
+                "the exporter watches the old address; rerun the mixed experiment",
+            )
         return self.served.load_target()

@@ -31,7 +31,8 @@ from quantload.load.experiments import (
     run_workload_open_loop,
     run_workload_sweep,
 )
-from quantload.load.limit_runner import LimitLine, run_limit_search
+from quantload.load.limit_file import LimitLine
+from quantload.load.limit_runner import run_limit_search
 from quantload.load.records import iter_stage_events
 from quantload.load.summary import StageSummary
 from quantload.progress import ProgressCallback, no_progress

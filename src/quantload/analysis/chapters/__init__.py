@@ -2,7 +2,10 @@
 with the figures it shows (see `parts.Chapter`).
 
   verdict      Run and verdict; the table, one row per quantization
-  load         latency and throughput under load (3 figures); capacity under the SLO; open loop
+  load         latency and throughput under load (3 figures); capacity under the SLO; the limit
+               search (1 figure); open loop
+  traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
+               delivered lengths; which TTFT a reasoning model gets
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality, speed and the roofline (1 figure); the KV cache
   checks       Little's law; the load generator's health
@@ -13,7 +16,16 @@ with the figures it shows (see `parts.Chapter`).
 from __future__ import annotations
 
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters import appendix, checks, load, model_files, server, ttft, verdict
+from quantload.analysis.chapters import (
+    appendix,
+    checks,
+    load,
+    model_files,
+    server,
+    traffic,
+    ttft,
+    verdict,
+)
 from quantload.analysis.chapters.parts import Chapter, Plots
 from quantload.analysis.document import Document
 from quantload.analysis.plotting import Figure
@@ -21,6 +33,7 @@ from quantload.analysis.plotting import Figure
 CHAPTERS: tuple[Chapter, ...] = (
     verdict.CHAPTER,
     load.CHAPTER,
+    traffic.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,
