@@ -48,7 +48,7 @@ def mixed_table(
         request_key(s, t) for s, t in zip(chosen["stage_id"], chosen["sent_unix_s"], strict=True)
     ]
     meta = usable.set_index("stage_id")[["phase", "server_args", "users"]]
-    chosen = chosen.join(meta, on="stage_id", rsuffix="_stage")
+    chosen = chosen.drop(columns=[c for c in meta.columns if c in chosen]).join(meta, on="stage_id")
     rank = {quant: index for index, quant in enumerate(quant_order)}
     rows: list[dict[str, Any]] = []
     for (quant, args, phase), group in chosen.groupby(["quant", "server_args", "phase"], sort=False):
