@@ -8,6 +8,7 @@ records' labels, never on how fast this shared machine is.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -118,7 +119,7 @@ def test_conversations_resend_their_history_and_find_it_in_the_cache(target: Ser
     for turns in conversations.values():
         turns.sort(key=lambda r: r.turn or 0)
         assert [r.turn for r in turns] == [0, 1, 2]
-        for before, after in zip(turns, turns[1:], strict=False):
+        for before, after in itertools.pairwise(turns):
             assert after.sent_unix_s >= before.sent_unix_s + (before.e2e_s or 0)  # one turn after the other
             # the history grew by the reply the server gave and the next user turn (>= 20 tokens)
             assert (after.prompt_tokens or 0) >= (before.prompt_tokens or 0) + (before.completion_tokens or 0) + 20

@@ -63,7 +63,7 @@ def write_sessions(folder: Path, seed: int = 0) -> list[RequestRecord]:
                         stage_id, "sessions", clock, rng.uniform(0.05, 0.2) * (turn + 1), cache=cache,
                         session_id=f"{stage_id}-s{session}", turn=turn, prompt_tokens=prompt,
                         timings={"cache_n": cached, "prompt_ms": 10.0}, workload="sessions",
-                    )  # fmt: skip
+                    )
                 )
                 clock += 0.5
                 prompt += 9  # the reply joins the history

@@ -14,8 +14,8 @@ from quantload.load.limit_file import LimitLine, TrialLine, read_limits
 from quantload.load.limit_runner import judge_trial, trial_requests
 from quantload.load.records import RequestRecord
 from quantload.load.summary import StageSummary
-from quantload.steps.load import missing_input, planned_experiments, run_experiment
 from quantload.served import ServedTarget
+from quantload.steps.load import missing_input, planned_experiments, run_experiment
 
 SLO = ReportSettings(slo_ttft_p99_s=0.5, slo_tpot_s=0.05)
 
@@ -44,7 +44,7 @@ def records(ttft: list[float], tpot: float = 0.01, lag: float = 0.0, failed: int
                 sent_unix_s=0.0, lag_s=lag, ttft_s=value if ok else None,
                 ttft_from_intended_s=value + lag if ok else None, tpot_s=tpot if ok else None, ok=ok,
                 within_deadline=ok,
-            )  # fmt: skip
+            )
         )
     return out
 
