@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
                     # observe.grafana_url: stage annotations; no restarts: these servers are not ours
                     done = run_experiment(
                         kind, target, settings, out, run, progress,
-                        warn=lambda line: cli.err_console.print(f"warning: {line}"),
+                        warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
                     )
                     summaries += done.summaries
                     if done.limit is not None:

@@ -27,8 +27,9 @@ every streamed response.
 Scripted capacity (for the limit search): `max_streams=N` serves at most N streams at once, the
 others wait their turn (as llama-server defers requests when every slot is busy), so TTFT grows
 once more than N users stream; `slowdown_per_stream` stretches a stream's TTFT and gaps by that
-fraction for every other stream it shares the server with; `rate_limit_rps=R` starts requests no
-faster than R a second, so queueing grows without bound once arrivals come faster. Reasoning:
+fraction for every other stream it shares the server with; `rate_limit_rps=R` starts requests at
+most R a second on average, in bursts of at most one second's worth (a token bucket), so queueing
+grows without bound once arrivals come faster. Reasoning:
 `reasoning_tokens=K` (or the directive `reasoning=K`) sends a stream's first K tokens as
 `delta.reasoning_content`, the rest as content.
 
@@ -373,9 +374,11 @@ class _Handler:
         """Wait for the scripted capacity (rate limit, then a free stream); when the stream starts."""
         loop = asyncio.get_running_loop()
         rate = self.script.rate_limit_rps
-        if rate > 0:
-            start = max(loop.time(), self._next_start)
-            self._next_start = start + 1.0 / rate
+        if rate > 0:  # a token bucket holding one second's worth (GCRA: theoretical arrival times)
+            interval, now = 1.0 / rate, loop.time()
+            due = max(self._next_start, now)
+            start = max(now, due - (max(round(rate), 1) - 1) * interval)
+            self._next_start = due + interval
             await _sleep_until(start)
         if self.script.max_streams > 0:
             if self._streams is None:

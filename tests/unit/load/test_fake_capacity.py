@@ -50,12 +50,13 @@ def test_streams_beyond_the_capacity_wait_their_turn() -> None:
     assert ttfts[1] < 0.1 and ttfts[2] > 0.12
 
 
-def test_a_rate_limit_spaces_request_starts() -> None:
-    script = FakeScript(ttft_ms=(5.0, 5.0), itl_ms=(1.0, 1.0), tokens=2, rate_limit_rps=10.0, pathological=False)
+def test_a_rate_limit_lets_one_seconds_worth_through_then_spaces_starts() -> None:
+    script = FakeScript(ttft_ms=(5.0, 5.0), itl_ms=(1.0, 1.0), tokens=2, rate_limit_rps=4.0, pathological=False)
     with FakeServer(script) as server:
-        results = _at_once(_request(server.url, 2), 5)
+        results = _at_once(_request(server.url, 2), 6)
     ttfts = sorted(r.ttft_s or 0.0 for r in results)
-    assert ttfts[-1] > 0.38  # the fifth starts 4 x 100 ms after the first
+    assert ttfts[3] < 0.15  # a burst of 4 (one second's worth) starts at once
+    assert 0.2 < ttfts[4] < 0.4 and ttfts[5] > 0.45  # then one every 250 ms
 
 
 def test_slowdown_stretches_shared_streams() -> None:
