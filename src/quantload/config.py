@@ -244,12 +244,12 @@ class TraceSettings(_Section):
 class MixedSettings(_Section):
     """The mixed-traffic diagnosis: decode-heavy traffic alone, then with long prompts mixed in."""
 
-    users: int = Field(default=4, ge=1)
+    users: int = Field(default=4, ge=1, description="closed-loop users of both stages")
     decode_requests: int = Field(default=16, ge=1, description="decode-heavy requests per stage")
-    decode_prompt_tokens: int = Field(default=64, ge=1)
-    decode_output_tokens: int = Field(default=128, ge=2)
-    long_prompt_tokens: int = Field(default=3000, ge=1)
-    long_output_tokens: int = Field(default=16, ge=1)
+    decode_prompt_tokens: int = Field(default=64, ge=1, description="whole prompt of a decode-heavy request")
+    decode_output_tokens: int = Field(default=128, ge=2, description="its output (ignore_eos on)")
+    long_prompt_tokens: int = Field(default=3000, ge=1, description="whole prompt of a long request")
+    long_output_tokens: int = Field(default=16, ge=1, description="its output")
     long_fraction: float = Field(
         default=0.25, gt=0, lt=1, description="share of the mixed stage's requests that are long"
     )
@@ -273,10 +273,10 @@ class MixedSettings(_Section):
 class LimitSettings(_Section):
     """The limit search: the most users (limit_users) and highest rate (limit_rate) within the SLO."""
 
-    start_users: int = Field(default=1, ge=1)
-    max_users: int = Field(default=64, ge=1)
-    start_rate_rps: float = Field(default=0.5, gt=0)
-    max_rate_rps: float = Field(default=64.0, gt=0)
+    start_users: int = Field(default=1, ge=1, description="the closed-loop search's first level")
+    max_users: int = Field(default=64, ge=1, description="the most users it may try")
+    start_rate_rps: float = Field(default=0.5, gt=0, description="the open-loop search's first rate")
+    max_rate_rps: float = Field(default=64.0, gt=0, description="the highest rate it may try")
     growth: float = Field(default=2.0, gt=1, description="each growing trial multiplies the level")
     rate_resolution: float = Field(default=0.1, gt=0, lt=1, description="rates are bisected to this")
     repeats: int = Field(default=3, ge=1, description="the answer must hold in a majority of these")

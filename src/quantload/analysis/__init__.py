@@ -7,7 +7,8 @@ The flow (report.py): run_data reads the run directory -> analyze computes every
 Analysis -> each chapter draws its figures and builds its sections -> document renders them.
 Computation is grouped by what it reads:
   the run's files        run_data (RunData, gaps), run_tables (header, quantization table, KV, roofline)
-  records and stages     stage_tables (stages, levels, client health), capacity, ttft_tables, littles_law
+  records and stages     stage_tables (stages, levels, client health), capacity (and limits.jsonl),
+                         ttft_tables, littles_law, session_tables, mixed_tables
   Prometheus             prometheus_source (finding one with the run's data), prometheus_tables
 Rendering: chapters/ (one module per chapter, each owning its figures), plotting, document, fmt;
 summary_json writes the machine-readable copy. A new figure is a draw function, a `Figure` and

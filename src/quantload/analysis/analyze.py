@@ -110,9 +110,12 @@ def _quant_gaps(
         if not run.records.empty and not has_prefix:
             load = run.settings.load if run.settings is not None else None
             disabled = load is not None and (load.prefix_requests == 0 or load.prefix_tokens == 0)
+            left_out = load is not None and "prefix_cache" not in load.experiments
             why = (
                 "disabled in the configuration (load.prefix_requests or load.prefix_tokens is 0)"
                 if disabled
+                else "not asked for (load.experiments leaves prefix_cache out)"
+                if left_out
                 else run.step_why("prefix_cache", quant, RECORDS_JSONL)
             )
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
