@@ -9,6 +9,7 @@ import pytest
 
 from quantload.errors import ConfigError
 from quantload.load.datasets import Turn, read_dataset
+from quantload.load.prompts import select_prompts
 
 SHAREGPT = """[
   {"id": "first", "conversations": [
@@ -69,3 +70,10 @@ def test_bad_dataset_files_get_one_line_naming_the_line(
         read_dataset(path)
     line = caught.value.one_line()
     assert message in line and "\n" not in line
+
+
+def test_an_empty_prompt_file_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n")
+    with pytest.raises(ConfigError, match="holds no prompt"):
+        select_prompts(str(path), 10)
