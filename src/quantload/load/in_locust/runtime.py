@@ -174,7 +174,7 @@ class LoadRuntime:
     def _finish(self, ticket: Ticket, result: StreamResult, lag_s: float) -> None:
         route = ticket.stage.path
         if not result.ok:  # transport failures are recorded at once: the breaker must see them
-            if result.end_s is None:
+            if not result.classified or result.end_s is None:  # a turn's verdict keeps its stream end
                 result.end_s = time.perf_counter() - result.sent_perf_s
             self._record(ticket, result, lag_s, route)
             return
