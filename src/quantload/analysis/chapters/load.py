@@ -122,7 +122,9 @@ def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
     if not searches:
         return None
     kinds = list(dict.fromkeys(line.kind for line in searches))
-    figure, axes = new_figure(5.2 * len(kinds), 4.0, 1, len(kinds))
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    figure, axes = new_figure(max(6.5, 5.2 * len(kinds)), 4.0, 1, len(kinds))
     palette = colors(analysis.quants)
     for column, kind in enumerate(kinds):
         axis = axes[0][column]
@@ -140,13 +142,15 @@ def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
             if line.limit is not None:
                 axis.axhline(line.limit, color=color, linestyle=":", linewidth=1)
         axis.set_yscale("log", base=2)
+        axis.yaxis.set_major_formatter(ScalarFormatter())
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("trial")
         axis.set_ylabel("concurrent users" if kind == "users" else "arrival rate (requests/s)")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=7)
         title = "closed loop: most users" if kind == "users" else "open loop: highest rate"
         axis.set_title(title, fontsize=9)
-    figure.suptitle("The limit search: grow until the SLO breaks, bisect, confirm (dotted: the limit found)")
+    figure.suptitle("Limit search trials (dot: held, cross: broke; dotted: the limit found)")
     return save_figure(figure, path)
 
 

@@ -169,43 +169,53 @@ def _mixed_itl(analysis: Analysis, path: Path) -> Path | None:
     return save_figure(figure, path)
 
 
+def _short_batch(args: object) -> str:
+    parts = str(args).split()
+    return f"b{parts[1]}" if len(parts) > 1 and parts[0] == "-b" else str(args)
+
+
 def _mixed_timeline(analysis: Analysis, path: Path) -> Path | None:
-    """Busy slots, KV cells used and requests deferred over the mixed stages, from Prometheus."""
+    """Busy slots, KV cells used and requests deferred over each quantization's mixed stages."""
     series, stages = analysis.server_series, analysis.stages
     if series.empty or stages.empty:
         return None
     mixed = stages[(stages["experiment"] == "mixed")].dropna(subset=["started_unix_s", "ended_unix_s"])
-    if mixed.empty:
-        return None
-    start, end = float(mixed["started_unix_s"].min()), float(mixed["ended_unix_s"].max())
-    window = series[(series["unix_s"] >= start - 2) & (series["unix_s"] <= end + 2)]
-    if window.empty:
+    quants = [q for q in analysis.quants if (mixed["quant"] == q).any()]
+    if not quants:
         return None
     panels = [("slots_busy", "busy slots"), ("kv_used_ratio", "KV cells used\n(fraction)"),
               ("requests_deferred", "requests\ndeferred")]  # fmt: skip
-    figure, axes = new_figure(10.0, 6.4, len(panels), 1, sharex=True)
+    figure, axes = new_figure(4.2 * len(quants), 6.4, len(panels), len(quants), sharey="row")
     palette = colors(analysis.quants)
-    for row, (metric, label) in enumerate(panels):
-        axis = axes[row][0]
-        for stage in mixed.itertuples():
-            shade = "#fde0c5" if stage.phase == "mixed" else "#deebf7"
-            axis.axvspan(
-                stage.started_unix_s - start, stage.ended_unix_s - start, color=shade, zorder=0, linewidth=0
-            )
-            if row == 0:
-                axis.text(
-                    (stage.started_unix_s + stage.ended_unix_s) / 2 - start, 1.01,
-                    f"{stage.phase}\n{stage.server_args}", transform=axis.get_xaxis_transform(),
-                    ha="center", va="bottom", fontsize=6,
-                )  # fmt: skip
-        for quant, frame in window[window["metric"] == metric].groupby("quant", sort=False):
-            axis.plot(
-                frame["unix_s"] - start, frame["value"], color=palette.get(str(quant)), label=str(quant)
-            )
-        axis.set_ylabel(label, fontsize=8)
-        axis.grid(True, alpha=0.3)
-    axes[-1][0].set_xlabel("seconds from the first mixed stage (blue: alone, orange: long prompts mixed in)")
-    axes[0][0].legend(fontsize=7, loc="upper right")
+    drawn = False
+    for column, quant in enumerate(quants):
+        mine = mixed[mixed["quant"] == quant]
+        start, end = float(mine["started_unix_s"].min()), float(mine["ended_unix_s"].max())
+        inside = (series["unix_s"] >= start - 2) & (series["unix_s"] <= end + 2)
+        window = series[(series["quant"] == quant) & inside]
+        for row, (metric, label) in enumerate(panels):
+            axis = axes[row][column]
+            for stage in mine.itertuples():
+                shade = "#fde0c5" if stage.phase == "mixed" else "#deebf7"
+                left, right = stage.started_unix_s - start, stage.ended_unix_s - start
+                axis.axvspan(left, right, color=shade, zorder=0, linewidth=0)
+                if row == 0 and (right - left) > 0.06 * max(end - start, 1.0):
+                    axis.text(
+                        (left + right) / 2, 1.01, f"{stage.phase}\n{_short_batch(stage.server_args)}",
+                        transform=axis.get_xaxis_transform(), ha="center", va="bottom", fontsize=6,
+                    )  # fmt: skip
+            frame = window[window["metric"] == metric]
+            if not frame.empty:
+                drawn = True
+                axis.plot(frame["unix_s"] - start, frame["value"], color=palette.get(quant))
+            axis.grid(True, alpha=0.3)
+            if column == 0:
+                axis.set_ylabel(label, fontsize=8)
+        axes[0][column].set_title(quant, fontsize=9, pad=18)
+        axes[-1][column].set_xlabel("s from its first mixed stage")
+    if not drawn:
+        return None
+    figure.suptitle("During the mixed stages (blue: decode alone, orange: long prompts mixed in)")
     return save_figure(figure, path)
 
 
