@@ -13,8 +13,8 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # cache, multi-turn sessions, the mixed-traffic diagnosis and both limit searches (open loop
     # and trace replay where rates or a trace are given).
     "full": {},
-    # A few minutes on a 2-core laptop with SmolLM2-135M: the sweep, the prompt cache, a few short
-    # conversations and a time-capped search for the most users.
+    # A few minutes on a 2-core laptop with SmolLM2-135M: the sweep, the prompt cache and a search
+    # for the most users capped at 45 s a quantization.
     "quick": {
         "quality": {"chunks": 4},
         "speed": {"prompt_tokens": 128, "gen_tokens": 32, "reps": 2},
@@ -25,22 +25,14 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "max_tokens": 32,
             "warmup_requests": 1,
             "prefix_requests": 4,
-            "experiments": ("sweep", "prefix_cache", "sessions", "limit_users"),
-        },
-        "sessions": {
-            "users": 2,
-            "count": 2,
-            "turns": 4,
-            "think_time_s": 0.3,
-            "turn_tokens": "uniform:20-60",
-            "reply_tokens": "fixed:24",
+            "experiments": ("sweep", "prefix_cache", "limit_users"),
         },
         "limit": {
             "max_users": 16,
             "repeats": 2,
-            "time_cap_s": 60.0,
+            "time_cap_s": 45.0,
             "requests_per_user": 2,
-            "min_requests": 6,
+            "min_requests": 4,
             "trial_timeout_s": 120.0,
         },
     },
