@@ -15,10 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 
-from quantload.errors import ConfigError
+from quantload.errors import ConfigError, QuantloadError
+from quantload.load.lengths import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 
 CONFIG_FILE_NAME = "quantload.toml"
@@ -121,8 +130,26 @@ class SpeedSettings(_Section):
     )
 
 
+ExperimentName = Literal[
+    "sweep", "prefix_cache", "open_loop", "sessions", "trace", "mixed", "limit_users", "limit_rate",
+    "kv_types",
+]  # fmt: skip
+ALL_EXPERIMENTS: tuple[ExperimentName, ...] = (
+    "sweep", "prefix_cache", "open_loop", "sessions", "trace", "mixed", "limit_users", "limit_rate",
+    "kv_types",
+)  # fmt: skip
+
+
 class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
+
+    experiments: tuple[ExperimentName, ...] = Field(
+        default=ALL_EXPERIMENTS,
+        description="what `quantload run` runs per quantization, in this order; an experiment"
+        " without its input is left out (open_loop: load.rates_rps, trace: trace.path,"
+        " prefix_cache: load.prefix_tokens and load.prefix_requests, kv_types: kv_types.requests and"
+        " two cache types in quality.kld_cache_types)",
+    )
 
     users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
     repeats: int = Field(default=3, ge=1)
@@ -186,6 +213,130 @@ class KvTypeSettings(_Section):
     max_tokens: int = Field(default=128, ge=2, description="tokens generated per request (ignore_eos)")
     prompt_max_tokens: int = Field(
         default=32, ge=1, description="only prompts of at most this many tokens (load.prompts' set)"
+    )
+
+
+def _distribution(text: str) -> str:
+    """A length distribution's text, checked (quantload.load.lengths)."""
+    try:
+        return parse_length_distribution(text).text()
+    except QuantloadError as error:
+        raise ValueError(error.problem) from None
+
+
+Distribution = Annotated[str, AfterValidator(_distribution)]
+
+
+class WorkloadSettings(_Section):
+    """What the sweep, the open loop and the limit search send: the shape of the traffic."""
+
+    kind: Literal["prompts", "lengths", "dataset", "sessions", "trace"] = Field(
+        default="prompts",
+        description="prompts: the load.prompts set; lengths: synthetic prompts of workload.input_lengths"
+        " and workload.output_lengths; dataset: workload.dataset's prompts with its reply lengths;"
+        " sessions: multi-turn conversations ([sessions]); trace: trace.path's lengths",
+    )
+    input_lengths: Distribution = Field(
+        default="lognormal:mean=300,spread=0.6",
+        description="whole prompt tokens (chat template included) per request, for kind = lengths",
+    )
+    output_lengths: Distribution = Field(
+        default="fixed:128", description="max_tokens per request (ignore_eos on), kind = lengths"
+    )
+    dataset: str | None = Field(default=None, description="ShareGPT JSON or JSONL, kind = dataset")
+    requests: int = Field(
+        default=50, ge=1, description="requests per closed-loop stage for lengths, dataset and trace"
+    )
+    max_output_tokens: int = Field(
+        default=1024, ge=1, description="cap on a dataset reply's length asked as max_tokens"
+    )
+
+
+class SessionSettings(_Section):
+    """Multi-turn conversations: the sessions experiment, and workload.kind = sessions."""
+
+    users: int = Field(default=4, ge=1, description="conversations in flight at once")
+    count: int = Field(default=8, ge=0, description="conversations per stage (0: no sessions experiment)")
+    turns: int = Field(default=4, ge=1, le=64, description="user turns per conversation")
+    think_time_s: float = Field(
+        default=1.0, ge=0, le=600, description="mean pause before each later turn (drawn 0.5x-1.5x)"
+    )
+    turn_tokens: Distribution = Field(
+        default="uniform:40-120", description="tokens of each synthetic user turn"
+    )
+    reply_tokens: Distribution = Field(
+        default="fixed:64", description="max_tokens of each reply (ignore_eos on)"
+    )
+    dataset: str | None = Field(
+        default=None, description="ShareGPT JSON or JSONL: real conversations' user turns instead"
+    )
+    affinity: Literal["none", "id_slot"] = Field(
+        default="none",
+        description="none: llama-server places each turn (slot similarity, -sps); id_slot: every"
+        " turn of a conversation asks for the same slot",
+    )
+    cache_modes: tuple[bool, ...] = Field(
+        default=(False, True), min_length=1, description="cache_prompt of the stages, in order"
+    )
+    repeats: int = Field(
+        default=1, ge=1, description="repeats of the stages (each stage already holds many turns)"
+    )
+
+
+class TraceSettings(_Section):
+    """A timestamped trace replayed open loop (the trace experiment, workload.kind = trace)."""
+
+    path: str | None = Field(default=None, description="JSONL trace; Mooncake fields accepted")
+    speed: float = Field(default=1.0, gt=0, le=1000, description="2 = twice the trace's pace")
+    max_requests: int = Field(default=500, ge=1, description="the trace's first N requests")
+
+
+class MixedSettings(_Section):
+    """The mixed-traffic diagnosis: decode-heavy traffic alone, then with long prompts mixed in."""
+
+    users: int = Field(default=4, ge=1, description="closed-loop users of both stages")
+    decode_requests: int = Field(default=16, ge=1, description="decode-heavy requests per stage")
+    decode_prompt_tokens: int = Field(default=64, ge=1, description="whole prompt of a decode-heavy request")
+    decode_output_tokens: int = Field(default=128, ge=2, description="its output (ignore_eos on)")
+    long_prompt_tokens: int = Field(default=3000, ge=1, description="whole prompt of a long request")
+    long_output_tokens: int = Field(default=16, ge=1, description="its output")
+    long_fraction: float = Field(
+        default=0.25, gt=0, lt=1, description="share of the mixed stage's requests that are long"
+    )
+    batch_sizes: tuple[str, ...] = Field(
+        default=("2048/512", "256/256"),
+        min_length=1,
+        description="llama-server -b/-ub pairs the experiment is repeated at (the server restarts)",
+    )
+    repeats: int = Field(default=1, ge=1, description="repeats of each stage (long prompts are slow)")
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batch_pairs(cls, pairs: tuple[str, ...]) -> tuple[str, ...]:
+        for pair in pairs:
+            logical, slash, physical = pair.partition("/")
+            if not slash or not logical.isdigit() or not physical.isdigit() or int(physical) > int(logical):
+                raise ValueError(f"{pair!r} is not B/UB with UB <= B, e.g. 2048/512")
+        return pairs
+
+
+class LimitSettings(_Section):
+    """The limit search: the most users (limit_users) and highest rate (limit_rate) within the SLO."""
+
+    start_users: int = Field(default=1, ge=1, description="the closed-loop search's first level")
+    max_users: int = Field(default=64, ge=1, description="the most users it may try")
+    start_rate_rps: float = Field(default=0.5, gt=0, description="the open-loop search's first rate")
+    max_rate_rps: float = Field(default=64.0, gt=0, description="the highest rate it may try")
+    growth: float = Field(default=2.0, gt=1, description="each growing trial multiplies the level")
+    rate_resolution: float = Field(default=0.1, gt=0, lt=1, description="rates are bisected to this")
+    repeats: int = Field(default=3, ge=1, description="the answer must hold in a majority of these")
+    time_cap_s: float = Field(default=900.0, gt=0, description="per search; ends it early")
+    requests_per_user: int = Field(default=4, ge=1, description="closed-loop trial requests per user")
+    min_requests: int = Field(default=8, ge=1, description="fewest requests of a trial")
+    trial_seconds: float = Field(default=30.0, gt=0, description="open-loop trial length at its rate")
+    trial_timeout_s: float = Field(default=300.0, gt=0, description="a trial over this fails hard")
+    hard_failure_frac: float = Field(
+        default=0.1, gt=0, le=1, description="failed share of a trial that ends its level at once"
     )
 
 
@@ -310,6 +461,11 @@ class Settings(_Section):
     quality: QualitySettings = QualitySettings()
     speed: SpeedSettings = SpeedSettings()
     load: LoadSettings = LoadSettings()
+    workload: WorkloadSettings = WorkloadSettings()
+    sessions: SessionSettings = SessionSettings()
+    trace: TraceSettings = TraceSettings()
+    mixed: MixedSettings = MixedSettings()
+    limit: LimitSettings = LimitSettings()
     observe: ObserveSettings = ObserveSettings()
     kv_types: KvTypeSettings = KvTypeSettings()
     report: ReportSettings = ReportSettings()

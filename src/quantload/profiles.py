@@ -9,9 +9,12 @@ PROFILE_NAMES: tuple[str, ...] = ("quick", "full", "ci")
 PROFILE_ALIASES: dict[str, str] = {"seed": "full"}
 
 _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # The full protocol (the defaults): 100 prompts at 1, 2, 4, 8 users, three repeats.
+    # The full protocol (the defaults): 100 prompts at 1, 2, 4, 8 users, three repeats, the prompt
+    # cache, multi-turn sessions, the mixed-traffic diagnosis, both limit searches (open loop
+    # and trace replay where rates or a trace are given) and the KV-cache type trade-off.
     "full": {},
-    # About five minutes on a 2-core laptop with SmolLM2-135M.
+    # A few minutes on a 2-core laptop with SmolLM2-135M: the sweep, the prompt cache, a search
+    # for the most users capped at 45 s a quantization and the KV-cache type trade-off.
     "quick": {
         "quality": {"chunks": 4, "kld_chunks": 4},
         "speed": {"prompt_tokens": 128, "gen_tokens": 32, "reps": 2},
@@ -22,6 +25,15 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "max_tokens": 32,
             "warmup_requests": 1,
             "prefix_requests": 4,
+            "experiments": ("sweep", "prefix_cache", "limit_users", "kv_types"),
+        },
+        "limit": {
+            "max_users": 16,
+            "repeats": 2,
+            "time_cap_s": 45.0,
+            "requests_per_user": 2,
+            "min_requests": 4,
+            "trial_timeout_s": 120.0,
         },
         "kv_types": {"max_tokens": 64},
     },
@@ -39,6 +51,34 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "warmup_requests": 1,
             "prefix_tokens": 300,
             "prefix_requests": 3,
+            "experiments": ("sweep", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types"),
+        },
+        "sessions": {
+            "users": 1,
+            "count": 2,
+            "turns": 2,
+            "think_time_s": 0.0,
+            "turn_tokens": "uniform:10-30",
+            "reply_tokens": "fixed:8",
+            "cache_modes": (True,),
+        },
+        "mixed": {
+            "users": 2,
+            "decode_requests": 4,
+            "decode_prompt_tokens": 32,
+            "decode_output_tokens": 16,
+            "long_prompt_tokens": 600,
+            "long_output_tokens": 4,
+            "long_fraction": 0.34,
+            "batch_sizes": ("2048/512", "64/64"),
+        },
+        "limit": {
+            "max_users": 4,
+            "repeats": 1,
+            "time_cap_s": 20.0,
+            "requests_per_user": 2,
+            "min_requests": 4,
+            "trial_timeout_s": 60.0,
         },
         "kv_types": {"users": 4, "requests": 8, "max_tokens": 16},
     },

@@ -35,7 +35,8 @@ def test_run_finishes_with_every_step_ok(ci_run: Path) -> None:
     assert run["status"] == "finished"
     steps = {(s["name"], s["quant"]): s for s in run["steps"]}
     for quant in ("F16", "Q8_0", "Q4_K_M"):
-        for name in ("quality", "speed", "serve", "kv", "load", "prefix_cache", "kv_types"):
+        for name in ("quality", "speed", "serve", "kv", "load", "prefix_cache", "sessions", "mixed", "limit_users",
+                     "kv_types"):
             assert steps[(name, quant)]["status"] == "ok", steps[(name, quant)]
     assert steps[("report", None)]["status"] == "ok"
     assert run["prometheus"]["available"] is True
@@ -93,7 +94,9 @@ def test_the_run_annotates_every_load_stage_in_grafana(ci_run: Path) -> None:
     for body in pushed:
         assert body["tags"][:2] == ["quantload", "stage"] and body["timeEnd"] > body["time"]
     assert {body["tags"][2] for body in pushed} == {"F16", "Q8_0", "Q4_K_M"}
-    assert {body["tags"][3] for body in pushed} == {"sweep", "prefix_cache", "kv_types"}
+    assert {body["tags"][3] for body in pushed} == {
+        "sweep", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types"
+    }
 
 
 def test_every_report_section_has_numbers(ci_run: Path) -> None:
@@ -134,6 +137,23 @@ def test_every_report_section_has_numbers(ci_run: Path) -> None:
     assert all(_number(entry["fraction_of_ceiling"]) for entry in summary["roofline"])
     assert all(_number(split["prefill_p50_s"]) for split in summary["ttft_split"])
     assert summary["littles_law"] and summary["prometheus"]["histogram_check"]
+    # the traffic experiments: conversations by turn, mixed traffic at two batch sizes, the search
+    turns = {(row["quant"], row["turn"]) for row in summary["session_turns"]}
+    assert turns == {(q, t) for q in ("F16", "Q8_0", "Q4_K_M") for t in (0, 1)}
+    assert all(_number(row["ttft_p50_s"]) and row["prompt_tokens_p50"] > 0 for row in summary["session_turns"])
+    assert {(row["quant"], row["server_args"], row["phase"]) for row in summary["mixed"]} == {
+        (q, args, phase) for q in ("F16", "Q8_0", "Q4_K_M") for args in ("-b 2048 -ub 512", "-b 64 -ub 64")
+        for phase in ("alone", "mixed")
+    }  # fmt: skip
+    assert all(_number(row["itl_p99_s"]) for row in summary["mixed"])
+    assert summary["mixed_verdict"].startswith("F16: ")
+    assert [line["quant"] for line in summary["limits"]] == ["F16", "Q8_0", "Q4_K_M"]
+    for line in summary["limits"]:
+        assert line["trials"] and line["seconds"] > 0 and line["ending"] in ("found", "capped", "max_level", "never_held")
+    assert all("search" in c["sentence"] and c["sweep_sentence"] for c in summary["capacity"])
+    report = (ci_run / "report.md").read_text()
+    for title in ("## Finding the limit", "## Multi-turn sessions", "## Mixed traffic", "## Asked and delivered"):
+        assert title in report
     with (ci_run / "table.csv").open() as handle:
         assert [row["quant"] for row in csv.DictReader(handle)] == ["F16", "Q8_0", "Q4_K_M"]
     for plot in summary["files"]["plots"]:

@@ -21,6 +21,8 @@ from quantload.stack.run_steps import CacheTypeServing, RunSteps
 from quantload.steps.load import ExperimentRun, KvTypesRun
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
+CI_EXPERIMENTS = ("sweep", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types")  # the ci profile's
+CI_STEPS = ("load", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types")  # their steps in run.json
 
 
 class Silent:
@@ -104,6 +106,7 @@ class FakeSteps(RunSteps):
         self.no_start = no_start
         self.servers: dict[str, FakeServer] = {}
         self.exporter_handle: FakeExporter | None = None
+        self.restarts: dict[tuple[str, str], Any] = {}
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -172,8 +175,10 @@ class FakeSteps(RunSteps):
         return self.exporter_handle
 
     def experiment(self, experiment: Any, target: Any, run_dir: Path, run_id: str, loadgen_port: int,
-                   progress: Any, kv_types: KvTypesRun | None = None) -> ExperimentRun:
+                   progress: Any, restarts: Any = None, warn: Any = None,
+                   kv_types: KvTypesRun | None = None) -> ExperimentRun:
         self._call(f"{experiment} {target.quant}")
+        self.restarts[(experiment, target.quant)] = restarts
         self.servers[target.quant].experiments += 1
         if experiment == "kv_types":  # what run_kv_types does with the servers, without Locust
             assert kv_types is not None
@@ -209,8 +214,8 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
     per_quant = []
     for quant in QUANTS:
         served, other = f"llama-{quant.lower()}", f"{quant}-kv-q8_0"
-        per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", f"sweep {quant}",
-                      f"prefix_cache {quant}", f"kv_types {quant}", f"decode {served} f16",
+        per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}",
+                      *(f"{experiment} {quant}" for experiment in CI_EXPERIMENTS), f"decode {served} f16",
                       f"server {other}", f"start {other}", f"kv {other}", f"decode {served}-kv-q8_0 q8_0",
                       f"stop {other}", f"stop {quant}"]  # fmt: skip
     assert steps.calls == [
@@ -223,8 +228,10 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
     assert {quant: server["status"] for quant, server in data["servers"].items()} == dict.fromkeys(QUANTS, "ok")
     assert data["prometheus"]["available"] is False and "not installed" in data["prometheus"]["why"]
     assert outcome.run_dir == run.run_dir and outcome.report is not None
-    load_steps = [s for s in data["steps"] if s["name"] in ("load", "prefix_cache", "kv_types")]
-    assert len(load_steps) == 9 and all(s["busy_seconds"] == 1.5 for s in load_steps)
+    load_steps = [s for s in data["steps"] if s["name"] in CI_STEPS]
+    assert len(load_steps) == 18 and all(s["busy_seconds"] == 1.5 for s in load_steps)
+    # a server running alone can be restarted (the mixed experiment's batch sizes)
+    assert all(steps.restarts[("mixed", quant)] is not None for quant in QUANTS)
 
 
 def test_a_failed_measurement_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -257,8 +264,7 @@ def test_a_server_that_does_not_start_fails_its_quantization_only(tmp_path: Path
     data = _run_json(run)
     q8 = [(name, status) for name, quant, status in _steps(data) if quant == "Q8_0" and name != "quality"
           and name != "speed"]
-    assert q8 == [("serve", "failed"), ("kv", "failed"), ("load", "failed"), ("prefix_cache", "failed"),
-                  ("kv_types", "failed")]
+    assert q8 == [("serve", "failed"), ("kv", "failed"), *((name, "failed") for name in CI_STEPS)]
     assert data["servers"]["Q8_0"]["status"] == "failed_to_start"
     assert data["servers"]["Q4_K_M"]["status"] == "ok"
     assert "sweep Q8_0" not in steps.calls and "sweep Q4_K_M" in steps.calls
@@ -301,6 +307,8 @@ def test_servers_at_once_start_together_and_stop_at_the_end(tmp_path: Path) -> N
     assert max(starts) < min(sweeps)
     assert steps.calls[-5:] == ["stop Q4_K_M", "stop Q8_0", "stop F16", "stop exporter", "report"]
     assert steps.exporter_handle is not None and len(steps.exporter_handle.targets) == 3
+    # servers sharing the machine are never restarted under the others
+    assert all(restarts is None for restarts in steps.restarts.values())
 
 
 def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ The flow (report.py): run_data reads the run directory -> analyze computes every
 Analysis -> each chapter draws its figures and builds its sections -> document renders them.
 Computation is grouped by what it reads:
   the run's files        run_data (RunData, gaps), run_tables (header, quantization table, KV, roofline)
-  records and stages     stage_tables (stages, levels, client health), capacity, ttft_tables, littles_law
+  records and stages     stage_tables (stages, levels, client health), capacity (and limits.jsonl),
+                         capacity_plan and scale_out (servers for a target, when to add one),
+                         ttft_tables, littles_law, session_tables, mixed_tables
   quality.json's KLD     quality_loss (rows, sentences), quality_verdict (capacity at a quality limit),
                          kv_types (the KV-cache type trade-off, with kv.json and the kv_types stages)
   Prometheus             prometheus_source (finding one with the run's data), prometheus_tables

@@ -11,6 +11,7 @@ from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
 from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
+from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
 from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
 from quantload.analysis.prometheus_tables import (
     histogram_check,
@@ -31,9 +32,16 @@ from quantload.analysis.run_tables import (
     users_levels,
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
+from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
-from quantload.analysis.ttft_tables import CacheComparison, prompt_cache_table, ttft_split_table
+from quantload.analysis.ttft_tables import (
+    CacheComparison,
+    prompt_cache_table,
+    reasoning_table,
+    ttft_split_table,
+)
 from quantload.config import PlanSettings, ReportSettings
+from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
@@ -71,6 +79,13 @@ class Analysis:
     quality_loss: QualityLoss
     quality_verdict: QualityVerdict
     kv_types: pd.DataFrame  # kv_types.kv_type_table
+    session_turns: pd.DataFrame  # session_tables.turn_table
+    session_hits: pd.DataFrame  # session_tables.session_hits
+    session_hit_summary: pd.DataFrame  # session_tables.hit_summary
+    mixed: pd.DataFrame  # mixed_tables.mixed_table
+    mixed_verdict: str
+    limits: tuple[LimitLine, ...]
+    reasoning: pd.DataFrame  # ttft_tables.reasoning_table
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -106,9 +121,12 @@ def _quant_gaps(
         if not run.records.empty and not has_prefix:
             load = run.settings.load if run.settings is not None else None
             disabled = load is not None and (load.prefix_requests == 0 or load.prefix_tokens == 0)
+            left_out = load is not None and "prefix_cache" not in load.experiments
             why = (
                 "disabled in the configuration (load.prefix_requests or load.prefix_tokens is 0)"
                 if disabled
+                else "not asked for (load.experiments leaves prefix_cache out)"
+                if left_out
                 else run.step_why("prefix_cache", quant, RECORDS_JSONL)
             )
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
@@ -196,6 +214,17 @@ def _excluded_notes(levels: pd.DataFrame) -> list[str]:
     return notes
 
 
+def _stage_warnings(stages: pd.DataFrame) -> list[str]:
+    """What the load said was wrong with a stage before it started (e.g. more users than requests)."""
+    if stages.empty or "warning" not in stages:
+        return []
+    starts = stages[stages["event"] == "stage_start"] if "event" in stages else stages
+    flagged = starts[starts["warning"].notna()]
+    return [
+        f"{row.quant} {row.experiment} stage {row.stage_id}: {row.warning}" for row in flagged.itertuples()
+    ]
+
+
 def analyze(
     run: RunData,
     slo: ReportSettings,
@@ -208,7 +237,7 @@ def analyze(
     stages = stage_table(run, slo)
     levels = level_table(stages, "sweep", "users", quants)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
-    notes = list(run.reading_notes) + _excluded_notes(levels)
+    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
     if run.stages.empty and not run.records.empty:
         notes.append(
             "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
@@ -240,13 +269,15 @@ def analyze(
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, slo.client_lag_threshold_s)
-    verdicts = tuple(capacity(levels, quants, slo))
+    verdicts = tuple(capacity(levels, quants, slo, run.limits))
     plan_inputs = plan_settings or PlanSettings()
     plan = plan_from_run(
         run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s
     )
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
+    mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
+    hits = session_hits(run.records, stages, quants)
     return Analysis(
         run=run,
         slo=slo,
@@ -280,6 +311,13 @@ def analyze(
             served.cache_type_v if served else None,
         ),
         kv_types=kv_type_table(run, stages, quants),
+        session_turns=turn_table(run.records, stages, quants),
+        session_hits=hits,
+        session_hit_summary=hit_summary(hits),
+        mixed=mixed,
+        mixed_verdict=mixed_verdict(mixed),
+        limits=run.limits,
+        reasoning=reasoning_table(run.records, quants),
     )
 
 

@@ -1,9 +1,13 @@
-"""The SLO verdict: which concurrency levels each quantization sustains, said in one sentence.
+"""The SLO verdict: how much load each quantization sustains, said in one sentence.
 
 A level meets the SLO when, in the median of its repeats, TTFT p99 and TPOT p99 are within their
 limits and at most 1 % of requests failed (a failed request has no latency, so more failures
-than the percentile tolerates cannot count as meeting it). The capacity is the highest level that
-meets it with every lower level meeting it too.
+than the percentile tolerates cannot count as meeting it). The sweep's capacity is the highest
+of its levels (1, 2, 4, 8 by default) that meets it with every lower level meeting it too.
+
+Where the run searched for the limit (limits.jsonl), the verdict names the limit the search found
+instead, a level the sweep may never have tried (6 users where the sweep knows only that 4 held
+and 8 did not), and says beside it what the sweep's levels alone would say.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.config import ReportSettings
+from quantload.load.limit_file import LimitLine
+from quantload.load.limit_search import level_text
 
 MAX_FAILED_FRAC = 0.01
 
@@ -53,6 +59,9 @@ class CapacityVerdict:
     goodput_rps: float | None
     sentence: str
     checks: tuple[LevelCheck, ...]
+    searched_users: float | None = None  # the limit search's most users (limit_users)
+    searched_rate_rps: float | None = None  # the limit search's highest rate (limit_rate)
+    sweep_sentence: str = ""  # what the sweep's levels alone say
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,8 +121,58 @@ def _sentence(quant: str, checks: Sequence[LevelCheck], best: LevelCheck | None,
     return text + "."
 
 
-def capacity(levels: pd.DataFrame, quants: Sequence[str], slo: ReportSettings) -> list[CapacityVerdict]:
-    """One verdict per quantization of the sweep level table (see the module docstring)."""
+def _latest(limits: Sequence[LimitLine], quant: str, experiment: str) -> LimitLine | None:
+    found = [line for line in limits if line.quant == quant and line.experiment == experiment]
+    return max(found, key=lambda line: line.unix_s) if found else None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def search_sentence(line: LimitLine) -> str:
+    """What one search found, with how it was bounded and what it took."""
+    unit = "concurrent user(s)" if line.kind == "users" else "requests/s"
+    took = f"{len(line.trials)} trials in {_minutes(line.seconds)}"
+    if line.limit is None:
+        return f"the limit search found no level within the SLO ({line.ending}; {took})"
+    shown = level_text(line.limit, line.kind)
+    broke = "" if line.lowest_broken is None else f", {level_text(line.lowest_broken, line.kind)} broke it"
+    how = {
+        "found": "held in a majority of repeats",
+        "capped": "held before the time cap ended the search"
+        if line.confirmed
+        else "held once before the time cap",
+        "max_level": "held at the most the search may try",
+    }.get(line.ending, line.ending)
+    return f"{shown} {unit} {how}{broke} ({line.workload} workload; {took})"
+
+
+def _with_search(quant: str, sweep: str, users: LimitLine | None, rate: LimitLine | None) -> str:
+    if users is None and rate is None:
+        return sweep
+    parts = []
+    if users is not None and users.limit is not None:
+        parts.append(
+            f"{quant} holds the SLO up to {level_text(users.limit, 'users')} concurrent user(s), the limit"
+            f" the search found: {search_sentence(users)}"
+        )
+    elif users is not None:
+        parts.append(f"{quant}: {search_sentence(users)}")
+    if rate is not None:
+        lead = "" if parts else f"{quant}: "
+        parts.append(f"{lead}open loop, {search_sentence(rate)}")
+    return "; ".join(parts) + f". The sweep's own levels say: {sweep}"
+
+
+def capacity(
+    levels: pd.DataFrame,
+    quants: Sequence[str],
+    slo: ReportSettings,
+    limits: Sequence[LimitLine] = (),
+) -> list[CapacityVerdict]:
+    """One verdict per quantization of the sweep level table, using the limit searches of
+    `limits` where the run has them (see the module docstring)."""
     verdicts = []
     for quant in quants:
         rows = levels[levels["quant"] == quant].to_dict("records") if not levels.empty else []
@@ -127,6 +186,8 @@ def capacity(levels: pd.DataFrame, quants: Sequence[str], slo: ReportSettings) -
             best_index = index
         best = checks[best_index] if best_index is not None else None
         best_row = rows[best_index] if best_index is not None else {}
+        sweep = _sentence(quant, checks, best, best_row)
+        users, rate = _latest(limits, quant, "limit_users"), _latest(limits, quant, "limit_rate")
         verdicts.append(
             CapacityVerdict(
                 quant=quant,
@@ -134,8 +195,11 @@ def capacity(levels: pd.DataFrame, quants: Sequence[str], slo: ReportSettings) -
                 tested_users=tuple(c.users for c in checks),
                 output_tok_s=_value(best_row, "output_tok_s"),
                 goodput_rps=_value(best_row, "goodput_rps"),
-                sentence=_sentence(quant, checks, best, best_row),
+                sentence=_with_search(quant, sweep, users, rate),
                 checks=tuple(checks),
+                searched_users=users.limit if users is not None else None,
+                searched_rate_rps=rate.limit if rate is not None else None,
+                sweep_sentence=sweep,
             )
         )
     return verdicts

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from quantload.config import Settings
 from quantload.errors import QuantloadError
+from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import RequestRecord, StageEvent
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
@@ -28,6 +29,7 @@ from quantload.roofline.speed_file import SpeedFile, load_speed_file
 from quantload.rundir import (
     CONFIG_JSON,
     KV_JSON,
+    LIMITS_JSONL,
     MANIFEST_JSON,
     QUALITY_JSON,
     RECORDS_JSONL,
@@ -129,6 +131,8 @@ class RunData:
     stages: pd.DataFrame  # STAGE_COLUMNS
     gaps: tuple[Gap, ...]
     reading_notes: tuple[str, ...]
+    limits: tuple[LimitLine, ...] = ()  # limits.jsonl: one line per limit search
+    itl_by_request: dict[str, list[float]] | None = None  # mixed-experiment gaps, by request_key
 
     @property
     def run_id(self) -> str:
@@ -229,14 +233,28 @@ def _record_row(record: RequestRecord) -> dict[str, Any]:
     return row
 
 
-def read_records(path: Path) -> tuple[pd.DataFrame, int]:
-    """The records as a frame (RECORD_COLUMNS) and how many lines could not be read."""
+# The experiments whose every inter-token gap the report pools (the frame keeps only a summary).
+GAP_EXPERIMENTS = frozenset({"mixed"})
+
+
+def request_key(stage_id: object, sent_unix_s: float) -> str:
+    """A record's key among the gap lists: its stage and its send time."""
+    return f"{stage_id}/{sent_unix_s:.6f}"
+
+
+def read_records(path: Path, gaps: dict[str, list[float]] | None = None) -> tuple[pd.DataFrame, int]:
+    """The records as a frame (RECORD_COLUMNS) and how many lines could not be read; `gaps`, when
+    given, gets the inter-token gaps of every record of GAP_EXPERIMENTS by `request_key`."""
     rows, bad = [], 0
     for line in _jsonl_lines(path):
         try:
-            rows.append(_record_row(RequestRecord.from_json_line(line)))
+            record = RequestRecord.from_json_line(line)
+            rows.append(_record_row(record))
         except (ValueError, TypeError, KeyError):
             bad += 1
+            continue
+        if gaps is not None and record.experiment in GAP_EXPERIMENTS and record.itl_s:
+            gaps[request_key(record.stage_id, record.sent_unix_s)] = list(record.itl_s)
     frame = _frame(rows, RECORD_COLUMNS)
     for column in RECORD_FLAGS:
         frame[column] = frame[column].astype(bool)
@@ -312,7 +330,8 @@ def load_run(run_dir: Path) -> RunData:
     quality = read(QUALITY_JSON, load_quality_file, "quality", f"quality ({QUALITY_JSON})", "quality")
     speed = read(SPEED_JSON, load_speed_file, "speed", f"speed ({SPEED_JSON})", "speed")
     kv = read(KV_JSON, load_kv_file, "kv", f"KV cache check ({KV_JSON})", "kv")
-    records, bad_records = read_records(run_dir / RECORDS_JSONL)
+    itl: dict[str, list[float]] = {}
+    records, bad_records = read_records(run_dir / RECORDS_JSONL, itl)
     stages, bad_stages = read_stages(run_dir / STAGES_JSONL)
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
@@ -331,4 +350,6 @@ def load_run(run_dir: Path) -> RunData:
         stages=stages,
         gaps=tuple(gaps),
         reading_notes=tuple(notes),
+        limits=tuple(read_limits(run_dir / LIMITS_JSONL)),
+        itl_by_request=itl,
     )

@@ -124,6 +124,11 @@ def _one_stage(
         "prefix_tokens": head.get("prefix_tokens"),
         "server_state": head.get("server_state"),
         "kv_cache_type": head.get("kv_cache_type"),
+        "workload": head.get("workload"),
+        "phase": head.get("phase"),
+        "server_args": head.get("server_args"),
+        "warning": head.get("warning"),
+        "lag_p50_s": percentile(frame["lag_s"], 50),
     }
     row.update(_latency(ok))
     row.update(_throughput(ok, good))

@@ -24,6 +24,7 @@ from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
 from quantload.config import ReportSettings
+from quantload.load.limit_file import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"
@@ -114,6 +115,12 @@ class SummaryFile(_SummaryPart):
     kv_cache_types: list[Row]  # kv_types.kv_type_table
     roofline: list[Row]  # run_tables.roofline_frame
     littles_law: list[Row]  # littles_law.littles_law_table
+    session_turns: list[Row]  # session_tables.turn_table
+    session_hits: list[Row]  # session_tables.hit_summary
+    mixed: list[Row]  # mixed_tables.mixed_table
+    mixed_verdict: str
+    limits: list[LimitLine]  # limits.jsonl, as the report read it
+    reasoning: list[Row]  # ttft_tables.reasoning_table
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -171,6 +178,12 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "kv_cache_types": _rows(analysis.kv_types),
             "roofline": _rows(analysis.roofline),
             "littles_law": _rows(analysis.littles_law),
+            "session_turns": _rows(analysis.session_turns),
+            "session_hits": _rows(analysis.session_hit_summary),
+            "mixed": _rows(analysis.mixed),
+            "mixed_verdict": analysis.mixed_verdict,
+            "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
+            "reasoning": _rows(analysis.reasoning),
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,

@@ -132,3 +132,30 @@ def prompt_cache_table(stages: pd.DataFrame, quant_order: Sequence[str]) -> list
             )
         )
     return out
+
+
+def reasoning_table(records: pd.DataFrame, quant_order: Sequence[str]) -> pd.DataFrame:
+    """Per (quant, experiment) with reasoning chunks: TTFT (first token of any kind, reasoning
+    included) beside the time to the first answer content, and how many requests got none."""
+    if records.empty or "reasoning_chunks" not in records:
+        return pd.DataFrame()
+    measured = records[~records["warmup"] & records["ok"]]
+    thinking = measured[measured["reasoning_chunks"].fillna(0) > 0]
+    if thinking.empty:
+        return pd.DataFrame()
+    rows: list[dict[str, Any]] = []
+    for (quant, experiment), group in thinking.groupby(["quant", "experiment"], sort=False):
+        rows.append(
+            {
+                "quant": quant,
+                "experiment": experiment,
+                "requests": len(group),
+                "reasoning_chunks_mean": float(group["reasoning_chunks"].mean()),
+                "ttft_p50_s": percentile(group["ttft_s"], 50),
+                "ttft_p99_s": percentile(group["ttft_s"], 99),
+                "ttft_content_p50_s": percentile(group["ttft_content_s"], 50),
+                "ttft_content_p99_s": percentile(group["ttft_content_s"], 99),
+                "no_content": int(group["ttft_content_s"].isna().sum()),
+            }
+        )
+    return sort_by_quant(pd.DataFrame(rows), quant_order, "experiment")

@@ -39,7 +39,8 @@ def _ms(value: float | None) -> str:
 
 def _stage(s: StageSummary) -> str:
     load = f"{s.rate_rps:g}/s" if s.rate_rps is not None else f"{s.users}u"
-    return f"{s.experiment} {load} #{s.repeat} cache {'on' if s.cache_prompt else 'off'}"
+    phase = f" {s.phase}" if s.phase else ""
+    return f"{s.experiment}{phase} {load} #{s.repeat} cache {'on' if s.cache_prompt else 'off'}"
 
 
 def _table(summaries: list[StageSummary]) -> Table:
@@ -76,8 +77,43 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str, typer.Option(help="Model name sent in requests.")] = "",
         experiment: Annotated[
             list[str] | None,
-            typer.Option("--experiment", "-e", help="sweep, open_loop, prefix_cache; repeatable."),
+            typer.Option(
+                "--experiment", "-e",
+                help="sweep, open_loop, prefix_cache, sessions, trace, mixed, limit_users, limit_rate;"
+                " repeatable.",
+            ),
         ] = None,
+        workload: Annotated[
+            str | None,
+            typer.Option(
+                help="What sweep, open loop and limit search send:"
+                " prompts, lengths, dataset, sessions, trace."
+            ),
+        ] = None,
+        input_lengths: Annotated[
+            str | None, typer.Option(help="Prompt tokens per request, e.g. lognormal:mean=300,spread=0.6.")
+        ] = None,
+        output_lengths: Annotated[
+            str | None, typer.Option(help="max_tokens per request, e.g. fixed:128.")
+        ] = None,
+        dataset: Annotated[
+            str | None, typer.Option(help="ShareGPT JSON or JSONL for the dataset workload.")
+        ] = None,
+        trace: Annotated[str | None, typer.Option(help="JSONL trace to replay (trace experiment).")] = None,
+        speed: Annotated[
+            float | None, typer.Option(help="Trace replay speed factor (2 = twice as fast).")
+        ] = None,
+        turns: Annotated[int | None, typer.Option(help="Turns per conversation (sessions).")] = None,
+        sessions: Annotated[int | None, typer.Option(help="Conversations per sessions stage.")] = None,
+        think_time: Annotated[float | None, typer.Option(help="Mean think time between turns, s.")] = None,
+        affinity: Annotated[
+            str | None, typer.Option(help="Session slot affinity: none (server's -sps) or id_slot.")
+        ] = None,
+        batch_sizes: Annotated[
+            str | None, typer.Option(help="Mixed experiment -b/-ub pairs, e.g. 2048/512,256/256.")
+        ] = None,
+        time_cap: Annotated[float | None, typer.Option(help="Limit search time cap per search, s.")] = None,
+        max_users: Annotated[int | None, typer.Option(help="Limit search: most users to try.")] = None,
         users: Annotated[str | None, typer.Option(help="Closed-loop users, e.g. 1,2,4,8.")] = None,
         repeats: Annotated[int | None, typer.Option(help="Repeats of each stage.")] = None,
         rates: Annotated[str | None, typer.Option(help="Open-loop rates in requests/s, e.g. 0.5,1.")] = None,
@@ -120,6 +156,19 @@ def register(app: typer.Typer) -> None:
             "load.metrics_port": metrics_port,
             "load.request_timeout_s": request_timeout,
             "load.first_byte_timeout_s": first_byte_timeout,
+            "workload.kind": workload,
+            "workload.input_lengths": input_lengths,
+            "workload.output_lengths": output_lengths,
+            "workload.dataset": dataset,
+            "trace.path": trace,
+            "trace.speed": speed,
+            "sessions.turns": turns,
+            "sessions.count": sessions,
+            "sessions.think_time_s": think_time,
+            "sessions.affinity": affinity,
+            "mixed.batch_sizes": batch_sizes.split(",") if batch_sizes else None,
+            "limit.time_cap_s": time_cap,
+            "limit.max_users": max_users,
         }
         config = cli.config(flags)
         settings = config.settings
@@ -144,27 +193,40 @@ def register(app: typer.Typer) -> None:
             )
             for i, address in enumerate(url)
         ]
-        choice = choose_workers(settings.load.workers, max(settings.load.users, default=1), usable_cores())
+        most_users = max(*settings.load.users, settings.limit.max_users if any(
+            kind == "limit_users" for kind in experiments) else 1)
+        choice = choose_workers(settings.load.workers, most_users, usable_cores())
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
         run = run_id or make_run_id(settings.model_dump(mode="json"))
         summaries: list[StageSummary] = []
-        load, observe = settings.load, settings.observe  # observe.grafana_url: stage annotations
+        limits = []
+        searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command
         unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
         with progress_bar(cli.err_console, "load") as progress:
             for target in targets:
                 for kind in experiments:
+                    # observe.grafana_url: stage annotations; no restarts: these servers are not ours
                     try:
-                        done = run_experiment(kind, target, load, observe, out, run, progress)
+                        done = run_experiment(
+                            kind, target, settings, out, run, progress,
+                            warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
+                        )
                     except ServerError as error:
                         unreachable.append(f"{target.name} ({target.quant}) {kind}: {error.one_line()}")
                         break
                     summaries += done.summaries
+                    if done.limit is not None:
+                        limits.append(done.limit)
+                        searched.update(s.stage_id for s in done.summaries)
         write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
         if as_json:
             typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
         else:
             cli.console.print(_table(summaries))
+            for found in limits:
+                label = f"{found.server} {found.quant} ({found.kind})"
+                cli.console.print(f"limit search {label}: {found.sentence}")
             cli.console.print(f"records: {out / 'records.jsonl'}  run id: {run}")
         # the table cuts reasons short: each distinct one in full, once
         for reason in dict.fromkeys(f"{s.status}: {s.reason}" for s in summaries if s.status != "ok"):
@@ -177,5 +239,5 @@ def register(app: typer.Typer) -> None:
             )
         for failure in unreachable:
             cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
-        if unreachable or any(s.status != "ok" for s in summaries):
+        if unreachable or any(s.status != "ok" for s in summaries if s.stage_id not in searched):
             raise typer.Exit(1)

@@ -95,13 +95,26 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when `port` can be bound on `host`."""
+    """True when a server can listen on `port` of `host`: nobody listens on it.
+
+    Connections of a server stopped a moment ago linger in TIME_WAIT and make a plain bind fail;
+    llama-server binds over them (its HTTP library sets SO_REUSEPORT), so a port that refuses
+    connections counts as free too.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((host, port))
         except OSError:
-            return False
+            pass
+        else:
+            return True
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except ConnectionRefusedError:
         return True
+    except OSError:
+        return False
+    return False
 
 
 class LlamaServer(LoggedProcess):

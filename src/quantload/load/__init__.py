@@ -4,9 +4,13 @@ Modules, by job. Nothing here imports Locust except the `in_locust` package, whi
 processes import (`import locust` monkey-patches the interpreter).
 
 The experiments and how they run
-  experiments     run_sweep / run_open_loop / run_prefix_cache_experiment: what `quantload load`
-                  and `quantload run` call (plan, run, summarize)
+  experiments     run_sweep / run_open_loop / run_prefix_cache_experiment, and the traffic
+                  experiments (run_sessions, run_trace, run_mixed, run_workload_sweep/_open_loop):
+                  what `quantload load` and `quantload run` call (plan, run, summarize)
+  limit_runner    run_limit_search: trial stages until `limit_search` has its answer
+  limit_file      limits.jsonl: one line per search
   plan            the stages of each experiment, as data handed to the Locust processes
+  traffic_plans   the traffic experiments' stages (sessions, trace, mixed, limit trials)
   supervisor      run_plan: starts a plan's processes, follows its progress, closes its stages
   processes       which Locust processes run a plan; the worker count for this machine
   calibrate       `quantload calibrate`: the client against the fake server, at rising stream counts
@@ -14,6 +18,10 @@ The experiments and how they run
 
 What a request is and how it is measured
   prompts         the 100 built-in prompts, ShareGPT and JSONL loaders
+  workloads       what a stage's requests are: prompt set, lengths, dataset, trace, sessions
+  workload_builder  the workloads of one target from the settings (files read, tokenizer asked)
+  synthetic       prompts of an exact token length via the server's /tokenize and /detokenize
+  datasets        ShareGPT/JSONL conversations with line numbers
   lengths         request length distributions (prompt and output tokens per request)
   trace           timestamped request traces (arrival, prompt and answer lengths)
   limit_search    the most users (or highest rate) within the SLO, as a pure state machine

@@ -24,6 +24,20 @@ event after N tokens). A refused connection is simply a port nobody listens on.
 `close_after_stream=True` mimics llama-server: `Keep-Alive` advertised, connection closed after
 every streamed response.
 
+Scripted capacity (for the limit search): `max_streams=N` serves at most N streams at once, the
+others wait their turn (as llama-server defers requests when every slot is busy), so TTFT grows
+once more than N users stream; `slowdown_per_stream` stretches a stream's TTFT and gaps by that
+fraction for every other stream it shares the server with; `rate_limit_rps=R` starts requests at
+most R a second on average, in bursts of at most one second's worth (a token bucket), so queueing
+grows without bound once arrivals come faster. Reasoning:
+`reasoning_tokens=K` (or the directive `reasoning=K`) sends a stream's first K tokens as
+`delta.reasoning_content`, the rest as content.
+
+Tokens: a word-level vocabulary (words and punctuation marks). `/tokenize` gives their ids,
+`/detokenize` turns ids back into text, `/apply-template` writes the chat prompt the fake counts
+for `usage.prompt_tokens` (`[role] text` per message, then `[assistant]`), and `/props` says the
+slot count and context, as llama-server's endpoints of those names do.
+
 Run in-process with `FakeServer(script).start()` (own thread and event loop), or in a process of
 its own with `FakeServerProcess(script).start()` (what calibration uses, so the server has its
 own core time like a real one), i.e. `python -m quantload.load.fakeserver --port 0 --port-file F`.
@@ -71,6 +85,11 @@ class FakeScript:
     slots: int = 4
     slots_erasable: bool = False
     model: str = "fake-model"
+    n_ctx: int = 4096
+    max_streams: int = 0  # 0 = no limit
+    slowdown_per_stream: float = 0.0
+    rate_limit_rps: float = 0.0  # 0 = no limit
+    reasoning_tokens: int = 0
 
 
 @dataclass
@@ -81,6 +100,7 @@ class RequestPlan:
     itl_ms: float
     tokens: int
     fault: str = ""
+    reasoning: int = 0
 
 
 @dataclass
@@ -129,6 +149,36 @@ def count_tokens(text: str) -> int:
     return len(TOKEN_PATTERN.findall(text))
 
 
+def chat_prompt(messages: Any) -> str:
+    """The fake chat template: `[role] text` per message, then `[assistant]`."""
+    parts = []
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict):
+            parts.append(f"[{message.get('role', 'user')}] {message.get('content') or ''}")
+    return " ".join([*parts, "[assistant]"])
+
+
+class Vocabulary:
+    """Word-level token ids, grown as texts are tokenized."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._pieces: list[str] = []
+
+    def tokenize(self, text: str) -> list[int]:
+        ids = []
+        for piece in TOKEN_PATTERN.findall(text):
+            found = self._ids.get(piece)
+            if found is None:
+                found = self._ids[piece] = len(self._pieces)
+                self._pieces.append(piece)
+            ids.append(found)
+        return ids
+
+    def detokenize(self, ids: list[Any]) -> str:
+        return " ".join(self._pieces[i] for i in ids if isinstance(i, int) and 0 <= i < len(self._pieces))
+
+
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
@@ -155,15 +205,22 @@ class _Handler:
             self._opening += _chunk(b": keep-alive\n\n")
             self._opening += _event({**self._base, "choices": [empty]}, spaced=True)
         self._tokens: list[bytes] = []
+        self._thoughts: list[bytes] = []
+        self.vocabulary = Vocabulary()
+        self._next_start = 0.0
+        self._streams: asyncio.Semaphore | None = None
 
-    def _token_event(self, index: int) -> bytes:
+    def _token_event(self, index: int, reasoning: bool = False) -> bytes:
         """The (pre-serialized) chunk of token `index`; odd ones with spaced JSON."""
-        while len(self._tokens) <= index:
-            k = len(self._tokens)
-            choice = {"index": 0, "delta": {"content": f"tok{k} "}, "finish_reason": None}
+        cache = self._thoughts if reasoning else self._tokens
+        key = "reasoning_content" if reasoning else "content"
+        while len(cache) <= index:
+            k = len(cache)
+            text = f"{'think' if reasoning else 'tok'}{k} "
+            choice = {"index": 0, "delta": {key: text}, "finish_reason": None}
             spaced = bool(k % 2) and self.script.pathological
-            self._tokens.append(_event({**self._base, "choices": [choice]}, spaced=spaced))
-        return self._tokens[index]
+            cache.append(_event({**self._base, "choices": [choice]}, spaced=spaced))
+        return cache[index]
 
     def plan(self, body: dict[str, Any]) -> RequestPlan:
         text = json.dumps(body.get("messages", body.get("prompt", "")))
@@ -178,7 +235,9 @@ class _Handler:
         every = self.script.fault_every
         if every and self.stats.requests % every == 0:
             fault = self.script.fault
-        plan = RequestPlan(ttft, itl, tokens, fault)
+        plan = RequestPlan(ttft, itl, tokens, fault, self.script.reasoning_tokens)
+        if "reasoning" in directive:
+            plan.reasoning = int(directive["reasoning"])
         if "ttft_ms" in directive:
             plan.ttft_ms = float(directive["ttft_ms"])
         if "itl_ms" in directive:
@@ -238,7 +297,20 @@ class _Handler:
             return await self._json(writer, 400, _error(400, "body is not JSON"))
         if method == "POST" and path == "/tokenize":
             content = str(body.get("content", ""))
-            return await self._json(writer, 200, {"tokens": list(range(count_tokens(content)))})
+            return await self._json(writer, 200, {"tokens": self.vocabulary.tokenize(content)})
+        if method == "POST" and path == "/detokenize":
+            tokens = body.get("tokens")
+            text = self.vocabulary.detokenize(tokens if isinstance(tokens, list) else [])
+            return await self._json(writer, 200, {"content": text})
+        if method == "POST" and path == "/apply-template":
+            return await self._json(writer, 200, {"prompt": chat_prompt(body.get("messages"))})
+        if method == "GET" and path == "/props":
+            props = {
+                "total_slots": self.script.slots,
+                "default_generation_settings": {"n_ctx": self.script.n_ctx},
+                "model_alias": self.script.model,
+            }
+            return await self._json(writer, 200, props)
         if method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
             del query
             return await self._chat(reader, writer, body, received)
@@ -279,8 +351,12 @@ class _Handler:
             return await self._json(writer, code, _error(code, "scripted failure"))
         if plan.fault == "reset":
             return False
+        received = await self._admit(received)
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        if self.script.slowdown_per_stream:
+            stretch = 1.0 + self.script.slowdown_per_stream * (stats.in_flight - 1)
+            plan.ttft_ms, plan.itl_ms = plan.ttft_ms * stretch, plan.itl_ms * stretch
         try:
             if plan.fault == "hang":
                 # never answer; leave when the client gives up and closes
@@ -292,12 +368,30 @@ class _Handler:
             return await self._stream(writer, body, plan, received)
         finally:
             stats.in_flight -= 1
+            if self._streams is not None:
+                self._streams.release()
+
+    async def _admit(self, received: float) -> float:
+        """Wait for the scripted capacity (rate limit, then a free stream); when the stream starts."""
+        loop = asyncio.get_running_loop()
+        rate = self.script.rate_limit_rps
+        if rate > 0:  # a token bucket holding one second's worth (GCRA: theoretical arrival times)
+            interval, now = 1.0 / rate, loop.time()
+            due = max(self._next_start, now)
+            start = max(now, due - (max(round(rate), 1) - 1) * interval)
+            self._next_start = due + interval
+            await _sleep_until(start)
+        if self.script.max_streams > 0:
+            if self._streams is None:
+                self._streams = asyncio.Semaphore(self.script.max_streams)
+            await self._streams.acquire()
+        return loop.time() if (rate > 0 or self.script.max_streams > 0) else received
 
     async def _non_stream(
         self, writer: asyncio.StreamWriter, body: dict[str, Any], plan: RequestPlan, received: float
     ) -> bool:
         await _sleep_until(received + (plan.ttft_ms + plan.itl_ms * max(plan.tokens - 1, 0)) / 1000)
-        prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
+        prompt_tokens = count_tokens(chat_prompt(body.get("messages")))
         reply = {
             "object": "chat.completion",
             "model": self.script.model,
@@ -367,7 +461,8 @@ class _Handler:
             if index == 0:
                 late_ms[0] = late
             token_late.append(late)
-            writer.write(self._token_event(index))
+            thinking = index < plan.reasoning
+            writer.write(self._token_event(index - (0 if thinking else plan.reasoning), thinking))
             if index == plan.tokens - 1:
                 writer.write(self._tail(body, plan, late_ms[0], received_unix_s))
                 finish(not close)
@@ -384,7 +479,7 @@ class _Handler:
     def _tail(self, body: dict[str, Any], plan: RequestPlan, late_ms: float, received_unix_s: float) -> bytes:
         """The finish chunk, the usage+timings chunk, [DONE] and the end of the body."""
         base = self._base
-        prompt_tokens = count_tokens(json.dumps(body.get("messages", "")))
+        prompt_tokens = count_tokens(chat_prompt(body.get("messages")))
         timings = {
             "cache_n": 0,
             "prompt_n": prompt_tokens,
@@ -538,6 +633,14 @@ class FakeServerProcess:
             argv.append("--close-after-stream")
         if script.fault_every:
             argv += ["--fault-every", str(script.fault_every), "--fault", script.fault]
+        if script.max_streams:
+            argv += ["--max-streams", str(script.max_streams)]
+        if script.slowdown_per_stream:
+            argv += ["--slowdown-per-stream", repr(script.slowdown_per_stream)]
+        if script.rate_limit_rps:
+            argv += ["--rate-limit-rps", repr(script.rate_limit_rps)]
+        if script.reasoning_tokens:
+            argv += ["--reasoning-tokens", str(script.reasoning_tokens)]
         return argv
 
     def start(self) -> FakeServerProcess:
@@ -606,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--close-after-stream", action="store_true")
     parser.add_argument("--fault-every", type=int, default=0)
     parser.add_argument("--fault", default="")
+    parser.add_argument("--max-streams", type=int, default=0, help="streams served at once (0: any)")
+    parser.add_argument("--slowdown-per-stream", type=float, default=0.0)
+    parser.add_argument("--rate-limit-rps", type=float, default=0.0, help="requests started per s")
+    parser.add_argument("--reasoning-tokens", type=int, default=0)
     args = parser.parse_args(argv)
     script = replace(
         FakeScript(),
@@ -617,6 +724,10 @@ def main(argv: list[str] | None = None) -> int:
         close_after_stream=args.close_after_stream,
         fault_every=args.fault_every,
         fault=args.fault,
+        max_streams=args.max_streams,
+        slowdown_per_stream=args.slowdown_per_stream,
+        rate_limit_rps=args.rate_limit_rps,
+        reasoning_tokens=args.reasoning_tokens,
     )
     serve_forever(script, args.host, args.port, args.port_file)
     return 0

@@ -1,10 +1,11 @@
 """From what the client saw (a `StreamResult`) to a `RequestRecord`: TTFT, TPOT, ITL, goodput.
 
-TTFT = send to the first chunk with generated text. TPOT = (e2e - TTFT) / (completion tokens - 1),
-tokens from the server's `usage`. ITL = every gap between consecutive content chunks as they
-arrived. e2e = send to the last byte of the stream. A request counts for goodput
-(`within_deadline`) when it succeeded and its latency from the *intended* send time is within the
-per-request deadline.
+TTFT = send to the first chunk with generated text of any kind (a reasoning model's
+`reasoning_content` counts); `ttft_content_s` = send to the first chunk of answer content.
+TPOT = (e2e - TTFT) / (completion tokens - 1), tokens from the server's `usage`. ITL = every gap
+between consecutive chunks of generated text as they arrived. e2e = send to the last byte of the
+stream. A request counts for goodput (`within_deadline`) when it succeeded and its latency from the
+*intended* send time is within the per-request deadline.
 """
 
 from __future__ import annotations
@@ -63,8 +64,14 @@ def build_record(
         warmup=ticket.warmup,
         cache_prompt=stage.cache_prompt,
         prompt_id=ticket.prompt_id,
-        max_tokens=stage.max_tokens,
+        max_tokens=ticket.asked_max_tokens,
         ignore_eos=stage.ignore_eos,
+        prompt_tokens_asked=ticket.prompt_tokens_asked,
+        workload=stage.workload,
+        request_class=ticket.request_class,
+        session_id=ticket.session_id,
+        turn=ticket.turn,
+        id_slot=ticket.id_slot,
         worker=worker,
         intended_unix_s=sent_unix - lag_s,
         sent_unix_s=sent_unix,
@@ -73,6 +80,8 @@ def build_record(
         connection_reused=result.connection_reused,
         ttfb_s=result.ttfb_s,
         ttft_s=ttft,
+        ttft_content_s=result.answer_s,
+        reasoning_chunks=result.reasoning_chunks,
         ttft_from_intended_s=None if ttft is None else ttft + lag_s,
         e2e_s=e2e,
         e2e_from_intended_s=None if e2e is None else e2e + lag_s,
@@ -101,3 +110,14 @@ def aborted_record(ticket: Ticket, lag_s: float, worker: str, sent_unix_s: float
     """The record of a request cut short because the load process was stopping."""
     result = StreamResult(sent_unix_s=sent_unix_s, error_class="aborted", error="load stopped")
     return build_record(ticket, result, lag_s, worker)
+
+
+def cut_turn_records(ticket: Ticket, worker: str, unix_s: float, why: str) -> list[RequestRecord]:
+    """Records of the turns after `ticket` that were never sent because `ticket`'s turn failed."""
+    records = []
+    current = ticket
+    while current.later_turns:
+        current = current.next_turn("")
+        result = StreamResult(sent_unix_s=unix_s, error_class="session_cut", error=why)
+        records.append(build_record(current, result, 0.0, worker))
+    return records

@@ -4,11 +4,17 @@
 content times (TTFT and the inter-token gaps come from them), usage, timings and a verdict.
 JSON whitespace does not matter (payloads are parsed, not scanned), role-only deltas, empty
 strings and chunks without choices never stop the TTFT clock.
+
+Reasoning models: a chunk whose delta carries `reasoning_content` (or `reasoning`) is generated
+text like any other, so it counts for TTFT, the inter-token gaps and the chunk count; the answer
+proper (`content`, tool calls, legacy `text`) is told apart too, so a record can say when the
+first token of any kind arrived (TTFT) and when the first answer content did.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,7 +23,8 @@ import orjson
 from quantload.load.stream_result import StreamResult
 
 ChunkKind = Literal["content", "empty", "done", "error", "malformed"]
-TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+REASONING_KEYS = ("reasoning_content", "reasoning")
+TEXT_KEYS = ("content", *REASONING_KEYS)
 
 
 @dataclass
@@ -25,7 +32,8 @@ class ChunkInfo:
     """What one `data:` payload of an OpenAI-style stream says."""
 
     kind: ChunkKind
-    text_chars: int = 0
+    text_chars: int = 0  # generated text of any kind: answer and reasoning
+    reasoning_chars: int = 0  # of which reasoning (`reasoning_content`, `reasoning`)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
@@ -42,24 +50,28 @@ def _parse(payload: bytes) -> Any:
         return json.loads(payload)
 
 
-def _choice_text(choice: Any) -> int:
-    """Characters of generated text in one choice: content, reasoning, tool calls, legacy text."""
+def _choice_text(choice: Any) -> tuple[int, int]:
+    """Characters of generated text in one choice (content, reasoning, tool calls, legacy text),
+    and how many of them are reasoning."""
     if type(choice) is not dict:
-        return 0
-    chars = 0
+        return 0, 0
+    chars = reasoning = 0
     delta = choice.get("delta")
     if type(delta) is dict:
-        for key in TEXT_KEYS:
+        value = delta.get("content")
+        if value and type(value) is str:
+            chars += len(value)
+        for key in REASONING_KEYS:
             value = delta.get(key)
             if value and type(value) is str:
-                chars += len(value)
+                reasoning += len(value)
         calls = delta.get("tool_calls")
         if calls and type(calls) is list:
             chars += sum(len(json.dumps(call)) for call in calls)
     text = choice.get("text")
     if text and type(text) is str:
         chars += len(text)
-    return chars
+    return chars + reasoning, reasoning
 
 
 def classify_payload(payload: bytes) -> ChunkInfo:
@@ -90,7 +102,9 @@ def _payload_info(payload: bytes) -> ChunkInfo:
     choices = obj.get("choices")
     if choices and type(choices) is list:
         for choice in choices:
-            info.text_chars += _choice_text(choice)
+            chars, reasoning = _choice_text(choice)
+            info.text_chars += chars
+            info.reasoning_chars += reasoning
             if type(choice) is dict and choice.get("finish_reason"):
                 info.finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
@@ -120,6 +134,10 @@ def classify_stream(result: StreamResult) -> StreamResult:
         kind = info.kind
         if kind == "content":
             result.content_times_s.append(stamp)
+            if info.reasoning_chars:
+                result.reasoning_chunks += 1
+            if result.answer_s is None and info.text_chars > info.reasoning_chars:
+                result.answer_s = stamp
         elif kind == "empty":
             result.empty_chunks += 1
         elif kind == "done":
@@ -141,3 +159,29 @@ def classify_stream(result: StreamResult) -> StreamResult:
     if result.error_class is None and not result.done_seen and result.finish_reason is None:
         return result.fail("stream_cut", "stream ended without [DONE] or finish_reason")
     return result
+
+
+def _delta_content(choice: Any) -> str:
+    if type(choice) is not dict:
+        return ""
+    delta = choice.get("delta")
+    value = delta.get("content") if type(delta) is dict else choice.get("text")
+    return value if type(value) is str else ""
+
+
+def answer_text(payloads: Iterable[bytes]) -> str:
+    """The answer a stream's payloads carry (content only, reasoning left out), as the next turn
+    of a conversation sends it back. Payloads that are not chat chunks are skipped."""
+    parts: list[str] = []
+    for payload in payloads:
+        stripped = payload.strip()
+        if not stripped.startswith(b"{"):
+            continue
+        try:
+            obj = _parse(stripped)
+        except ValueError:
+            continue
+        choices = obj.get("choices") if type(obj) is dict else None
+        if choices and type(choices) is list:
+            parts.extend(_delta_content(choice) for choice in choices)
+    return "".join(parts)

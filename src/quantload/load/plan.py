@@ -50,11 +50,36 @@ class RequestParams(_Frozen):
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
 
+class PlannedTurn(_Frozen):
+    """A later turn of a conversation: the user text it adds, its output length, the pause before it."""
+
+    prompt_id: str
+    max_tokens: int | None = None
+    think_s: float = 0.0
+
+
 class PlannedRequest(_Frozen):
-    """One request of a stage: which prompt, and (open loop) when relative to the stage start."""
+    """One request of a stage: which prompt, and (open loop) when relative to the stage start.
+
+    A workload may set the request's own output length (`max_tokens`, else the plan's), the
+    prompt length it asked for, its class (the mixed experiment) and, for a multi-turn
+    conversation, the session id, the slot it is pinned to and the turns that follow this one:
+    the user who takes it sends them in order, each with the whole history so far.
+    """
 
     prompt_id: str
     offset_s: float | None = None
+    max_tokens: int | None = None
+    prompt_tokens_asked: int | None = None
+    request_class: str | None = None
+    session_id: str | None = None
+    id_slot: int | None = None
+    later_turns: tuple[PlannedTurn, ...] = ()
+
+    @property
+    def record_count(self) -> int:
+        """Records this request yields: one per turn."""
+        return 1 + len(self.later_turns)
 
 
 class StagePlan(_Frozen):
@@ -75,6 +100,17 @@ class StagePlan(_Frozen):
     timeout_s: float = 3600.0
     prefix_tokens: int | None = None
     server_state: str | None = None
+    ignore_eos: bool | None = None  # overrides the plan's (workloads that enforce lengths)
+    workload: str | None = None
+    phase: str | None = None
+    server_args: str | None = None
+    warning: str | None = None
+    template_overhead_tokens: int | None = None
+
+    @property
+    def measured_records(self) -> int:
+        """Records the measured requests yield (a conversation yields one per turn)."""
+        return sum(request.record_count for request in self.requests)
 
 
 class LoadPlan(_Frozen):
@@ -86,6 +122,7 @@ class LoadPlan(_Frozen):
     params: RequestParams
     prompts: dict[str, str]
     stages: tuple[StagePlan, ...]
+    notes: tuple[str, ...] = ()  # what to say about the plan before it starts (e.g. cycled prompts)
     max_consecutive_errors: int = 20
     abort_grace_s: float = 10.0
     saturation_cpu_frac: float = 0.9
@@ -93,7 +130,14 @@ class LoadPlan(_Frozen):
 
     @property
     def total_requests(self) -> int:
-        return sum(len(stage.requests) for stage in self.stages)
+        """Measured records the plan yields (one per request, one per turn of a conversation)."""
+        return sum(stage.measured_records for stage in self.stages)
+
+    def warnings(self) -> list[str]:
+        """What to know about the plan before it starts, one line each: its notes, then what is
+        wrong with each stage (e.g. more users than requests)."""
+        stages = [f"stage {stage.stage_id}: {stage.warning}" for stage in self.stages if stage.warning]
+        return [*self.notes, *stages]
 
     def stage_event(self, stage: StagePlan, event: str, unix_s: float, **fields: Any) -> StageEvent:
         """A stages.jsonl line for `stage`: the plan's labels and the stage's own, plus `fields`."""
@@ -114,9 +158,14 @@ class LoadPlan(_Frozen):
                 "repeat": stage.repeat,
                 "kv_cache_type": stage.kv_cache_type,
                 "cache_prompt": stage.cache_prompt,
-                "requests_planned": len(stage.requests),
+                "requests_planned": stage.measured_records,
                 "prefix_tokens": stage.prefix_tokens,
                 "server_state": stage.server_state,
+                "workload": stage.workload,
+                "phase": stage.phase,
+                "server_args": stage.server_args,
+                "warning": stage.warning,
+                "template_overhead_tokens": stage.template_overhead_tokens,
                 **fields,
             }
         )
@@ -143,11 +192,22 @@ def _prompt_table(prompts: Sequence[Prompt], extra: dict[str, str] | None = None
     return table
 
 
-def _warmups(count: int) -> tuple[PlannedRequest, ...]:
+def crowding_warning(users: int, tickets: int, what: str = "requests") -> str | None:
+    """The warning for a closed-loop stage with more users than requests to hand out, else None."""
+    if users <= tickets:
+        return None
+    return (
+        f"{users} users but only {tickets} {what}: at most {tickets} can be in flight at once"
+        f" (fewer as the stage drains), so this stage does not measure {users} users;"
+        " send more requests (load.prompt_count cycles the prompt set) or use fewer users"
+    )
+
+
+def warmup_requests(count: int) -> tuple[PlannedRequest, ...]:
     return tuple(PlannedRequest(prompt_id=warmup_prompt().id) for _ in range(count))
 
 
-def _plan(
+def assemble_plan(
     settings: LoadSettings,
     target: ServedTarget,
     run_id: str,
@@ -189,13 +249,15 @@ def sweep_plan(
                     users=users,
                     repeat=repeat,
                     cache_prompt=settings.cache_prompt,
-                    warmup=_warmups(settings.warmup_requests),
+                    warmup=warmup_requests(settings.warmup_requests),
                     requests=requests,
                     first_round_jitter_s=settings.first_round_jitter_s,
                     timeout_s=settings.stage_timeout_s,
+                    workload="prompts",
+                    warning=crowding_warning(users, len(requests)),
                 )
             )
-    return _plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
+    return assemble_plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
 
 
 def poisson_offsets(rate_rps: float, count: int, seed: int) -> list[float]:
@@ -233,12 +295,13 @@ def open_loop_plan(
                 users=settings.open_loop_users,
                 rate_rps=rate,
                 cache_prompt=settings.cache_prompt,
-                warmup=_warmups(settings.warmup_requests),
+                warmup=warmup_requests(settings.warmup_requests),
                 requests=requests,
                 timeout_s=settings.stage_timeout_s,
+                workload="prompts",
             )
         )
-    return _plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
+    return assemble_plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
 
 
 SYSTEM_PROMPT_ID = "system-prefix"
@@ -258,7 +321,7 @@ def prefix_cache_plan(
     chosen = [prompts[i % len(prompts)] for i in range(settings.prefix_requests)]
     requests = tuple(PlannedRequest(prompt_id=p.id) for p in chosen)
     # priming uses the warm-up prompt, so no measured request finds its whole prompt cached
-    priming = _warmups(settings.prefix_users)
+    priming = warmup_requests(settings.prefix_users)
     stages: list[StagePlan] = []
     for repeat in range(settings.repeats):
         for cache_on in (False, True):
@@ -278,7 +341,9 @@ def prefix_cache_plan(
                     timeout_s=settings.stage_timeout_s,
                     prefix_tokens=system_tokens,
                     server_state=server_state if cache_on else "cache_prompt off: no reuse",
+                    workload="prompts",
+                    warning=crowding_warning(settings.prefix_users, len(requests)),
                 )
             )
     table = _prompt_table(chosen, {SYSTEM_PROMPT_ID: system_prompt})
-    return _plan(settings, target, run_id, invocation, table, stages)
+    return assemble_plan(settings, target, run_id, invocation, table, stages)

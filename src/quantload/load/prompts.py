@@ -169,6 +169,11 @@ def select_prompts(
         if not path.is_absolute() and cwd is not None:
             path = cwd / path
         prompts = load_prompt_file(path)
+        if not prompts:
+            raise ConfigError(
+                f"prompt file {path} holds no prompt",
+                "one JSON string or object with a prompt (or ShareGPT conversations) per entry",
+            )
     kept = [p for p in prompts if p.tokens >= min_tokens and (max_tokens is None or p.tokens <= max_tokens)]
     if not kept:
         raise ConfigError(

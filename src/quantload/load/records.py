@@ -25,6 +25,9 @@ Request record fields
   run_id              the run this belongs to
   server, quant, model, url
   experiment          "sweep" (closed loop), "open_loop" (Poisson rate), "prefix_cache",
+                      "sessions" (multi-turn conversations), "trace" (a trace replayed open loop),
+                      "mixed" (decode-heavy traffic with and without long prompts),
+                      "limit_users" / "limit_rate" (a trial of the limit search),
                       "interactive" (users set in the Locust web UI); "warmup" is accepted on read
   stage_id            joins the record to its stage lines in stages.jsonl
   stage_users         concurrent users of the stage (closed loop; open loop: the user pool)
@@ -33,7 +36,15 @@ Request record fields
   warmup              true for warm-up requests (excluded from statistics)
   cache_prompt        the `cache_prompt` value sent: the prompt-cache state of this request
   prompt_id           id of the prompt in its set
-  max_tokens, ignore_eos   the output-length controls sent
+  max_tokens, ignore_eos   the output-length controls sent (the asked output length; the
+                      delivered one is completion_tokens)
+  prompt_tokens_asked the prompt length (whole templated prompt, tokens) the workload asked for,
+                      null where it asked for none (a prompt set, a conversation's later turns);
+                      the delivered length is prompt_tokens
+  workload            what the stage sent: "prompts", "lengths", "dataset", "trace", "sessions"
+  request_class       the mixed experiment's class of request: "decode" or "long_prompt"
+  session_id, turn    a multi-turn conversation and the turn within it (from 0)
+  id_slot             the llama-server slot the request asked for (session affinity), else null
   worker              who sent it: "<host>:<pid>" (distinguishes Locust workers)
   intended_unix_s     when it was scheduled to be sent
   sent_unix_s         when it was actually sent
@@ -41,7 +52,10 @@ Request record fields
   connect_s           time to open the TCP connection (not part of TTFT); null when reused
   connection_reused   whether a kept-alive connection carried the request
   ttfb_s              send -> response head
-  ttft_s              send -> first chunk with generated text
+  ttft_s              send -> first chunk with generated text of any kind (reasoning counts)
+  ttft_content_s      send -> first chunk of answer content (not reasoning); equals ttft_s for
+                      a model that does not reason, null when no answer content came
+  reasoning_chunks    chunks that carried reasoning text (`delta.reasoning_content`)
   ttft_from_intended_s
   e2e_s               send -> last byte of the stream
   e2e_from_intended_s
@@ -64,8 +78,11 @@ type; its stage lines name the type (`kv_cache_type`, both K and V).
 
 Changes within quantload.record/1 (additive, readers ignore what they do not know): stage_id,
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
-"interactive"; error classes protocol_error and aborted. Stage lines within quantload.stage/1:
-client_cpu_total_frac.
+"interactive"; error classes protocol_error and aborted; ttft_content_s, reasoning_chunks,
+prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; experiments sessions,
+trace, mixed, limit_users, limit_rate; error class session_cut. Stage lines within
+quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
+template_overhead_tokens.
 """
 
 from __future__ import annotations
@@ -81,7 +98,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = "quantload.record/1"
 STAGE_SCHEMA = "quantload.stage/1"
-Experiment = Literal["sweep", "open_loop", "prefix_cache", "kv_types", "interactive", "warmup"]
+Experiment = Literal[
+    "sweep",
+    "open_loop",
+    "prefix_cache",
+    "sessions",
+    "trace",
+    "mixed",
+    "limit_users",
+    "limit_rate",
+    "kv_types",
+    "interactive",
+    "warmup",
+]
 StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
     "http_4xx",  # the server refused the request (400, 401, 404, ...)
@@ -95,6 +124,7 @@ ERROR_CLASSES: tuple[str, ...] = (
     "protocol_error",  # bytes that are not valid HTTP/1.1 framing
     "timeout",  # the per-request deadline passed
     "aborted",  # the load process stopped while the request was in flight
+    "session_cut",  # not sent: an earlier turn of its conversation failed
     "client_error",  # anything else raised inside the client
 )
 
@@ -133,6 +163,12 @@ class RequestRecord(_JsonLine):
     prompt_id: str
     max_tokens: int | None = None
     ignore_eos: bool | None = None
+    prompt_tokens_asked: int | None = None
+    workload: str | None = None
+    request_class: str | None = None
+    session_id: str | None = None
+    turn: int | None = None
+    id_slot: int | None = None
     worker: str
     intended_unix_s: float
     sent_unix_s: float
@@ -141,6 +177,8 @@ class RequestRecord(_JsonLine):
     connection_reused: bool | None = None
     ttfb_s: float | None = None
     ttft_s: float | None = None
+    ttft_content_s: float | None = None
+    reasoning_chunks: int = 0
     ttft_from_intended_s: float | None = None
     e2e_s: float | None = None
     e2e_from_intended_s: float | None = None
@@ -187,6 +225,11 @@ class StageEvent(_JsonLine):
     core), `client_cpu_total_frac` (every load process added up, master included: 2.0 = two
     cores' worth), `loop_lag_p99_s`/`loop_lag_max_s` (how late the load process's event loop woke up) and
     `client_saturated` (true when those say the client itself may have been the bottleneck).
+    Stages of the newer experiments also say what they sent (`workload`), which part of their
+    experiment they are (`phase`, e.g. the mixed experiment's "alone" and "mixed"), the server flags
+    they ran under (`server_args`, e.g. "-b 256 -ub 256"), what was wrong with them before they
+    started (`warning`, e.g. more users than requests) and the chat template's own tokens around a
+    user turn (`template_overhead_tokens`).
     """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -216,6 +259,11 @@ class StageEvent(_JsonLine):
     workers: int = 0
     prefix_tokens: int | None = None
     server_state: str | None = None
+    workload: str | None = None
+    phase: str | None = None
+    server_args: str | None = None
+    warning: str | None = None
+    template_overhead_tokens: int | None = None
     client_cpu_frac: float | None = None
     client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None

@@ -22,7 +22,9 @@ class StreamResult:
     retried_stale: bool = False
     status: int | None = None
     ttfb_s: float | None = None
-    content_times_s: list[float] = field(default_factory=list)
+    content_times_s: list[float] = field(default_factory=list)  # every chunk of generated text
+    answer_s: float | None = None  # the first chunk of answer content (not reasoning)
+    reasoning_chunks: int = 0  # chunks that carried reasoning text
     end_s: float | None = None
     done_seen: bool = False
     finish_reason: str | None = None

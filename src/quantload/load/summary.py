@@ -35,7 +35,9 @@ class StageSummary:
     ttft_p99_s: float | None
     ttft_from_intended_p99_s: float | None
     tpot_p50_s: float | None
+    tpot_p99_s: float | None
     itl_p50_s: float | None
+    itl_p95_s: float | None
     itl_p99_s: float | None
     e2e_p50_s: float | None
     output_tokens_per_s: float | None
@@ -45,6 +47,10 @@ class StageSummary:
     client_cpu_frac: float | None
     loop_lag_p99_s: float | None
     client_saturated: bool | None
+    workload: str | None = None
+    phase: str | None = None
+    server_args: str | None = None
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,7 +113,9 @@ def summarize_stage(end: StageEvent, records: Iterable[RequestRecord]) -> StageS
             [r.ttft_from_intended_s for r in ok if r.ttft_from_intended_s is not None], 99
         ),
         tpot_p50_s=percentile([r.tpot_s for r in ok if r.tpot_s is not None], 50),
+        tpot_p99_s=percentile([r.tpot_s for r in ok if r.tpot_s is not None], 99),
         itl_p50_s=percentile(gaps, 50),
+        itl_p95_s=percentile(gaps, 95),
         itl_p99_s=percentile(gaps, 99),
         e2e_p50_s=percentile([r.e2e_s for r in ok if r.e2e_s is not None], 50),
         output_tokens_per_s=tokens / span if span > 0 else None,
@@ -119,4 +127,8 @@ def summarize_stage(end: StageEvent, records: Iterable[RequestRecord]) -> StageS
         client_cpu_frac=end.client_cpu_frac,
         loop_lag_p99_s=end.loop_lag_p99_s,
         client_saturated=end.client_saturated,
+        workload=end.workload,
+        phase=end.phase,
+        server_args=end.server_args,
+        warning=end.warning,
     )

@@ -49,6 +49,7 @@ class StageContext:
     first_round_jitter_s: float
     first_byte_timeout_s: float = 60.0
     extra_body: dict[str, Any] = field(default_factory=dict)
+    workload: str | None = None
 
     @classmethod
     def of(cls, plan: LoadPlan, stage: StagePlan) -> StageContext:
@@ -70,7 +71,7 @@ class StageContext:
             max_tokens=params.max_tokens,
             temperature=params.temperature,
             seed=params.seed,
-            ignore_eos=params.ignore_eos,
+            ignore_eos=params.ignore_eos if stage.ignore_eos is None else stage.ignore_eos,
             request_timeout_s=params.request_timeout_s,
             connect_timeout_s=params.connect_timeout_s,
             path=params.path,
@@ -78,6 +79,7 @@ class StageContext:
             first_round_jitter_s=stage.first_round_jitter_s,
             first_byte_timeout_s=params.first_byte_timeout_s,
             extra_body=dict(params.extra_body),
+            workload=stage.workload,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -94,8 +96,30 @@ class StageContext:
 
 
 @dataclass(frozen=True)
+class TurnTicket:
+    """A later turn of a conversation: the user text it adds, its output length, the pause before it."""
+
+    prompt_id: str
+    text: str
+    max_tokens: int | None
+    think_s: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> TurnTicket:
+        return cls(str(data["prompt_id"]), str(data["text"]), data.get("max_tokens"), float(data["think_s"]))
+
+
+@dataclass(frozen=True)
 class Ticket:
-    """One request to send: its stage, its prompt, and (open loop) when it is due."""
+    """One request to send: its stage, its prompt, and (open loop) when it is due.
+
+    A workload may give the request its own output length and labels (see `PlannedRequest`); a
+    conversation's ticket also carries the turns that follow (`later_turns`), which the user who
+    takes it sends one after another (`next_turn`).
+    """
 
     stage: StageContext
     seq: int
@@ -103,6 +127,23 @@ class Ticket:
     messages: list[dict[str, str]]
     warmup: bool = False
     intended_unix_s: float | None = None
+    max_tokens: int | None = None
+    prompt_tokens_asked: int | None = None
+    request_class: str | None = None
+    session_id: str | None = None
+    turn: int | None = None
+    id_slot: int | None = None
+    later_turns: tuple[TurnTicket, ...] = ()
+
+    @property
+    def asked_max_tokens(self) -> int:
+        """The output length this request asks for."""
+        return self.max_tokens if self.max_tokens is not None else self.stage.max_tokens
+
+    @property
+    def record_count(self) -> int:
+        """Records this ticket yields: one per turn."""
+        return 1 + len(self.later_turns)
 
     def body(self) -> bytes:
         """The JSON body of the streaming chat request."""
@@ -112,15 +153,40 @@ class Ticket:
             "messages": self.messages,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "max_tokens": stage.max_tokens,
+            "max_tokens": self.asked_max_tokens,
             "temperature": stage.temperature,
             "seed": stage.seed,
             "cache_prompt": stage.cache_prompt,
         }
         if stage.ignore_eos:
             payload["ignore_eos"] = True
+        if self.id_slot is not None:
+            payload["id_slot"] = self.id_slot
         payload.update(stage.extra_body)
         return orjson.dumps(payload)
+
+    def next_turn(self, reply: str) -> Ticket:
+        """The conversation's next turn: the history, the server's actual `reply`, the next user text."""
+        following = self.later_turns[0]
+        messages = [
+            *self.messages,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": following.text},
+        ]
+        return Ticket(
+            stage=self.stage,
+            seq=self.seq,
+            prompt_id=following.prompt_id,
+            messages=messages,
+            warmup=self.warmup,
+            intended_unix_s=None,
+            max_tokens=following.max_tokens,
+            request_class=self.request_class,
+            session_id=self.session_id,
+            turn=(self.turn or 0) + 1,
+            id_slot=self.id_slot,
+            later_turns=self.later_turns[1:],
+        )
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -130,6 +196,13 @@ class Ticket:
             "messages": self.messages,
             "warmup": self.warmup,
             "intended_unix_s": self.intended_unix_s,
+            "max_tokens": self.max_tokens,
+            "prompt_tokens_asked": self.prompt_tokens_asked,
+            "request_class": self.request_class,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "id_slot": self.id_slot,
+            "later_turns": [turn.to_wire() for turn in self.later_turns],
         }
 
     @classmethod
@@ -141,6 +214,13 @@ class Ticket:
             messages=list(data["messages"]),
             warmup=bool(data["warmup"]),
             intended_unix_s=data.get("intended_unix_s"),
+            max_tokens=data.get("max_tokens"),
+            prompt_tokens_asked=data.get("prompt_tokens_asked"),
+            request_class=data.get("request_class"),
+            session_id=data.get("session_id"),
+            turn=data.get("turn"),
+            id_slot=data.get("id_slot"),
+            later_turns=tuple(TurnTicket.from_wire(t) for t in data.get("later_turns") or ()),
         )
 
 
@@ -158,7 +238,27 @@ def stage_tickets(
         intended = None
         if request.offset_s is not None and start_unix_s is not None and not warmup:
             intended = start_unix_s + request.offset_s
-        tickets.append(Ticket(context, seq, request.prompt_id, messages, warmup, intended))
+        turns = tuple(
+            TurnTicket(turn.prompt_id, plan.prompts[turn.prompt_id], turn.max_tokens, turn.think_s)
+            for turn in request.later_turns
+        )
+        tickets.append(
+            Ticket(
+                context,
+                seq,
+                request.prompt_id,
+                messages,
+                warmup,
+                intended,
+                max_tokens=request.max_tokens,
+                prompt_tokens_asked=request.prompt_tokens_asked,
+                request_class=request.request_class,
+                session_id=request.session_id,
+                turn=0 if request.session_id is not None else None,
+                id_slot=request.id_slot,
+                later_turns=turns,
+            )
+        )
     return tickets
 
 
@@ -171,6 +271,7 @@ class TicketBook(Generic[W]):
         self._waiters: deque[W] = deque()
         self.closed = False
         self.handed_out = 0
+        self.handed_records = 0  # records the handed-out tickets yield (one per turn)
 
     @property
     def pending(self) -> int:
@@ -186,7 +287,7 @@ class TicketBook(Generic[W]):
         """A user asks for its next ticket; it is delivered now or when one arrives."""
         if self._tickets:
             ticket = self._tickets.popleft()
-            self.handed_out += 1
+            self._count_out(ticket, 1)
             self._deliver(waiter, ticket)
         elif self.closed:
             self._deliver(waiter, None)
@@ -208,7 +309,7 @@ class TicketBook(Generic[W]):
 
     def put_back(self, ticket: Ticket) -> None:
         """A ticket that reached a user who had gone: it goes to the front again."""
-        self.handed_out -= 1
+        self._count_out(ticket, -1)
         self._tickets.appendleft(ticket)
         self._serve()
 
@@ -229,8 +330,12 @@ class TicketBook(Generic[W]):
         while self._tickets and self._waiters:
             waiter = self._waiters.popleft()
             ticket = self._tickets.popleft()
-            self.handed_out += 1
+            self._count_out(ticket, 1)
             self._deliver(waiter, ticket)
+
+    def _count_out(self, ticket: Ticket, sign: int) -> None:
+        self.handed_out += sign
+        self.handed_records += sign * ticket.record_count
 
 
 @dataclass

@@ -10,6 +10,7 @@ each file is read and written through:
   kv.json              KV cache predicted vs reported per file (rundir.kv_file)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
+  limits.jsonl         one line per finished limit search (quantload.load.limit_runner)
   logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)
   prometheus/          Prometheus data folder (native mode)
   report.md, report.html, table.csv, summary.json (quantload.analysis.summary_json), plots/*.png
@@ -32,6 +33,7 @@ SPEED_JSON = "speed.json"
 KV_JSON = "kv.json"
 RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
+LIMITS_JSONL = "limits.jsonl"
 LOGS_DIR = "logs"
 PROMETHEUS_DIR = "prometheus"
 REPORT_MD = "report.md"

@@ -147,13 +147,13 @@ class NativeRun:
         self.view = view
         self.steps = steps or RunSteps(
             self.settings, environ, cache_root(self.settings.toolchain.cache_dir, environ)
-        )
+        )  # fmt: skip
         self.run_dir = new_run_dir(out, config)
         self.run_id = self.run_dir.name
         run = self.settings.run
         self.state = RunState(
             self.run_dir, self.run_id, run.profile, self.settings.model.source, run.servers_at_once
-        )
+        )  # fmt: skip
         write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
         self.ports = RunPorts.pick(self.settings)
         self.dead_quants: set[str] = set()
@@ -258,7 +258,7 @@ class NativeRun:
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         limits = self._attempt(
             "roofline_probe", None, "machine limits probe", lambda _: self.steps.probe(), measuring
-        )
+        )  # fmt: skip
         if isinstance(limits, Failed):
             for quant in quants:
                 self.state.fail_unrun("speed", quant, f"no machine limits: {limits.why}")
@@ -323,7 +323,7 @@ class NativeRun:
         """Start one quantization's server (stopped when `stack` closes) and check its KV cache."""
         server = self.steps.server(
             toolchain, models.path(quant), server_alias(models.model_name, quant), quant, self.run_dir
-        )
+        )  # fmt: skip
         stack.callback(server.stop)
         log = str(server.log_path)
         started = self._attempt("serve", quant, f"start llama-server {quant}", lambda _: server.start())
@@ -352,16 +352,18 @@ class NativeRun:
 
     def _load(self, item: Served, toolchain: Toolchain) -> None:
         """Every planned experiment against one server; a server that dies fails the rest."""
-        target = item.load_target()
         kv_types = self.steps.kv_types(toolchain, item, self.run_dir)
         for experiment in planned_experiments(self.settings):
+            target = item.load_target()  # afresh: an experiment may have restarted the server
             name, title = EXPERIMENT_STEPS[experiment]
             if item.quant in self.dead_quants:
                 self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")
                 continue
+            # only a server running alone may be restarted (the mixed experiment's batch sizes)
+            restarts = item.restarts() if not self.settings.run.servers_at_once else None
             run = functools.partial(
                 self.steps.experiment, experiment, target, self.run_dir, self.run_id, self.ports.loadgen,
-                kv_types=kv_types,
+                restarts=restarts, warn=self.view.message, kv_types=kv_types,
             )  # fmt: skip
             self._attempt(name, item.quant, title.format(quant=item.quant), run, experiment_account)
             if not item.server.alive():
@@ -383,4 +385,9 @@ EXPERIMENT_STEPS: dict[Experiment, tuple[str, str]] = {
     "prefix_cache": ("prefix_cache", "prompt cache {quant}"),
     "open_loop": ("open_loop", "open loop {quant}"),
     "kv_types": ("kv_types", "KV-cache types {quant}"),
+    "sessions": ("sessions", "multi-turn sessions {quant}"),
+    "trace": ("trace", "trace replay {quant}"),
+    "mixed": ("mixed", "mixed traffic {quant}"),
+    "limit_users": ("limit_users", "limit search, users {quant}"),
+    "limit_rate": ("limit_rate", "limit search, rate {quant}"),
 }

@@ -8,7 +8,8 @@ names filled in. Tests of the orchestrator subclass it with fakes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +17,12 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
-from quantload.errors import QuantloadError
+from quantload.errors import QuantloadError, ServerError
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
+from quantload.load.experiments import ServerRestarts, log_warning
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
@@ -136,12 +138,15 @@ class RunSteps:
 
     def experiment(
         self, experiment: Experiment, target: ServedTarget, run_dir: Path, run_id: str, loadgen_port: int,
-        progress: ProgressCallback, kv_types: KvTypesRun | None = None,
+        progress: ProgressCallback, restarts: ServerRestarts | None = None,
+        warn: Callable[[str], None] = log_warning, kv_types: KvTypesRun | None = None,
     ) -> ExperimentRun:  # fmt: skip
         load = self.settings.load.model_copy(update={"metrics_port": loadgen_port})
+        settings = self.settings.model_copy(update={"load": load})
         return run_experiment(
-            experiment, target, load, self.settings.observe, run_dir, run_id, progress, kv_types=kv_types
-        )
+            experiment, target, settings, run_dir, run_id, progress, restarts=restarts, warn=warn,
+            kv_types=kv_types,
+        )  # fmt: skip
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
         return write_report(run_dir, self.settings, prometheus_url)
@@ -165,6 +170,37 @@ class Served:
 
     def exporter_target(self) -> ExporterTarget:
         return ExporterTarget.of(self.load_target(), log_path=self.server.log_path)
+
+    def restarts(self) -> ServerRestarts:
+        """Restarts of this server with extra flags, on its port, under its names."""
+        return ServerRestart(self)
+
+
+class ServerRestart:
+    """Stops a served llama-server and starts it again with flags added to its spec's own.
+
+    The same process handle is reused (so whoever stops it at the end stops the new process), on
+    the same port (so the exporter's target stays valid), logging to the same file.
+    """
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.base_args: tuple[str, ...] | None = None  # the spec's own flags, read at the first restart
+
+    def restart(self, extra_args: Sequence[str]) -> ServedTarget:
+        server = self.served.server
+        if self.base_args is None:
+            self.base_args = tuple(server.spec.extra_args)
+        port = server.port
+        server.stop()
+        server.spec = dataclasses.replace(server.spec, port=port, extra_args=(*self.base_args, *extra_args))
+        server.start()
+        if server.port != port:  # the port was taken meanwhile: the exporter's target is stale now
+            raise ServerError(
+                f"llama-server restarted on port {server.port}, not {port} (the port was taken)",
+                "the exporter watches the old address; rerun the mixed experiment",
+            )
+        return self.served.load_target()
 
 
 class CacheTypeServing:

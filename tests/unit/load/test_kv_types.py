@@ -66,10 +66,10 @@ def test_run_plans_kv_types_last_only_with_two_cache_types_and_requests(tmp_path
     assert planned()[-1] == "kv_types"
     assert "kv_types" not in planned(**{"quality.kld_cache_types": ["f16"]})
     assert "kv_types" not in planned(**{"kv_types.requests": 0})
-    with pytest.raises(ConfigError, match="unknown experiment"):
+    with pytest.raises(ConfigError, match="one per KV-cache type"):
         check_experiments(["kv_types"])  # `quantload load` cannot serve other cache types
     with pytest.raises(ConfigError, match="starts llama-servers of its own"):
-        run_experiment("kv_types", TARGET, load_settings(), load_config(tmp_path, {}).settings.observe, tmp_path, "r")
+        run_experiment("kv_types", TARGET, load_config(tmp_path, {}).settings, tmp_path, "r")
 
 
 class FakeCacheTypes:

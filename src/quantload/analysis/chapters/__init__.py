@@ -2,8 +2,11 @@
 with the figures it shows (see `parts.Chapter`).
 
   verdict      Run and verdict; the table, one row per quantization
-  load         latency and throughput under load (3 figures); capacity under the SLO; open loop
+  load         latency and throughput under load (3 figures); capacity under the SLO; the limit
+               search (1 figure); open loop
   plan         the capacity plan (servers, memory, cost, request limits); when to add a server
+  traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
+               delivered lengths; which TTFT a reasoning model gets
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -15,7 +18,17 @@ with the figures it shows (see `parts.Chapter`).
 from __future__ import annotations
 
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters import appendix, checks, load, model_files, plan, server, ttft, verdict
+from quantload.analysis.chapters import (
+    appendix,
+    checks,
+    load,
+    model_files,
+    plan,
+    server,
+    traffic,
+    ttft,
+    verdict,
+)
 from quantload.analysis.chapters.parts import Chapter, Plots
 from quantload.analysis.document import Document
 from quantload.analysis.plotting import Figure
@@ -24,6 +37,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     verdict.CHAPTER,
     load.CHAPTER,
     plan.CHAPTER,
+    traffic.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,

@@ -1,5 +1,6 @@
 """The load test's main results: latency and throughput against concurrency (three figures), the
-capacity under the SLO with goodput, and the open-loop (Poisson arrivals) levels."""
+capacity under the SLO with goodput, the limit search (one figure), and the open-loop (Poisson
+arrivals) levels."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.capacity import slo_text
+from quantload.analysis.capacity import search_sentence, slo_text
 from quantload.analysis.chapters.parts import Chapter, Plots, cache_state_block, range_text, shown, value
-from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
+from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
 from quantload.analysis.plotting import (
     Figure,
     colors,
@@ -115,11 +116,50 @@ def _latency_vs_throughput(analysis: Analysis, path: Path) -> Path | None:
     return save_figure(figure, path)
 
 
+def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
+    """Each search's trials in order: the level tried, held (dot) or broke (cross)."""
+    searches = [line for line in analysis.limits if line.trials]
+    if not searches:
+        return None
+    kinds = list(dict.fromkeys(line.kind for line in searches))
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    figure, axes = new_figure(max(6.5, 5.2 * len(kinds)), 4.0, 1, len(kinds))
+    palette = colors(analysis.quants)
+    for column, kind in enumerate(kinds):
+        axis = axes[0][column]
+        for line in (found for found in searches if found.kind == kind):
+            color = palette.get(line.quant)
+            steps = list(range(1, len(line.trials) + 1))
+            axis.plot(steps, [t.level for t in line.trials], "-", color=color, alpha=0.5)
+            held = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if t.held]
+            broke = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if not t.held]
+            if held:
+                axis.plot(*zip(*held, strict=True), "o", color=color, label=f"{line.quant} held")
+            if broke:
+                marks = zip(*broke, strict=True)
+                axis.plot(*marks, "x", color=color, markersize=8, label=f"{line.quant} broke")
+            if line.limit is not None:
+                axis.axhline(line.limit, color=color, linestyle=":", linewidth=1)
+        axis.set_yscale("log", base=2)
+        axis.yaxis.set_major_formatter(ScalarFormatter())
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_xlabel("trial")
+        axis.set_ylabel("concurrent users" if kind == "users" else "arrival rate (requests/s)")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
+        title = "closed loop: most users" if kind == "users" else "open loop: highest rate"
+        axis.set_title(title, fontsize=9)
+    figure.suptitle("Limit search trials (dot: held, cross: broke; dotted: the limit found)")
+    return save_figure(figure, path)
+
+
 FIGURES = (
     Figure("ttft_vs_concurrency", "TTFT p50 and p99 against concurrency", _ttft_vs_concurrency),
     Figure("throughput_vs_concurrency", "Output tokens/s against concurrency", _throughput_vs_concurrency),
     Figure("latency_vs_throughput", "Latency against throughput", _latency_vs_throughput),
 )
+LIMIT_FIGURE = Figure("limit_search", "The limit search's trials", _limit_trials)
 
 
 def load_curves_section(analysis: Analysis, plots: Plots) -> Section:
@@ -180,6 +220,70 @@ def capacity_section(analysis: Analysis) -> Section:
     return Section("capacity", "Capacity under the SLO (goodput)", tuple(blocks))
 
 
+def limit_section(analysis: Analysis, plots: Plots) -> Section:
+    """What each limit search found, how long it took, and its trials."""
+    title = "Finding the limit"
+    if not analysis.limits:
+        return Section(
+            "limit",
+            title,
+            (Paragraph("Not run: no limit search in this run (limit_users, limit_rate).", "muted"),),
+        )
+    def level(found: float | None, kind: str) -> str:
+        return fmt.DASH if found is None else fmt.number(found, 0 if kind == "users" else 2)
+
+    rows = tuple(
+        (
+            line.quant,
+            "most users" if line.kind == "users" else "highest rate",
+            line.workload,
+            level(line.limit, line.kind),
+            "yes" if line.confirmed else "no",
+            line.ending,
+            level(line.lowest_broken, line.kind),
+            str(len(line.trials)),
+            fmt.duration(line.seconds),
+        )
+        for line in analysis.limits
+    )
+    columns = (
+        *("quant", "search", "workload", "limit", "confirmed"),
+        *("ended", "lowest broken", "trials", "took"),
+    )
+    blocks: list[Block] = [
+        Paragraph(
+            "Instead of judging only the levels it was given, the search grows the load geometrically"
+            " until the SLO breaks, bisects between the last level that held and the first that broke"
+            " (to one user, or to the rate resolution), and repeats the boundary: the limit must hold in"
+            " a majority of repeats. A trial that fails hard (a circuit breaker, a stage timeout, many"
+            " errors) breaks its level at once, and a time cap bounds the whole search."
+        ),
+        Bullets(tuple(f"{line.quant}: {search_sentence(line)}." for line in analysis.limits), "verdict"),
+        Table(columns, rows, (False, False, False, True, False, False, True, True, True)),
+        *shown(plots, LIMIT_FIGURE),
+    ]
+    trial_rows = tuple(
+        (
+            line.quant,
+            line.kind,
+            str(index + 1),
+            fmt.number(trial.level, 0 if line.kind == "users" else 2),
+            "held" if trial.held else ("broke hard" if trial.hard_failure else "broke"),
+            trial.why,
+            fmt.duration(trial.seconds),
+        )
+        for line in analysis.limits
+        for index, trial in enumerate(line.trials)
+    )
+    blocks.append(
+        Details(
+            f"{len(trial_rows)} trial(s)",
+            (Table(("quant", "search", "trial", "level", "verdict", "why", "took"), trial_rows),),
+        )
+    )
+    return Section("limit", title, tuple(blocks))
+
+
 def open_loop_section(analysis: Analysis) -> Section:
     """Poisson arrivals at set rates; latency from the intended send time."""
     table = analysis.open_loop
@@ -215,7 +319,12 @@ def open_loop_section(analysis: Analysis) -> Section:
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    return load_curves_section(analysis, plots), capacity_section(analysis), open_loop_section(analysis)
+    return (
+        load_curves_section(analysis, plots),
+        capacity_section(analysis),
+        limit_section(analysis, plots),
+        open_loop_section(analysis),
+    )
 
 
-CHAPTER = Chapter(_sections, FIGURES)
+CHAPTER = Chapter(_sections, (*FIGURES, LIMIT_FIGURE))

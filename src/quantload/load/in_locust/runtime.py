@@ -32,9 +32,9 @@ from locust.env import Environment
 from quantload.load.client import ConnectionPool, Endpoint, stream_request
 from quantload.load.in_locust.sinks import RecordSink
 from quantload.load.in_locust.ticket_sources import TicketSource
-from quantload.load.measure import aborted_record, build_record
+from quantload.load.measure import aborted_record, build_record, cut_turn_records
 from quantload.load.metrics import LoadMetrics
-from quantload.load.openai_chunks import classify_stream
+from quantload.load.openai_chunks import answer_text, classify_stream
 from quantload.load.records import RequestRecord
 from quantload.load.stream_result import StreamResult
 from quantload.load.tickets import StageContext, Ticket
@@ -135,6 +135,10 @@ class LoadRuntime:
         which keeps the delivered concurrency at the asked one when there are hundreds of users.
         Failed requests are recorded at once instead, so the circuit breaker sees them in time.
         Never raises, except to let the user's greenlet be killed.
+
+        A conversation's ticket is sent turn after turn by this user: after each reply it waits the
+        next turn's think time and sends the whole history with the server's actual reply. A turn
+        that fails ends the conversation; its later turns are recorded as `session_cut`.
         """
         try:
             self._execute(ticket, state)
@@ -157,6 +161,27 @@ class LoadRuntime:
         self.on_fatal(cause)
 
     def _execute(self, ticket: Ticket, state: UserState) -> None:
+        current = ticket
+        while True:
+            result, lag_s = self._send(current, state)
+            if not current.later_turns:
+                self._finish(current, result, lag_s)
+                return
+            reply = answer_text(payload for _, payload in result.events)
+            classify_stream(result)  # whether the conversation goes on depends on the verdict
+            self._finish(current, result, lag_s)
+            if not result.ok:
+                why = f"turn {current.turn} failed ({result.error_class})"
+                for record in cut_turn_records(current, self.worker, time.time(), why):
+                    self.sink.put(record)
+                return
+            think_s = current.later_turns[0].think_s
+            if think_s > 0:
+                gevent.sleep(think_s)
+            current = current.next_turn(reply)
+
+    def _send(self, ticket: Ticket, state: UserState) -> tuple[StreamResult, float]:
+        """Wait until `ticket` is due, stream it; what the client saw and the schedule lag."""
         stage = ticket.stage
         endpoint, pool = self._pool(stage)
         request = endpoint.request_bytes(ticket.body())
@@ -197,12 +222,16 @@ class LoadRuntime:
             deadline.cancel()
         if not result.sent_unix_s:
             result.sent_unix_s, result.sent_perf_s = called_unix, called
-        lag_s = result.sent_perf_s - intended
+        return result, result.sent_perf_s - intended
+
+    def _finish(self, ticket: Ticket, result: StreamResult, lag_s: float) -> None:
+        route = ticket.stage.path
         if not result.ok:  # transport failures are recorded at once: the breaker must see them
-            result.end_s = time.perf_counter() - result.sent_perf_s
-            self._record(ticket, result, lag_s, stage.path)
+            if not result.classified or result.end_s is None:  # a turn's verdict keeps its stream end
+                result.end_s = time.perf_counter() - result.sent_perf_s
+            self._record(ticket, result, lag_s, route)
             return
-        self._finished.append((ticket, result, lag_s, stage.path))
+        self._finished.append((ticket, result, lag_s, route))
         self._wake.set()
 
     def _record_loop(self) -> None:

@@ -150,11 +150,12 @@ class StageController:
 
     def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
-        tracker = StageTracker(stage.stage_id, len(tickets), warmup, self.plan.max_consecutive_errors)
+        planned = sum(ticket.record_count for ticket in tickets)
+        tracker = StageTracker(stage.stage_id, planned, warmup, self.plan.max_consecutive_errors)
         self.sink.tracker = tracker
         if not tickets:
             return tracker
-        handed_before = self.book.handed_out
+        handed_before = self.book.handed_records
         self.book.add(tickets)
         deadline = time.monotonic() + stage.timeout_s
         reason = None
@@ -180,7 +181,7 @@ class StageController:
             self.abort_reason = reason
             self.book.cancel_pending()
             grace = time.monotonic() + self.plan.abort_grace_s
-            while tracker.done < self.book.handed_out - handed_before and time.monotonic() < grace:
+            while tracker.done < self.book.handed_records - handed_before and time.monotonic() < grace:
                 gevent.sleep(POLL_S)
         elif tracker.ok == 0 and tracker.planned > 0:
             self.abort_reason = f"all {tracker.planned} requests failed (last: {tracker.last_error})"

@@ -1,0 +1,107 @@
+"""The limit search for real (Locust processes, trial after trial) against the fake server with a
+scripted capacity, and the bounds the load says before it starts: more users than requests, a
+prompt count beyond the set."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quantload.config import LimitSettings, LoadSettings, ReportSettings, Settings
+from quantload.load.fakeserver import FakeScript, FakeServerProcess
+from quantload.load.limit_file import read_limits
+from quantload.served import ServedTarget
+from quantload.steps.load import run_experiment
+
+pytestmark = pytest.mark.slow
+
+# Each stream: 20 ms to the first token, then 40 tokens 8 ms apart (~0.33 s). With 3 streams at a
+# time, a fourth user waits a whole stream for its turn: TTFT p99 ~0.35 s against an SLO of 0.15 s.
+CAPACITY = FakeScript(
+    ttft_ms=(20.0, 20.0), itl_ms=(8.0, 8.0), tokens=40, max_streams=3, close_after_stream=True, pathological=False
+)
+SLO = ReportSettings(slo_ttft_p99_s=0.15, slo_tpot_s=0.05)
+
+
+def search_settings(**limit: object) -> Settings:
+    return Settings(
+        load=LoadSettings(metrics_port=0, warmup_requests=1, request_timeout_s=20, first_round_jitter_s=0.005),
+        limit=LimitSettings.model_validate(
+            {"max_users": 16, "repeats": 2, "requests_per_user": 3, "min_requests": 6, "time_cap_s": 240, **limit}
+        ),
+        report=SLO,
+    )
+
+
+def test_the_search_finds_the_scripted_number_of_streams(tmp_path: Path) -> None:
+    with FakeServerProcess(CAPACITY) as fake:
+        target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
+        done = run_experiment("limit_users", target, search_settings(), tmp_path, "search")
+    assert done.limit is not None and done.problem is None
+    assert done.limit.limit == 3.0 and done.limit.confirmed and done.limit.ending == "found"
+    assert done.limit.lowest_broken == 4.0
+    levels = [t.level for t in done.limit.trials]
+    assert levels[:3] == [1.0, 2.0, 4.0]  # grow x2 until the SLO breaks, then bisect down to 3
+    assert levels.count(3.0) >= 2  # the boundary held in a majority of repeats
+    assert [line.limit for line in read_limits(tmp_path / "limits.jsonl")] == [3.0]
+    assert {s.experiment for s in done.summaries} == {"limit_users"}
+    assert "3 users held the SLO in a majority of trials; 4 broke it" in done.limit.sentence
+
+
+def test_the_time_cap_ends_a_search_early(tmp_path: Path) -> None:
+    with FakeServerProcess(CAPACITY) as fake:
+        target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
+        done = run_experiment("limit_users", target, search_settings(time_cap_s=1.0), tmp_path, "capped")
+    assert done.limit is not None and done.limit.ending == "capped" and len(done.limit.trials) == 1
+    assert "time cap" in done.limit.sentence
+
+
+def test_the_rate_search_finds_the_scripted_rate_limit(tmp_path: Path) -> None:
+    script = FakeScript(
+        ttft_ms=(10.0, 10.0), itl_ms=(2.0, 2.0), tokens=4, rate_limit_rps=8.0, close_after_stream=True,
+        pathological=False,
+    )  # fmt: skip
+    settings = search_settings(start_rate_rps=2.0, max_rate_rps=64.0, trial_seconds=4.0, repeats=1,
+                               rate_resolution=0.2)  # fmt: skip
+    with FakeServerProcess(script) as fake:
+        target = ServedTarget(name="fake", quant="Q8_0", model="m", url=fake.url)
+        done = run_experiment("limit_rate", target, settings, tmp_path, "rate")
+    found = done.limit
+    assert found is not None and found.kind == "rate_rps" and found.limit is not None
+    # above 8 req/s the queue grows for the whole trial; at or below it TTFT stays near 10 ms
+    assert 4.0 <= found.limit <= 8.5 and found.lowest_broken is not None and found.lowest_broken > 8.0
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "quantload.cli.main", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_load_says_what_a_stage_cannot_measure_before_it_starts(tmp_path: Path) -> None:
+    script = FakeScript(ttft_ms=(5.0, 5.0), itl_ms=(1.0, 1.0), tokens=4, close_after_stream=True)
+    with FakeServerProcess(script) as fake:
+        result = run_cli(
+            ["load", "--url", fake.url, "--out", str(tmp_path / "out"), "--users", "6", "--repeats", "1",
+             "--prompt-count", "4", "--max-tokens", "4", "--metrics-port", "0"],
+            tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        warning = "6 users but only 4 requests: at most 4 can be in flight at once"
+        assert warning in result.stderr
+        cycled = run_cli(
+            ["load", "--url", fake.url, "--out", str(tmp_path / "cycled"), "--users", "2", "--repeats", "1",
+             "--prompt-count", "103", "--max-tokens", "2", "--metrics-port", "0"],
+            tmp_path,
+        )  # fmt: skip
+    assert cycled.returncode == 0, cycled.stderr[-2000:]
+    assert "103 requests asked of the 100 prompts of builtin" in cycled.stderr
+    lines = (tmp_path / "cycled" / "records.jsonl").read_text().splitlines()
+    ids = [json.loads(line)["prompt_id"] for line in lines if not json.loads(line)["warmup"]]
+    assert len(ids) == 103 and sum(i.endswith("#2") for i in ids) == 3
+    stage = [json.loads(line) for line in (tmp_path / "out" / "stages.jsonl").read_text().splitlines()]
+    assert warning in (stage[0]["warning"] or "")

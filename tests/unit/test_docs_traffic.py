@@ -1,0 +1,26 @@
+"""docs/traffic.md documents every key of the traffic sections with the default the code has."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from quantload.config import LimitSettings, MixedSettings, SessionSettings, TraceSettings, WorkloadSettings
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "traffic.md"
+SECTIONS: dict[str, type[BaseModel]] = {
+    "workload": WorkloadSettings, "sessions": SessionSettings, "trace": TraceSettings, "mixed": MixedSettings,
+    "limit": LimitSettings,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_key_is_in_the_settings_table_with_its_default(section: str) -> None:
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in DOC.read_text().splitlines()
+            if line.startswith("| `")}  # fmt: skip
+    for key, field in SECTIONS[section].model_fields.items():
+        default = list(field.default) if isinstance(field.default, tuple) else field.default
+        assert rows.get(f"`{section}.{key}`") == f"`{json.dumps(default)}`", f"{section}.{key}"
