@@ -393,11 +393,26 @@ def request_sample(records: pd.DataFrame, quant: str, users: int) -> RequestSamp
     )  # fmt: skip
 
 
-def limits_from_capacity(verdicts: Sequence[CapacityVerdict], source: str) -> list[MeasuredLimit]:
-    """Each quantization's limit as the capacity verdict found it."""
-    return [
-        MeasuredLimit(v.quant, v.max_users, v.goodput_rps, v.output_tok_s, source) for v in verdicts
-    ]
+def limits_from_capacity(verdicts: Sequence[CapacityVerdict]) -> list[MeasuredLimit]:
+    """Each quantization's limit as the capacity verdict found it: the limit search's users and
+    rate where the run searched, else the sweep's highest level within the SLO (its goodput then
+    stands for requests/s, a lower bound when the search found more users than the sweep tried)."""
+    limits = []
+    for verdict in verdicts:
+        searched_users = verdict.searched_users is not None
+        searched_rate = verdict.searched_rate_rps is not None
+        users = int(verdict.searched_users) if verdict.searched_users is not None else verdict.max_users
+        rps = verdict.searched_rate_rps if verdict.searched_rate_rps is not None else verdict.goodput_rps
+        if searched_users and searched_rate:
+            source = "the limit search, users and rate"
+        elif searched_users:
+            source = "the limit search for users; requests/s from the sweep"
+        elif searched_rate:
+            source = "the limit search for rate; users from the sweep"
+        else:
+            source = "the concurrency sweep"
+        limits.append(MeasuredLimit(verdict.quant, users, rps, verdict.output_tok_s, source))
+    return limits
 
 
 def plan_from_run(
@@ -408,16 +423,16 @@ def plan_from_run(
     slo_tpot_s: float,
 ) -> CapacityPlan:
     """The plan of a run: its measured limits, memory and requests against the plan's inputs."""
-    limits = limits_from_capacity(verdicts, "the concurrency sweep")
+    limits = limits_from_capacity(verdicts)
     memories = {
         limit.quant: memory
         for limit in limits
         if (memory := server_memory(run, limit.quant, inputs.memory_budget_bytes)) is not None
     }
-    samples = {
-        limit.quant: sample
-        for limit in limits
-        if limit.users is not None
-        and (sample := request_sample(run.records, limit.quant, limit.users)) is not None
+    samples = {  # the requests of the sweep's highest level within the SLO
+        verdict.quant: sample
+        for verdict in verdicts
+        if verdict.max_users is not None
+        and (sample := request_sample(run.records, verdict.quant, verdict.max_users)) is not None
     }
     return build_plan(limits, memories, samples, inputs, slo_ttft_p99_s, slo_tpot_s)

@@ -18,6 +18,7 @@ from quantload.analysis.capacity_plan import (
     build_plan,
     costs,
     length_limit,
+    limits_from_capacity,
     missing_inputs,
     plan_view,
     servers_for,
@@ -25,6 +26,22 @@ from quantload.analysis.capacity_plan import (
 from quantload.analysis.scale_out import scale_out_signals
 
 MIB = 2**20
+
+
+def _searched(quant: str, users: int | None, goodput: float | None, **searched: float | None) -> CapacityVerdict:
+    return CapacityVerdict(quant, users, (1, 2, 4, 8), 30.0, goodput, "", (), **searched)  # type: ignore[arg-type]
+
+
+def test_the_plan_takes_the_limit_search_over_the_sweep_where_the_run_searched() -> None:
+    swept, by_users, by_both = limits_from_capacity([
+        _searched("F16", 4, 1.2),
+        _searched("Q8_0", 4, 1.3, searched_users=6.0),
+        _searched("Q4_K_M", 4, 1.4, searched_users=7.0, searched_rate_rps=2.5),
+    ])  # fmt: skip
+    assert (swept.users, swept.rps, swept.source) == (4, 1.2, "the concurrency sweep")
+    assert (by_users.users, by_users.rps) == (6, 1.3)  # the sweep's goodput: a lower bound at 6 users
+    assert "limit search for users" in by_users.source
+    assert (by_both.users, by_both.rps, by_both.source) == (7, 2.5, "the limit search, users and rate")
 
 
 def test_servers_keep_the_headroom() -> None:
