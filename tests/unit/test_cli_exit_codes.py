@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -58,3 +59,40 @@ def test_the_signal_handlers_are_restored_after_the_command(monkeypatch: pytest.
     before = signal.getsignal(signal.SIGTERM)
     assert cli_main.main(["go"]) == 0
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+class _SignalledFinalizer:
+    """An object whose finalizer is running when a stop signal arrives: the signal's
+    KeyboardInterrupt is raised inside `__del__`, where Python prints it and drops it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.signum)
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_swallowed_by_a_finalizer_still_stops_the_command(
+    monkeypatch: pytest.MonkeyPatch, signum: int, code: int
+) -> None:
+    ran_on: list[str] = []
+    app = typer.Typer()
+
+    @app.callback()
+    def group() -> None:
+        pass
+
+    @app.command()
+    def go() -> None:
+        _SignalledFinalizer(signum)  # dropped at once: its __del__ runs here
+        for _ in range(50):
+            time.sleep(0.01)
+        ran_on.append("the command went on after the interrupt")
+
+    monkeypatch.setattr(cli_main, "build_app", lambda: app)
+    before = sys.unraisablehook
+    assert cli_main.main(["go"]) == code
+    assert ran_on == []
+    assert sys.unraisablehook is before

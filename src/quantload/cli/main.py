@@ -22,6 +22,7 @@ from quantload.cli.context import CliContext
 from quantload.errors import QuantloadError
 
 INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process ended by SIGINT
+REDELIVER_AFTER_S = 0.01  # a swallowed interrupt is sent again this much later
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C: children stopped, work kept
 
 
@@ -29,7 +30,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C: children st
 def stop_signals_interrupt() -> Iterator[list[int]]:
     """SIGTERM and SIGHUP raise KeyboardInterrupt, so they end a command as Ctrl-C does: every
     child stopped by its handle, records kept, a run marked interrupted. Yields the signals
-    received. A repeated signal does not interrupt the clean-up the first one started."""
+    received. A repeated signal does not interrupt the clean-up the first one started.
+
+    A signal's KeyboardInterrupt that lands inside a finalizer (`__del__`, a generator closed by
+    the garbage collector) is swallowed by Python and reported as unraisable; the signal is sent
+    again a moment later, so the stop is never lost."""
     received: list[int] = []
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -37,14 +42,29 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
         if len(received) == 1:
             raise KeyboardInterrupt
 
+    def redeliver(unraisable: sys.UnraisableHookArgs) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            signum = received[-1] if received else signal.SIGINT
+            received.clear()  # the swallowed interrupt never reached the command: send it again,
+            # from a moment later (a handler run inside this hook would be swallowed as well)
+            resend = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+            resend.daemon = True
+            resend.start()
+            return
+        previous_hook(unraisable)
+
     previous = {}
+    previous_hook = sys.unraisablehook
     if threading.current_thread() is threading.main_thread():
         previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
+        sys.unraisablehook = redeliver
     try:
         yield received
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        if previous:
+            sys.unraisablehook = previous_hook
 
 
 def _print_version(value: bool) -> None:
