@@ -44,7 +44,7 @@ def run(model: str, profile: str, dataset: Path, out: Path) -> tuple[Path, float
     since, started = mark(), time.monotonic()
     subprocess.run(command, check=True)
     wall_s, others = time.monotonic() - started, other_cpu_frac(since)
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    run_dir = max((p for p in out.iterdir() if (p / "run.json").is_file()), key=lambda p: p.stat().st_mtime)
     return run_dir, wall_s, others
 
 
@@ -125,13 +125,16 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_TEXT)
     parser.add_argument("--from", dest="source", type=Path, help="a finished run directory; measure nothing")
     parser.add_argument("--label", help="names the figures (default: MODEL-PROFILE)")
+    parser.add_argument("--out", type=Path, help="keep the run directory under this folder")
     args = parser.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         if args.source is not None:
             run_dir, wall_s, others = args.source, None, None
         else:
-            run_dir, wall_s, others = run(args.model, args.profile, args.dataset, Path(tmp))
+            out = args.out or Path(tmp)
+            out.mkdir(parents=True, exist_ok=True)
+            run_dir, wall_s, others = run(args.model, args.profile, args.dataset, out)
         state = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         markdown = (run_dir / "report.md").read_text(encoding="utf-8")

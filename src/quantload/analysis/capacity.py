@@ -63,6 +63,11 @@ class CapacityVerdict:
     searched_rate_rps: float | None = None  # the limit search's highest rate (limit_rate)
     sweep_sentence: str = ""  # what the sweep's levels alone say
 
+    @property
+    def held_users(self) -> int | None:
+        """The most users within the SLO: the limit search's where the run searched, else the sweep's."""
+        return int(self.searched_users) if self.searched_users is not None else self.max_users
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

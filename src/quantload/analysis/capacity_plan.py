@@ -401,7 +401,7 @@ def limits_from_capacity(verdicts: Sequence[CapacityVerdict]) -> list[MeasuredLi
     for verdict in verdicts:
         searched_users = verdict.searched_users is not None
         searched_rate = verdict.searched_rate_rps is not None
-        users = int(verdict.searched_users) if verdict.searched_users is not None else verdict.max_users
+        users = verdict.held_users
         rps = verdict.searched_rate_rps if verdict.searched_rate_rps is not None else verdict.goodput_rps
         if searched_users and searched_rate:
             source = "the limit search, users and rate"

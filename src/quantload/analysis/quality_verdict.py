@@ -1,10 +1,10 @@
 """The verdict at a quality limit: of the quantizations whose quality loss is within
 `report.max_kld_mean_nats`, the one that serves the most users within the SLO.
 
-It is computed from the capacity verdicts as they are (`CapacityVerdict.max_users`, whatever way
-they found it) and the KL divergences of quality.json, taken with the KV-cache type the servers
-ran (K and V alike; f16 otherwise). Equal capacities are told apart by the smaller quality loss:
-serving as many users for less loss is the better choice.
+It is computed from the capacity verdicts as they are (`CapacityVerdict.held_users`: the limit
+search's where the run searched, else the sweep's) and the KL divergences of quality.json, taken
+with the KV-cache type the servers ran (K and V alike; f16 otherwise). Equal capacities are told
+apart by the smaller quality loss: serving as many users for less loss is the better choice.
 """
 
 from __future__ import annotations
@@ -66,22 +66,25 @@ def _chosen_sentence(
     over: Sequence[CapacityVerdict],
     words: str,
 ) -> str:
-    assert best.max_users is not None
+    users = best.held_users
+    assert users is not None
     text = (
         f"Within {words}, {best.quant} serves the most users within the SLO: up to"
-        f" {_users(best.max_users)}, at a mean KLD of {_nats(loss[best.quant].kld_mean_nats)}"
+        f" {_users(users)}, at a mean KLD of {_nats(loss[best.quant].kld_mean_nats)}"
     )
-    tied = [v.quant for v in within if v.quant != best.quant and v.max_users == best.max_users]
+    tied = [v.quant for v in within if v.quant != best.quant and v.held_users == users]
     if tied:
         verb = "serves" if len(tied) == 1 else "serve"
         text += f" ({', '.join(tied)} {verb} as many and lose{'s' if len(tied) == 1 else ''} more,"
         text += f" so {best.quant} is chosen)"
-    if best.tested_users and best.max_users >= max(best.tested_users):
+    swept_only = best.searched_users is None  # the search names its own ceiling in its sentence
+    if swept_only and best.tested_users and users >= max(best.tested_users):
         text += "; that is the highest level tested, so its limit may lie higher"
-    more = [v for v in over if v.max_users is not None and v.max_users > best.max_users]
+    more = [v for v in over if v.held_users is not None and v.held_users > users]
     if more:
         text += "; " + ", ".join(
-            f"{v.quant} would serve {_users(v.max_users or 0)} but loses {_nats(loss[v.quant].kld_mean_nats)}"
+            f"{v.quant} would serve {_users(v.held_users or 0)}"
+            f" but loses {_nats(loss[v.quant].kld_mean_nats)}"
             for v in more
         )
     return text + "."
@@ -108,8 +111,8 @@ def quality_verdict(
     within = [v for v in verdicts if v.quant in loss and loss[v.quant].kld_mean_nats <= limit_nats]
     over = [v for v in verdicts if v.quant in loss and loss[v.quant].kld_mean_nats > limit_nats]
     unmeasured = tuple(v.quant for v in verdicts if v.quant not in loss)
-    serving = [v for v in within if v.max_users is not None]
-    best = max(serving, key=lambda v: (v.max_users or 0, -loss[v.quant].kld_mean_nats), default=None)
+    serving = [v for v in within if v.held_users is not None]
+    best = max(serving, key=lambda v: (v.held_users or 0, -loss[v.quant].kld_mean_nats), default=None)
     if best is not None:
         sentence = _chosen_sentence(best, loss, within, over, words)
     elif within:
@@ -129,7 +132,7 @@ def quality_verdict(
         max_kld_mean_nats=limit_nats,
         cache_type=cache_type,
         quant=best.quant if best else None,
-        max_users=best.max_users if best else None,
+        max_users=best.held_users if best else None,
         kld_mean_nats=loss[best.quant].kld_mean_nats if best else None,
         within_limit=tuple(v.quant for v in within),
         over_limit=tuple(v.quant for v in over),

@@ -3,6 +3,7 @@ hand-made run data (quality.json, kv.json and stages written with the project's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,6 +87,13 @@ def test_the_most_users_within_the_limit_and_what_a_looser_limit_would_give() ->
     )
     looser = quality_verdict(verdicts, kld_set(LOSSES), 0.1)
     assert looser.quant == "Q4_K_M" and "highest level tested" in looser.sentence
+
+
+def test_the_limit_search_counts_where_the_run_searched() -> None:
+    searched = dataclasses.replace(verdict("F16", 1), searched_users=3.0)  # the sweep held 1, the search 3
+    chosen = quality_verdict([searched, verdict("Q8_0", 2)], kld_set(LOSSES), 0.05)
+    assert (chosen.quant, chosen.max_users) == ("F16", 3)
+    assert "up to 3 concurrent users" in chosen.sentence and "highest level tested" not in chosen.sentence
 
 
 def test_equal_capacity_goes_to_the_smaller_loss() -> None:
