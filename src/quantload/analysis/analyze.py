@@ -269,7 +269,7 @@ def analyze(
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, slo.client_lag_threshold_s)
-    verdicts = tuple(capacity(levels, quants, slo, run.limits))
+    verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
     plan_inputs = plan_settings or PlanSettings()
     plan = plan_from_run(
         run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s

@@ -62,6 +62,8 @@ class CapacityVerdict:
     searched_users: float | None = None  # the limit search's most users (limit_users)
     searched_rate_rps: float | None = None  # the limit search's highest rate (limit_rate)
     sweep_sentence: str = ""  # what the sweep's levels alone say
+    searched_goodput_rps: float | None = None  # good requests/s of the search's held trials at its limit
+    searched_output_tok_s: float | None = None  # their output tokens/s
 
     @property
     def held_users(self) -> int | None:
@@ -170,14 +172,25 @@ def _with_search(quant: str, sweep: str, users: LimitLine | None, rate: LimitLin
     return "; ".join(parts) + f". The sweep's own levels say: {sweep}"
 
 
+def _at_limit(line: LimitLine | None, stages: pd.DataFrame | None, column: str) -> float | None:
+    """The median `column` of the stage table over the search's held trials at its limit."""
+    if line is None or line.limit is None or stages is None or stages.empty or column not in stages:
+        return None
+    held = {t.stage_id for t in line.trials if t.held and t.level == line.limit and t.stage_id}
+    values = stages.loc[stages["stage_id"].isin(held), column].dropna()
+    return float(values.median()) if not values.empty else None
+
+
 def capacity(
     levels: pd.DataFrame,
     quants: Sequence[str],
     slo: ReportSettings,
     limits: Sequence[LimitLine] = (),
+    stages: pd.DataFrame | None = None,
 ) -> list[CapacityVerdict]:
     """One verdict per quantization of the sweep level table, using the limit searches of
-    `limits` where the run has them (see the module docstring)."""
+    `limits` where the run has them (see the module docstring); `stages` (the stage table) gives
+    the goodput of the users search's held trials at its limit."""
     verdicts = []
     for quant in quants:
         rows = levels[levels["quant"] == quant].to_dict("records") if not levels.empty else []
@@ -205,6 +218,8 @@ def capacity(
                 searched_users=users.limit if users is not None else None,
                 searched_rate_rps=rate.limit if rate is not None else None,
                 sweep_sentence=sweep,
+                searched_goodput_rps=_at_limit(users, stages, "goodput_rps"),
+                searched_output_tok_s=_at_limit(users, stages, "output_tok_s"),
             )
         )
     return verdicts

@@ -394,24 +394,30 @@ def request_sample(records: pd.DataFrame, quant: str, users: int) -> RequestSamp
 
 
 def limits_from_capacity(verdicts: Sequence[CapacityVerdict]) -> list[MeasuredLimit]:
-    """Each quantization's limit as the capacity verdict found it: the limit search's users and
-    rate where the run searched, else the sweep's highest level within the SLO (its goodput then
-    stands for requests/s, a lower bound when the search found more users than the sweep tried)."""
+    """Each quantization's limit as the capacity verdict found it: the limit search's where the
+    run searched (users; requests/s from the rate search, else the goodput of the users search's
+    held trials at its limit), else the sweep's highest level within the SLO and its goodput."""
     limits = []
     for verdict in verdicts:
         searched_users = verdict.searched_users is not None
         searched_rate = verdict.searched_rate_rps is not None
-        users = verdict.held_users
-        rps = verdict.searched_rate_rps if verdict.searched_rate_rps is not None else verdict.goodput_rps
+        rps, tok_s = verdict.goodput_rps, verdict.output_tok_s
+        trials_goodput = searched_users and verdict.searched_goodput_rps is not None
+        if trials_goodput:
+            rps, tok_s = verdict.searched_goodput_rps, verdict.searched_output_tok_s
+        if verdict.searched_rate_rps is not None:
+            rps = verdict.searched_rate_rps
         if searched_users and searched_rate:
             source = "the limit search, users and rate"
+        elif trials_goodput:
+            source = "the limit search for users, requests/s from its trials at the limit"
         elif searched_users:
             source = "the limit search for users; requests/s from the sweep"
         elif searched_rate:
             source = "the limit search for rate; users from the sweep"
         else:
             source = "the concurrency sweep"
-        limits.append(MeasuredLimit(verdict.quant, users, rps, verdict.output_tok_s, source))
+        limits.append(MeasuredLimit(verdict.quant, verdict.held_users, rps, tok_s, source))
     return limits
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from analysis_synthetic import write_synthetic_run
 
 from quantload.analysis import build_report
+from quantload.analysis.capacity import capacity
 from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
 from quantload.analysis.run_data import load_run
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
@@ -201,3 +203,19 @@ def test_sessions_and_mixed_sections_and_figures_in_the_report(tmp_path: Path) -
     summary = json.loads(paths.summary.read_text())
     assert len(summary["session_turns"]) == 6 and len(summary["mixed"]) == 4
     assert summary["mixed_verdict"].startswith("Q8_0:")
+
+
+def test_the_goodput_at_the_searched_limit_comes_from_its_held_trials() -> None:
+    line = limit_line("Q8_0", 6.0, 7.0)
+    trials = [t.model_copy(update={"stage_id": f"s{i}"}) for i, t in enumerate(line.trials)]
+    line = line.model_copy(update={"trials": trials})  # levels 1 2 4 8 6 7 6 6: held at 6 in s4, s6, s7
+    stages = pd.DataFrame({
+        "stage_id": [f"s{i}" for i in range(8)],
+        "goodput_rps": [0.5, 1.0, 1.5, 0.1, 2.0, 0.2, 2.4, 2.2],
+        "output_tok_s": [10.0, 20.0, 30.0, 5.0, 40.0, 6.0, 48.0, 44.0],
+    })  # fmt: skip
+    (verdict,) = capacity(pd.DataFrame(), ["Q8_0"], ReportSettings(), [line], stages)
+    assert verdict.held_users == 6
+    assert verdict.searched_goodput_rps == 2.2 and verdict.searched_output_tok_s == 44.0  # medians
+    (no_stages,) = capacity(pd.DataFrame(), ["Q8_0"], ReportSettings(), [line])
+    assert no_stages.searched_goodput_rps is None

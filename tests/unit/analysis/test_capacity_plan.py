@@ -33,14 +33,17 @@ def _searched(quant: str, users: int | None, goodput: float | None, **searched: 
 
 
 def test_the_plan_takes_the_limit_search_over_the_sweep_where_the_run_searched() -> None:
-    swept, by_users, by_both = limits_from_capacity([
+    swept, by_users, by_trials, by_both = limits_from_capacity([
         _searched("F16", 4, 1.2),
         _searched("Q8_0", 4, 1.3, searched_users=6.0),
+        _searched("Q8_0", None, None, searched_users=2.0, searched_goodput_rps=0.9, searched_output_tok_s=40.0),
         _searched("Q4_K_M", 4, 1.4, searched_users=7.0, searched_rate_rps=2.5),
     ])  # fmt: skip
     assert (swept.users, swept.rps, swept.source) == (4, 1.2, "the concurrency sweep")
     assert (by_users.users, by_users.rps) == (6, 1.3)  # the sweep's goodput: a lower bound at 6 users
-    assert "limit search for users" in by_users.source
+    assert by_users.source == "the limit search for users; requests/s from the sweep"
+    # the sweep held no level, the search 2 users: its trials at 2 users give requests/s
+    assert (by_trials.users, by_trials.rps, by_trials.output_tok_s) == (2, 0.9, 40.0)
     assert (by_both.users, by_both.rps, by_both.source) == (7, 2.5, "the limit search, users and rate")
 
 
