@@ -33,7 +33,7 @@ from quantload.errors import MeasurementError
 from quantload.llamacpp.kld_base import BaseHeader, check_base_file, partial_name
 from quantload.llamacpp.perplexity import PerplexityRun, run_perplexity, tokens_scored_per_chunk
 from quantload.llamacpp.tool_run import (
-    Stream,
+    ChunkProgress,
     ToolRun,
     logged_output,
     raise_for_load_failure_or_exit,
@@ -387,30 +387,10 @@ def compare_command(
     return command + (["-t", str(threads)] if threads > 0 else [])
 
 
-class _RowProgress:
-    """Turns streamed compare output into progress calls: chunks done out of chunks planned."""
-
-    def __init__(self, progress: ProgressCallback) -> None:
-        self._progress = progress
-        self._stdout = ""
-        self._stderr = ""
-        self._total: int | None = None
-        self._done = 0
-
-    def __call__(self, stream: Stream, text: str) -> None:
-        if stream == "stderr":
-            self._stderr += text
-            if self._total is None and (plan := PLAN.search(self._stderr)):
-                self._total = int(plan.group(1))
-                self._progress(0, self._total, "comparing")
-            return
-        self._stdout += text
-        # Only complete lines: a row is printed in pieces.
-        rows = parse_chunk_rows(self._stdout[: self._stdout.rfind("\n") + 1])
-        if len(rows) > self._done:
-            self._done = len(rows)
-            row = rows[-1]
-            self._progress(row.chunk, self._total, f"mean KLD {row.kld_mean:.5f}")
+def _compare_rows(stdout: str) -> list[tuple[int, str]]:
+    # only complete lines: a row is printed in pieces
+    rows = parse_chunk_rows(stdout[: stdout.rfind("\n") + 1])
+    return [(row.chunk, f"mean KLD {row.kld_mean:.5f}") for row in rows]
 
 
 @dataclass(frozen=True)
@@ -439,7 +419,8 @@ def run_compare(
     command = compare_command(
         toolchain.path("llama-perplexity"), model_path, base_path, ctx_tokens, cache_type, threads
     )
-    with logged_output(log_path, command, _RowProgress(progress)) as on_output:
+    chunk_progress = ChunkProgress(progress, PLAN, "comparing", _compare_rows)
+    with logged_output(log_path, command, chunk_progress) as on_output:
         run = runner(command, on_output=on_output, timeout_s=timeout_s)
     diagnose_kld_failure(run, model_path, base_path)
     output = parse_kld_output(run.stdout, run.stderr)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from quantload.errors import MeasurementError
 from quantload.llamacpp.tool_run import (
-    Stream,
+    ChunkProgress,
     ToolRun,
     logged_output,
     raise_for_load_failure_or_exit,
@@ -189,29 +189,8 @@ def perplexity_command(
     return command + list(extra_args)
 
 
-class _ChunkProgress:
-    """Turns streamed output into progress calls: chunks done out of chunks planned."""
-
-    def __init__(self, progress: ProgressCallback) -> None:
-        self._progress = progress
-        self._stdout = ""
-        self._stderr = ""
-        self._total: int | None = None
-        self._done = 0
-
-    def __call__(self, stream: Stream, text: str) -> None:
-        if stream == "stderr":
-            self._stderr += text
-            if self._total is None and (plan := PLAN.search(self._stderr)):
-                self._total = int(plan.group(1))
-                self._progress(0, self._total, "scoring")
-            return
-        self._stdout += text
-        values = parse_running_values(self._stdout)
-        if len(values) > self._done:
-            self._done = len(values)
-            index, value = values[-1]
-            self._progress(index, self._total, f"running PPL {value:.4f}")
+def _running_rows(stdout: str) -> list[tuple[int, str]]:
+    return [(index, f"running PPL {value:.4f}") for index, value in parse_running_values(stdout)]
 
 
 @dataclass(frozen=True)
@@ -246,7 +225,8 @@ def run_perplexity(
         toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads,
         extra_args,
     )
-    with logged_output(log_path, command, _ChunkProgress(progress)) as on_output:
+    chunk_progress = ChunkProgress(progress, PLAN, "scoring", _running_rows)
+    with logged_output(log_path, command, chunk_progress) as on_output:
         run = runner(command, on_output=on_output, timeout_s=timeout_s)
     diagnose_failure(run, model_path, dataset_path)
     output = parse_perplexity_output(run.stdout, run.stderr)

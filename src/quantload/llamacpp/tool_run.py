@@ -23,6 +23,7 @@ from typing import Literal
 from quantload import cpu_share
 from quantload.childproc import die_with_parent
 from quantload.errors import MeasurementError, ModelError, ToolchainError
+from quantload.progress import ProgressCallback
 
 Stream = Literal["stdout", "stderr"]
 OutputCallback = Callable[[Stream, str], None]
@@ -108,6 +109,42 @@ def logged_output(
             log.write(f"\n# quantload: stopped by {type(error).__name__} after {elapsed_s:.1f} s\n")
             raise
         log.write(f"\n# quantload: the tool's output ended after {time.monotonic() - started:.1f} s\n")
+
+
+class ChunkProgress:
+    """Turns a llama.cpp tool's streamed output into progress calls: chunks done out of chunks
+    planned. `plan` finds the chunk count in stderr (first group); `rows` reads the rows stdout
+    holds so far as (chunk number, note) pairs."""
+
+    def __init__(
+        self,
+        progress: ProgressCallback,
+        plan: re.Pattern[str],
+        label: str,
+        rows: Callable[[str], Sequence[tuple[int, str]]],
+    ) -> None:
+        self._progress = progress
+        self._plan = plan
+        self._label = label
+        self._rows = rows
+        self._stdout = ""
+        self._stderr = ""
+        self._total: int | None = None
+        self._done = 0
+
+    def __call__(self, stream: Stream, text: str) -> None:
+        if stream == "stderr":
+            self._stderr += text
+            if self._total is None and (plan := self._plan.search(self._stderr)):
+                self._total = int(plan.group(1))
+                self._progress(0, self._total, self._label)
+            return
+        self._stdout += text
+        rows = self._rows(self._stdout)
+        if len(rows) > self._done:
+            self._done = len(rows)
+            chunk, note = rows[-1]
+            self._progress(chunk, self._total, note)
 
 
 def run_tool(
