@@ -77,7 +77,8 @@ class SignalVerdict:
             if silent
             else ""
         )
-        return f"{self.quant}: the SLO broke at {self.broke_at_users} users; {lead}{tail}."
+        users = "user" if self.broke_at_users == 1 else "users"
+        return f"{self.quant}: the SLO broke at {self.broke_at_users} {users}; {lead}{tail}."
 
     def to_dict(self) -> dict[str, Any]:
         """The levels, the break, when each signal fired and the sentence (summary.json)."""

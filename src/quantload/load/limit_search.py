@@ -49,7 +49,7 @@ class LimitResult:
 
     def sentence(self) -> str:
         """One line a person reads: the limit, how it was bounded, what it took."""
-        unit = "users" if self.kind == "users" else "requests/s"
+        unit = "requests/s" if self.kind != "users" else "user" if self.limit == 1 else "users"
         took = f"{len(self.trials)} trials, {self.seconds:.0f} s"
         if self.limit is None:
             if self.ending == "capped":
