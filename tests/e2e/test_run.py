@@ -180,7 +180,13 @@ def _start_tiny_run(tmp_path: Path) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "quantload.cli.main", "run", "--model", "tiny", "--profile", "ci",
                "--out", str(tmp_path)]
     return subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_ctrl_c_as_at_a_terminal)
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT back to its default in the child: a test suite started in the background (`make test &`,
+    nohup, CI) inherits SIGINT ignored, and a Python started so keeps ignoring it, as it should."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_load_with_records(process: subprocess.Popen[str], tmp_path: Path, quant: str) -> dict[str, Any] | None:

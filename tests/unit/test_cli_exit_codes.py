@@ -93,6 +93,12 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_stops_the_command(
 
     monkeypatch.setattr(cli_main, "build_app", lambda: app)
     before = sys.unraisablehook
-    assert cli_main.main(["go"]) == code
+    # as at a terminal: a test suite started in the background inherits SIGINT ignored
+    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        exit_code = cli_main.main(["go"])
+    finally:
+        signal.signal(signal.SIGINT, previous_sigint)
+    assert exit_code == code
     assert ran_on == []
     assert sys.unraisablehook is before
