@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
 
 DASH = "–"
+
+
+def cell_float(value: Any) -> float | None:
+    """A table cell as a float; None for missing, NaN, booleans and non-numbers."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return None if pd.isna(value) else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _missing(value: float | None) -> bool:

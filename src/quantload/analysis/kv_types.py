@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from quantload.analysis.fmt import cell_float
 from quantload.analysis.run_data import RunData
 from quantload.errors import ModelError
 from quantload.kvcache import MIB, KvShape, predict_kv
@@ -118,15 +119,6 @@ def _stage(stages: pd.DataFrame, quant: str, cache_type: str) -> dict[str, Any]:
     return dict((complete if not complete.empty else mine).iloc[-1].to_dict())
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return None if pd.isna(value) else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _relative(value: float | None, base: float | None) -> float | None:
     return value / base - 1.0 if value is not None and base else None
 
@@ -160,12 +152,12 @@ def kv_type_table(run: RunData, stages: pd.DataFrame, quants: Sequence[str]) -> 
                     "kv_predicted_mib": predicted,
                     "kv_reported_mib": entry.reported_mib if entry is not None else None,
                     "flash_attn": entry.flash_attn if entry is not None else None,
-                    "users": _number(stage.get("users")),
-                    "requests": _number(stage.get("ok")),
+                    "users": cell_float(stage.get("users")),
+                    "requests": cell_float(stage.get("ok")),
                     "status": stage.get("status"),
-                    "output_tok_s": _number(stage.get("output_tok_s")),
-                    "tpot_p50_s": _number(stage.get("tpot_p50_s")),
-                    "ttft_p50_s": _number(stage.get("ttft_p50_s")),
+                    "output_tok_s": cell_float(stage.get("output_tok_s")),
+                    "tpot_p50_s": cell_float(stage.get("tpot_p50_s")),
+                    "ttft_p50_s": cell_float(stage.get("ttft_p50_s")),
                     "kld_mean_nats": loss.kld_mean_nats if loss is not None else None,
                     "kld_mean_error_nats": mean_error_nats(loss) if loss is not None else None,
                     "same_top_p_pct": loss.same_top_p_pct if loss is not None else None,

@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.document import Block, Bullets, Image, Paragraph, Section
@@ -32,14 +30,7 @@ def shown(plots: Plots, figure: Figure) -> list[Block]:
     return [image] if image is not None else []
 
 
-def value(value: Any) -> float | None:
-    """A table cell as a float; None for missing, NaN, booleans and non-numbers."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return None if pd.isna(value) else float(value)
-    except (TypeError, ValueError):
-        return None
+value = fmt.cell_float  # a table cell as a float; the chapters' short name for it
 
 
 def range_text(row: Mapping[str, Any], column: str, show: str = "duration") -> str:
