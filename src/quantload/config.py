@@ -130,25 +130,41 @@ class SpeedSettings(_Section):
     )
 
 
-ExperimentName = Literal[
-    "sweep", "prefix_cache", "open_loop", "sessions", "trace", "mixed", "limit_users", "limit_rate",
-    "kv_types",
-]  # fmt: skip
-ALL_EXPERIMENTS: tuple[ExperimentName, ...] = (
-    "sweep", "prefix_cache", "open_loop", "sessions", "trace", "mixed", "limit_users", "limit_rate",
-    "kv_types",
-)  # fmt: skip
+COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
+
+
+def _experiment_names() -> tuple[str, ...]:
+    # Imported here: the registry's modules read these settings, so they cannot be imported first.
+    from quantload.experiments.registry import names
+
+    return names()
+
+
+def _known_experiments(requested: tuple[str, ...]) -> tuple[str, ...]:
+    """Every name one of the registry's experiments, each once."""
+    known = _experiment_names()
+    unknown = [name for name in requested if name not in known]
+    if unknown:
+        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(known)}")
+    repeated = sorted({name for name in requested if requested.count(name) > 1})
+    if repeated:
+        raise ValueError(f"lists {', '.join(repeated)} more than once")
+    return requested
+
+
+ExperimentNames = Annotated[tuple[Annotated[str, COMMA_FREE], ...], AfterValidator(_known_experiments)]
 
 
 class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
 
-    experiments: tuple[ExperimentName, ...] = Field(
-        default=ALL_EXPERIMENTS,
-        description="what `quantload run` runs per quantization, in this order; an experiment"
-        " without its input is left out (open_loop: load.rates_rps, trace: trace.path,"
-        " prefix_cache: load.prefix_tokens and load.prefix_requests, kv_types: kv_types.requests and"
-        " two cache types in quality.kld_cache_types)",
+    experiments: ExperimentNames = Field(
+        default_factory=_experiment_names,
+        description="what `quantload run` runs per quantization, in this order (the experiments of"
+        " quantload.experiments.registry); an experiment without its input is left out (open_loop:"
+        " load.rates_rps, trace: trace.path, prefix_cache: load.prefix_tokens and"
+        " load.prefix_requests, kv_types: kv_types.requests and two cache types in"
+        " quality.kld_cache_types)",
     )
 
     users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
@@ -460,7 +476,7 @@ class Settings(_Section):
     server: ServerSettings = ServerSettings()
     quality: QualitySettings = QualitySettings()
     speed: SpeedSettings = SpeedSettings()
-    load: LoadSettings = LoadSettings()
+    load: LoadSettings = Field(default_factory=LoadSettings)  # its default names the registry's experiments
     workload: WorkloadSettings = WorkloadSettings()
     sessions: SessionSettings = SessionSettings()
     trace: TraceSettings = TraceSettings()
@@ -527,9 +543,12 @@ def _field(section: str, key: str) -> FieldInfo:
 
 
 def _splits_on_commas(item: Any) -> bool:
-    """Items that never hold a comma themselves: numbers and fixed names (Literal)."""
+    """Items that never hold a comma themselves: numbers, fixed names (Literal) and names marked
+    COMMA_FREE (e.g. experiment names)."""
     if typing.get_origin(item) is Annotated:
-        item = typing.get_args(item)[0]
+        item, *metadata = typing.get_args(item)
+        if COMMA_FREE in metadata:
+            return True
     return item in (int, float) or typing.get_origin(item) is Literal
 
 

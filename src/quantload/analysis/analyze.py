@@ -41,6 +41,8 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings
+from quantload.experiments import kv_types, prefix_cache
+from quantload.experiments.base import Experiment
 from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
@@ -117,18 +119,9 @@ def _quant_gaps(
         mine = stages[stages["quant"] == quant] if not stages.empty else stages
         if not run.records.empty:
             gaps += _sweep_gaps(run, quant, mine, levels)
-        has_prefix = not mine.empty and (mine["experiment"] == "prefix_cache").any()
+        has_prefix = not mine.empty and (mine["experiment"] == prefix_cache.NAME).any()
         if not run.records.empty and not has_prefix:
-            load = run.settings.load if run.settings is not None else None
-            disabled = load is not None and (load.prefix_requests == 0 or load.prefix_tokens == 0)
-            left_out = load is not None and "prefix_cache" not in load.experiments
-            why = (
-                "disabled in the configuration (load.prefix_requests or load.prefix_tokens is 0)"
-                if disabled
-                else "not asked for (load.experiments leaves prefix_cache out)"
-                if left_out
-                else run.step_why("prefix_cache", quant, RECORDS_JSONL)
-            )
+            why = not_run_because(run, prefix_cache.EXPERIMENT, quant, RECORDS_JSONL)
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
     gaps += _kld_gaps(run, quants) + _kv_type_gaps(run, quants, stages)
     for row in kv_rows(run.kv_results, quants):
@@ -166,6 +159,19 @@ def _sweep_gaps(run: RunData, quant: str, mine: pd.DataFrame, levels: pd.DataFra
     return gaps
 
 
+def not_run_because(run: RunData, experiment: Experiment, quant: str | None, what_file: str) -> str:
+    """Why an experiment has no stages: its input missing (the registry's reason), left out of
+    load.experiments, or what run.json says of its step."""
+    settings = run.settings
+    if settings is not None:
+        why = experiment.missing(settings)
+        if why is not None:
+            return f"not run because {why}"
+        if experiment.name not in settings.load.experiments:
+            return f"not asked for (load.experiments leaves {experiment.name} out)"
+    return run.step_why(experiment.step, quant, what_file)
+
+
 def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
     """The quantizations without a KL divergence from F16, when the run meant to measure it."""
     if run.quality is None or (run.settings is not None and not run.settings.quality.kld):
@@ -184,19 +190,17 @@ def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
 def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -> list[Gap]:
     """The KV-cache types the run meant to serve per quantization (kv_types) without a stage."""
     settings = run.settings
-    if settings is None or run.records.empty or settings.kv_types.requests <= 0:
+    if settings is None or run.records.empty or kv_types.EXPERIMENT.missing(settings) is not None:
         return []
     types = settings.quality.kld_cache_types
-    if len(types) < 2:
-        return []
-    ran = stages[stages["experiment"] == "kv_types"] if not stages.empty else stages
+    ran = stages[stages["experiment"] == kv_types.NAME] if not stages.empty else stages
     seen = {(str(r["quant"]), str(r["kv_cache_type"])) for r in ran.to_dict("records")}
     users = settings.kv_types.users
     return [
         Gap(
             "kv_types",
             f"decode at {users} users of {quant} with a {kind} KV cache",
-            run.step_why("kv_types", quant, STAGES_JSONL),
+            not_run_because(run, kv_types.EXPERIMENT, quant, STAGES_JSONL),
         )
         for quant in quants
         for kind in types
@@ -231,10 +235,12 @@ def analyze(
     prometheus: PromConnection,
     scrape_interval_s: float,
     plan_settings: PlanSettings | None = None,
+    stages: pd.DataFrame | None = None,
 ) -> Analysis:
-    """Compute every figure; missing inputs become gaps, never errors."""
+    """Compute every figure; missing inputs become gaps, never errors. `stages` is the run's
+    stage table when the caller has built it already."""
     quants = tuple(run.quants())
-    stages = stage_table(run, slo)
+    stages = stage_table(run, slo) if stages is None else stages
     levels = level_table(stages, "sweep", "users", quants)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
     notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
@@ -330,6 +336,6 @@ def analyze_run(
 ) -> Analysis:
     """Every figure of one run, reading Prometheus when one with the run's data can be found."""
     scrape_s = run.settings.observe.scrape_interval_s if run.settings is not None else 1.0
-    window = load_window(stage_table(run, settings))
-    with open_prometheus(run, prometheus_url, window, prometheus_binary) as connection:
-        return analyze(run, settings, connection, scrape_s, plan_settings)
+    stages = stage_table(run, settings)
+    with open_prometheus(run, prometheus_url, load_window(stages), prometheus_binary) as connection:
+        return analyze(run, settings, connection, scrape_s, plan_settings, stages)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from quantload.config import Settings
 from quantload.errors import QuantloadError
 from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import RequestRecord, StageEvent
+from quantload.load.summary import StageSummary
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
@@ -36,6 +37,7 @@ from quantload.rundir import (
     RUN_JSON,
     SPEED_JSON,
     STAGES_JSONL,
+    SUMMARIES_JSONL,
     read_json,
 )
 from quantload.rundir.config_file import load_config_file
@@ -133,6 +135,7 @@ class RunData:
     reading_notes: tuple[str, ...]
     limits: tuple[LimitLine, ...] = ()  # limits.jsonl: one line per limit search
     itl_by_request: dict[str, list[float]] | None = None  # mixed-experiment gaps, by request_key
+    summaries: Mapping[str, StageSummary] = field(default_factory=dict)  # summaries.jsonl, by stage id
 
     @property
     def run_id(self) -> str:
@@ -276,6 +279,21 @@ def read_stages(path: Path) -> tuple[pd.DataFrame, int]:
     return _frame(rows, STAGE_COLUMNS), bad
 
 
+def read_summaries(path: Path) -> tuple[dict[str, StageSummary], int]:
+    """The stage summaries by stage id (a later line for the same stage wins) and how many lines
+    could not be read."""
+    found: dict[str, StageSummary] = {}
+    bad = 0
+    for line in _jsonl_lines(path):
+        try:
+            summary = StageSummary.from_json_line(line)
+        except (ValueError, TypeError, KeyError):
+            bad += 1
+            continue
+        found[summary.stage_id] = summary
+    return found, bad
+
+
 def _first_line(error: Exception) -> str:
     if isinstance(error, QuantloadError):
         return error.problem
@@ -333,9 +351,11 @@ def load_run(run_dir: Path) -> RunData:
     itl: dict[str, list[float]] = {}
     records, bad_records = read_records(run_dir / RECORDS_JSONL, itl)
     stages, bad_stages = read_stages(run_dir / STAGES_JSONL)
+    summaries, bad_summaries = read_summaries(run_dir / SUMMARIES_JSONL)
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
-    for count, name in ((bad_records, RECORDS_JSONL), (bad_stages, STAGES_JSONL)):
+    unread = ((bad_records, RECORDS_JSONL), (bad_stages, STAGES_JSONL), (bad_summaries, SUMMARIES_JSONL))
+    for count, name in unread:
         if count:
             notes.append(f"{count} line(s) of {name} could not be read (torn or foreign) and were left out")
     return RunData(
@@ -352,4 +372,5 @@ def load_run(run_dir: Path) -> RunData:
         reading_notes=tuple(notes),
         limits=tuple(read_limits(run_dir / LIMITS_JSONL)),
         itl_by_request=itl,
+        summaries=summaries,
     )

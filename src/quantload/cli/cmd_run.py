@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         settings = config.settings
         check_out_dir(settings.run.out)
         with RichRunView(cli.err_console) as view:
-            native = NativeRun(config, cli.environ, settings.run.out, view)
+            native = NativeRun(config, cli.environ, settings.run.out, view, cwd=cli.cwd)
             view.message(f"run directory: {native.run_dir}")
             outcome = native.execute()
         if outcome.report is not None:

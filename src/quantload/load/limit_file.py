@@ -1,11 +1,11 @@
 """limits.jsonl: one line per limit search (schema `quantload.limit/1`), what it found and how.
 
-Written by `quantload.load.limit_runner` when a search ends, read by the report. Each line names
+Written by `quantload.experiments.limit_trials` when a search ends, read by the report. Each line names
 the server and quantization, the search (`limit_users` or `limit_rate`), the workload it sent, the
 SLO it judged against, the limit found (null: none held), whether a majority of repeats confirmed
 it, how the search ended (found, capped, max_level, never_held), the lowest level that broke, the
 time it took, its one-sentence verdict and every trial (level, held, hard failure, seconds, why,
-stage id).
+stage id, the requests its verdict rests on and how sure it is).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class TrialLine(BaseModel):
     seconds: float
     why: str
     stage_id: str | None = None
+    requests: int = 0  # the requests its verdict rests on (0: written before trials said)
+    sureness: str = ""  # how sure its verdict is (quantload.slo.Verdict.sureness)
 
 
 class LimitLine(BaseModel):

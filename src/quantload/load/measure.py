@@ -56,7 +56,7 @@ def build_record(
         quant=stage.quant,
         model=stage.model,
         url=stage.url,
-        experiment=stage.experiment,  # type: ignore[arg-type]
+        experiment=stage.experiment,
         stage_id=stage.stage_id,
         stage_users=stage.users,
         stage_rate_rps=stage.rate_rps,

@@ -90,7 +90,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
@@ -98,19 +98,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = "quantload.record/1"
 STAGE_SCHEMA = "quantload.stage/1"
-Experiment = Literal[
-    "sweep",
-    "open_loop",
-    "prefix_cache",
-    "sessions",
-    "trace",
-    "mixed",
-    "limit_users",
-    "limit_rate",
-    "kv_types",
-    "interactive",
-    "warmup",
-]
+# An experiment's name (quantload.experiments.registry), "interactive" (users set in the Locust web
+# UI) or "warmup" (accepted on read). Any name is read: a record outlives the code that wrote it.
+Experiment = str
 StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
     "http_4xx",  # the server refused the request (400, 401, 404, ...)
@@ -250,6 +240,7 @@ class StageEvent(_JsonLine):
     repeat: int = 0
     cache_prompt: bool
     kv_cache_type: str | None = None  # the server's K and V cache type (the kv_types experiment)
+    arrival: str | None = None  # "closed", "poisson" or "trace" (quantload.slo.Arrival); None: older run
     requests_planned: int
     requests_done: int = 0
     requests_ok: int = 0
@@ -312,11 +303,12 @@ class JsonlAppender:
                 self._fd = None
 
 
-_LineT = TypeVar("_LineT", bound=_JsonLine)
+_LineT = TypeVar("_LineT")
 
 
-def _iter_json_lines(path: Path, line_type: type[_LineT]) -> Iterator[_LineT]:
-    """Objects of `line_type` from a JSONL file; blank lines and a torn last line are skipped."""
+def iter_json_lines(path: Path, parse: Callable[[str], _LineT]) -> Iterator[_LineT]:
+    """Objects parsed from a JSONL file one line at a time; blank lines and a torn last line are
+    skipped."""
     if not path.is_file():
         return
     with path.open(encoding="utf-8") as handle:
@@ -324,16 +316,16 @@ def _iter_json_lines(path: Path, line_type: type[_LineT]) -> Iterator[_LineT]:
             if not line.strip():
                 continue
             try:
-                yield line_type.from_json_line(line)
+                yield parse(line)
             except ValueError:
                 continue
 
 
 def iter_records(path: Path) -> Iterator[RequestRecord]:
     """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
-    return _iter_json_lines(path, RequestRecord)
+    return iter_json_lines(path, RequestRecord.from_json_line)
 
 
 def iter_stage_events(path: Path) -> Iterator[StageEvent]:
     """Stage events from stages.jsonl; torn lines are skipped."""
-    return _iter_json_lines(path, StageEvent)
+    return iter_json_lines(path, StageEvent.from_json_line)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from quantload.errors import ConfigError
@@ -50,6 +50,12 @@ class StageRequests:
     ignore_eos: bool | None = None
     template_overhead_tokens: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of_prompts(cls, prompts: Sequence[Prompt], workload: str = "prompts") -> StageRequests:
+        """A stage of these prompts in order (one request each), as the prompt set sends them."""
+        requests = tuple(PlannedRequest(prompt_id=p.id) for p in prompts)
+        return cls(requests, {p.id: p.text for p in prompts}, workload)
 
     @property
     def tickets(self) -> int:
@@ -83,12 +89,7 @@ class PromptSetWorkload:
             raise ConfigError("the prompt set is empty", "check load.prompts")
         chosen = cycle_prompts(self.prompts, count)
         notes = () if count <= len(self.prompts) else (cycling_note(self.source, len(self.prompts), count),)
-        return StageRequests(
-            tuple(PlannedRequest(prompt_id=p.id) for p in chosen),
-            {p.id: p.text for p in chosen},
-            self.name,
-            notes=notes,
-        )
+        return replace(StageRequests.of_prompts(chosen, self.name), notes=notes)
 
 
 def cycle_prompts(prompts: Sequence[Prompt], count: int) -> list[Prompt]:

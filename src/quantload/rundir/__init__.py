@@ -10,7 +10,8 @@ each file is read and written through:
   kv.json              KV cache predicted vs reported per file (rundir.kv_file)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
-  limits.jsonl         one line per finished limit search (quantload.load.limit_runner)
+  summaries.jsonl      one line per load stage: its summary, written when it ends (quantload.load.summary)
+  limits.jsonl         one line per finished limit search (quantload.experiments.limit_search_run)
   logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)
   prometheus/          Prometheus data folder (native mode)
   report.md, report.html, table.csv, summary.json (quantload.analysis.summary_json), plots/*.png
@@ -34,6 +35,7 @@ KV_JSON = "kv.json"
 RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
 LIMITS_JSONL = "limits.jsonl"
+SUMMARIES_JSONL = "summaries.jsonl"
 LOGS_DIR = "logs"
 PROMETHEUS_DIR = "prometheus"
 REPORT_MD = "report.md"
