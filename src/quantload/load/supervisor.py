@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import subprocess
 import time
@@ -109,10 +110,11 @@ _Line = TypeVar("_Line", RequestRecord, StageEvent)
 
 
 def _parsed(lines: Sequence[str], kind: type[_Line], head: str) -> Iterator[_Line]:
-    """The lines of stages whose id starts with `head`, parsed (a cheap text test first)."""
-    marker = f'"stage_id":"{head}'
+    """The lines of stages whose id starts with `head`, parsed (a cheap text test first, which
+    any writer's JSON spacing passes)."""
+    marker = re.compile(r'"stage_id"\s*:\s*"' + re.escape(head))
     for line in lines:
-        if marker in line:
+        if marker.search(line):
             try:
                 yield kind.from_json_line(line)
             except ValueError:  # a torn line, or one from an older or foreign writer

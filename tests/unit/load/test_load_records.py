@@ -10,7 +10,6 @@ from prometheus_client import generate_latest
 from quantload.config import LoadSettings
 from quantload.load.measure import aborted_record, build_record
 from quantload.load.metrics import HISTOGRAMS, LoadMetrics, new_registry
-from quantload.load.plan import sweep_plan
 from quantload.load.prompts import Prompt
 from quantload.load.records import (
     ERROR_CLASSES,
@@ -24,13 +23,16 @@ from quantload.load.stream_result import StreamResult
 from quantload.load.summary import delivered_concurrency, summarize_stage
 from quantload.load.tickets import Ticket, stage_tickets
 from quantload.served import ServedTarget
+from quantload.slo import Slo
+
+from load_api import sweep_of
 
 TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 
 
 def ticket(timeout_s: float = 10.0) -> Ticket:
     settings = LoadSettings(users=(2,), request_timeout_s=timeout_s, max_tokens=4)
-    plan = sweep_plan(settings, TARGET, [Prompt("p1", "hi", 1)], "run", "inv")
+    plan = sweep_of(settings, TARGET, [Prompt("p1", "hi", 1)], "run", "inv")
     return stage_tickets(plan, plan.stages[0], warmup=False)[0]
 
 
@@ -126,8 +128,11 @@ def test_stage_summary_from_records() -> None:
     failed = build_record(ticket(), StreamResult(sent_unix_s=100.0, error_class="timeout"), 0.0, "h:1")
     warm = ok.model_copy(update={"warmup": True, "ttft_s": 9.0})
     other = ok.model_copy(update={"stage_id": "inv-1"})
-    summary = summarize_stage(end_event(), [ok, ok, failed, warm, other])
-    assert (summary.requests_done, summary.requests_ok, summary.goodput_requests) == (3, 2, 2)
+    summary = summarize_stage(end_event(), [ok, ok, failed, warm, other], Slo(1.0, 0.1))
+    assert (summary.requests, summary.ok, summary.good) == (3, 2, 2)
+    assert summary.counts.failed == 1 and summary.arrival == "closed"
+    strict = summarize_stage(end_event(), [ok, ok, failed], Slo(0.05, 0.1))  # TTFT 100 ms misses 50 ms
+    assert (strict.good, strict.counts.ttft_over) == (0, 2)
     assert summary.errors == {"timeout": 1}
     assert summary.ttft_p50_s == pytest.approx(0.1)
     assert summary.tpot_p50_s == pytest.approx(0.07 / 3)
