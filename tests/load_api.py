@@ -90,3 +90,17 @@ def run_open_loop(
     """The open loop of `prompts` at `rates_rps`, through the real supervisor and Locust."""
     plan = open_loop_of(load, target, prompts, rates_rps or load.rates_rps, run_id)
     return run_plan(plan, context(run_dir, load, run_id, progress)).summaries
+
+
+def settings_context(run_dir: Path, settings: Settings, run_id: str = "run-1") -> RunContext:
+    """A run context with these whole settings, writing into `run_dir`."""
+    return RunContext(RunDir(run_dir), run_id, settings, cwd=run_dir)
+
+
+def experiment(
+    name: str, target: ServedTarget, load: LoadSettings, run_dir: Path, run_id: str = "run-1", **sections: Any
+) -> list[StageSummary]:
+    """The registry's experiment `name` against `target` (no server control), its stage summaries."""
+    from quantload.steps.load import run_experiment
+
+    return list(run_experiment(name, target, context(run_dir, load, run_id, **sections)).summaries)

@@ -3,7 +3,7 @@ the exporter reading them, Prometheus (Debian binary) scraping the exporter and 
 generator's metrics; then every query of every Grafana panel, annotation and variable is run
 against that Prometheus and must return data, and so must every recording rule.
 
-Traffic comes from one fixture, `load_driver`: the real load generator (`quantload.load.experiments.run_sweep`,
+Traffic comes from one fixture, `load_driver`: the real load generator (the registry's sweep experiment,
 Locust processes streaming chat completions), driving both servers at once.
 """
 
@@ -26,11 +26,12 @@ from quantload.exporter import ExporterTarget, start_exporter
 from quantload.exporter.labels import model_from_filename
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.experiments import run_sweep
 from quantload.observe.annotations import read_stage_spans
 from quantload.observe.prometheus import PrometheusProcess, prometheus_config_dir
 from quantload.observe.promql import PrometheusClient
 from quantload.served import ServedTarget
+
+from load_api import experiment
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -69,7 +70,7 @@ class LoadDriver(Protocol):
 
 
 class LocustLoad:
-    """The real load generator: one `run_sweep` per target, all targets at once, each invocation's
+    """The real load generator: one sweep per target, all targets at once, each invocation's
     Locust process serving its metrics on a port chosen before Prometheus starts."""
 
     def __init__(self, run_dir: Path) -> None:
@@ -90,7 +91,8 @@ class LocustLoad:
                 stage_timeout_s=stage_s * 10, metrics_port=self._ports[target.name],
             )  # fmt: skip
             try:
-                summaries = run_sweep(
+                summaries = experiment(
+                    "sweep",
                     ServedTarget(name=target.name, quant=target.quant, model=target.model, url=target.url),
                     settings, self.run_dir, "obs",
                 )
