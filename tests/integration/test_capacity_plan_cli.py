@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from load_api import experiment
 from quantload.analysis import build_report
 from quantload.config import LoadSettings, ReportSettings
 from quantload.exporter import ExporterTarget, start_exporter
@@ -19,8 +20,6 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.served import ServedTarget
-
-from load_api import experiment
 from support import require_binary, run_quantload
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

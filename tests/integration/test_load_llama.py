@@ -21,13 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from load_api import experiment
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.served import ServedTarget
-
-from load_api import experiment
 from support import require_binary
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from dashboard_check import QueryCheck, check_dashboard, load_dashboard
+from load_api import experiment
 from quantload.config import LoadSettings
 from quantload.exporter import ExporterTarget, start_exporter
 from quantload.exporter.labels import model_from_filename
@@ -30,8 +31,6 @@ from quantload.observe.annotations import read_stage_spans
 from quantload.observe.prometheus import PrometheusProcess, prometheus_config_dir
 from quantload.observe.promql import PrometheusClient
 from quantload.served import ServedTarget
-
-from load_api import experiment
 from support import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from load_api import settings_context
 from quantload.config import Settings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import Toolchain
@@ -25,8 +26,6 @@ from quantload.served import ServedTarget
 from quantload.stack.run_steps import Served
 from quantload.stack.server_variants import ServerVariants
 from quantload.steps.load import run_experiment
-
-from load_api import settings_context
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

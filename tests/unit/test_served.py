@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
+from load_api import sweep_of
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError
 from quantload.exporter.targets import ExporterTarget
 from quantload.load.plan import LoadPlan
 from quantload.load.prompts import Prompt
 from quantload.served import ServedTarget, model_of_alias, server_alias, server_name
-
-from load_api import sweep_of
 
 
 def test_one_place_names_a_quantization_s_server() -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from quantload.config import KvTypeSettings, LoadSettings, load_config
+from load_api import context
+from quantload.config import LoadSettings, load_config
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import kv_types, registry
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
@@ -25,8 +26,6 @@ from quantload.served import ServedTarget
 from quantload.stack.server_variants import variant_spec
 from quantload.steps.load import run_experiment
 from quantload.steps.serve import cache_type_spec
-
-from load_api import context
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 SCRIPT = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=True)

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from load_api import settings_context
 from quantload.config import LimitSettings, LoadSettings, ReportSettings, Settings
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.load.limit_file import read_limits
 from quantload.served import ServedTarget
 from quantload.steps.load import run_experiment
-
-from load_api import settings_context
 
 pytestmark = pytest.mark.slow
 

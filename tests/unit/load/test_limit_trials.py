@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from load_api import context
 from quantload.config import LimitSettings, LoadSettings, Settings, TraceSettings
 from quantload.errors import ConfigError
 from quantload.experiments import registry
@@ -17,8 +18,6 @@ from quantload.load.summary import StageSummary, summarize_stage
 from quantload.served import ServedTarget
 from quantload.slo import Slo
 from quantload.steps.load import run_experiment
-
-from load_api import context
 
 SLO = Slo(ttft_p99_s=0.5, tpot_p99_s=0.05)
 

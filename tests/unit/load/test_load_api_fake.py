@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from load_api import context, run_open_loop, run_sweep, sweep_of
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import free_port
@@ -26,8 +27,6 @@ from quantload.load.prompts import Prompt
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError, run_plan
 from quantload.served import ServedTarget
-
-from load_api import context, run_open_loop, run_sweep, sweep_of
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from load_api import context, sweep_of
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError
 from quantload.load.client import Endpoint, EndpointError
@@ -28,8 +29,6 @@ from quantload.load.prompts import Prompt
 from quantload.load.records import StageEvent, iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError, failure_cause, run_plan
 from quantload.served import ServedTarget
-
-from load_api import context, sweep_of
 from support import clean_env
 
 pytestmark = pytest.mark.slow

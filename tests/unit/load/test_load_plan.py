@@ -8,9 +8,10 @@ import statistics
 
 import pytest
 
+from load_api import open_loop_of, sweep_of
 from quantload.config import LoadSettings
-from quantload.load.client_health import ClientHealth
 from quantload.experiments.prefix_cache import SYSTEM_PROMPT_ID, prefix_cache_plan
+from quantload.load.client_health import ClientHealth
 from quantload.load.plan import LoadPlan, poisson_offsets
 from quantload.load.prompts import WARMUP_PROMPT_ID, Prompt
 from quantload.load.tickets import (
@@ -19,11 +20,9 @@ from quantload.load.tickets import (
     TicketBook,
     stage_tickets,
 )
-from quantload.served import ServedTarget
 from quantload.load.workloads import StageRequests
+from quantload.served import ServedTarget
 from quantload.stats import percentile
-
-from load_api import open_loop_of, sweep_of
 
 TARGET = ServedTarget(name="srv", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 PROMPTS = [Prompt(f"p{i}", f"prompt {i}", 3) for i in range(5)]

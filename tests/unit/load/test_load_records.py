@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from load_api import sweep_of
 from quantload.config import LoadSettings
 from quantload.load.measure import aborted_record, build_record
 from quantload.load.metrics import HISTOGRAMS, LoadMetrics, new_registry
@@ -24,8 +25,6 @@ from quantload.load.summary import delivered_concurrency, summarize_stage
 from quantload.load.tickets import Ticket, stage_tickets
 from quantload.served import ServedTarget
 from quantload.slo import Slo
-
-from load_api import sweep_of
 
 TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from load_api import sweep_of
 from quantload.config import LoadSettings
 from quantload.load.prompts import Prompt
 from quantload.load.records import JsonlAppender, RequestRecord
@@ -12,8 +13,6 @@ from quantload.load.supervisor import InvocationWatch, NewLines
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.slo import Slo
-
-from load_api import sweep_of
 
 TARGET = ServedTarget(name="srv", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 PLAN = sweep_of(LoadSettings(users=(1, 2), repeats=1), TARGET, [Prompt("p", "hi", 1)], "run", "inv")

@@ -6,7 +6,15 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from quantload.config import LimitSettings, LoadSettings, MixedSettings, SessionSettings, Settings, TraceSettings
+from load_api import sweep_of
+from quantload.config import (
+    LimitSettings,
+    LoadSettings,
+    MixedSettings,
+    SessionSettings,
+    Settings,
+    TraceSettings,
+)
 from quantload.experiments.limit_trials import trial_plan
 from quantload.experiments.mixed import interleave, long_request_count, mixed_plan
 from quantload.experiments.open_loop import open_loop_plan
@@ -18,8 +26,6 @@ from quantload.load.prompts import Prompt
 from quantload.load.tickets import StageContext, Ticket, TicketBook, stage_tickets
 from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
-
-from load_api import sweep_of
 
 TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 SETTINGS = LoadSettings(warmup_requests=1, repeats=2, users=(1, 4), seed=3)

@@ -19,6 +19,7 @@ import pytest
 from pydantic import SecretStr
 
 from fake_grafana import FakeGrafana
+from load_api import context, open_loop_of, sweep_of
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings, ObserveSettings, load_config
 from quantload.llamacpp.server import free_port
@@ -30,8 +31,6 @@ from quantload.load.records import iter_stage_events
 from quantload.load.supervisor import run_plan
 from quantload.observe.annotations import grafana_credential
 from quantload.served import ServedTarget
-
-from load_api import context, open_loop_of, sweep_of
 
 T0 = 1_700_000_000.25  # stage i runs from T0 + 10 i to T0 + 10 i + 5
 TARGET = ServedTarget(name="fake", quant="Q8_0", model="m", url="http://127.0.0.1:9")
