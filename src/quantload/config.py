@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from quantload.errors import ConfigError, QuantloadError
-from quantload.load.lengths import parse_length_distribution
+from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 
 CONFIG_FILE_NAME = "quantload.toml"

@@ -43,7 +43,7 @@ from quantload.analysis.ttft_tables import (
 from quantload.config import PlanSettings, ReportSettings
 from quantload.experiments import kv_types, prefix_cache
 from quantload.experiments.base import Experiment
-from quantload.load.limit_file import LimitLine
+from quantload.load import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL

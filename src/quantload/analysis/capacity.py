@@ -22,8 +22,7 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import level_counts
 from quantload.config import ReportSettings
-from quantload.load.limit_file import LimitLine
-from quantload.load.limit_search import level_text
+from quantload.load import LimitLine, level_text
 from quantload.slo import Slo, judge
 
 

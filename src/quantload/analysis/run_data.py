@@ -21,9 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from quantload.config import Settings
 from quantload.errors import QuantloadError
-from quantload.load.limit_file import LimitLine, read_limits
-from quantload.load.records import RequestRecord, StageEvent
-from quantload.load.summary import StageSummary
+from quantload.load import LimitLine, RequestRecord, StageEvent, StageSummary, read_limits
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file

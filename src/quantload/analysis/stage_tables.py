@@ -21,8 +21,7 @@ from quantload.analysis import fmt
 from quantload.analysis.run_data import RunData
 from quantload.analysis.stats import spread
 from quantload.config import ReportSettings
-from quantload.load.records import StageEvent
-from quantload.load.summary import StageSummary, new_figures, summarize
+from quantload.load import StageEvent, StageSummary, new_figures, summarize
 from quantload.slo import Slo, SloCounts
 from quantload.slo import total as sum_counts
 

@@ -24,7 +24,7 @@ from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
 from quantload.config import ReportSettings
-from quantload.load.limit_file import LimitLine
+from quantload.load import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"

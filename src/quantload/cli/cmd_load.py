@@ -15,8 +15,7 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
-from quantload.load.processes import choose_workers, usable_cores
-from quantload.load.summary import StageSummary
+from quantload.load import StageSummary, choose_workers, usable_cores
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic

@@ -25,8 +25,7 @@ from typing import Literal, Protocol
 
 from quantload.config import Settings
 from quantload.kvcheck import KvCheck
-from quantload.load.limit_file import LimitLine
-from quantload.load.summary import StageSummary
+from quantload.load import LimitLine, StageSummary
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
 

@@ -28,11 +28,21 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import label, run_stages, workloads
-from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine
-from quantload.load.limit_search import LimitResult, LimitSearch, Trial, level_text
-from quantload.load.plan import LoadPlan, assemble_plan, poisson_requests, stage_plan
-from quantload.load.summary import StageSummary
-from quantload.load.workloads import StageRequests
+from quantload.load import (
+    LimitLine,
+    LimitResult,
+    LimitSearch,
+    LoadPlan,
+    SearchExperiment,
+    StageRequests,
+    StageSummary,
+    Trial,
+    TrialLine,
+    assemble_plan,
+    level_text,
+    poisson_requests,
+    stage_plan,
+)
 from quantload.progress import ProgressCallback
 from quantload.served import ServedTarget
 from quantload.slo import Slo, Verdict, judge

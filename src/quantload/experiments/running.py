@@ -5,9 +5,7 @@ from __future__ import annotations
 import uuid
 
 from quantload.experiments.base import ExperimentContext
-from quantload.load.plan import LoadPlan
-from quantload.load.supervisor import PlanOutcome, run_plan
-from quantload.load.workload_builder import WorkloadBuilder
+from quantload.load import LoadPlan, PlanOutcome, WorkloadBuilder, run_plan
 from quantload.served import ServedTarget
 
 

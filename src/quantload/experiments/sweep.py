@@ -12,8 +12,7 @@ from __future__ import annotations
 from quantload.config import LoadSettings, Settings
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load.plan import LoadPlan, StagePlan, assemble_plan, stage_plan
-from quantload.load.workloads import StageRequests
+from quantload.load import LoadPlan, StagePlan, StageRequests, assemble_plan, stage_plan
 from quantload.served import ServedTarget
 
 NAME = "sweep"

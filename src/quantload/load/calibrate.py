@@ -288,7 +288,7 @@ class _Overall:
         self.progress(self.before + completed, self.total, note)
 
 
-def calibrate(
+def run_calibration(
     settings: CalibrateSettings,
     load: LoadSettings,
     progress: ProgressCallback = no_progress,

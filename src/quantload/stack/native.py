@@ -36,7 +36,7 @@ from quantload.experiments.base import ExperimentRun, ServerControl
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.processes import most_workers
+from quantload.load import most_workers
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
