@@ -24,10 +24,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import Event
-from locust.env import Environment
 
 from quantload.load.client import ConnectionPool, Endpoint, stream_request
 from quantload.load.in_locust.sinks import RecordSink
@@ -38,6 +38,9 @@ from quantload.load.openai_chunks import answer_text, classify_stream
 from quantload.load.records import RequestRecord
 from quantload.load.stream_result import StreamResult
 from quantload.load.tickets import StageContext, Ticket
+
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.env import Environment
 
 RECORD_WAIT_MAX_S = 0.05
 REQUEST_TYPE = "POST"

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
-from locust.env import Environment
-from locust.runners import MasterRunner
 
 from quantload.load.client_health import ClientHealth
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
@@ -25,6 +23,9 @@ from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
+
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.env import Environment
 
 POLL_S = 0.02
 SPAWN_TIMEOUT_S = 60.0
@@ -46,8 +47,10 @@ class StageController:
         stages: JsonlAppender,
         metrics: LoadMetrics,
         expect_workers: int = 0,
+        master: bool = False,
     ) -> None:
         self.environment = environment
+        self.master = master  # a Locust master: its users run on workers, which it waits for
         self.plan = plan
         self.book = book
         self.sink = sink
@@ -111,7 +114,7 @@ class StageController:
             self.runner.quit()
 
     def _wait_for_workers(self) -> None:
-        if not isinstance(self.runner, MasterRunner):
+        if not self.master:
             return
         deadline = time.monotonic() + WORKERS_TIMEOUT_S
         while self.runner.worker_count < self.expect_workers:
@@ -144,7 +147,7 @@ class StageController:
             "" if stage.rate_rps is None else f"{stage.rate_rps:g}",
         )
         self.metrics.set_stage(labels)
-        if isinstance(self.runner, MasterRunner):
+        if self.master:
             self.runner.send_message(StageStarted.NAME, StageStarted(labels).to_data())
         freeze_heap(self.monitor)
 
@@ -171,7 +174,7 @@ class StageController:
                     f"stage timeout after {stage.timeout_s:g} s ({tracker.done} of {tracker.planned} done)"
                 )
                 break
-            if isinstance(self.runner, MasterRunner) and self.runner.worker_count == 0:
+            if self.master and self.runner.worker_count == 0:
                 reason = "every worker is gone"
                 break
             gevent.sleep(POLL_S)
@@ -240,7 +243,7 @@ class StageController:
     ) -> None:
         plan = self.plan
         runner = self.runner
-        workers = int(runner.worker_count) if isinstance(runner, MasterRunner) else 0
+        workers = int(runner.worker_count) if self.master else 0
         line = plan.stage_event(
             stage,
             event,

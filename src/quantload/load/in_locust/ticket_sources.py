@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 from gevent.event import AsyncResult
-from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
 
 from quantload.load.in_locust.messages import TicketReply, TicketReturn, TicketWant
 from quantload.load.tickets import Ticket, TicketBook
+
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.env import Environment
+    from locust.runners import MasterRunner, WorkerRunner
 
 
 class TicketSource(Protocol):
