@@ -121,6 +121,7 @@ def test_the_controller_runs_each_stage_to_its_last_record_and_stops_the_runner(
 
 def test_failures_in_a_row_trip_the_breaker_and_abort_the_later_stages(tmp_path: Path) -> None:
     controller, _ = drive(tmp_path, lambda ticket: finished(ticket, ok=ticket.warmup), max_consecutive_errors=2)
+    assert controller.abort_reason is not None
     (first, second) = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
     assert first.status == "failed" and "2 requests in a row failed" in (first.reason or "")
     assert (second.status, second.reason) == ("aborted", first.reason)
