@@ -74,7 +74,13 @@ if TYPE_CHECKING:
         stage_plan,
         warmup_requests,
     )
-    from quantload.load.processes import WorkersSetting, choose_workers, most_workers, usable_cores
+    from quantload.load.processes import (
+        LoadProcess,
+        WorkersSetting,
+        choose_workers,
+        most_workers,
+        usable_cores,
+    )
     from quantload.load.prompts import Prompt, select_prompts
     from quantload.load.records import (
         JsonlAppender,
@@ -127,6 +133,7 @@ _HOME: dict[str, str] = {
     "poisson_requests": "plan",
     "stage_plan": "plan",
     "warmup_requests": "plan",
+    "LoadProcess": "processes",
     "WorkersSetting": "processes",
     "choose_workers": "processes",
     "most_workers": "processes",
@@ -172,6 +179,7 @@ __all__ = [
     "LimitSearch",
     "LoadError",
     "LoadPlan",
+    "LoadProcess",
     "PlanOutcome",
     "PlannedRequest",
     "PlannedTurn",
