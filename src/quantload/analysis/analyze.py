@@ -86,7 +86,7 @@ class Analysis:
     session_hit_summary: pd.DataFrame  # session_tables.hit_summary
     mixed: pd.DataFrame  # mixed_tables.mixed_table
     mixed_verdict: str
-    limits: tuple[LimitLine, ...]
+    limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
 
 
@@ -322,7 +322,7 @@ def analyze(
         session_hit_summary=hit_summary(hits),
         mixed=mixed,
         mixed_verdict=mixed_verdict(mixed),
-        limits=run.limits,
+        limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
     )
 

@@ -127,7 +127,12 @@ def _sentence(quant: str, checks: Sequence[LevelCheck], best: LevelCheck | None,
 
 
 def _latest(limits: Sequence[LimitLine], quant: str, experiment: str) -> LimitLine | None:
-    found = [line for line in limits if line.quant == quant and line.experiment == experiment]
+    """The latest search of `quant`'s server as the run configured it (not of a variant)."""
+    found = [
+        line
+        for line in limits
+        if line.quant == quant and line.experiment == experiment and line.variant is None
+    ]
     return max(found, key=lambda line: line.unix_s) if found else None
 
 

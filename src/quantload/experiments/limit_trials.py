@@ -109,9 +109,10 @@ def trial_plan(
     run_id: str,
     invocation: str,
     trial: int,
+    variant: str | None = None,
 ) -> LoadPlan:
     """One trial: `level` users (closed loop) or requests/s (open loop: Poisson, or the trace's
-    own arrivals when the workload brings them)."""
+    own arrivals when the workload brings them); `variant` names the server flags it ran under."""
     load, limit = settings.load, settings.limit
     if experiment == "limit_rate":
         own = bool(drawn.requests) and all(r.offset_s is not None for r in drawn.requests)
@@ -119,12 +120,12 @@ def trial_plan(
             load, invocation, 0, experiment, load.open_loop_users, drawn,
             arrival="trace" if own else "poisson", rate_rps=level,
             requests=None if own else poisson_requests(drawn, level, load.seed + trial),
-            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}",
+            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}", server_args=variant,
         )  # fmt: skip
     else:
         stage = stage_plan(
             load, invocation, 0, experiment, int(level), drawn,
-            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}",
+            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}", server_args=variant,
         )  # fmt: skip
     return assemble_plan(load, target, run_id, invocation, [drawn], [stage])
 
@@ -152,8 +153,16 @@ def new_search(experiment: SearchExperiment, settings: Settings) -> LimitSearch:
     )
 
 
-def run_limit_search(experiment: SearchExperiment, context: ExperimentContext) -> SearchOutcome:
-    """Search one target's limit (see the module docstring); the outcome is in limits.jsonl too."""
+def run_limit_search(
+    experiment: SearchExperiment, context: ExperimentContext, variant: str | None = None
+) -> SearchOutcome:
+    """Search one target's limit (see the module docstring); the outcome is in limits.jsonl too.
+
+    `variant` names the server flags the target runs under when an experiment searches a variant
+    of the server (slots, batching, a tuned configuration): its trials' stages and its limits.jsonl
+    line carry the name, and the capacity verdict, which is about the server as the run configured
+    it, leaves such searches out.
+    """
     settings, target, run = context.settings, context.target, context.run
     limit = settings.limit
     check_bounds(experiment, settings)
@@ -173,7 +182,9 @@ def run_limit_search(experiment: SearchExperiment, context: ExperimentContext) -
             drawn = workload.stage_requests(
                 trial_requests(settings, experiment, level), settings.load.seed + trial, f"{invocation}-"
             )
-            plan = trial_plan(settings, target, drawn, experiment, level, run.run_id, invocation, trial)
+            plan = trial_plan(
+                settings, target, drawn, experiment, level, run.run_id, invocation, trial, variant
+            )
             shown = _within(run.progress, search.elapsed_s, limit.time_cap_s, note)
             quiet = context if trial == 0 else _quiet(context)  # a plan's warnings once per search
             before = time.monotonic()
@@ -209,6 +220,7 @@ def run_limit_search(experiment: SearchExperiment, context: ExperimentContext) -
         sentence=result.sentence(),
         trials=trial_lines,
         unix_s=time.time(),
+        variant=variant,
     )
     run.run_dir.append_limit(found)
     run.progress(limit.time_cap_s, limit.time_cap_s, f"{target.name} {experiment}: {result.sentence()}")

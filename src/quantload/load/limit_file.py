@@ -56,6 +56,7 @@ class LimitLine(BaseModel):
     sentence: str
     trials: list[TrialLine]
     unix_s: float
+    variant: str | None = None  # the server flags searched, when not the run's own (e.g. "-np 4")
 
     @classmethod
     def from_json_line(cls, line: str) -> LimitLine:
