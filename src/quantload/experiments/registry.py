@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments import (
+    batching,
     kv_types,
     limit_rate,
     limit_users,
@@ -20,6 +21,8 @@ from quantload.experiments import (
     open_loop,
     prefix_cache,
     sessions,
+    slots,
+    speculation,
     sweep,
     trace,
 )
@@ -34,6 +37,9 @@ REGISTRY: tuple[Experiment, ...] = (
     mixed.EXPERIMENT,
     limit_users.EXPERIMENT,
     limit_rate.EXPERIMENT,
+    batching.EXPERIMENT,
+    slots.EXPERIMENT,
+    speculation.EXPERIMENT,
     kv_types.EXPERIMENT,
 )
 
@@ -41,6 +47,11 @@ REGISTRY: tuple[Experiment, ...] = (
 def names() -> tuple[str, ...]:
     """Every experiment's name, in the default order."""
     return tuple(experiment.name for experiment in REGISTRY)
+
+
+def default_names() -> tuple[str, ...]:
+    """The experiments `load.experiments` names unless told otherwise, in order."""
+    return tuple(experiment.name for experiment in REGISTRY if experiment.by_default)
 
 
 def get(name: str) -> Experiment:
