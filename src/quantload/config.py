@@ -462,6 +462,10 @@ class TuneSettings(_Section):
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
     finalists: int = Field(default=2, ge=1, description="configurations confirmed with repeats")
+    baseline: bool = Field(
+        default=True, description="also search the server's configured flags as the finalists are"
+        " searched (the winner against them, outside the budget)",
+    )
 
     @field_validator("slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation")
     @classmethod

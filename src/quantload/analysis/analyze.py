@@ -32,6 +32,7 @@ from quantload.analysis.run_tables import (
     users_levels,
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
+from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.ttft_tables import (
@@ -88,6 +89,7 @@ class Analysis:
     mixed_verdict: str
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
+    server_flags: ServerFlagTables  # batching, slots, speculation and the tune
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -324,6 +326,7 @@ def analyze(
         mixed_verdict=mixed_verdict(mixed),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
+        server_flags=server_flag_tables(run, stages, quants),
     )
 
 

@@ -83,6 +83,31 @@ class QualityLossSummary(_SummaryPart):
     rows: list[Row]  # quality_loss.QUALITY_LOSS_COLUMNS
 
 
+class FlagPart(_SummaryPart):
+    """One server-flag experiment: its table's rows and its one-sentence verdict."""
+
+    rows: list[Row]
+    verdict: str
+
+
+class TunePart(_SummaryPart):
+    """The tune: every trial (tune_tables.TRIAL_COLUMNS), each quantization's outcome (tune.json)
+    and the verdict."""
+
+    trials: list[Row]
+    outcomes: dict[str, Any]
+    verdict: str
+
+
+class ServerFlagsSummary(_SummaryPart):
+    """The server flags chapter (analysis.server_flags.ServerFlagTables)."""
+
+    batching: FlagPart  # batching_tables.batching_table
+    slots: FlagPart  # slots_tables.slots_table
+    speculation: FlagPart  # speculation_tables.speculation_table
+    tune: TunePart
+
+
 class ReportFiles(_SummaryPart):
     """The report's files, relative to its folder."""
 
@@ -121,6 +146,7 @@ class SummaryFile(_SummaryPart):
     mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
+    server_flags: ServerFlagsSummary
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -149,6 +175,16 @@ def clean(value: Any) -> Any:
 
 def _rows(frame: pd.DataFrame) -> list[Row]:
     return [clean(row) for row in frame.to_dict("records")] if not frame.empty else []
+
+
+def _server_flags(analysis: Analysis) -> dict[str, Any]:
+    flags = analysis.server_flags
+    return {
+        "batching": {"rows": _rows(flags.batching), "verdict": flags.batching_verdict},
+        "slots": {"rows": _rows(flags.slots), "verdict": flags.slots_verdict},
+        "speculation": {"rows": _rows(flags.speculation), "verdict": flags.speculation_verdict},
+        "tune": {"trials": _rows(flags.tune.trials), "outcomes": flags.tune.outcomes, "verdict": flags.tune_verdict},
+    }
 
 
 def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
@@ -184,6 +220,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "mixed_verdict": analysis.mixed_verdict,
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
+            "server_flags": _server_flags(analysis),
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,

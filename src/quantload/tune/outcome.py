@@ -36,13 +36,13 @@ from quantload.analysis.capacity_plan import (
     plan_view,
 )
 from quantload.config import Settings
-from quantload.analysis.summary_json import clean
 from quantload.kvcache import MIB
 from quantload.rundir import write_json_atomic
 from quantload.llamacpp.server import ServerSpec
 from quantload.stack.server_variants import variant_spec
 from quantload.tune.search import TuneOutcome
 from quantload.tune.space import TuneConfig
+from quantload.tune.state_file import TUNE_JSON
 
 # llama.cpp's environment variable of each flag a configuration may set (common/arg.cpp set_env).
 ENV_OF_FLAG: dict[str, str] = {
@@ -258,7 +258,6 @@ def plan_lines(plan: QuantPlan | None, currency: str) -> list[str]:
     return lines
 
 
-TUNE_JSON = "tune.json"
 TUNE_RESULT_SCHEMA = "quantload.tune_result/1"
 
 
@@ -283,11 +282,42 @@ def quant_summary(
         "cost": {**cost.__dict__, "share": cost.share, "sentence": cost.sentence()},
         "plan": plan.to_dict() if plan is not None else None,
         "plan_lines": plan_lines(plan, settings.plan.currency),
+        "against_baseline": against_baseline(outcome),
     }
+
+
+def against_baseline(outcome: TuneOutcome) -> dict[str, Any] | None:
+    """The winner's limit and goodput against the configured flags', as ratios (the final rung's
+    trial of the winner and the baseline's search are measured alike)."""
+    best, baseline = outcome.search.winner(), outcome.baseline
+    if best is None or baseline is None:
+        return None
+
+    def ratio(mine: float | None, theirs: float | None) -> float | None:
+        return mine / theirs if mine is not None and theirs else None
+
+    limit_ratio = ratio(best.limit, baseline.limit)
+    goodput_ratio = ratio(best.goodput_rps, baseline.goodput_rps)
+    said = (
+        f"winner {best.key}: limit {best.limit:g} against {baseline.limit if baseline.limit is not None else 'none'}"
+        f" with the configured flags"
+    )
+    if limit_ratio is not None:
+        said += f" (x{limit_ratio:.2f})"
+    if goodput_ratio is not None:
+        said += f", goodput x{goodput_ratio:.2f}"
+    return {
+        "winner": best.key, "winner_limit": best.limit, "winner_goodput_rps": best.goodput_rps,
+        "winner_rung": best.rung, "baseline_limit": baseline.limit,
+        "baseline_goodput_rps": baseline.goodput_rps, "baseline_confirmed": baseline.confirmed,
+        "limit_ratio": limit_ratio, "goodput_ratio": goodput_ratio, "sentence": said,
+    }  # fmt: skip
 
 
 def write_tune_json(run_dir: Path, quant: str, summary: dict[str, Any]) -> None:
     """Add (or replace) one quantization's entry of the run's tune.json."""
+    from quantload.analysis.summary_json import clean  # the report's JSON rules (NaN to null)
+
     path = run_dir / TUNE_JSON
     current: dict[str, Any] = {}
     if path.is_file():

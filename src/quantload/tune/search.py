@@ -45,6 +45,7 @@ class TuneOutcome:
     search: SuccessiveHalving
     trials: tuple[TuneLine, ...]
     busy_s: float  # the trials' time this invocation (a resumed search: the part it ran)
+    baseline: TuneLine | None = None  # the configured flags, searched as the finalists were
 
     def config(self, key: str) -> TuneConfig:
         return next(config for config in self.configs if config.key == key)
@@ -142,6 +143,26 @@ def _run_trial(
     )  # fmt: skip
 
 
+def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine:
+    """The server as configured, searched with the final rung's repeats and time cap."""
+    final = search.rungs[-1]
+    settings = context.settings
+    limit = settings.limit.model_copy(update={"repeats": final.repeats, "time_cap_s": final.time_cap_s})
+    run = context.run.with_settings(settings.model_copy(update={"limit": limit}))
+    label = f"{EXPERIMENT} baseline"
+    run.progress(0, None, f"{context.target.name} tune: the configured flags, as the finalists were searched")
+    started = time.monotonic()
+    outcome = run_limit_search(objective_search(settings), ExperimentContext(run, context.target), variant=label)
+    goodput, tokens = _at_limit(outcome)
+    return TuneLine(
+        kind="baseline", run_id=run.run_id, quant=context.target.quant, server=context.target.name,
+        key="configured flags", rung=final.index, label=label, slots=settings.server.slots,
+        ctx_per_slot=settings.server.ctx_per_slot, cache_type=settings.server.cache_type_k,
+        limit=outcome.result.limit, confirmed=outcome.result.confirmed, goodput_rps=goodput,
+        output_tok_s=tokens, seconds=round(time.monotonic() - started, 3), why=outcome.line.sentence,
+    )  # fmt: skip
+
+
 def _progress(
     progress: ProgressCallback, search: SuccessiveHalving, trial: PlannedTrial, server: str
 ) -> ProgressCallback:
@@ -204,7 +225,14 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
         search.record(line.score())
         trials.append(line)
         busy += line.seconds
-    outcome = TuneOutcome(context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy)
+    baseline = next((line for line in earlier if line.kind == "baseline"), None)
+    if baseline is None and settings.tune.baseline:
+        baseline = _baseline(ExperimentContext(run.with_progress(run.progress), context.target), search)
+        append_tune_line(state, baseline)
+        busy += baseline.seconds
+    outcome = TuneOutcome(
+        context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy, baseline
+    )
     best = search.winner()
     append_tune_line(
         state,

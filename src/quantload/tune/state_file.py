@@ -3,8 +3,9 @@
 One `start` line per quantization when its search begins (the space's key: a hash of the space,
 the limit search, the workload and the SLO; the configurations and the rungs), one `trial` line
 as each trial ends (the configuration, the rung, the limit and goodput it measured, the memory
-its server reported, how long it took, why it could not run), and one `end` line when the search
-of that quantization is over (the winner, and whether the budget ended it). A tune interrupted
+its server reported, how long it took, why it could not run), one `baseline` line for the server's
+configured flags searched as the finalists were (`tune.baseline`), and one `end` line when the
+search of that quantization is over (the winner, and whether the budget ended it). A tune interrupted
 mid-trial loses only that trial: `--resume` records the trial lines again and goes on.
 """
 
@@ -21,6 +22,7 @@ from quantload.tune.halving import Rung, Score
 
 TUNE_SCHEMA = "quantload.tune/1"
 TUNE_JSONL = "tune.jsonl"
+TUNE_JSON = "tune.json"  # the outcome of each quantization (quantload.tune.outcome)
 
 
 class TuneLine(BaseModel):
@@ -29,7 +31,7 @@ class TuneLine(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     schema_: str = Field(default=TUNE_SCHEMA, alias="schema")
-    kind: Literal["start", "trial", "end"]
+    kind: Literal["start", "trial", "baseline", "end"]
     run_id: str
     quant: str
     server: str

@@ -7,6 +7,8 @@ with the figures it shows (see `parts.Chapter`).
   plan         the capacity plan (servers, memory, cost, request limits); when to add a server
   traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
                delivered lengths; which TTFT a reasoning model gets
+  server_flags continuous against static batching, slots at a fixed KV budget, speculative
+               decoding, the tuned flags (1 figure each)
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -25,6 +27,7 @@ from quantload.analysis.chapters import (
     model_files,
     plan,
     server,
+    server_flags,
     traffic,
     ttft,
     verdict,
@@ -38,6 +41,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     load.CHAPTER,
     plan.CHAPTER,
     traffic.CHAPTER,
+    server_flags.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,
