@@ -35,11 +35,14 @@ from quantload.steps.prepare import prepared_folder
 
 HERE = Path(__file__).resolve().parent
 MODEL = "smollm2-135m"
-# What every measured command shares: the quick profile's limit search, given the time a trial
-# takes on two shared cores, shorter prompts (prefill dominates there), and an SLO this machine
-# can meet at all (at the default TTFT p99 1 s / TPOT 100 ms no level holds on a busy 2-core box).
+# What every measured command shares: one llama.cpp thread (on two cores that other work keeps
+# busy, two threads wait on each other at every step: llama-bench tg16 measured 0.71 tok/s with
+# -t 2 against 30.5 with -t 1 at a load average of 14), the quick profile's limit search with a
+# longer time cap (a trial takes a minute or more here), shorter prompts (prefill dominates), and
+# an SLO this machine can meet (at the default TTFT p99 1 s / TPOT 100 ms barely one user holds).
 COMMON: dict[str, dict[str, Any]] = {
-    "report": {"slo_ttft_p99_s": 6.0, "slo_tpot_s": 0.5},
+    "server": {"threads": 1},
+    "report": {"slo_ttft_p99_s": 3.0, "slo_tpot_s": 0.25},
     "load": {"max_prompt_tokens": 200, "max_tokens": 32},
     "limit": {"time_cap_s": 150.0, "max_users": 16},
 }
@@ -65,7 +68,10 @@ def experiments_config(out: Path) -> dict[str, dict[str, Any]]:
         "batching": {"requests": 16},
         "slots": {"kv_cells": 4096},
         "speculation": {
-            "draft_model": str(draft), "synth_lengths": [2.0, 4.0], "requests": 6, "max_tokens": 96,
+            "draft_model": str(draft),
+            "synth_lengths": [2.0, 4.0],
+            "requests": 6,
+            "max_tokens": 96,
             "prompt_max_tokens": 200,
         },
     }
@@ -83,28 +89,45 @@ def tune_config(out: Path, finalists: int | None = None) -> dict[str, dict[str, 
     }
 
 
-def measured(name: str, command: list[str], folder: Path, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def measured(
+    name: str, command: list[str], folder: Path, config: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Run one quantload command in `folder` with `config` as its quantload.toml."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "quantload.toml").write_text(_toml(config), encoding="utf-8")
     before, since, started = os.getloadavg(), mark(), time.monotonic()
-    done = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "quantload.cli.main", *command], cwd=folder)
+    done = subprocess.run(
+        ["nice", "-n", "10", sys.executable, "-m", "quantload.cli.main", *command], cwd=folder
+    )
     wall_s, others, after = time.monotonic() - started, other_cpu_frac(since), os.getloadavg()
     out = Path(config["run"]["out"])
-    runs = sorted((p for p in out.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime) if out.is_dir() else []
+    runs = (
+        sorted((p for p in out.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        if out.is_dir()
+        else []
+    )
     return {
-        "name": name, "command": ["quantload", *command], "config": config, "exit_code": done.returncode,
-        "run_dir": str(runs[-1]) if runs else None, "wall_s": round(wall_s, 1),
-        "load_before": [round(x, 2) for x in before], "load_after": [round(x, 2) for x in after],
-        "other_cpu_frac": others, "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-    }  # fmt: skip
+        "name": name,
+        "command": ["quantload", *command],
+        "config": config,
+        "exit_code": done.returncode,
+        "run_dir": str(runs[-1]) if runs else None,
+        "wall_s": round(wall_s, 1),
+        "load_before": [round(x, 2) for x in before],
+        "load_after": [round(x, 2) for x in after],
+        "other_cpu_frac": others,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 def _save(path: Path, entry: dict[str, Any]) -> None:
     runs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     runs.append(entry)
     path.write_text(json.dumps(runs, indent=2), encoding="utf-8")
-    print(f"{entry['name']}: exit {entry['exit_code']}, {entry['wall_s']:.0f} s, run {entry['run_dir']}", flush=True)
+    print(
+        f"{entry['name']}: exit {entry['exit_code']}, {entry['wall_s']:.0f} s, run {entry['run_dir']}",
+        flush=True,
+    )
 
 
 def measure(part: str, runs: Path, work: Path) -> None:
@@ -120,7 +143,9 @@ def measure(part: str, runs: Path, work: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="step", required=True)
     run = sub.add_parser("measure")
     run.add_argument("part", choices=("experiments", "tune"))

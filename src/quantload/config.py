@@ -467,7 +467,9 @@ class TuneSettings(_Section):
         " searched (the winner against them, outside the budget)",
     )
 
-    @field_validator("slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation")
+    @field_validator(
+        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation"
+    )
     @classmethod
     def _each_once(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:
         repeated = sorted({str(v) for v in values if values.count(v) > 1})

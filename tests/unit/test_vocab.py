@@ -16,7 +16,9 @@ from quantload.models.vocab import draft_problem, read_vocab, vocab_mismatch
 TOKENS = [f"tok{n}" for n in range(300)]
 
 
-def vocab_file(path: Path, tokens: list[str] = TOKENS, model: str = "gpt2", bos: int = 1, add_bos: bool = False) -> Path:
+def vocab_file(
+    path: Path, tokens: list[str] = TOKENS, model: str = "gpt2", bos: int = 1, add_bos: bool = False
+) -> Path:
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     writer.add_tokenizer_model(model)
@@ -63,7 +65,9 @@ def test_another_vocabulary_is_named_with_what_differs(tmp_path: Path, kind: str
     draft = read_vocab(vocab_file(tmp_path / "draft.gguf", tokens, **options))  # type: ignore[arg-type]
     why = vocab_mismatch(target, draft)
     assert why is not None and says in why
-    within = read_vocab(vocab_file(tmp_path / "within.gguf", [*TOKENS, *(f"x{n}" for n in range(128))], add_bos=True))
+    within = read_vocab(
+        vocab_file(tmp_path / "within.gguf", [*TOKENS, *(f"x{n}" for n in range(128))], add_bos=True)
+    )
     assert vocab_mismatch(target, within) is None  # 128 tokens apart is still allowed
 
 
@@ -75,7 +79,7 @@ def test_the_speculation_check_refuses_a_missing_or_foreign_draft_before_any_ser
         check_draft(settings, ("none", "draft-simple", "ngram-mod"), {"Q8_0": target})
     assert "foreign.gguf" in caught.value.problem and "another vocabulary: token 5" in caught.value.problem
     gone = load_config(tmp_path, {}, {"speculation.draft_model": str(tmp_path / "gone.gguf")}).settings
-    with pytest.raises(ConfigError, match="gone.gguf does not exist"):
+    with pytest.raises(ConfigError, match=r"gone\.gguf does not exist"):
         check_draft(gone, ("draft-simple", "ngram-mod"), {"Q8_0": target})
     with pytest.raises(ConfigError, match="no speculative decoding type draft-simple"):
         check_draft(settings, ("none", "ngram-mod"), {"Q8_0": target})

@@ -37,6 +37,12 @@ def server_flag_tables(run: RunData, stages: pd.DataFrame, quants: Sequence[str]
     speculation = speculation_table(run.records, stages, variants, quants)
     tune = tune_tables(run.run_dir)
     return ServerFlagTables(
-        batching, batching_verdict(batching), slots, slots_verdict(slots), speculation,
-        speculation_verdict(speculation), tune, tune_verdict(tune),
-    )  # fmt: skip
+        batching,
+        batching_verdict(batching),
+        slots,
+        slots_verdict(slots),
+        speculation,
+        speculation_verdict(speculation),
+        tune,
+        tune_verdict(tune),
+    )

@@ -83,14 +83,21 @@ def slots_table(
     for line in lines:
         slots, cells = _slots_of(line.variant) or (0, 0)
         stage_ids = {t.stage_id for t in line.trials if t.stage_id}
-        mine = records[records["stage_id"].isin(stage_ids) & ~records["warmup"]] if not records.empty else records
+        mine = (
+            records[records["stage_id"].isin(stage_ids) & ~records["warmup"]]
+            if not records.empty
+            else records
+        )
         variant = next((v for v in variants if v.label == line.variant and v.quant == line.quant), None)
         kv = variant.kv if variant is not None and variant.kv else {}
-        refused = mine["error"].astype(str).str.contains("exceeds the available context size") if len(mine) else []
+        refused = (
+            mine["error"].astype(str).str.contains("exceeds the available context size") if len(mine) else []
+        )
         cut = (
             mine["ok"] & mine["finish_reason"].eq("length") & (mine["completion_tokens"] < mine["max_tokens"])
-            if len(mine) else []
-        )  # fmt: skip
+            if len(mine)
+            else []
+        )
         rows.append(
             {
                 "quant": line.quant,
@@ -142,7 +149,10 @@ def slots_verdict(table: pd.DataFrame) -> str:
             f" {int(enough['limit_users'])} users"
         )
         if int(most["slots"]) != int(enough["slots"]):
-            said += f", within {1 - PAYING_FRAC:.0%} of the most any count held ({int(best)} at -np {int(most['slots'])})"
+            said += (
+                f", within {1 - PAYING_FRAC:.0%} of the most any count held ({int(best)} at"
+                f" -np {int(most['slots'])})"
+            )
         said += "; more slots stop paying there"
         unfit = group[(group["refused"] > 0) | (group["cut"] > 0)]
         if not unfit.empty:

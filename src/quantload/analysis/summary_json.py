@@ -183,7 +183,11 @@ def _server_flags(analysis: Analysis) -> dict[str, Any]:
         "batching": {"rows": _rows(flags.batching), "verdict": flags.batching_verdict},
         "slots": {"rows": _rows(flags.slots), "verdict": flags.slots_verdict},
         "speculation": {"rows": _rows(flags.speculation), "verdict": flags.speculation_verdict},
-        "tune": {"trials": _rows(flags.tune.trials), "outcomes": flags.tune.outcomes, "verdict": flags.tune_verdict},
+        "tune": {
+            "trials": _rows(flags.tune.trials),
+            "outcomes": flags.tune.outcomes,
+            "verdict": flags.tune_verdict,
+        },
     }
 
 

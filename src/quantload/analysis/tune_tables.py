@@ -20,9 +20,19 @@ import pandas as pd
 from quantload.tune.state_file import TUNE_JSON, TUNE_JSONL, read_tune
 
 TRIAL_COLUMNS = (
-    "quant", "key", "rung", "limit", "confirmed", "goodput_rps", "memory_mib", "kv_mib", "seconds", "ran",
-    "why", "baseline",
-)  # fmt: skip
+    "quant",
+    "key",
+    "rung",
+    "limit",
+    "confirmed",
+    "goodput_rps",
+    "memory_mib",
+    "kv_mib",
+    "seconds",
+    "ran",
+    "why",
+    "baseline",
+)
 
 
 @dataclass(frozen=True)
@@ -39,11 +49,19 @@ def tune_tables(run_dir: Path) -> TuneTables:
     lines = read_tune(run_dir / TUNE_JSONL)
     rows = [
         {
-            "quant": line.quant, "key": line.key, "rung": (line.rung or 0) + 1, "limit": line.limit,
-            "confirmed": line.confirmed, "goodput_rps": line.goodput_rps, "memory_mib": line.memory_mib,
-            "kv_mib": line.kv_mib, "seconds": line.seconds, "ran": line.ran, "why": line.why,
+            "quant": line.quant,
+            "key": line.key,
+            "rung": (line.rung or 0) + 1,
+            "limit": line.limit,
+            "confirmed": line.confirmed,
+            "goodput_rps": line.goodput_rps,
+            "memory_mib": line.memory_mib,
+            "kv_mib": line.kv_mib,
+            "seconds": line.seconds,
+            "ran": line.ran,
+            "why": line.why,
             "baseline": line.kind == "baseline",
-        }  # fmt: skip
+        }
         for line in lines
         if line.kind in ("trial", "baseline")
     ]

@@ -22,16 +22,30 @@ def _cell(value: Any, digits: int = 1) -> str:
 def _ranking(quant: str, summary: dict[str, Any]) -> Table:
     unit = "users" if summary["objective"] == "users" else "req/s"
     table = Table(
-        "#", "configuration", "rung", f"limit ({unit})", "confirmed", "goodput req/s", "memory MiB",
-        "KV MiB", "trials s", title=f"quantload tune {quant}: configurations, best first",
-    )  # fmt: skip
+        "#",
+        "configuration",
+        "rung",
+        f"limit ({unit})",
+        "confirmed",
+        "goodput req/s",
+        "memory MiB",
+        "KV MiB",
+        "trials s",
+        title=f"quantload tune {quant}: configurations, best first",
+    )
     for row in summary["ranking"]:
         limit = "did not run" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
         table.add_row(
-            str(row["rank"]), row["key"], str(row["rung"] + 1), limit, "yes" if row["confirmed"] else "no",
-            _cell(row["goodput_rps"], 2), _cell(row["memory_mib"], 0), _cell(row["kv_mib"], 0),
+            str(row["rank"]),
+            row["key"],
+            str(row["rung"] + 1),
+            limit,
+            "yes" if row["confirmed"] else "no",
+            _cell(row["goodput_rps"], 2),
+            _cell(row["memory_mib"], 0),
+            _cell(row["kv_mib"], 0),
             _cell(row["seconds"], 0),
-        )  # fmt: skip
+        )
     return table
 
 
@@ -62,12 +76,20 @@ def register(app: typer.Typer) -> None:
     @app.command("tune")
     def tune(
         ctx: typer.Context,
-        model: str | None = typer.Option(None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny or a local F16 .gguf"),
+        model: str | None = typer.Option(
+            None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny or a local F16 .gguf"
+        ),
         quants: str | None = typer.Option(None, "--quants", help="Quantizations to tune, e.g. Q8_0,Q4_K_M."),
-        profile: str | None = typer.Option(None, "--profile", help="quick, full or ci (the limit search's presets)."),
+        profile: str | None = typer.Option(
+            None, "--profile", help="quick, full or ci (the limit search's presets)."
+        ),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
-        resume: Path | None = typer.Option(None, "--resume", help="Go on with the tune in this run directory."),
-        budget: float | None = typer.Option(None, "--budget", help="Seconds per quantization (tune.budget_s)."),
+        resume: Path | None = typer.Option(
+            None, "--resume", help="Go on with the tune in this run directory."
+        ),
+        budget: float | None = typer.Option(
+            None, "--budget", help="Seconds per quantization (tune.budget_s)."
+        ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:

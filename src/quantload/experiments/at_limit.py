@@ -5,7 +5,8 @@ The experiments that vary batching or speculation measure at the most users the 
 configured holds within the SLO. Where this run's `limit_users` search of the same server has
 already found it (limits.jsonl, the server as configured), that is the level; otherwise the
 experiment searches it itself on the server as it stands, and files the search under its own
-variant name (so the capacity verdict, which is about the run's own search, leaves it out).
+variant name (so the capacity verdict, which is about the run's own search, leaves it out). Where
+no level held the SLO, the level is one user.
 """
 
 from __future__ import annotations
@@ -34,14 +35,13 @@ class AtLimit:
 
 
 def found_users(context: ExperimentContext) -> LimitLine | None:
-    """This run's finished `limit_users` search of the target's server as configured, if any."""
+    """This run's latest `limit_users` search of the target's server as configured, if any."""
     lines = [
         line
         for line in context.run.run_dir.limits()
         if line.experiment == "limit_users" and line.server == context.target.name and line.variant is None
     ]
-    held = [line for line in lines if line.limit is not None]
-    return held[-1] if held else None
+    return lines[-1] if lines else None
 
 
 def users_at_limit(context: ExperimentContext, asked: int, experiment: str) -> AtLimit:
@@ -50,7 +50,9 @@ def users_at_limit(context: ExperimentContext, asked: int, experiment: str) -> A
     if asked > 0:
         return AtLimit(asked, f"{asked} users as set ({experiment}.users)")
     line = found_users(context)
-    if line is not None and line.limit is not None:
+    if line is not None:
+        if line.limit is None:
+            return AtLimit(1, f"1 user: this run's search found no level within the SLO ({line.sentence})")
         return AtLimit(int(line.limit), f"the limit this run's search found ({line.sentence})")
     outcome = run_limit_search("limit_users", context, variant=f"{experiment}: limit as configured")
     found = outcome.result.limit

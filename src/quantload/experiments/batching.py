@@ -63,23 +63,48 @@ def batching_plan(
     state = STATE.format(mode="static" if flags is STATIC else "continuous")
     if rate_rps is None:
         stage = stage_plan(
-            load, invocation, 0, NAME, users, drawn, repeat=repeat, cache_prompt=False,
-            timeout_s=batching.stage_timeout_s, phase="closed", server_args=flags.label, server_state=state,
-        )  # fmt: skip
+            load,
+            invocation,
+            0,
+            NAME,
+            users,
+            drawn,
+            repeat=repeat,
+            cache_prompt=False,
+            timeout_s=batching.stage_timeout_s,
+            phase="closed",
+            server_args=flags.label,
+            server_state=state,
+        )
     else:
         stage = stage_plan(
-            load, invocation, 0, NAME, load.open_loop_users, drawn, arrival="poisson", rate_rps=rate_rps,
-            requests=poisson_requests(drawn, rate_rps, load.seed + repeat), repeat=repeat,
-            cache_prompt=False, timeout_s=batching.stage_timeout_s, phase="poisson",
-            server_args=flags.label, server_state=state,
-        )  # fmt: skip
+            load,
+            invocation,
+            0,
+            NAME,
+            load.open_loop_users,
+            drawn,
+            arrival="poisson",
+            rate_rps=rate_rps,
+            requests=poisson_requests(drawn, rate_rps, load.seed + repeat),
+            repeat=repeat,
+            cache_prompt=False,
+            timeout_s=batching.stage_timeout_s,
+            phase="poisson",
+            server_args=flags.label,
+            server_state=state,
+        )
     return assemble_plan(load, target, run_id, invocation, [drawn], [stage])
 
 
 def _stages(
-    context: ExperimentContext, target: ServedTarget, drawn: StageRequests, flags: ServerFlags,
-    users: int, rate_rps: float | None,
-) -> list[StageSummary]:  # fmt: skip
+    context: ExperimentContext,
+    target: ServedTarget,
+    drawn: StageRequests,
+    flags: ServerFlags,
+    users: int,
+    rate_rps: float | None,
+) -> list[StageSummary]:
     summaries: list[StageSummary] = []
     for repeat in range(context.settings.batching.repeats):
         invocation = f"{invocation_id(NAME, target)}-{'p' if rate_rps else 'c'}"
@@ -101,7 +126,8 @@ def run(context: ExperimentContext) -> ExperimentRun:
     batching = settings.batching
     if context.servers is None:
         raise ConfigError(
-            "the batching experiment restarts llama-server with -cb and -nocb", "run it through `quantload run`"
+            "the batching experiment restarts llama-server with -cb and -nocb",
+            "run it through `quantload run`",
         )
     at_limit = users_at_limit(context, batching.users, NAME)
     summaries: list[StageSummary] = []

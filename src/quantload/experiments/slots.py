@@ -77,7 +77,9 @@ def check(preflight: Preflight) -> None:
 
 def run(context: ExperimentContext) -> ExperimentRun:
     if context.servers is None:
-        raise ConfigError("the slots experiment restarts llama-server with each -np", "run it through `quantload run`")
+        raise ConfigError(
+            "the slots experiment restarts llama-server with each -np", "run it through `quantload run`"
+        )
     summaries: list[StageSummary] = []
     failed: list[str] = []
     layouts = slot_layouts(context.settings)

@@ -82,9 +82,10 @@ def check_before(target: ServedTarget, startup_log: str) -> SpeculationCheck:
         speculative = None
     if speculative is False:
         return SpeculationCheck(
-            speculating=False, why="not speculating: /slots says its slots are not speculative",
+            speculating=False,
+            why="not speculating: /slots says its slots are not speculative",
             slots_speculative=False,
-        )  # fmt: skip
+        )
     said = "/slots says every slot speculates" if speculative else "/slots does not say"
     return SpeculationCheck(speculating=True, why=said, slots_speculative=speculative)
 
@@ -106,7 +107,11 @@ def check_after(
         unread = f"/metrics could not be read ({type(error).__name__})"
     drafted = counters.get("draft_tokens", 0.0) + sum(request_drafts)
     if drafted <= 0:
-        where = "in /metrics or in any request's timings" if not unread else f"in any request's timings ({unread})"
+        where = (
+            "in /metrics or in any request's timings"
+            if not unread
+            else f"in any request's timings ({unread})"
+        )
         why = f"not speculating: no draft token was counted over {requests} requests {where}"
         return before.model_copy(update={"speculating": False, "why": why, **counters})
     return before.model_copy(update=counters)

@@ -172,10 +172,18 @@ def _stages(
             drawn = traffic(settings, kind, max(spec.requests, 2 * users), context.run.cwd)
             invocation = f"{invocation_id(NAME, target)}-{kind}-{users}"
             stage = stage_plan(
-                settings.load, invocation, 0, NAME, users, drawn, cache_prompt=False,
-                timeout_s=spec.stage_timeout_s, phase=f"{kind} traffic", server_args=variant.flags.label,
+                settings.load,
+                invocation,
+                0,
+                NAME,
+                users,
+                drawn,
+                cache_prompt=False,
+                timeout_s=spec.stage_timeout_s,
+                phase=f"{kind} traffic",
+                server_args=variant.flags.label,
                 server_state=f"cache_prompt off; {variant.flags.label}",
-            )  # fmt: skip
+            )
             plan = assemble_plan(settings.load, target, context.run.run_id, invocation, [drawn], [stage])
             summaries += run_stages(context, plan).summaries
     return summaries

@@ -62,7 +62,9 @@ def server_build(toolchain: Toolchain) -> ServerBuild:
             [str(binary), "--help"], capture_output=True, text=True, timeout=HELP_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise ToolchainError(f"{binary} --help did not run: {error}", "rebuild it: quantload toolchain") from None
+        raise ToolchainError(
+            f"{binary} --help did not run: {error}", "rebuild it: quantload toolchain"
+        ) from None
     build = parse_server_help(done.stdout + done.stderr)
     if not build.cache_types or "--parallel" not in build.flags:
         raise ToolchainError(

@@ -21,10 +21,14 @@ CHECK_FROM_TOKEN_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
 TOKENS_KEY = "tokenizer.ggml.tokens"
 VOCAB_KEYS = frozenset(
     {
-        TOKENS_KEY, "tokenizer.ggml.model", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
-        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+        TOKENS_KEY,
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.add_bos_token",
+        "tokenizer.ggml.add_eos_token",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,10 @@ def vocab_mismatch(target: Vocab, draft: Vocab) -> str | None:
     ):
         draft_added = draft.add_bos if what == "BOS" else draft.add_eos
         if bool(draft_added) != bool(added) or (added and mine != theirs):
-            return f"{what} token differs (added {draft_added}, id {mine}; the target's: added {added}, id {theirs})"
+            return (
+                f"{what} token differs (added {draft_added}, id {mine}; the target's: added {added},"
+                f" id {theirs})"
+            )
     size_gap = abs(len(target.tokens) - len(draft.tokens))
     if size_gap > MAX_SIZE_DIFFERENCE:
         return (
@@ -81,8 +88,7 @@ def vocab_mismatch(target: Vocab, draft: Vocab) -> str | None:
     for token_id in range(CHECK_FROM_TOKEN_ID, min(len(target.tokens), len(draft.tokens))):
         if target.tokens[token_id] != draft.tokens[token_id]:
             return (
-                f"token {token_id} is {draft.tokens[token_id]!r}, the target's is"
-                f" {target.tokens[token_id]!r}"
+                f"token {token_id} is {draft.tokens[token_id]!r}, the target's is {target.tokens[token_id]!r}"
             )
     return None
 

@@ -99,7 +99,8 @@ class ServerVariants:
         port = server.port
         self._restart(variant_spec(dataclasses.replace(server.spec, port=port), flags), port)
         kv, why = _kv(server)
-        return ServedVariant(self.target.model_copy(update={"url": server.url}), flags, kv, why, server.launch_log_text())
+        target = self.target.model_copy(update={"url": server.url})
+        return ServedVariant(target, flags, kv, why, server.launch_log_text())
 
     def _restart(self, spec: ServerSpec, port: int) -> None:
         server = self.server

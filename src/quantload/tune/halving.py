@@ -162,9 +162,7 @@ class SuccessiveHalving:
             if score.key not in best or score.rung >= best[score.key].rung:
                 best[score.key] = score
         position = {key: n for n, key in enumerate(self.keys)}
-        return sorted(
-            best.values(), key=lambda s: (-s.rung, -s.order()[0], -s.order()[1], position[s.key])
-        )
+        return sorted(best.values(), key=lambda s: (-s.rung, -s.order()[0], -s.order()[1], position[s.key]))
 
     def winner(self) -> Score | None:
         """The best configuration measured (None when no trial ran or none held the SLO)."""

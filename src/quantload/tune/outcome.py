@@ -37,8 +37,8 @@ from quantload.analysis.capacity_plan import (
 )
 from quantload.config import Settings
 from quantload.kvcache import MIB
-from quantload.rundir import write_json_atomic
 from quantload.llamacpp.server import ServerSpec
+from quantload.rundir import write_json_atomic
 from quantload.stack.server_variants import variant_spec
 from quantload.tune.search import TuneOutcome
 from quantload.tune.space import TuneConfig
@@ -100,13 +100,21 @@ def ranking(outcome: TuneOutcome) -> list[RankedRow]:
         line = outcome.trial(score.key, score.rung)
         rows.append(
             RankedRow(
-                rank=rank, key=score.key, rung=score.rung, final=score.rung == last, limit=score.limit,
-                confirmed=score.confirmed, goodput_rps=score.goodput_rps,
-                output_tok_s=line.output_tok_s if line else None, memory_mib=line.memory_mib if line else None,
-                kv_mib=line.kv_mib if line else None, seconds=round(seconds.get(score.key, 0.0), 1),
-                ran=score.ran, why=score.why,
+                rank=rank,
+                key=score.key,
+                rung=score.rung,
+                final=score.rung == last,
+                limit=score.limit,
+                confirmed=score.confirmed,
+                goodput_rps=score.goodput_rps,
+                output_tok_s=line.output_tok_s if line else None,
+                memory_mib=line.memory_mib if line else None,
+                kv_mib=line.kv_mib if line else None,
+                seconds=round(seconds.get(score.key, 0.0), 1),
+                ran=score.ran,
+                why=score.why,
             )
-        )  # fmt: skip
+        )
     return rows
 
 
@@ -150,7 +158,9 @@ def compose_override(config: TuneConfig, settings: Settings, quant: str) -> str:
     lines = ["services:", f"  {compose_service(quant)}:", "    environment:"]
     lines += [f'      {name}: "{value}"' for name, value in variables.items()]
     if "--spec-default" in args:
-        lines.append("      # --spec-default's n-gram sizes (24/48/64) have no variables: add them to the command")
+        lines.append(
+            "      # --spec-default's n-gram sizes (24/48/64) have no variables: add them to the command"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -207,9 +217,12 @@ def winner_plan(outcome: TuneOutcome, settings: Settings, model_size_bytes: int)
     users = int(best.limit) if settings.tune.objective == "users" and best.limit is not None else None
     rps = best.limit if settings.tune.objective == "rate" else best.goodput_rps
     limit = MeasuredLimit(
-        outcome.quant, users, rps, line.output_tok_s if line else None,
+        outcome.quant,
+        users,
+        rps,
+        line.output_tok_s if line else None,
         f"quantload tune's winner ({best.key}), rung {best.rung + 1}",
-    )  # fmt: skip
+    )
     memory = None
     if line is not None and line.kv_mib is not None:
         kv_bytes = round(line.kv_mib * MIB)
@@ -248,11 +261,15 @@ def plan_lines(plan: QuantPlan | None, currency: str) -> list[str]:
         memory = plan.memory
         fits = "" if memory.fits is None else (" (fits the budget)" if memory.fits else " (over the budget)")
         lines.append(
-            f"memory per server: {memory.total_bytes / MIB:,.0f} MiB (weights {memory.weights_bytes / MIB:,.0f},"
-            f" KV {(memory.kv_bytes or 0) / MIB:,.0f}, buffers {(memory.buffers_bytes or 0) / MIB:,.0f}){fits}"
+            f"memory per server: {memory.total_bytes / MIB:,.0f} MiB (weights"
+            f" {memory.weights_bytes / MIB:,.0f}, KV {(memory.kv_bytes or 0) / MIB:,.0f}, buffers"
+            f" {(memory.buffers_bytes or 0) / MIB:,.0f}){fits}"
         )
     if plan.costs is not None and plan.costs.per_million_output_at_limit is not None:
-        lines.append(f"cost per million output tokens at the limit: {plan.costs.per_million_output_at_limit:.3g} {currency}")
+        lines.append(
+            f"cost per million output tokens at the limit:"
+            f" {plan.costs.per_million_output_at_limit:.3g} {currency}"
+        )
     if plan.by_rate is None and plan.by_users is None:
         lines.append("no target load set: plan.target_rps or plan.target_users gives a server count")
     return lines
@@ -298,20 +315,24 @@ def against_baseline(outcome: TuneOutcome) -> dict[str, Any] | None:
 
     limit_ratio = ratio(best.limit, baseline.limit)
     goodput_ratio = ratio(best.goodput_rps, baseline.goodput_rps)
-    said = (
-        f"winner {best.key}: limit {best.limit:g} against {baseline.limit if baseline.limit is not None else 'none'}"
-        f" with the configured flags"
-    )
+    theirs = f"{baseline.limit:g}" if baseline.limit is not None else "none held"
+    said = f"winner {best.key}: limit {best.limit:g} against {theirs} with the configured flags"
     if limit_ratio is not None:
         said += f" (x{limit_ratio:.2f})"
     if goodput_ratio is not None:
         said += f", goodput x{goodput_ratio:.2f}"
     return {
-        "winner": best.key, "winner_limit": best.limit, "winner_goodput_rps": best.goodput_rps,
-        "winner_rung": best.rung, "baseline_limit": baseline.limit,
-        "baseline_goodput_rps": baseline.goodput_rps, "baseline_confirmed": baseline.confirmed,
-        "limit_ratio": limit_ratio, "goodput_ratio": goodput_ratio, "sentence": said,
-    }  # fmt: skip
+        "winner": best.key,
+        "winner_limit": best.limit,
+        "winner_goodput_rps": best.goodput_rps,
+        "winner_rung": best.rung,
+        "baseline_limit": baseline.limit,
+        "baseline_goodput_rps": baseline.goodput_rps,
+        "baseline_confirmed": baseline.confirmed,
+        "limit_ratio": limit_ratio,
+        "goodput_ratio": goodput_ratio,
+        "sentence": said,
+    }
 
 
 def write_tune_json(run_dir: Path, quant: str, summary: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from quantload.kvcheck import KvCheck
 from quantload.load import SearchExperiment
 from quantload.progress import ProgressCallback
 from quantload.text_format import duration
-from quantload.tune.halving import PlannedTrial, Score, SuccessiveHalving, plan_rungs
+from quantload.tune.halving import PlannedTrial, SuccessiveHalving, plan_rungs
 from quantload.tune.space import TuneConfig, configurations, space_key
 from quantload.tune.state_file import TUNE_JSONL, TuneLine, append_tune_line, lines_of, read_tune, rung_dicts
 
@@ -113,12 +113,22 @@ def _run_trial(
     settings = context.settings
     label = f"{EXPERIMENT} r{trial.rung.index} {config.key}"
     flags = config.server_flags(settings, label)
-    trial_run = context.run.with_settings(_trial_settings(settings, trial, search.budget_s - search.elapsed_s))
+    trial_run = context.run.with_settings(
+        _trial_settings(settings, trial, search.budget_s - search.elapsed_s)
+    )
     base = TuneLine(
-        kind="trial", run_id=context.run.run_id, quant=context.target.quant, server=context.target.name,
-        key=config.key, rung=trial.rung.index, label=label, args=list(flags.extra_args), slots=config.slots,
-        ctx_per_slot=config.ctx_per_slot, cache_type=config.cache_type,
-    )  # fmt: skip
+        kind="trial",
+        run_id=context.run.run_id,
+        quant=context.target.quant,
+        server=context.target.name,
+        key=config.key,
+        rung=trial.rung.index,
+        label=label,
+        args=list(flags.extra_args),
+        slots=config.slots,
+        ctx_per_slot=config.ctx_per_slot,
+        cache_type=config.cache_type,
+    )
     started = time.monotonic()
     try:
         with context.servers.variant(flags) as variant:
@@ -133,14 +143,18 @@ def _run_trial(
     goodput, tokens = _at_limit(outcome)
     return base.model_copy(
         update={
-            "limit": outcome.result.limit, "confirmed": outcome.result.confirmed, "goodput_rps": goodput,
-            "output_tok_s": tokens, "memory_mib": memory_mib(variant),
+            "limit": outcome.result.limit,
+            "confirmed": outcome.result.confirmed,
+            "goodput_rps": goodput,
+            "output_tok_s": tokens,
+            "memory_mib": memory_mib(variant),
             "kv_mib": variant.kv.predicted_mib if variant.kv is not None else None,
             "model_mib": variant.kv.buffer_mib("model") if variant.kv is not None else None,
             "buffers_mib": _buffers_mib(variant.kv),
-            "seconds": round(time.monotonic() - started, 3), "why": outcome.line.sentence,
+            "seconds": round(time.monotonic() - started, 3),
+            "why": outcome.line.sentence,
         }
-    )  # fmt: skip
+    )
 
 
 def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine:
@@ -152,15 +166,28 @@ def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine
     label = f"{EXPERIMENT} baseline"
     run.progress(0, None, f"{context.target.name} tune: the configured flags, as the finalists were searched")
     started = time.monotonic()
-    outcome = run_limit_search(objective_search(settings), ExperimentContext(run, context.target), variant=label)
+    outcome = run_limit_search(
+        objective_search(settings), ExperimentContext(run, context.target), variant=label
+    )
     goodput, tokens = _at_limit(outcome)
     return TuneLine(
-        kind="baseline", run_id=run.run_id, quant=context.target.quant, server=context.target.name,
-        key="configured flags", rung=final.index, label=label, slots=settings.server.slots,
-        ctx_per_slot=settings.server.ctx_per_slot, cache_type=settings.server.cache_type_k,
-        limit=outcome.result.limit, confirmed=outcome.result.confirmed, goodput_rps=goodput,
-        output_tok_s=tokens, seconds=round(time.monotonic() - started, 3), why=outcome.line.sentence,
-    )  # fmt: skip
+        kind="baseline",
+        run_id=run.run_id,
+        quant=context.target.quant,
+        server=context.target.name,
+        key="configured flags",
+        rung=final.index,
+        label=label,
+        slots=settings.server.slots,
+        ctx_per_slot=settings.server.ctx_per_slot,
+        cache_type=settings.server.cache_type_k,
+        limit=outcome.result.limit,
+        confirmed=outcome.result.confirmed,
+        goodput_rps=goodput,
+        output_tok_s=tokens,
+        seconds=round(time.monotonic() - started, 3),
+        why=outcome.line.sentence,
+    )
 
 
 def _progress(
@@ -189,7 +216,9 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
     trials already there are taken as measured and the search goes on from them."""
     settings, run = context.settings, context.run
     if context.servers is None:
-        raise ConfigError("quantload tune restarts llama-server with each configuration", "run it through quantload")
+        raise ConfigError(
+            "quantload tune restarts llama-server with each configuration", "run it through quantload"
+        )
     configs = configurations(settings)
     search = new_search(settings, [config.key for config in configs])
     state = run.run_dir.path / TUNE_JSONL
@@ -208,19 +237,27 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
         append_tune_line(
             state,
             TuneLine(
-                kind="start", run_id=run.run_id, quant=context.target.quant, server=context.target.name,
-                space_key=key, objective=settings.tune.objective, configs=[c.key for c in configs],
-                rungs=rung_dicts(search.rungs), budget_s=settings.tune.budget_s,
+                kind="start",
+                run_id=run.run_id,
+                quant=context.target.quant,
+                server=context.target.name,
+                space_key=key,
+                objective=settings.tune.objective,
+                configs=[c.key for c in configs],
+                rungs=rung_dicts(search.rungs),
+                budget_s=settings.tune.budget_s,
             ),
-        )  # fmt: skip
+        )
     busy = 0.0
     by_key = {config.key: config for config in configs}
     while (trial := search.next_trial()) is not None:
         shown = _progress(run.progress, search, trial, context.target.name)
         line = _run_trial(
             ExperimentContext(run.with_progress(shown), context.target, context.servers),
-            by_key[trial.key], trial, search,
-        )  # fmt: skip
+            by_key[trial.key],
+            trial,
+            search,
+        )
         append_tune_line(state, line)
         search.record(line.score())
         trials.append(line)
@@ -237,10 +274,16 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
     append_tune_line(
         state,
         TuneLine(
-            kind="end", run_id=run.run_id, quant=context.target.quant, server=context.target.name,
-            winner=best.key if best is not None else None, ending=outcome.ending,
+            kind="end",
+            run_id=run.run_id,
+            quant=context.target.quant,
+            server=context.target.name,
+            winner=best.key if best is not None else None,
+            ending=outcome.ending,
             seconds=round(search.elapsed_s, 3),
         ),
-    )  # fmt: skip
-    run.progress(search.planned_trials, search.planned_trials, f"{context.target.name} tune: {outcome.ending}")
+    )
+    run.progress(
+        search.planned_trials, search.planned_trials, f"{context.target.name} tune: {outcome.ending}"
+    )
     return outcome

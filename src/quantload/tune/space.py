@@ -69,9 +69,12 @@ class TuneConfig:
     def server_flags(self, settings: Settings, label: str) -> ServerFlags:
         """The variant of the server this configuration is."""
         return ServerFlags(
-            slots=self.slots, ctx_per_slot=self.ctx_per_slot, cache_type=self.cache_type,
-            extra_args=self.args(settings), label=label,
-        )  # fmt: skip
+            slots=self.slots,
+            ctx_per_slot=self.ctx_per_slot,
+            cache_type=self.cache_type,
+            extra_args=self.args(settings),
+            label=label,
+        )
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -87,9 +90,14 @@ def configurations(settings: Settings) -> list[TuneConfig]:
     tune = settings.tune
     ctx = tune.ctx_per_slot or settings.server.ctx_per_slot
     grid = itertools.product(
-        tune.slots, tune.batch_sizes, tune.cache_types, tune.flash_attn, tune.threads, tune.batching,
+        tune.slots,
+        tune.batch_sizes,
+        tune.cache_types,
+        tune.flash_attn,
+        tune.threads,
+        tune.batching,
         tune.speculation,
-    )  # fmt: skip
+    )
     made = (TuneConfig(s, ctx, b, c, f, t, bt, sp) for s, b, c, f, t, bt, sp in grid)
     return [config for config in made if runnable(config)]
 
@@ -108,7 +116,9 @@ def space_key(settings: Settings) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def check_space(settings: Settings, build: ServerBuild, models: Mapping[str, Path] | None = None) -> list[TuneConfig]:
+def check_space(
+    settings: Settings, build: ServerBuild, models: Mapping[str, Path] | None = None
+) -> list[TuneConfig]:
     """The space's configurations; ConfigError (one line) for what this build or these models
     cannot run, a budget shorter than one trial, or a space with nothing left."""
     tune = settings.tune

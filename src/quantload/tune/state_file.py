@@ -69,7 +69,14 @@ class TuneLine(BaseModel):
         """A trial line as the search's score."""
         assert self.kind == "trial" and self.key is not None and self.rung is not None
         return Score(
-            self.key, self.rung, self.limit, self.goodput_rps, self.confirmed, self.seconds, self.ran, self.why
+            self.key,
+            self.rung,
+            self.limit,
+            self.goodput_rps,
+            self.confirmed,
+            self.seconds,
+            self.ran,
+            self.why,
         )
 
     @classmethod

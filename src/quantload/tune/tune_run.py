@@ -90,14 +90,21 @@ def tune_models(
     quants = models.quants(settings.model.quants)
     check_space(settings, build, {quant: models.path(quant) for quant in quants})
     context = RunContext(
-        RunDir(run_dir), run_dir.name, settings, warn=view.message, loadgen_port=free_port(),
-        cwd=cwd or Path.cwd(), environ=environ,
-    )  # fmt: skip
+        RunDir(run_dir),
+        run_dir.name,
+        settings,
+        warn=view.message,
+        loadgen_port=free_port(),
+        cwd=cwd or Path.cwd(),
+        environ=environ,
+    )
     state = run_dir / TUNE_JSONL
     done: list[QuantTune] = []
     for quant in quants:
         progress = view.step(f"tune {quant}")
-        server = steps.server(toolchain, models.path(quant), server_alias(models.model_name, quant), quant, run_dir)
+        server = steps.server(
+            toolchain, models.path(quant), server_alias(models.model_name, quant), quant, run_dir
+        )
         with contextlib.ExitStack() as stack:
             stack.callback(server.stop)
             server.start()

@@ -33,17 +33,33 @@ def limits(table: dict[str, float | None], seconds: float = 10.0) -> Callable[[P
 def test_rungs_shrink_by_eta_to_the_finalists_and_grow_longer() -> None:
     rungs = plan_rungs(8, eta=3, finalists=2, short_trial_s=60, final_cap_s=300, confirm_repeats=3)
     assert [(r.size, r.time_cap_s, r.repeats, r.final) for r in rungs] == [
-        (8, 60, 1, False), (3, 180, 1, False), (2, 300, 3, True),
-    ]  # fmt: skip
+        (8, 60, 1, False),
+        (3, 180, 1, False),
+        (2, 300, 3, True),
+    ]
     assert [r.size for r in plan_rungs(2, 3, 2, 60, 300, 3)] == [2]  # no larger than the finalists: one rung
     assert plan_rungs(27, 3, 1, 10, 1000, 2)[-1].size == 1
-    assert [r.time_cap_s for r in plan_rungs(27, 3, 1, 10, 50, 2)] == [10, 30, 50, 50]  # capped by the search's own
+    assert [r.time_cap_s for r in plan_rungs(27, 3, 1, 10, 50, 2)] == [
+        10,
+        30,
+        50,
+        50,
+    ]  # capped by the search's own
     with pytest.raises(ValueError):
         plan_rungs(0, 3, 2, 60, 300, 3)
 
 
 def test_the_best_third_is_promoted_each_rung_and_the_winner_is_the_best_finalist() -> None:
-    table: dict[str, float | None] = {"c0": 2, "c1": 4, "c2": None, "c3": 8, "c4": 6, "c5": 1, "c6": 7, "c7": 3}
+    table: dict[str, float | None] = {
+        "c0": 2,
+        "c1": 4,
+        "c2": None,
+        "c3": 8,
+        "c4": 6,
+        "c5": 1,
+        "c6": 7,
+        "c7": 3,
+    }
     search = SuccessiveHalving(KEYS, plan_rungs(8, 3, 2, 60, 300, 3), budget_s=1e9)
     asked = drive(search, limits(table))
     assert [t.key for t in asked if t.rung.index == 0] == list(KEYS)
@@ -58,8 +74,14 @@ def test_the_best_third_is_promoted_each_rung_and_the_winner_is_the_best_finalis
 
 def test_goodput_breaks_a_tie_and_a_trial_that_did_not_run_ranks_last() -> None:
     search = SuccessiveHalving(("a", "b", "c"), plan_rungs(3, 3, 1, 60, 300, 1), budget_s=1e9)
-    scores = {"a": Score("a", 0, 4, 1.0), "b": Score("b", 0, 4, 2.5), "c": Score("c", 0, None, None, ran=False)}
-    first = drive(search, lambda trial: scores[trial.key] if trial.rung.index == 0 else Score(trial.key, 1, 4, 2.0))
+    scores = {
+        "a": Score("a", 0, 4, 1.0),
+        "b": Score("b", 0, 4, 2.5),
+        "c": Score("c", 0, None, None, ran=False),
+    }
+    first = drive(
+        search, lambda trial: scores[trial.key] if trial.rung.index == 0 else Score(trial.key, 1, 4, 2.0)
+    )
     assert [t.key for t in first if t.rung.index == 1] == ["b"]
     assert [s.key for s in search.ranking()] == ["b", "a", "c"]
 

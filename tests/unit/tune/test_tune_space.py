@@ -16,7 +16,9 @@ from quantload.tune.outcome import compose_override, env_lines, flag_environment
 from quantload.tune.space import check_space, configurations, space_key
 
 BUILD = ServerBuild(
-    frozenset({"-np", "--parallel", "-nocb"}), ("f32", "f16", "q8_0", "q4_0"), ("none", "draft-simple", "ngram-mod")
+    frozenset({"-np", "--parallel", "-nocb"}),
+    ("f32", "f16", "q8_0", "q4_0"),
+    ("none", "draft-simple", "ngram-mod"),
 )
 HELP = """\
 -t,    --threads N                      number of CPU threads to use during generation (default: -1)
@@ -38,7 +40,17 @@ def settings(tmp_path: Path, **flags: object):  # type: ignore[no-untyped-def]
 
 def test_the_help_text_says_the_flags_and_types_the_build_accepts() -> None:
     build = parse_server_help(HELP)
-    assert {"-t", "--threads", "-b", "-ctk", "-np", "--parallel", "-cb", "-nocb", "--no-cont-batching"} <= build.flags
+    assert {
+        "-t",
+        "--threads",
+        "-b",
+        "-ctk",
+        "-np",
+        "--parallel",
+        "-cb",
+        "-nocb",
+        "--no-cont-batching",
+    } <= build.flags
     assert build.cache_types == ("f32", "f16", "bf16", "q8_0")
     assert build.spec_types == ("none", "draft-simple", "ngram-mod")
 
@@ -48,13 +60,34 @@ def test_the_default_space_is_small_and_every_configuration_has_its_own_key(tmp_
     assert len(found) == 8 and len({c.key for c in found}) == 8
     first = found[0]
     assert first.key == "np4 b2048/512 kv-f16 fa-auto t0 cb spec-none"
-    assert first.args(settings(tmp_path)) == ("-b", "2048", "-ub", "512", "-fa", "auto", "-cb", "--spec-type", "none")
+    assert first.args(settings(tmp_path)) == (
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "-fa",
+        "auto",
+        "-cb",
+        "--spec-type",
+        "none",
+    )
 
 
 def test_a_quantized_v_cache_with_flash_attention_off_is_left_out(tmp_path: Path) -> None:
-    chosen = settings(tmp_path, **{"tune.cache_types": ["f16", "q8_0"], "tune.flash_attn": ["on", "off"],
-                                   "tune.slots": [4], "tune.batch_sizes": ["512/512"]})  # fmt: skip
-    assert [(c.cache_type, c.flash_attn) for c in configurations(chosen)] == [("f16", "on"), ("f16", "off"), ("q8_0", "on")]
+    chosen = settings(
+        tmp_path,
+        **{
+            "tune.cache_types": ["f16", "q8_0"],
+            "tune.flash_attn": ["on", "off"],
+            "tune.slots": [4],
+            "tune.batch_sizes": ["512/512"],
+        },
+    )
+    assert [(c.cache_type, c.flash_attn) for c in configurations(chosen)] == [
+        ("f16", "on"),
+        ("f16", "off"),
+        ("q8_0", "on"),
+    ]
     only_off = settings(tmp_path, **{"tune.cache_types": ["q8_0"], "tune.flash_attn": ["off"]})
     with pytest.raises(ConfigError, match="flash attention off"):
         check_space(only_off, BUILD)
@@ -73,7 +106,9 @@ def test_a_quantized_v_cache_with_flash_attention_off_is_left_out(tmp_path: Path
         ({"tune.eta": 1}, "tune.eta"),
     ],
 )
-def test_an_impossible_space_is_one_line_naming_the_key(tmp_path: Path, flags: dict[str, object], says: str) -> None:
+def test_an_impossible_space_is_one_line_naming_the_key(
+    tmp_path: Path, flags: dict[str, object], says: str
+) -> None:
     with pytest.raises(ConfigError) as caught:
         settings(tmp_path, **flags)
     assert says in caught.value.one_line() and "\n" not in caught.value.one_line()
@@ -83,9 +118,11 @@ def test_the_build_the_draft_and_the_budget_are_checked_before_any_server(tmp_pa
     lacking = settings(tmp_path, **{"tune.cache_types": ["iq4_nl"]})
     with pytest.raises(ConfigError, match="iq4_nl, a KV-cache type this llama-server build lacks"):
         check_space(lacking, BUILD)
-    with pytest.raises(ConfigError, match="tune.speculation names draft but no draft model"):
+    with pytest.raises(ConfigError, match=r"tune\.speculation names draft but no draft model"):
         check_space(settings(tmp_path, **{"tune.speculation": ["none", "draft"]}), BUILD)
-    missing = settings(tmp_path, **{"tune.speculation": ["draft"], "speculation.draft_model": str(tmp_path / "no.gguf")})
+    missing = settings(
+        tmp_path, **{"tune.speculation": ["draft"], "speculation.draft_model": str(tmp_path / "no.gguf")}
+    )
     with pytest.raises(ConfigError, match="does not exist"):
         check_space(missing, BUILD)
     no_ngram = ServerBuild(BUILD.flags, BUILD.cache_types, ("none", "draft-simple"))
@@ -104,8 +141,16 @@ def test_the_space_key_ignores_the_budget_but_not_the_space_or_the_slo(tmp_path:
 
 
 def test_the_winners_command_env_and_compose_lines_apply_the_same_flags(tmp_path: Path) -> None:
-    chosen = settings(tmp_path, **{"tune.slots": [2], "tune.batch_sizes": ["256/128"], "tune.cache_types": ["q8_0"],
-                                   "tune.batching": ["static"], "tune.threads": [2]})  # fmt: skip
+    chosen = settings(
+        tmp_path,
+        **{
+            "tune.slots": [2],
+            "tune.batch_sizes": ["256/128"],
+            "tune.cache_types": ["q8_0"],
+            "tune.batching": ["static"],
+            "tune.threads": [2],
+        },
+    )
     (config,) = configurations(chosen)
     spec = ServerSpec(model_path=Path("m.gguf"), alias="m-Q8_0", port=8080)
     argv = winner_command(spec, config, chosen, Path("/bin/llama-server")).split()
@@ -115,8 +160,16 @@ def test_the_winners_command_env_and_compose_lines_apply_the_same_flags(tmp_path
     assert env_lines(config) == ["QL_SLOTS=2", f"QL_CTX_TOTAL={2 * config.ctx_per_slot}"]
     override = compose_override(config, chosen, "Q8_0")
     assert override.startswith("services:\n  llama-q8-0:\n    environment:\n")
-    for line in ('LLAMA_ARG_BATCH: "256"', 'LLAMA_ARG_UBATCH: "128"', 'LLAMA_ARG_CACHE_TYPE_V: "q8_0"',
-                 'LLAMA_ARG_CONT_BATCHING: "0"', 'LLAMA_ARG_THREADS: "2"', 'LLAMA_ARG_FLASH_ATTN: "auto"'):  # fmt: skip
+    for line in (
+        'LLAMA_ARG_BATCH: "256"',
+        'LLAMA_ARG_UBATCH: "128"',
+        'LLAMA_ARG_CACHE_TYPE_V: "q8_0"',
+        'LLAMA_ARG_CONT_BATCHING: "0"',
+        'LLAMA_ARG_THREADS: "2"',
+        'LLAMA_ARG_FLASH_ATTN: "auto"',
+    ):
         assert line in override
     made = variant_spec(spec, config.server_flags(chosen, "x"))
-    assert flag_environment(made.extra_args)["LLAMA_ARG_FLASH_ATTN"] == "auto"  # the later -fa wins, as in llama.cpp
+    assert (
+        flag_environment(made.extra_args)["LLAMA_ARG_FLASH_ATTN"] == "auto"
+    )  # the later -fa wins, as in llama.cpp

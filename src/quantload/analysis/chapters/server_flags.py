@@ -35,7 +35,9 @@ def _batching_plot(analysis: Analysis, path: Path) -> Path | None:
         for offset, (args, color) in enumerate((("-cb", PALETTE[0]), ("-nocb", PALETTE[1]))):
             heights = []
             for quant, phase in groups:
-                row = table[(table["quant"] == quant) & (table["phase"] == phase) & (table["server_args"] == args)]
+                row = table[
+                    (table["quant"] == quant) & (table["phase"] == phase) & (table["server_args"] == args)
+                ]
                 heights.append((value(row[metric].iloc[0]) or 0.0) * 1000 if not row.empty else 0.0)
             positions = [index + offset * 0.4 for index in range(len(groups))]
             axis.bar(positions, heights, width=0.4, color=color, label=f"{args}")
@@ -47,7 +49,9 @@ def _batching_plot(analysis: Analysis, path: Path) -> Path | None:
     return save_figure(figure, path)
 
 
-BATCHING_FIGURE = Figure("batching", "TTFT p99 and the wait behind running generations, -cb and -nocb", _batching_plot)
+BATCHING_FIGURE = Figure(
+    "batching", "TTFT p99 and the wait behind running generations, -cb and -nocb", _batching_plot
+)
 
 
 def batching_section(analysis: Analysis, plots: Plots) -> Section:
@@ -57,17 +61,41 @@ def batching_section(analysis: Analysis, plots: Plots) -> Section:
         return _not_run("batching", title, "no complete stage of the batching experiment (load.experiments)")
     rows = tuple(
         (
-            str(r["quant"]), f"{r['batching']} ({r['server_args']})", str(r["phase"]),
-            fmt.number(value(r["users"]), 0) if r["phase"] == "closed" else f"{fmt.number(value(r['rate_rps']), 2)}/s",
-            f"{r['ok']} / {r['requests']}", fmt.duration(value(r["ttft_p50_s"])), fmt.duration(value(r["ttft_p99_s"])),
-            fmt.duration(value(r["itl_p99_s"])), fmt.number(value(r["output_tok_s"]), 1),
-            fmt.number(value(r["goodput_rps"]), 2), fmt.duration(value(r["wait_p99_s"])), str(r["behind"]),
-            fmt.duration(value(r["behind_wait_p50_s"])), fmt.duration(value(r["behind_wait_p99_s"])),
+            str(r["quant"]),
+            f"{r['batching']} ({r['server_args']})",
+            str(r["phase"]),
+            fmt.number(value(r["users"]), 0)
+            if r["phase"] == "closed"
+            else f"{fmt.number(value(r['rate_rps']), 2)}/s",
+            f"{r['ok']} / {r['requests']}",
+            fmt.duration(value(r["ttft_p50_s"])),
+            fmt.duration(value(r["ttft_p99_s"])),
+            fmt.duration(value(r["itl_p99_s"])),
+            fmt.number(value(r["output_tok_s"]), 1),
+            fmt.number(value(r["goodput_rps"]), 2),
+            fmt.duration(value(r["wait_p99_s"])),
+            str(r["behind"]),
+            fmt.duration(value(r["behind_wait_p50_s"])),
+            fmt.duration(value(r["behind_wait_p99_s"])),
         )
         for r in table.to_dict("records")
-    )  # fmt: skip
-    columns = ("quant", "batching", "part", "load", "ok / sent", "TTFT p50", "TTFT p99", "ITL p99", "output tok/s",
-               "goodput req/s", "wait p99", "behind", "their wait p50", "their wait p99")  # fmt: skip
+    )
+    columns = (
+        "quant",
+        "batching",
+        "part",
+        "load",
+        "ok / sent",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        "output tok/s",
+        "goodput req/s",
+        "wait p99",
+        "behind",
+        "their wait p50",
+        "their wait p99",
+    )
     blocks: list[Block] = [
         Paragraph(
             "The same requests of the run's workload, the prompt cache off, on the server restarted with"
@@ -99,10 +127,15 @@ def _slots_plot(analysis: Analysis, path: Path) -> Path | None:
         slots = [int(s) for s in group["slots"]]
         axes[0][0].plot(slots, group["limit_users"], "-o", color=palette.get(str(quant)), label=str(quant))
         axes[0][1].plot(slots, group["goodput_rps"], "-o", color=palette.get(str(quant)), label=str(quant))
-    for axis, label in ((axes[0][0], "users within the SLO (limit search)"), (axes[0][1], "goodput at the limit (req/s)")):
+    for axis, label in (
+        (axes[0][0], "users within the SLO (limit search)"),
+        (axes[0][1], "goodput at the limit (req/s)"),
+    ):
         axis.set_xscale("log", base=2)
         ticks = sorted({int(s) for s in table["slots"]})
-        axis.set_xticks(ticks, [f"{s}\n{int(table[table['slots'] == s]['ctx_per_slot'].iloc[0]):,}" for s in ticks])
+        axis.set_xticks(
+            ticks, [f"{s}\n{int(table[table['slots'] == s]['ctx_per_slot'].iloc[0]):,}" for s in ticks]
+        )
         axis.minorticks_off()
         axis.set_xlabel("-np (slots) / tokens per slot")
         axis.set_ylabel(label)
@@ -113,7 +146,9 @@ def _slots_plot(analysis: Analysis, path: Path) -> Path | None:
     return save_figure(figure, path)
 
 
-SLOTS_FIGURE = Figure("slots", "Users and goodput at the limit per -np, the KV cache the same size", _slots_plot)
+SLOTS_FIGURE = Figure(
+    "slots", "Users and goodput at the limit per -np, the KV cache the same size", _slots_plot
+)
 
 
 def slots_section(analysis: Analysis, plots: Plots) -> Section:
@@ -123,16 +158,33 @@ def slots_section(analysis: Analysis, plots: Plots) -> Section:
         return _not_run("slots", title, "no limit search of the slots experiment (load.experiments)")
     rows = tuple(
         (
-            str(r["quant"]), str(r["slots"]), fmt.number(value(r["ctx_per_slot"]), 0),
-            fmt.number(value(r["kv_predicted_mib"]), 2), fmt.number(value(r["kv_reported_mib"]), 2),
-            fmt.number(value(r["memory_mib"]), 0), fmt.number(value(r["limit_users"]), 0),
-            "yes" if r["confirmed"] else "no", fmt.number(value(r["goodput_rps"]), 2),
-            f"{r['refused']} / {r['cut']} of {r['requests']}", fmt.percent(value(r["need_over_frac"]), 0),
+            str(r["quant"]),
+            str(r["slots"]),
+            fmt.number(value(r["ctx_per_slot"]), 0),
+            fmt.number(value(r["kv_predicted_mib"]), 2),
+            fmt.number(value(r["kv_reported_mib"]), 2),
+            fmt.number(value(r["memory_mib"]), 0),
+            fmt.number(value(r["limit_users"]), 0),
+            "yes" if r["confirmed"] else "no",
+            fmt.number(value(r["goodput_rps"]), 2),
+            f"{r['refused']} / {r['cut']} of {r['requests']}",
+            fmt.percent(value(r["need_over_frac"]), 0),
         )
         for r in table.to_dict("records")
-    )  # fmt: skip
-    columns = ("quant", "-np", "tokens per slot", "KV MiB (exact)", "KV MiB reported", "memory MiB",
-               "limit (users)", "confirmed", "goodput req/s", "refused / cut", "needs more")  # fmt: skip
+    )
+    columns = (
+        "quant",
+        "-np",
+        "tokens per slot",
+        "KV MiB (exact)",
+        "KV MiB reported",
+        "memory MiB",
+        "limit (users)",
+        "confirmed",
+        "goodput req/s",
+        "refused / cut",
+        "needs more",
+    )
     return Section(
         "slots",
         title,
@@ -168,10 +220,19 @@ def _speculation_plot(analysis: Analysis, path: Path) -> Path | None:
     for offset, variant in enumerate(variants):
         heights = []
         for traffic, users in cells:
-            row = measured[(measured["variant"] == variant) & (measured["traffic"] == traffic) & (measured["users"] == users)]
+            row = measured[
+                (measured["variant"] == variant)
+                & (measured["traffic"] == traffic)
+                & (measured["users"] == users)
+            ]
             heights.append(value(row["decode_speedup"].median()) or 0.0 if not row.empty else 0.0)
-        axis.bar([i + offset * width for i in range(len(cells))], heights, width=width,
-                 color=PALETTE[offset % len(PALETTE)], label=variant.removeprefix("spec "))  # fmt: skip
+        axis.bar(
+            [i + offset * width for i in range(len(cells))],
+            heights,
+            width=width,
+            color=PALETTE[offset % len(PALETTE)],
+            label=variant.removeprefix("spec "),
+        )
     axis.axhline(1.0, color="black", linewidth=0.8)
     axis.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))], [f"{t}\n{u} user(s)" for t, u in cells])
     axis.set_ylabel("decode tok/s against speculation off (x)")
@@ -188,21 +249,42 @@ def speculation_section(analysis: Analysis, plots: Plots) -> Section:
     table = analysis.server_flags.speculation
     title = "Speculative decoding"
     if table.empty:
-        return _not_run("speculation", title, "no complete stage of the speculation experiment (load.experiments)")
+        return _not_run(
+            "speculation", title, "no complete stage of the speculation experiment (load.experiments)"
+        )
     rows = tuple(
         (
-            str(r["quant"]), str(r["variant"]).removeprefix("spec "), str(r["traffic"]), str(r["users"]),
-            str(r["requests"]), fmt.duration(value(r["tpot_p50_s"])), fmt.number(value(r["decode_tok_s_p50"]), 1),
-            "-" if r["decode_speedup"] is None or pd.isna(r["decode_speedup"]) else f"x{r['decode_speedup']:.2f}",
-            fmt.number(value(r["drafted_per_request"]), 1), fmt.percent(value(r["acceptance"]), 0),
+            str(r["quant"]),
+            str(r["variant"]).removeprefix("spec "),
+            str(r["traffic"]),
+            str(r["users"]),
+            str(r["requests"]),
+            fmt.duration(value(r["tpot_p50_s"])),
+            fmt.number(value(r["decode_tok_s_p50"]), 1),
+            "-"
+            if r["decode_speedup"] is None or pd.isna(r["decode_speedup"])
+            else f"x{r['decode_speedup']:.2f}",
+            fmt.number(value(r["drafted_per_request"]), 1),
+            fmt.percent(value(r["acceptance"]), 0),
             fmt.percent(value(r["server_acceptance"]), 0),
             "yes" if r["speculating"] else ("off" if r["speculating"] is None else f"NO: {r['why']}"),
         )
         for r in table.to_dict("records")
-    )  # fmt: skip
-    columns = ("quant", "speculation", "traffic", "users", "requests", "TPOT p50", "decode tok/s p50",
-               "speed-up", "drafted per request", "accepted (timings)", "accepted (/metrics)",
-               "speculating")  # fmt: skip
+    )
+    columns = (
+        "quant",
+        "speculation",
+        "traffic",
+        "users",
+        "requests",
+        "TPOT p50",
+        "decode tok/s p50",
+        "speed-up",
+        "drafted per request",
+        "accepted (timings)",
+        "accepted (/metrics)",
+        "speculating",
+    )
     failed = table[table["speculating"].eq(False)]
     blocks: list[Block] = [
         Paragraph(
@@ -240,12 +322,22 @@ def _tune_plot(analysis: Analysis, path: Path) -> Path | None:
         mine = measured[measured["quant"] == quant]
         keys = list(dict.fromkeys(mine["key"]))
         for rung, group in mine.groupby("rung"):
-            axis.scatter([keys.index(k) for k in group["key"]], group["limit"].fillna(0), s=20 + 25 * int(rung),
-                         color=PALETTE[(int(rung) - 1) % len(PALETTE)], label=f"rung {rung}")  # fmt: skip
+            axis.scatter(
+                [keys.index(k) for k in group["key"]],
+                group["limit"].fillna(0),
+                s=20 + 25 * int(rung),
+                color=PALETTE[(int(rung) - 1) % len(PALETTE)],
+                label=f"rung {rung}",
+            )
         base = trials[(trials["quant"] == quant) & trials["baseline"]]
         if not base.empty and base["limit"].notna().any():
-            axis.axhline(float(base["limit"].iloc[0]), color="black", linestyle="--", linewidth=0.8,
-                         label="configured flags")  # fmt: skip
+            axis.axhline(
+                float(base["limit"].iloc[0]),
+                color="black",
+                linestyle="--",
+                linewidth=0.8,
+                label="configured flags",
+            )
         axis.set_xticks(range(len(keys)), [k.replace(" ", "\n", 3) for k in keys], fontsize=6)
         unit = "users" if analysis.server_flags.tune.objective != "rate" else "req/s"
         axis.set_ylabel(f"{quant}: limit ({unit})")
@@ -276,17 +368,35 @@ def tune_section(analysis: Analysis, plots: Plots) -> Section:
     for quant, outcome in tables.outcomes.items():
         rows = tuple(
             (
-                str(r["rank"]), str(r["key"]), str(r["rung"] + 1), fmt.number(value(r["limit"]), 2),
-                "yes" if r["confirmed"] else "no", fmt.number(value(r["goodput_rps"]), 2),
-                fmt.number(value(r["memory_mib"]), 0), fmt.number(value(r["seconds"]), 0),
+                str(r["rank"]),
+                str(r["key"]),
+                str(r["rung"] + 1),
+                fmt.number(value(r["limit"]), 2),
+                "yes" if r["confirmed"] else "no",
+                fmt.number(value(r["goodput_rps"]), 2),
+                fmt.number(value(r["memory_mib"]), 0),
+                fmt.number(value(r["seconds"]), 0),
                 "" if r["ran"] else str(r["why"]),
             )
             for r in outcome.get("ranking", [])
-        )  # fmt: skip
+        )
         blocks.append(
-            Table(("#", "configuration", "rung", "limit", "confirmed", "goodput req/s", "memory MiB",
-                   "trials s", "did not run"), rows, (True, False, True, True, False, True, True, True, False),
-                  f"{quant}: configurations, best first")  # fmt: skip
+            Table(
+                (
+                    "#",
+                    "configuration",
+                    "rung",
+                    "limit",
+                    "confirmed",
+                    "goodput req/s",
+                    "memory MiB",
+                    "trials s",
+                    "did not run",
+                ),
+                rows,
+                (True, False, True, True, False, True, True, True, False),
+                f"{quant}: configurations, best first",
+            )
         )
         if outcome.get("command"):
             blocks.append(Bullets((f"{quant} winner: {outcome['command']}", *outcome.get("env", []))))
