@@ -167,7 +167,8 @@ class LoadSettings(_Section):
     experiments: ExperimentNames = Field(
         default_factory=_default_experiments,
         description="what `quantload run` runs per quantization, in this order (the experiments of"
-        " quantload.experiments.registry); an experiment without its input is left out (open_loop:"
+        " quantload.experiments.registry but batching, slots and speculation, which run when named);"
+        " an experiment without its input is left out (open_loop:"
         " load.rates_rps, trace: trace.path, prefix_cache: load.prefix_tokens and"
         " load.prefix_requests, kv_types: kv_types.requests and two cache types in"
         " quality.kld_cache_types)",
@@ -440,15 +441,25 @@ class TuneSettings(_Section):
     and its budget (successive halving: short trials of every configuration first, the best
     1/eta promoted to longer ones, the finalists confirmed with the limit search's repeats)."""
 
-    slots: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(default=(4, 8), min_length=1)
+    slots: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(
+        default=(4, 8), min_length=1, description="-np values, each slot of tune.ctx_per_slot"
+    )
     ctx_per_slot: int = Field(default=0, ge=0, description="0 = server.ctx_per_slot")
-    batch_sizes: tuple[BatchPair, ...] = Field(default=("2048/512", "256/256"), min_length=1)
-    cache_types: tuple[CacheType, ...] = Field(default=("f16", "q8_0"), min_length=1)
-    flash_attn: tuple[Literal["auto", "on", "off"], ...] = Field(default=("auto",), min_length=1)
+    batch_sizes: tuple[BatchPair, ...] = Field(
+        default=("2048/512", "256/256"), min_length=1, description="-b/-ub pairs, UB at most B"
+    )
+    cache_types: tuple[CacheType, ...] = Field(
+        default=("f16", "q8_0"), min_length=1, description="KV-cache types, K and V alike (-ctk/-ctv)"
+    )
+    flash_attn: tuple[Literal["auto", "on", "off"], ...] = Field(
+        default=("auto",), min_length=1, description="-fa values (a quantized V cache needs auto or on)"
+    )
     threads: tuple[Annotated[int, Field(ge=0, le=1024)], ...] = Field(
         default=(0,), min_length=1, description="0 = llama.cpp's default"
     )
-    batching: tuple[Literal["continuous", "static"], ...] = Field(default=("continuous",), min_length=1)
+    batching: tuple[Literal["continuous", "static"], ...] = Field(
+        default=("continuous",), min_length=1, description="continuous = -cb, static = -nocb"
+    )
     speculation: tuple[Literal["none", "ngram", "draft"], ...] = Field(
         default=("none",), min_length=1,
         description="ngram = speculation.ngram_type; draft = speculation.draft_model",
