@@ -26,17 +26,38 @@ def _pct(value: Any) -> str:
     return "–" if value is None else f"{value:.0%}"
 
 
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _head(*columns: str, numeric: str = "") -> list[str]:
+    """A Markdown table head; `numeric` marks right-aligned columns with 'r', others '-'."""
+    marks = numeric.ljust(len(columns), "-")
+    return [_row(*columns), "|" + "|".join("---:" if m == "r" else "---" for m in marks) + "|"]
+
+
 def run_lines(runs: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| measured | command | exit | wall | load average before → after (1/5/15 min) | other processes' CPU |",
-        "|---|---|---:|---:|---|---:|",
-    ]
+    lines = _head(
+        "measured",
+        "command",
+        "exit",
+        "wall",
+        "load average before → after (1/5/15 min)",
+        "other CPU",
+        numeric="--rr-r",
+    )
     for run in runs:
-        before, after = run["load_before"], run["load_after"]
+        before = "/".join(f"{x:.1f}" for x in run["load_before"])
+        after = "/".join(f"{x:.1f}" for x in run["load_after"])
         lines.append(
-            f"| {run['name']} | `{' '.join(run['command'])}` | {run['exit_code']} | {run['wall_s'] / 60:.1f} min"
-            f" | {'/'.join(f'{x:.1f}' for x in before)} → {'/'.join(f'{x:.1f}' for x in after)}"
-            f" | {_pct(run['other_cpu_frac'])} |"
+            _row(
+                run["name"],
+                f"`{' '.join(run['command'])}`",
+                run["exit_code"],
+                f"{run['wall_s'] / 60:.1f} min",
+                f"{before} → {after}",
+                _pct(run["other_cpu_frac"]),
+            )
         )
     return lines
 
@@ -45,48 +66,123 @@ def _settings(run: dict[str, Any]) -> list[str]:
     return ["```toml", *(f"[{name}] {json.dumps(values)}" for name, values in run["config"].items()), "```"]
 
 
-def experiment_lines(run_dir: Path) -> list[str]:
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    flags = summary["server_flags"]
-    lines = ["### Batching: continuous (-cb) against static (-nocb)", "", f"**{flags['batching']['verdict']}**", ""]
-    lines += [
-        "| batching | part | users / rate | ok | TTFT p50 | TTFT p99 | ITL p99 | output tok/s | goodput req/s"
-        " | wait p50 | wait p99 | behind | their wait p50 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+def batching_lines(flags: dict[str, Any]) -> list[str]:
+    lines = ["### Batching: continuous (-cb) against static (-nocb)", ""]
+    lines += [f"**{flags['batching']['verdict']}**", ""]
+    lines += _head(
+        "batching",
+        "part",
+        "users / rate",
+        "ok",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        "output tok/s",
+        "goodput req/s",
+        "wait p50",
+        "wait p99",
+        "behind",
+        "their wait p50",
+        numeric="--rrrrrrrrrrr",
+    )
     for r in flags["batching"]["rows"]:
         load = f"{r['users']:.0f} users" if r["phase"] == "closed" else f"{r['rate_rps']:.2f}/s"
         lines.append(
-            f"| {r['server_args']} | {r['phase']} | {load} | {r['ok']}/{r['requests']} | {_ms(r['ttft_p50_s'])}"
-            f" | {_ms(r['ttft_p99_s'])} | {_ms(r['itl_p99_s'])} | {_n(r['output_tok_s'])} | {_n(r['goodput_rps'], 2)}"
-            f" | {_ms(r['wait_p50_s'])} | {_ms(r['wait_p99_s'])} | {r['behind']} | {_ms(r['behind_wait_p50_s'])} |"
+            _row(
+                r["server_args"],
+                r["phase"],
+                load,
+                f"{r['ok']}/{r['requests']}",
+                _ms(r["ttft_p50_s"]),
+                _ms(r["ttft_p99_s"]),
+                _ms(r["itl_p99_s"]),
+                _n(r["output_tok_s"]),
+                _n(r["goodput_rps"], 2),
+                _ms(r["wait_p50_s"]),
+                _ms(r["wait_p99_s"]),
+                r["behind"],
+                _ms(r["behind_wait_p50_s"]),
+            )
         )
-    lines += ["", "### Slots at a fixed KV budget", "", f"**{flags['slots']['verdict']}**", ""]
-    lines += [
-        "| -np | tokens per slot | KV MiB exact | KV MiB reported | limit users | confirmed | goodput req/s"
-        " | refused / cut | needs more |",
-        "|---:|---:|---:|---:|---:|---|---:|---:|---:|",
-    ]
+    return lines
+
+
+def slots_lines(flags: dict[str, Any]) -> list[str]:
+    lines = ["### Slots at a fixed KV budget", "", f"**{flags['slots']['verdict']}**", ""]
+    lines += _head(
+        "-np",
+        "tokens per slot",
+        "KV MiB exact",
+        "KV MiB reported",
+        "limit users",
+        "confirmed",
+        "goodput req/s",
+        "refused / cut",
+        "needs more",
+        numeric="rrrrr-rrr",
+    )
     for r in flags["slots"]["rows"]:
         lines.append(
-            f"| {r['slots']} | {r['ctx_per_slot']:,} | {_n(r['kv_predicted_mib'], 2)} | {_n(r['kv_reported_mib'], 2)}"
-            f" | {_n(r['limit_users'], 0)} | {'yes' if r['confirmed'] else 'no'} | {_n(r['goodput_rps'], 2)}"
-            f" | {r['refused']} / {r['cut']} of {r['requests']} | {_pct(r['need_over_frac'])} |"
+            _row(
+                r["slots"],
+                f"{r['ctx_per_slot']:,}",
+                _n(r["kv_predicted_mib"], 2),
+                _n(r["kv_reported_mib"], 2),
+                _n(r["limit_users"], 0),
+                "yes" if r["confirmed"] else "no",
+                _n(r["goodput_rps"], 2),
+                f"{r['refused']} / {r['cut']} of {r['requests']}",
+                _pct(r["need_over_frac"]),
+            )
         )
-    lines += ["", "### Speculative decoding", "", f"**{flags['speculation']['verdict']}**", ""]
-    lines += [
-        "| speculation | traffic | users | requests | TPOT p50 | decode tok/s p50 | speed-up | drafted/request"
-        " | accepted (timings) | accepted (/metrics) | speculating |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    return lines
+
+
+def speculation_lines(flags: dict[str, Any]) -> list[str]:
+    lines = ["### Speculative decoding", "", f"**{flags['speculation']['verdict']}**", ""]
+    lines += _head(
+        "speculation",
+        "traffic",
+        "users",
+        "requests",
+        "TPOT p50",
+        "decode tok/s p50",
+        "speed-up",
+        "drafted/request",
+        "accepted (timings)",
+        "accepted (/metrics)",
+        "speculating",
+        numeric="--rrrrrrrr-",
+    )
     for r in flags["speculation"]["rows"]:
         speedup = "–" if r["decode_speedup"] is None else f"x{r['decode_speedup']:.2f}"
         said = "off" if r["speculating"] is None else ("yes" if r["speculating"] else f"NO ({r['why']})")
         lines.append(
-            f"| {r['variant']} | {r['traffic']} | {r['users']} | {r['requests']} | {_ms(r['tpot_p50_s'])}"
-            f" | {_n(r['decode_tok_s_p50'])} | {speedup} | {_n(r['drafted_per_request'])} | {_pct(r['acceptance'])}"
-            f" | {_pct(r['server_acceptance'])} | {said} |"
+            _row(
+                r["variant"],
+                r["traffic"],
+                r["users"],
+                r["requests"],
+                _ms(r["tpot_p50_s"]),
+                _n(r["decode_tok_s_p50"]),
+                speedup,
+                _n(r["drafted_per_request"]),
+                _pct(r["acceptance"]),
+                _pct(r["server_acceptance"]),
+                said,
+            )
         )
+    return lines
+
+
+def experiment_lines(
+    run_dir: Path, parts: tuple[str, ...] = ("batching", "slots", "speculation")
+) -> list[str]:
+    flags = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["server_flags"]
+    makers = {"batching": batching_lines, "slots": slots_lines, "speculation": speculation_lines}
+    lines: list[str] = []
+    for part in parts:
+        lines += [*makers[part](flags), ""]
     return lines
 
 
@@ -95,46 +191,75 @@ def _tune(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def _ranking(name: str, quant: str, outcome: dict[str, Any]) -> list[str]:
+    lines = ["", f"{name}, {quant}: configurations, best first", ""]
+    lines += _head(
+        "#",
+        "configuration",
+        "rung",
+        "limit",
+        "confirmed",
+        "goodput req/s",
+        "memory MiB",
+        "trials s",
+        numeric="r-rr-rrr",
+    )
+    for r in outcome["ranking"]:
+        lines.append(
+            _row(
+                r["rank"],
+                r["key"],
+                r["rung"] + 1,
+                _n(r["limit"], 0),
+                "yes" if r["confirmed"] else "no",
+                _n(r["goodput_rps"], 2),
+                _n(r["memory_mib"], 0),
+                _n(r["seconds"], 0),
+            )
+        )
+    if outcome.get("command"):
+        lines += ["", f"winner command: `{outcome['command']}`"]
+    return lines
+
+
 def tune_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
     first, second = _tune(Path(runs["tune-1"]["run_dir"])), _tune(Path(runs["tune-2"]["run_dir"]))
     grid = _tune(Path(runs["grid"]["run_dir"])) if runs.get("grid", {}).get("run_dir") else {}
-    lines = [
-        "| quant | winner (tune 1) | its limit | vs configured flags: limit, goodput | search | second tune's winner |",
-        "|---|---|---:|---|---|---|",
-    ]
+    lines = _head(
+        "quant", "winner (tune 1)", "its limit", "against the configured flags", "search", "tune 2's winner"
+    )
     for quant, outcome in first.items():
         against = outcome.get("against_baseline") or {}
-        again = second.get(quant, {})
-        same = "the same" if again.get("winner") == outcome["winner"] else f"{again.get('winner')}"
+        again = second.get(quant, {}).get("winner")
+        ratios = (
+            f"limit x{_n(against.get('limit_ratio'), 2)} ({_n(against.get('winner_limit'), 0)} against"
+            f" {_n(against.get('baseline_limit'), 0)}), goodput x{_n(against.get('goodput_ratio'), 2)}"
+        )
+        same = "the same" if again == outcome["winner"] else str(again)
         lines.append(
-            f"| {quant} | {outcome['winner']} | {_n(against.get('winner_limit'), 0)} |"
-            f" x{_n(against.get('limit_ratio'), 2)} ({_n(against.get('winner_limit'), 0)} against"
-            f" {_n(against.get('baseline_limit'), 0)}), x{_n(against.get('goodput_ratio'), 2)}"
-            f" | {outcome['cost']['sentence']} | {same} |"
+            _row(
+                quant,
+                outcome["winner"],
+                _n(against.get("winner_limit"), 0),
+                ratios,
+                outcome["cost"]["sentence"],
+                same,
+            )
         )
     for quant, outcome in grid.items():
         mine = first.get(quant, {})
         grid_s, tune_s = outcome["cost"]["seconds"], mine.get("cost", {}).get("seconds")
+        share = _pct(tune_s / grid_s if tune_s and grid_s else None)
+        picked = "the same winner" if mine.get("winner") == outcome["winner"] else mine.get("winner")
         lines += [
             "",
-            f"Full grid of {quant} (every configuration confirmed, `tune.finalists = 8`): best {outcome['winner']},"
-            f" {outcome['cost']['trials']} trials in {grid_s / 60:.1f} min; successive halving took"
-            f" {_n(tune_s / 60 if tune_s else None)} min ({_pct(tune_s / grid_s if tune_s and grid_s else None)}"
-            f" of it) and picked {'the same winner' if mine.get('winner') == outcome['winner'] else mine.get('winner')}.",
+            f"Full grid of {quant} (every configuration confirmed, `tune.finalists = 8`): best"
+            f" {outcome['winner']}, {outcome['cost']['trials']} trials in {grid_s / 60:.1f} min; successive"
+            f" halving took {_n(tune_s / 60 if tune_s else None)} min ({share} of it) and picked {picked}.",
         ]
-    for name, data in (("tune 1", first), ("tune 2", second)):
+    for name, data in (("tune 1", first), ("tune 2", second), ("full grid", grid)):
         for quant, outcome in data.items():
-            lines += ["", f"{name}, {quant}: configurations, best first", ""]
-            lines += ["| # | configuration | rung | limit | confirmed | goodput req/s | memory MiB | trials s |"]
-            lines += ["|---:|---|---:|---:|---|---:|---:|---:|"]
-            for r in outcome["ranking"]:
-                lines.append(
-                    f"| {r['rank']} | {r['key']} | {r['rung'] + 1} | {_n(r['limit'], 0)} |"
-                    f" {'yes' if r['confirmed'] else 'no'} | {_n(r['goodput_rps'], 2)} | {_n(r['memory_mib'], 0)}"
-                    f" | {_n(r['seconds'], 0)} |"
-                )
-            if outcome.get("command"):
-                lines += ["", f"winner command: `{outcome['command']}`"]
+            lines += _ranking(name, quant, outcome)
     return lines
 
 
@@ -146,9 +271,10 @@ def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
         lines += experiment_lines(Path(by_name["experiments"]["run_dir"]))
     if "batching4" in by_name and by_name["batching4"]["run_dir"]:
         lines += ["", "## Batching again at 4 users (Q8_0)", "", *_settings(by_name["batching4"]), ""]
-        lines += experiment_lines(Path(by_name["batching4"]["run_dir"]))[:12]
+        lines += experiment_lines(Path(by_name["batching4"]["run_dir"]), ("batching",))
     if {"tune-1", "tune-2"} <= set(by_name):
-        lines += ["", "## quantload tune (Q8_0, Q4_K_M)", "", *_settings(by_name["tune-1"]), "", *tune_lines(by_name)]
+        lines += ["", "## quantload tune (Q8_0, Q4_K_M)", "", *_settings(by_name["tune-1"]), ""]
+        lines += tune_lines(by_name)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
     path = figures / f"server-flags-smollm2-135m-{stamp}.md"
     text = "\n".join(lines) + "\n"
