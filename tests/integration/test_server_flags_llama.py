@@ -41,13 +41,25 @@ def test_batching_slots_and_speculation_on_the_tiny_model(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
 ) -> None:
     flags = {
-        "model.source": "tiny", "run.profile": "ci", **LOOSE_SLO, "load.max_tokens": 8, "load.prompt_count": 4,
-        "batching.users": 2, "batching.requests": 4,
-        "slots.counts": [1, 2], "slots.kv_cells": 2048,
-        "limit.max_users": 2, "limit.repeats": 1, "limit.requests_per_user": 2, "limit.min_requests": 2,
-        "speculation.users": 1, "speculation.requests": 2, "speculation.traffic": ["repeat"],
-        "speculation.max_tokens": 16, "speculation.draft_model": str(tiny_models["Q8_0"]),
-    }  # fmt: skip
+        "model.source": "tiny",
+        "run.profile": "ci",
+        **LOOSE_SLO,
+        "load.max_tokens": 8,
+        "load.prompt_count": 4,
+        "batching.users": 2,
+        "batching.requests": 4,
+        "slots.counts": [1, 2],
+        "slots.kv_cells": 2048,
+        "limit.max_users": 2,
+        "limit.repeats": 1,
+        "limit.requests_per_user": 2,
+        "limit.min_requests": 2,
+        "speculation.users": 1,
+        "speculation.requests": 2,
+        "speculation.traffic": ["repeat"],
+        "speculation.max_tokens": 16,
+        "speculation.draft_model": str(tiny_models["Q8_0"]),
+    }
     settings = load_config(tmp_path, {}, flags).settings
     steps = RunSteps(settings, os.environ, cache_root(None, os.environ))
     run_dir = tmp_path / "run"
@@ -71,16 +83,24 @@ def test_batching_slots_and_speculation_on_the_tiny_model(
 
     ends = [e for e in iter_stage_events(run_dir / "stages.jsonl") if e.event == "stage_end"]
     batching = [(e.server_args, e.phase, e.status) for e in ends if e.experiment == "batching"]
-    assert batching == [("-cb", "closed", "ok"), ("-cb", "poisson", "ok"), ("-nocb", "closed", "ok"),
-                        ("-nocb", "poisson", "ok")]  # fmt: skip
+    assert batching == [
+        ("-cb", "closed", "ok"),
+        ("-cb", "poisson", "ok"),
+        ("-nocb", "closed", "ok"),
+        ("-nocb", "poisson", "ok"),
+    ]
     launches = [line for line in server.log_path.read_text().splitlines() if line.startswith("$ ")]
-    assert any(line.endswith(" -cb") for line in launches) and any(line.endswith(" -nocb") for line in launches)
+    assert any(line.endswith(" -cb") for line in launches) and any(
+        line.endswith(" -nocb") for line in launches
+    )
 
     lines = {line.label: line for line in read_variants(run_dir)}
     one, two = lines["slots -np 1 -c 2048"], lines["slots -np 2 -c 2048"]
     assert one.kv is not None and two.kv is not None
     assert one.kv["predicted_bytes"] == two.kv["predicted_bytes"]  # the same KV cache at each -np
-    assert one.kv["reported_mib"] == two.kv["reported_mib"] == pytest.approx(one.kv["predicted_mib"], abs=0.005)
+    assert (
+        one.kv["reported_mib"] == two.kv["reported_mib"] == pytest.approx(one.kv["predicted_mib"], abs=0.005)
+    )
     assert (one.kv["reported_n_ctx_slot"], two.kv["reported_n_ctx_slot"]) == (2048, 1024)
     draft = lines[f"spec draft {tiny_models['Q8_0'].stem}"].speculation
     assert draft is not None and draft.speculating and (draft.draft_tokens or 0) > 0
@@ -90,7 +110,10 @@ def test_batching_slots_and_speculation_on_the_tiny_model(
 
     run = load_run(run_dir)
     tables = server_flag_tables(run, stage_table(run, settings.report), ["F16"])
-    assert set(tables.batching["server_args"]) == {"-cb", "-nocb"} and "static batching" in tables.batching_verdict
+    assert (
+        set(tables.batching["server_args"]) == {"-cb", "-nocb"}
+        and "static batching" in tables.batching_verdict
+    )
     assert list(tables.slots["slots"]) == [1, 2] and tables.slots["limit_users"].notna().all()
     spec = tables.speculation.set_index("variant")
     assert spec.loc["spec off", "speculating"] is None
@@ -105,18 +128,34 @@ def test_quantload_tune_on_the_tiny_model_resumes_and_refuses_a_budget_too_small
     (tmp_path / "quantload.toml").write_text(
         "\n".join(
             [
-                "[model]", 'source = "tiny"', 'quants = ["Q8_0"]',
-                "[run]", 'profile = "ci"',
-                "[report]", "slo_ttft_p99_s = 20.0", "slo_tpot_s = 5.0",
-                "[load]", "max_tokens = 8",
-                "[limit]", "max_users = 2", "repeats = 1", "time_cap_s = 20", "requests_per_user = 2",
+                "[model]",
+                'source = "tiny"',
+                'quants = ["Q8_0"]',
+                "[run]",
+                'profile = "ci"',
+                "[report]",
+                "slo_ttft_p99_s = 20.0",
+                "slo_tpot_s = 5.0",
+                "[load]",
+                "max_tokens = 8",
+                "[limit]",
+                "max_users = 2",
+                "repeats = 1",
+                "time_cap_s = 20",
+                "requests_per_user = 2",
                 "min_requests = 2",
-                "[tune]", "slots = [2]", 'batch_sizes = ["2048/512", "64/64"]', 'cache_types = ["f16"]',
-                "finalists = 1", "eta = 2", "short_trial_s = 10", "budget_s = 300",
+                "[tune]",
+                "slots = [2]",
+                'batch_sizes = ["2048/512", "64/64"]',
+                'cache_types = ["f16"]',
+                "finalists = 1",
+                "eta = 2",
+                "short_trial_s = 10",
+                "budget_s = 300",
             ]
         ),
         encoding="utf-8",
-    )  # fmt: skip
+    )
     out = tmp_path / "results"
     small = run_quantload(["tune", "--out", str(out), "--budget", "5"], cwd=tmp_path)
     assert small.returncode == 2
@@ -130,11 +169,15 @@ def test_quantload_tune_on_the_tiny_model_resumes_and_refuses_a_budget_too_small
     assert kinds == ["start", "trial", "trial", "trial", "baseline", "end"]
     assert result["winner"] in {row["key"] for row in result["ranking"]} and result["ending"] == "done"
     assert result["command"].startswith(str(toolchain.path("llama-server"))) and "-np 2" in result["command"]
-    assert result["env"] == ["QL_SLOTS=2", "QL_CTX_TOTAL=4096"] and "llama-q8-0:" in result["compose_override"]
+    assert (
+        result["env"] == ["QL_SLOTS=2", "QL_CTX_TOTAL=4096"] and "llama-q8-0:" in result["compose_override"]
+    )
     assert result["against_baseline"] is not None and result["cost"]["trials"] == 3
     assert all(row["memory_mib"] for row in result["ranking"])  # each variant's server reported its buffers
 
-    again = run_quantload(["tune", "--out", str(out), "--resume", str(run_dir), "--json"], cwd=tmp_path, timeout_s=300)
+    again = run_quantload(
+        ["tune", "--out", str(out), "--resume", str(run_dir), "--json"], cwd=tmp_path, timeout_s=300
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["Q8_0"]["winner"] == result["winner"]  # nothing left to measure
     kinds = [json.loads(line)["kind"] for line in (run_dir / "tune.jsonl").read_text().splitlines()]

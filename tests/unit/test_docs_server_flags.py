@@ -12,8 +12,11 @@ from quantload.config import BatchingSettings, RunSettings, SlotsSettings, Specu
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "server-flags.md"
 SECTIONS: dict[str, type[BaseModel]] = {
-    "batching": BatchingSettings, "slots": SlotsSettings, "speculation": SpeculationSettings, "tune": TuneSettings,
-}  # fmt: skip
+    "batching": BatchingSettings,
+    "slots": SlotsSettings,
+    "speculation": SpeculationSettings,
+    "tune": TuneSettings,
+}
 
 
 def _rows() -> dict[str, str]:

@@ -29,15 +29,32 @@ SCRIPT = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=
 
 def tune_context(tmp_path: Path, **tune: object):  # type: ignore[no-untyped-def]
     load = LoadSettings.model_validate(
-        {"warmup_requests": 0, "request_timeout_s": 10, "first_round_jitter_s": 0.01, "metrics_port": 0,
-         "max_tokens": 6, "prompt_count": 4}
-    )  # fmt: skip
-    space = {"slots": [2, 4], "batch_sizes": ["2048/512"], "cache_types": ["f16"], "finalists": 1, "eta": 2,
-             "short_trial_s": 30, "budget_s": 600, **tune}  # fmt: skip
+        {
+            "warmup_requests": 0,
+            "request_timeout_s": 10,
+            "first_round_jitter_s": 0.01,
+            "metrics_port": 0,
+            "max_tokens": 6,
+            "prompt_count": 4,
+        }
+    )
+    space = {
+        "slots": [2, 4],
+        "batch_sizes": ["2048/512"],
+        "cache_types": ["f16"],
+        "finalists": 1,
+        "eta": 2,
+        "short_trial_s": 30,
+        "budget_s": 600,
+        **tune,
+    }
     return context(
-        tmp_path, load, tune=space, report={"slo_ttft_p99_s": 30.0, "slo_tpot_s": 5.0},
+        tmp_path,
+        load,
+        tune=space,
+        report={"slo_ttft_p99_s": 30.0, "slo_tpot_s": 5.0},
         limit={"max_users": 2, "repeats": 1, "requests_per_user": 1, "min_requests": 2},
-    )  # fmt: skip
+    )
 
 
 class FakeVariants:
@@ -76,7 +93,10 @@ def test_every_configuration_gets_a_short_trial_and_the_best_is_confirmed(tmp_pa
     assert winner is not None and winner.slots == 2 and outcome.ending == "done"
     assert lines[-1].winner == winner.key
     rows = ranking(outcome)
-    assert [(r.rank, r.key.split()[0], r.rung, r.ran) for r in rows] == [(1, "np2", 1, True), (2, "np4", 0, False)]
+    assert [(r.rank, r.key.split()[0], r.rung, r.ran) for r in rows] == [
+        (1, "np2", 1, True),
+        (2, "np4", 0, False),
+    ]
     assert rows[0].limit == 2 and rows[0].goodput_rps is not None
     searches = read_limits(tmp_path / "limits.jsonl")
     assert [line.variant for line in searches] == [servers.asked[0].label, servers.asked[2].label]
@@ -97,7 +117,10 @@ def test_an_interrupted_tune_resumes_where_it_stopped_and_refuses_another_space(
     state.write_text("\n".join(kept) + "\n" + '{"kind": "tri', encoding="utf-8")  # and a torn line
     servers = FakeVariants()
     outcome = tune_quant(ExperimentContext(first, TARGET, servers), resume_from=state)
-    assert [f.label.split()[1:3] for f in servers.asked] == [["r0", "np4"], ["r1", servers.asked[1].label.split()[2]]]
+    assert [f.label.split()[1:3] for f in servers.asked] == [
+        ["r0", "np4"],
+        ["r1", servers.asked[1].label.split()[2]],
+    ]
     assert len(outcome.search.scores) == 3 and outcome.ending == "done"
     other = tune_context(tmp_path, baseline=False, slots=[2, 8])
     with pytest.raises(ConfigError, match="searched another space, workload or SLO"):
