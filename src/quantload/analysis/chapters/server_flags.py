@@ -29,7 +29,7 @@ def _batching_plot(analysis: Analysis, path: Path) -> Path | None:
     figure, axes = new_figure(10.0, 4.0, 1, 2)
     groups = list(dict.fromkeys(zip(table["quant"], table["phase"], strict=True)))
     for column, (metric, title) in enumerate(
-        (("ttft_p99_s", "TTFT p99"), ("behind_wait_p50_s", "wait behind running generations, p50"))
+        (("ttft_p99_s", "TTFT p99"), ("wait_p99_s", "wait before its prefill, p99"))
     ):
         axis = axes[0][column]
         for offset, (args, color) in enumerate((("-cb", PALETTE[0]), ("-nocb", PALETTE[1]))):
@@ -49,9 +49,7 @@ def _batching_plot(analysis: Analysis, path: Path) -> Path | None:
     return save_figure(figure, path)
 
 
-BATCHING_FIGURE = Figure(
-    "batching", "TTFT p99 and the wait behind running generations, -cb and -nocb", _batching_plot
-)
+BATCHING_FIGURE = Figure("batching", "TTFT p99 and the wait before prefill, -cb and -nocb", _batching_plot)
 
 
 def batching_section(analysis: Analysis, plots: Plots) -> Section:
@@ -226,6 +224,9 @@ def _speculation_plot(analysis: Analysis, path: Path) -> Path | None:
                 & (measured["users"] == users)
             ]
             heights.append(value(row["decode_speedup"].median()) or 0.0 if not row.empty else 0.0)
+            if not row.empty and row["speculating"].eq(False).any():  # shown as what it is, not as a bar
+                x = len(heights) - 1 + offset * width
+                axis.text(x, 0.05, "not speculating", rotation=90, fontsize=7, ha="center", va="bottom")
         axis.bar(
             [i + offset * width for i in range(len(cells))],
             heights,
