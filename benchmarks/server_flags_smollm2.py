@@ -2,7 +2,7 @@
 
     measure experiments  `quantload run` of Q8_0 with the limit search, then the batching, slots
                          and speculation experiments (the draft: the same model at Q4_K_M)
-    measure batching4    the batching experiment alone at 4 users (beyond a limit of one user)
+    measure loaded       batching and speculation again at 4 users (beyond a limit of one user)
     measure tune         `quantload tune` of Q8_0 and Q4_K_M with the default space, twice (does a
                          second tune pick the same winner?), then Q8_0's full grid (every
                          configuration confirmed: tune.finalists = the space's size)
@@ -131,11 +131,12 @@ def _save(path: Path, entry: dict[str, Any]) -> None:
     )
 
 
-def batching_config(out: Path, users: int) -> dict[str, dict[str, Any]]:
-    """The batching experiment alone at a set number of users (past the limit, where it shows)."""
+def loaded_config(out: Path, users: int) -> dict[str, dict[str, Any]]:
+    """Batching and speculation at a set number of users (beyond the limit, where they differ)."""
     config = experiments_config(out)
-    config["load"] = {**COMMON["load"], "experiments": ["batching"]}
+    config["load"] = {**COMMON["load"], "experiments": ["batching", "speculation"]}
     config["batching"] = {"requests": 16, "users": users}
+    config["speculation"] = {**config["speculation"], "users": users, "synth_lengths": []}
     return config
 
 
@@ -144,9 +145,9 @@ def measure(part: str, runs: Path, work: Path) -> None:
         folder = work / "experiments"
         _save(runs, measured("experiments", ["run"], folder, experiments_config(folder / "results")))
         return
-    if part == "batching4":
-        folder = work / "batching4"
-        _save(runs, measured("batching4", ["run"], folder, batching_config(folder / "results", 4)))
+    if part == "loaded":
+        folder = work / "loaded"
+        _save(runs, measured("loaded", ["run"], folder, loaded_config(folder / "results", 4)))
         return
     for attempt in ("tune-1", "tune-2"):
         folder = work / attempt
@@ -161,7 +162,7 @@ def main() -> None:
     )
     sub = parser.add_subparsers(dest="step", required=True)
     run = sub.add_parser("measure")
-    run.add_argument("part", choices=("experiments", "batching4", "tune"))
+    run.add_argument("part", choices=("experiments", "loaded", "tune"))
     run.add_argument("--runs", type=Path, required=True, help="JSON list of the measured runs (appended)")
     run.add_argument("--work", type=Path, default=Path("/tmp/quantload-server-flags"))
     render = sub.add_parser("render")

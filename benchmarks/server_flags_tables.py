@@ -269,9 +269,9 @@ def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
     if "experiments" in by_name and by_name["experiments"]["run_dir"]:
         lines += ["## The experiments (Q8_0)", "", *_settings(by_name["experiments"]), ""]
         lines += experiment_lines(Path(by_name["experiments"]["run_dir"]))
-    if "batching4" in by_name and by_name["batching4"]["run_dir"]:
-        lines += ["", "## Batching again at 4 users (Q8_0)", "", *_settings(by_name["batching4"]), ""]
-        lines += experiment_lines(Path(by_name["batching4"]["run_dir"]), ("batching",))
+    if "loaded" in by_name and by_name["loaded"]["run_dir"]:
+        lines += ["", "## Batching and speculation at 4 users (Q8_0)", "", *_settings(by_name["loaded"]), ""]
+        lines += experiment_lines(Path(by_name["loaded"]["run_dir"]), ("batching", "speculation"))
     if {"tune-1", "tune-2"} <= set(by_name):
         lines += ["", "## quantload tune (Q8_0, Q4_K_M)", "", *_settings(by_name["tune-1"]), ""]
         lines += tune_lines(by_name)
