@@ -1,10 +1,11 @@
 """Successive halving over configurations, as a pure state machine (tested without a server).
 
   rungs    rung 0 measures every configuration with a short trial (one limit search, one repeat,
-           its time cap `short_trial_s`); each later rung measures the best 1/eta of the one before
-           with trials eta times longer; the last rung measures the `finalists` with the limit
-           search's own repeats and time cap (a confirmed limit). A space no larger than
-           `finalists` is one rung: every configuration confirmed (the full grid).
+           its time cap `short_trial_s`, each of its levels sent 1/eta^k of the requests a final
+           trial sends, k rungs before the last); each later rung measures the best 1/eta of the one
+           before with trials eta times longer and larger; the last rung measures the `finalists`
+           with the limit search's own repeats, time cap and trial size (a confirmed limit). A space
+           no larger than `finalists` is one rung: every configuration confirmed (the full grid).
   score    a trial's limit (users or requests/s; None when no level held) and its goodput at
            that limit (requests/s that met the SLO), the tie-break; a trial that could not run
            (the server did not start) ranks below every measured one.
@@ -31,6 +32,7 @@ class Rung:
     time_cap_s: float
     repeats: int
     final: bool
+    requests_frac: float = 1.0  # the share of a final trial's requests each of its levels sends
 
 
 def plan_rungs(
@@ -50,6 +52,7 @@ def plan_rungs(
             time_cap_s=final_cap_s if index == last else min(final_cap_s, short_trial_s * eta**index),
             repeats=confirm_repeats if index == last else 1,
             final=index == last,
+            requests_frac=1.0 / eta ** (last - index),
         )
         for index, size in enumerate(sizes)
     )

@@ -3,10 +3,10 @@ over the configurations of the space (quantload.tune.space), each trial a limit 
 variant of the server (`ServerControl`), its state appended to tune.jsonl as it goes.
 
 A trial restarts the server with the configuration's flags, runs the limit search the objective
-names (`limit_users` or `limit_rate`, the run's workload and SLO) with its rung's repeats and time
-cap (never past what is left of the budget), and scores the configuration by the limit found and
-the goodput at that limit: the median goodput (requests/s that met the SLO) of the trials that
-held at it. A configuration whose server does not start scores as not run, and the search goes
+names (`limit_users` or `limit_rate`, the run's workload and SLO) with its rung's repeats, time
+cap (never past what is left of the budget) and trial size, and scores the configuration by the
+limit found and the goodput at that limit: the median goodput (requests/s that met the SLO) of
+the trials that held at it. A configuration whose server does not start scores as not run, and the search goes
 on. Each trial's search is in limits.jsonl under the variant "tune r<rung> <key>"; each variant's
 KV cache and memory in variants.jsonl.
 """
@@ -99,8 +99,18 @@ def _buffers_mib(kv: KvCheck | None) -> float | None:
 
 
 def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> Settings:
-    limit = settings.limit.model_copy(
-        update={"repeats": trial.rung.repeats, "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s))}
+    """The limit search's settings for one trial: its rung's repeats, time cap (never past what is
+    left of the budget) and trial size (closed loop: requests per user and the fewest a level
+    sends; open loop: seconds of arrivals), at least two requests a level."""
+    limit, frac = settings.limit, trial.rung.requests_frac
+    limit = limit.model_copy(
+        update={
+            "repeats": trial.rung.repeats,
+            "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s)),
+            "requests_per_user": max(1, round(limit.requests_per_user * frac)),
+            "min_requests": max(2, round(limit.min_requests * frac)),
+            "trial_seconds": max(2.0, limit.trial_seconds * frac),
+        }
     )
     return settings.model_copy(update={"limit": limit})
 

@@ -37,6 +37,7 @@ def test_rungs_shrink_by_eta_to_the_finalists_and_grow_longer() -> None:
         (3, 180, 1, False),
         (2, 300, 3, True),
     ]
+    assert [r.requests_frac for r in rungs] == pytest.approx([1 / 9, 1 / 3, 1.0])  # short trials are small too
     assert [r.size for r in plan_rungs(2, 3, 2, 60, 300, 3)] == [2]  # no larger than the finalists: one rung
     assert plan_rungs(27, 3, 1, 10, 1000, 2)[-1].size == 1
     assert [r.time_cap_s for r in plan_rungs(27, 3, 1, 10, 50, 2)] == [

@@ -138,3 +138,17 @@ def test_the_budget_stops_the_trials_and_the_baseline_is_searched_as_the_finalis
     lines = read_tune(tmp_path / TUNE_JSONL)
     assert [line.kind for line in lines] == ["start", "trial", "baseline", "end"]
     assert lines[-1].ending == "budget"
+
+
+def test_a_trial_takes_its_rungs_repeats_time_cap_and_size(tmp_path: Path) -> None:
+    from quantload.tune.halving import PlannedTrial, plan_rungs
+    from quantload.tune.search import _trial_settings
+
+    run = tune_context(tmp_path)
+    limit = run.settings.limit.model_copy(update={"requests_per_user": 6, "min_requests": 9, "repeats": 3})
+    settings = run.settings.model_copy(update={"limit": limit})
+    first, last = plan_rungs(8, 3, 2, 60, 300, 3)[0], plan_rungs(8, 3, 2, 60, 300, 3)[-1]
+    short = _trial_settings(settings, PlannedTrial("c0", first), left_s=1000).limit
+    assert (short.repeats, short.time_cap_s, short.requests_per_user, short.min_requests) == (1, 60, 1, 2)
+    final = _trial_settings(settings, PlannedTrial("c0", last), left_s=100).limit
+    assert (final.repeats, final.time_cap_s, final.requests_per_user, final.min_requests) == (3, 100, 6, 9)
