@@ -6,6 +6,8 @@
     measure tune         `quantload tune` of Q8_0 and Q4_K_M with the default space, twice (does a
                          second tune pick the same winner?), then Q8_0's full grid (every
                          configuration confirmed: tune.finalists = the space's size)
+    measure tune-2       the second tune alone (`--quants Q8_0`: one quantization's; `--resume RUN_DIR`:
+                         go on with an interrupted one)
     render               the tables of those run directories (`--runs` names the JSON the measure
                          step wrote), written under benchmarks/figures/ (file names only)
 
@@ -78,13 +80,17 @@ def experiments_config(out: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def tune_config(out: Path, finalists: int | None = None) -> dict[str, dict[str, Any]]:
+def tune_config(
+    out: Path, finalists: int | None = None, quants: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
     tune: dict[str, Any] = {"budget_s": 1800.0, "short_trial_s": 60.0}
     if finalists is not None:
         tune["finalists"] = finalists
+    if quants is None:
+        quants = ["Q8_0", "Q4_K_M"] if finalists is None else ["Q8_0"]
     return {
         **COMMON,
-        "model": {"source": MODEL, "quants": ["Q8_0", "Q4_K_M"] if finalists is None else ["Q8_0"]},
+        "model": {"source": MODEL, "quants": quants},
         "run": {"profile": "quick", "out": str(out)},
         "tune": tune,
     }
@@ -140,7 +146,9 @@ def loaded_config(out: Path, users: int) -> dict[str, dict[str, Any]]:
     return config
 
 
-def measure(part: str, runs: Path, work: Path) -> None:
+def measure(
+    part: str, runs: Path, work: Path, quants: list[str] | None = None, resume: Path | None = None
+) -> None:
     if part == "experiments":
         folder = work / "experiments"
         _save(runs, measured("experiments", ["run"], folder, experiments_config(folder / "results")))
@@ -149,9 +157,17 @@ def measure(part: str, runs: Path, work: Path) -> None:
         folder = work / "loaded"
         _save(runs, measured("loaded", ["run"], folder, loaded_config(folder / "results", 4)))
         return
-    for attempt in ("tune-1", "tune-2"):
+    attempts = ("tune-2",) if part == "tune-2" else ("tune-1", "tune-2")
+    for attempt in attempts:
         folder = work / attempt
-        _save(runs, measured(attempt, ["tune"], folder, tune_config(folder / "results")))
+        command = ["tune"]
+        if quants:
+            command += ["--quants", ",".join(quants)]
+        if resume is not None and attempt == "tune-2":
+            command += ["--resume", str(resume)]
+        _save(runs, measured(attempt, command, folder, tune_config(folder / "results")))
+    if part == "tune-2":
+        return
     folder = work / "grid"
     _save(runs, measured("grid", ["tune"], folder, tune_config(folder / "results", finalists=8)))
 
@@ -162,14 +178,18 @@ def main() -> None:
     )
     sub = parser.add_subparsers(dest="step", required=True)
     run = sub.add_parser("measure")
-    run.add_argument("part", choices=("experiments", "loaded", "tune"))
+    run.add_argument("part", choices=("experiments", "loaded", "tune", "tune-2"))
+    run.add_argument(
+        "--quants", type=lambda text: text.split(","), help="tune these quantizations only (Q8_0,Q4_K_M)"
+    )
+    run.add_argument("--resume", type=Path, help="tune-2: go on with this interrupted tune's run directory")
     run.add_argument("--runs", type=Path, required=True, help="JSON list of the measured runs (appended)")
     run.add_argument("--work", type=Path, default=Path("/tmp/quantload-server-flags"))
     render = sub.add_parser("render")
     render.add_argument("--runs", type=Path, required=True)
     args = parser.parse_args()
     if args.step == "measure":
-        measure(args.part, args.runs, args.work)
+        measure(args.part, args.runs, args.work, args.quants, args.resume)
     else:
         from server_flags_tables import render_runs  # beside this file
 

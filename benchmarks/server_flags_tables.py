@@ -186,6 +186,11 @@ def experiment_lines(
     return lines
 
 
+def _measured(run: dict[str, Any] | None) -> bool:
+    """Whether a measured command ended with a tune.json to read."""
+    return bool(run and run.get("run_dir") and (Path(run["run_dir"]) / "tune.json").is_file())
+
+
 def _tune(run_dir: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((run_dir / "tune.json").read_text(encoding="utf-8"))["quants"]
     return data
@@ -223,19 +228,20 @@ def _ranking(name: str, quant: str, outcome: dict[str, Any]) -> list[str]:
 
 
 def tune_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
-    first, second = _tune(Path(runs["tune-1"]["run_dir"])), _tune(Path(runs["tune-2"]["run_dir"]))
-    grid = _tune(Path(runs["grid"]["run_dir"])) if runs.get("grid", {}).get("run_dir") else {}
+    first = _tune(Path(runs["tune-1"]["run_dir"]))
+    second = _tune(Path(runs["tune-2"]["run_dir"])) if _measured(runs.get("tune-2")) else {}
+    grid = _tune(Path(runs["grid"]["run_dir"])) if _measured(runs.get("grid")) else {}
     lines = _head(
         "quant", "winner (tune 1)", "its limit", "against the configured flags", "search", "tune 2's winner"
     )
     for quant, outcome in first.items():
         against = outcome.get("against_baseline") or {}
-        again = second.get(quant, {}).get("winner")
+        again = second.get(quant, {}).get("winner") if quant in second else None
         ratios = (
             f"limit x{_n(against.get('limit_ratio'), 2)} ({_n(against.get('winner_limit'), 0)} against"
             f" {_n(against.get('baseline_limit'), 0)}), goodput x{_n(against.get('goodput_ratio'), 2)}"
         )
-        same = "the same" if again == outcome["winner"] else str(again)
+        same = "not measured" if again is None else "the same" if again == outcome["winner"] else str(again)
         lines.append(
             _row(
                 quant,
@@ -272,7 +278,7 @@ def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
     if "loaded" in by_name and by_name["loaded"]["run_dir"]:
         lines += ["", "## Batching and speculation at 4 users (Q8_0)", "", *_settings(by_name["loaded"]), ""]
         lines += experiment_lines(Path(by_name["loaded"]["run_dir"]), ("batching", "speculation"))
-    if {"tune-1", "tune-2"} <= set(by_name):
+    if _measured(by_name.get("tune-1")):
         lines += ["", "## quantload tune (Q8_0, Q4_K_M)", "", *_settings(by_name["tune-1"]), ""]
         lines += tune_lines(by_name)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
