@@ -82,7 +82,10 @@ max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experi
 prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; experiments sessions,
 trace, mixed, limit_users, limit_rate; error class session_cut. Stage lines within
 quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
-template_overhead_tokens.
+template_overhead_tokens, arrival ("closed", "poisson" or "trace": how the stage's requests were
+sent, which decides whether latency counts from the intended send time; older lines have none and
+are read as open loop when they have a rate). Experiment names are read as text: any experiment of
+quantload.experiments.registry, and names a later quantload adds.
 """
 
 from __future__ import annotations
