@@ -16,7 +16,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 QL=.venv/bin/quantload
-WORK="${WORK:-$(mktemp -d -t quantload-gpu-check-XXXXXX)}"
 REQUESTS="${REQUESTS:-64}"
 pids=()
 cleanup() {
@@ -28,6 +27,7 @@ trap cleanup EXIT
 command -v nvidia-smi >/dev/null || { echo "gpu check: nvidia-smi not found: no NVIDIA driver here"; exit 1; }
 command -v nvcc >/dev/null || { echo "gpu check: nvcc not found: install the CUDA toolkit to build llama.cpp with CUDA"; exit 1; }
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,power.draw --format=csv
+WORK="${WORK:-$(mktemp -d -t quantload-gpu-check-XXXXXX)}"
 
 echo "gpu check: CPU tools and the pinned sources ($QL toolchain)"
 "$QL" toolchain
