@@ -65,12 +65,14 @@ def start_exporter(
     """Serve the metrics of `targets` at http://host:port/metrics (port 0 picks a free one).
 
     With `nvml` (the system's NVML by default; None turns it off), every GPU NVML sees adds its
-    `quantload_gpu_*` series, read within the same `timeout_s` per scrape.
+    `quantload_gpu_*` series, read within half of `timeout_s` after the servers' reads, so that a
+    hung NVML and hung servers together keep a scrape within 1.5 x `timeout_s` (under Prometheus's
+    1 s scrape timeout at the default 0.5 s).
     """
     collector = LlamaServerCollector(targets, timeout_s)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    gpu = open_gpu_telemetry(nvml, timeout_s) if nvml is not None else None
+    gpu = open_gpu_telemetry(nvml, timeout_s / 2) if nvml is not None else None
     if gpu is not None:
         registry.register(gpu)
     try:

@@ -193,3 +193,17 @@ def test_promtool_accepts_the_gpu_exposition(collectors: list[GpuCollector]) -> 
         [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_hung_nvml_does_not_hold_the_exporter_scrape() -> None:
+    nvml = FakeNvml()
+    handle = start_exporter([], port=0, timeout_s=0.5, nvml=nvml.loader)
+    nvml.hang_power = True
+    try:
+        started = time.monotonic()
+        body = httpx.get(f"{handle.url}/metrics", timeout=20).text
+        assert time.monotonic() - started < 10  # the hang would take 30 s; the bound is 0.25 s
+        assert "quantload_exporter_scrape_duration_seconds" in body and "quantload_gpu_" not in body
+    finally:
+        nvml.release.set()
+        handle.stop()
