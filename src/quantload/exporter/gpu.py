@@ -52,7 +52,7 @@ NvmlLoader = Callable[[], Nvml]
 
 
 def system_nvml() -> Nvml:
-    """The real bindings (`pynvml` from nvidia-ml-py); loading the shared library waits for nvmlInit."""
+    """The real bindings (`pynvml` from nvidia-ml-py); they load NVML's shared library at nvmlInit."""
     import pynvml
 
     return cast(Nvml, pynvml)
