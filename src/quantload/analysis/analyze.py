@@ -9,6 +9,8 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
+from quantload.analysis.gpu_energy import WHAT as GPU_ENERGY_WHAT
+from quantload.analysis.gpu_energy import gpu_energy_table
 from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
 from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
@@ -88,6 +90,7 @@ class Analysis:
     mixed_verdict: str
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
+    gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -252,6 +255,7 @@ def analyze(
     windows = stage_windows(run.records, stages)
     series = pd.DataFrame(columns=["metric", "quant", "unix_s", "value"])
     hist = pd.DataFrame()
+    energy = pd.DataFrame()
     server = {}
     window = load_window(stages)
     client = prometheus.client
@@ -261,6 +265,8 @@ def analyze(
             quant_of = {str(s.stage_id): str(s.quant) for s in stages.itertuples()}
             server = server_in_flight(client, windows, quant_of)
             hist = histogram_check(client, stages, run.records, scrape_interval_s)
+            energy, energy_gaps = gpu_energy_table(client, run.records, quants)
+            gaps += energy_gaps
         except PrometheusQueryError as error:
             notes.append(f"Prometheus stopped answering while the report read it: {error.problem}")
         if series.empty:
@@ -272,6 +278,7 @@ def analyze(
             "server time series (busy slots, KV use, requests processing and deferred)",
             "Little's law, server side (requests_processing)",
             "Prometheus histogram cross-check of the percentiles",
+            GPU_ENERGY_WHAT,
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, slo.client_lag_threshold_s)
@@ -324,6 +331,7 @@ def analyze(
         mixed_verdict=mixed_verdict(mixed),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
+        gpu_energy=energy,
     )
 
 

@@ -59,6 +59,7 @@ class PrometheusSummary(_SummaryPart):
     origin: str | None
     histogram_check: list[Row]  # prometheus_tables.histogram_check
     series_points: int
+    gpu_energy: list[Row] = []  # gpu_energy.gpu_energy_table: joules per output token and request
 
 
 class PlanSummary(_SummaryPart):
@@ -189,6 +190,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
                 "origin": analysis.prometheus_origin or None,
                 "histogram_check": _rows(analysis.histogram_check),
                 "series_points": len(analysis.server_series),
+                "gpu_energy": _rows(analysis.gpu_energy),
             },
             "not_measured": [gap.to_dict() for gap in analysis.gaps],
             "notes": list(analysis.notes),
