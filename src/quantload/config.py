@@ -161,10 +161,8 @@ class LoadSettings(_Section):
     experiments: ExperimentNames = Field(
         default_factory=_experiment_names,
         description="what `quantload run` runs per quantization, in this order (the experiments of"
-        " quantload.experiments.registry); an experiment without its input is left out (open_loop:"
-        " load.rates_rps, trace: trace.path, prefix_cache: load.prefix_tokens and"
-        " load.prefix_requests, kv_types: kv_types.requests and two cache types in"
-        " quality.kld_cache_types)",
+        " quantload.experiments.registry); one whose input is missing is left out, with the reason"
+        " the registry gives (run.json and the report say it)",
     )
 
     users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)

@@ -81,8 +81,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--experiment", "-e",
-                help="An experiment of quantload.experiments (sweep, open_loop, prefix_cache, sessions,"
-                " trace, mixed, limit_users, limit_rate); repeatable.",
+                help=f"One of {', '.join(registry.for_any_server())}; repeatable.",
             ),
         ] = None,
         workload: Annotated[

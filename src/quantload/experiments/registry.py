@@ -62,6 +62,12 @@ def planned(settings: Settings) -> list[Experiment]:
     return [get(name) for name in settings.load.experiments if get(name).missing(settings) is None]
 
 
+def for_any_server() -> tuple[str, ...]:
+    """The experiments that can run against a server quantload did not start (all but those that
+    must change its flags)."""
+    return tuple(experiment.name for experiment in REGISTRY if experiment.server_flags != "required")
+
+
 def against_any_server(requested: Sequence[str]) -> list[Experiment]:
     """The experiments `quantload load` may run against servers it did not start; ConfigError for
     an unknown name or one that needs to restart the server with other flags."""

@@ -24,11 +24,9 @@ Request record fields
   schema              "quantload.record/1"
   run_id              the run this belongs to
   server, quant, model, url
-  experiment          "sweep" (closed loop), "open_loop" (Poisson rate), "prefix_cache",
-                      "sessions" (multi-turn conversations), "trace" (a trace replayed open loop),
-                      "mixed" (decode-heavy traffic with and without long prompts),
-                      "limit_users" / "limit_rate" (a trial of the limit search),
-                      "interactive" (users set in the Locust web UI); "warmup" is accepted on read
+  experiment          the name of the experiment that sent it (quantload.experiments.registry:
+                      each module there says what its stages send), or "interactive" (users set
+                      in the Locust web UI); "warmup" is accepted on read
   stage_id            joins the record to its stage lines in stages.jsonl
   stage_users         concurrent users of the stage (closed loop; open loop: the user pool)
   stage_rate_rps      target arrival rate (open loop), else null
@@ -67,20 +65,18 @@ Request record fields
   timings             the server's `timings` object as sent (prompt_ms, predicted_ms, cache_n, ...)
   finish_reason       "stop", "length", ... or null
   ok                  true when the request completed with a full stream and HTTP 200
-  within_deadline     ok and e2e_from_intended_s within the per-request deadline (goodput)
+  within_deadline     ok and e2e_from_intended_s within the per-request deadline (one half of
+                      goodput: the other is the SLO, quantload.slo)
   http_status         status code, null when none arrived
   error_class         null, or one of ERROR_CLASSES
   error               short error text
 
 Stage event fields (stages.jsonl): see `StageEvent`.
-Experiment "kv_types": one decode-heavy closed-loop stage per KV-cache type on a server of that
-type; its stage lines name the type (`kv_cache_type`, both K and V).
-
 Changes within quantload.record/1 (additive, readers ignore what they do not know): stage_id,
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
 "interactive"; error classes protocol_error and aborted; ttft_content_s, reasoning_chunks,
-prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; experiments sessions,
-trace, mixed, limit_users, limit_rate; error class session_cut. Stage lines within
+prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; the experiments added
+since; error class session_cut. Stage lines within
 quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
 template_overhead_tokens, arrival ("closed", "poisson" or "trace": how the stage's requests were
 sent, which decides whether latency counts from the intended send time; older lines have none and
