@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from quantload.config import Settings
 from quantload.errors import QuantloadError
+from quantload.experiments import mixed
 from quantload.load import LimitLine, RequestRecord, StageEvent, StageSummary, read_limits
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
@@ -235,7 +236,7 @@ def _record_row(record: RequestRecord) -> dict[str, Any]:
 
 
 # The experiments whose every inter-token gap the report pools (the frame keeps only a summary).
-GAP_EXPERIMENTS = frozenset({"mixed"})
+GAP_EXPERIMENTS = frozenset({mixed.NAME})
 
 
 def request_key(stage_id: object, sent_unix_s: float) -> str:
