@@ -25,6 +25,7 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.load import iter_stage_events, read_limits
 from quantload.paths import cache_root
+from quantload.slo import Slo, SloCounts, judge
 from quantload.steps.prepare import prepared_folder
 
 
@@ -48,7 +49,8 @@ def main() -> None:
     folder = prepared_folder(cache_root(None, os.environ), args.model)
     model = next(folder.glob(f"*-{args.quant}.gguf"), None)
     if model is None:
-        raise SystemExit(f"no {args.quant} file in {folder}: run `quantload prepare --model {args.model}` first")
+        hint = f"run `quantload prepare --model {args.model}` first"
+        raise SystemExit(f"no {args.quant} file in {folder}: {hint}")
     args.out.mkdir(parents=True, exist_ok=True)
     spec = ServerSpec(model_path=model, alias=f"{args.model}-{args.quant}", slots=8, ctx_per_slot=4096)
     started = time.monotonic()
@@ -58,8 +60,8 @@ def main() -> None:
             load(args.out / f"search-{index}", server.url, args.quant, "-e", "limit_users", "--time-cap",
                  str(args.time_cap))  # fmt: skip
         load(args.out / "sweep", server.url, args.quant, "-e", "sweep", "--users", "1,2,4,8", "--repeats", "1")
-    print(f"{args.model} {args.quant}, -np 8 -c 32768, 32 output tokens, built-in prompts;"
-          f" {time.monotonic() - started:.0f} s, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
+    took = f"{time.monotonic() - started:.0f} s, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
+    print(f"{args.model} {args.quant}, -np 8 -c 32768, 32 output tokens, built-in prompts; {took}")
     held_at: dict[int, list[bool]] = {}
     for index in range(args.searches):
         for line in read_limits(args.out / f"search-{index}" / "limits.jsonl"):
@@ -72,14 +74,14 @@ def main() -> None:
         for text in (args.out / "sweep" / "summaries.jsonl").read_text().splitlines()
         if text.strip()
     ]
-    from quantload.slo import Slo, SloCounts, judge
-
     slo = Slo(1.0, 0.1)
     for summary in summaries:
         verdict = judge(SloCounts(**summary["slo_counts"]), slo)
         users = int(summary["users"])
         searched = held_at.get(users)
-        said = "not tried by a search" if not searched else f"searches' trials held {sum(searched)} of {len(searched)}"
+        said = (
+            f"searches' trials held {sum(searched)} of {len(searched)}" if searched else "not tried by a search"
+        )
         print(f"sweep {users} users: {'meets' if verdict.meets else 'misses'} ({verdict.sureness}); {said}")
     ends = [e for e in iter_stage_events(args.out / "sweep" / "stages.jsonl") if e.event == "stage_end"]
     print(f"sweep stages: {[e.status for e in ends]}")
