@@ -59,7 +59,8 @@ def main() -> None:
         for index in range(args.searches):
             load(args.out / f"search-{index}", server.url, args.quant, "-e", "limit_users", "--time-cap",
                  str(args.time_cap))  # fmt: skip
-        load(args.out / "sweep", server.url, args.quant, "-e", "sweep", "--users", "1,2,4,8", "--repeats", "1")
+        sweep = ("-e", "sweep", "--users", "1,2,4,8", "--repeats", "1")
+        load(args.out / "sweep", server.url, args.quant, *sweep)
     took = f"{time.monotonic() - started:.0f} s, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
     print(f"{args.model} {args.quant}, -np 8 -c 32768, 32 output tokens, built-in prompts; {took}")
     held_at: dict[int, list[bool]] = {}
@@ -79,9 +80,7 @@ def main() -> None:
         verdict = judge(SloCounts(**summary["slo_counts"]), slo)
         users = int(summary["users"])
         searched = held_at.get(users)
-        said = (
-            f"searches' trials held {sum(searched)} of {len(searched)}" if searched else "not tried by a search"
-        )
+        said = f"searches' trials held {sum(searched)} of {len(searched)}" if searched else "no search tried it"
         print(f"sweep {users} users: {'meets' if verdict.meets else 'misses'} ({verdict.sureness}); {said}")
     ends = [e for e in iter_stage_events(args.out / "sweep" / "stages.jsonl") if e.event == "stage_end"]
     print(f"sweep stages: {[e.status for e in ends]}")
