@@ -80,7 +80,7 @@ def main() -> None:
         verdict = judge(SloCounts(**summary["slo_counts"]), slo)
         users = int(summary["users"])
         searched = held_at.get(users)
-        said = f"searches' trials held {sum(searched)} of {len(searched)}" if searched else "no search tried it"
+        said = f"searches' trials held {sum(searched)} of {len(searched)}" if searched else "not searched"
         print(f"sweep {users} users: {'meets' if verdict.meets else 'misses'} ({verdict.sureness}); {said}")
     ends = [e for e in iter_stage_events(args.out / "sweep" / "stages.jsonl") if e.event == "stage_end"]
     print(f"sweep stages: {[e.status for e in ends]}")
