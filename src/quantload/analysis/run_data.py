@@ -149,7 +149,7 @@ class RunData:
         return dict(self.kv.results) if self.kv is not None else {}
 
     def configured_quants(self) -> tuple[str, ...]:
-        return tuple(self.settings.model.quants) if self.settings is not None else ()
+        return tuple(self.settings.prepare.quants) if self.settings is not None else ()
 
     def configured_users(self) -> tuple[int, ...]:
         return tuple(self.settings.load.users) if self.settings is not None else ()

@@ -172,7 +172,7 @@ class NativeRun:
                     lambda progress: self.steps.prepare(toolchain, self.run_dir, progress),
                     account=lambda prepared, _: (prepared.busy_s, None),
                 )  # fmt: skip
-                quants = models.quants(self.settings.model.quants)
+                quants = models.quants()  # the manifest's order: largest file first
                 self._quality(toolchain, models, quants)
                 self._speed(toolchain, models, quants)
                 prometheus = self._prometheus(children)

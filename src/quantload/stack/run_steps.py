@@ -33,7 +33,12 @@ from quantload.roofline.speed_file import SpeedEntry
 from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
 from quantload.served import ServedTarget
 from quantload.steps.load import Experiment, ExperimentRun, KvTypesRun, run_experiment
-from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
+from quantload.steps.prepare import (
+    PreparedModels,
+    prepare_model_files,
+    prepared_folder,
+    scored_text_on_disk,
+)
 from quantload.steps.quality import measure_file_quality, quality_text
 from quantload.steps.report import write_report
 from quantload.steps.serve import cache_type_spec, check_cache_type_kv, check_kv, server_spec
@@ -54,10 +59,13 @@ class RunSteps:
         return ensure_toolchain(self.settings.toolchain, self.environ, progress)
 
     def prepare(self, toolchain: Toolchain, run_dir: Path, progress: ProgressCallback) -> PreparedModels:
-        source = self.settings.model.source
+        prepare = self.settings.prepare
+        # the user's own files stay where they are: their manifest is the run's
+        folder = run_dir if prepare.files else prepared_folder(self.cache, self.settings.model.source)
         return prepare_model_files(
             self.settings.model, self.settings.toolchain, toolchain, self.cache, self.environ,
-            prepared_folder(self.cache, source), progress, run_dir=run_dir,
+            folder, progress, run_dir=run_dir, prepare=prepare,
+            scored_text=scored_text_on_disk(self.settings.quality, self.cache),
         )  # fmt: skip
 
     def quality_text(self) -> Path:
