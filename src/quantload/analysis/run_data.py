@@ -155,10 +155,10 @@ class RunData:
         return tuple(self.settings.load.users) if self.settings is not None else ()
 
     def quants(self) -> list[str]:
-        """Every quantization the run names anywhere, in the configured order first."""
-        candidates: list[str] = list(self.configured_quants())
-        if self.manifest is not None:
-            candidates += list(self.manifest.files)
+        """Every file the run names anywhere: the manifest's files largest first (the one order of
+        every table, figure, verdict and plan), then any other the configuration or a result names."""
+        candidates: list[str] = self.manifest.ordered_labels() if self.manifest is not None else []
+        candidates += list(self.configured_quants())
         candidates += list(self.quality.results) if self.quality else []
         candidates += list(self.speed.results) if self.speed else []
         candidates += list(self.kv_results)

@@ -14,6 +14,7 @@ from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, gap_blocks_about, shown, value
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
+from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.quality_loss import KLD_DIGITS
 from quantload.roofline.speed_file import busy_note
@@ -234,8 +235,52 @@ def quality_loss_section(analysis: Analysis) -> Section:
         )
     elif loss.missing:
         blocks.append(Paragraph(f"not measured: quality loss against F16: {loss.missing}", "warning"))
+    manifest = analysis.run.manifest
+    if manifest is not None and manifest.files and manifest.reference_label() is None:
+        blocks.append(
+            Paragraph(
+                "Perplexity only: none of the run's files is F16, BF16 or F32, so there is no reference"
+                " to measure KL divergence against (give one with prepare.reference, --reference).",
+                "warning",
+            )
+        )
+    blocks += imatrix_pair_blocks(analysis)
     blocks += gap_blocks_about(analysis, "KL divergence")
-    return Section("quality_loss", "Quality loss against F16 (KL divergence)", tuple(blocks))
+    return Section("quality_loss", "Quality loss against the reference (KL divergence)", tuple(blocks))
+
+
+def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
+    """The same type with and without an importance matrix, as row pairs."""
+    table = imatrix_pair_table(analysis.run, analysis.quants)
+    if table.empty:
+        return []
+    rows = tuple(
+        (
+            str(r["quant"]),
+            str(r["imatrix"] or fmt.DASH),
+            fmt.mib(value(r["size_bytes"])),
+            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
+            _pct(value(r["same_top_p_pct"])),
+            fmt.DASH if value(r["perplexity"]) is None
+            else f"{value(r['perplexity']):.3f} ± {value(r['perplexity_error']) or 0:.3f}",
+            fmt.percent(value(r["kld_change_frac"]), 1, signed=True),
+            fmt.DASH if r["beyond_uncertainty"] is None else ("yes" if r["beyond_uncertainty"] else "no"),
+        )
+        for r in table.to_dict("records")
+    )
+    return [
+        Table(
+            ("quant", "importance matrix", "size", "mean KLD ± s.e. (nats)", "same top token",
+             "perplexity ± s.e.", "KLD change", "beyond uncertainty"),
+            rows,
+            (False, False, True, True, True, True, True, False),
+            "The importance matrix's effect: each type measured without and with one (row pairs; the"
+            " matrix is read from each file's own quantize.imatrix.* metadata). KLD change is the"
+            " with-row's mean KLD against the without-row's; beyond uncertainty = more than two combined"
+            " standard errors apart.",
+            "imatrix-pairs",
+        )
+    ]
 
 
 def _plus(number: float | None, error: float | None) -> str:
