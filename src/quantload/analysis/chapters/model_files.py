@@ -246,7 +246,9 @@ def quality_loss_section(analysis: Analysis) -> Section:
         )
     blocks += imatrix_pair_blocks(analysis)
     blocks += gap_blocks_about(analysis, "KL divergence")
-    return Section("quality_loss", "Quality loss against the reference (KL divergence)", tuple(blocks))
+    kld = analysis.run.quality.kld if analysis.run.quality is not None else None
+    against = kld.base.quant if kld is not None else "the reference"
+    return Section("quality_loss", f"Quality loss against {against} (KL divergence)", tuple(blocks))
 
 
 def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
