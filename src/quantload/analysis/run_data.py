@@ -25,6 +25,7 @@ from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import RequestRecord, StageEvent
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
+from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, load_sensitivity_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
 from quantload.rundir import (
     CONFIG_JSON,
@@ -133,6 +134,7 @@ class RunData:
     reading_notes: tuple[str, ...]
     limits: tuple[LimitLine, ...] = ()  # limits.jsonl: one line per limit search
     itl_by_request: dict[str, list[float]] | None = None  # mixed-experiment gaps, by request_key
+    sensitivity: SensitivityFile | None = None  # sensitivity.json: the tensor groups that resist
 
     @property
     def run_id(self) -> str:
@@ -352,4 +354,16 @@ def load_run(run_dir: Path) -> RunData:
         reading_notes=tuple(notes),
         limits=tuple(read_limits(run_dir / LIMITS_JSONL)),
         itl_by_request=itl,
+        sensitivity=_read_sensitivity(run_dir / SENSITIVITY_JSON, notes),
     )
+
+
+def _read_sensitivity(path: Path, notes: list[str]) -> SensitivityFile | None:
+    """sensitivity.json when the run scanned (absent otherwise: the scan is optional)."""
+    if not path.is_file():
+        return None
+    try:
+        return load_sensitivity_file(path)
+    except (ValidationError, ValueError, OSError) as error:
+        notes.append(f"{path.name} could not be read ({_first_line(error)}); the scan is left out")
+        return None

@@ -191,16 +191,13 @@ def reference_of(summaries: Sequence[GgufSummary], labels: Sequence[str]) -> str
     return None
 
 
-def adopt_files(
-    prepare: PrepareSettings,
-    cache: Path,
-    environ: Mapping[str, str],
-    llama_cpp: dict[str, object],
-    progress: ProgressCallback = no_progress,
-) -> Manifest:
-    """The manifest of the given files (and prepare.reference), every check done first; the files
-    stay where they are."""
-    given = expand_files(prepare.files, cache, environ, prepare.max_files)
+def check_given_files(prepare: PrepareSettings, cache: Path) -> list[GgufSummary]:
+    """Every check `adopt_files` makes, for local files, without hashing them."""
+    given = expand_files(prepare.files, cache, {}, prepare.max_files)
+    return _checked_summaries(prepare, given)
+
+
+def _checked_summaries(prepare: PrepareSettings, given: list[GivenFile]) -> list[GgufSummary]:
     if prepare.reference is not None:
         reference_path = prepare.reference.expanduser().resolve()
         if not any(item.path == reference_path for item in given):
@@ -216,6 +213,20 @@ def adopt_files(
                 "give the unquantized GGUF as the reference",
             )
     check_one_model(summaries)
+    return summaries
+
+
+def adopt_files(
+    prepare: PrepareSettings,
+    cache: Path,
+    environ: Mapping[str, str],
+    llama_cpp: dict[str, object],
+    progress: ProgressCallback = no_progress,
+) -> Manifest:
+    """The manifest of the given files (and prepare.reference), every check done first; the files
+    stay where they are."""
+    given = expand_files(prepare.files, cache, environ, prepare.max_files)
+    summaries = _checked_summaries(prepare, given)  # appends prepare.reference to `given`
     labels = _labels(summaries)
     files: dict[str, ManifestEntry] = {}
     for index, (item, summary, label) in enumerate(zip(given, summaries, labels, strict=True)):

@@ -20,6 +20,7 @@ from quantload.config import Settings
 from quantload.errors import QuantloadError, ServerError
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
+from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.load.experiments import ServerRestarts, log_warning
@@ -28,6 +29,7 @@ from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
 from quantload.quality.kld_results import KldSet
 from quantload.quality.results import QualityResult
+from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
@@ -87,6 +89,15 @@ class RunSteps:
         return measure_manifest_kld(
             toolchain, models.manifest, quants, text, self.cache, self.settings.quality,
             run_dir / QUALITY_JSON, attempt, run_dir / LOGS_DIR,
+        )  # fmt: skip
+
+    def sensitivity(
+        self, toolchain: Toolchain, reference: Path, text: Path, run_dir: Path, progress: ProgressCallback
+    ) -> SensitivityFile:
+        settings = self.settings
+        return scan_sensitivity(
+            toolchain, reference, text, self.cache, settings.quality, settings.sensitivity,
+            settings.report.max_kld_mean_nats, quant_types(toolchain), run_dir, progress, run_dir / LOGS_DIR,
         )  # fmt: skip
 
     def probe(self) -> MachineLimits:

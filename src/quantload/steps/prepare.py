@@ -12,7 +12,9 @@ from pathlib import Path
 
 from quantload.config import ModelSettings, PrepareSettings, QualitySettings, ToolchainSettings
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source
-from quantload.models.given_files import adopt_files
+from quantload.models.calibration import calibration_path, check_calibration_file
+from quantload.models.file_plan import imatrix_mode
+from quantload.models.given_files import HF_PREFIX, adopt_files, check_given_files
 from quantload.models.manifest import Manifest, save_manifest
 from quantload.models.prepare import prepare_models
 from quantload.progress import ProgressCallback, no_progress
@@ -62,6 +64,19 @@ def scored_text_on_disk(quality: QualitySettings, cache: Path) -> Path | None:
         return quality.dataset.expanduser()
     cached = cached_text_path(cache)
     return cached if cached.is_file() else None
+
+
+def preflight(prepare: PrepareSettings, quality: QualitySettings, cache: Path) -> None:
+    """What prepare's settings say that can be checked before the toolchain or any file: the
+    importance-matrix setting and calibration text, and the user's local files (GGUF, whole, one
+    model, a reference). One-line ConfigError or ModelError; the types are checked against the
+    built llama-quantize when prepare starts, before it makes anything."""
+    mode = imatrix_mode(prepare)
+    scored = scored_text_on_disk(quality, cache)
+    if mode == "computed" and (on_disk := calibration_path(prepare, cache)) is not None:
+        check_calibration_file(on_disk, prepare.imatrix_ctx, scored)
+    if prepare.files and not any(spec.startswith(HF_PREFIX) for spec in prepare.files):
+        check_given_files(prepare, cache)
 
 
 def prepare_model_files(
