@@ -71,8 +71,8 @@ def test_types_that_need_an_importance_matrix_get_one_or_are_refused() -> None:
         ("F16", "F16", False), ("Q4_K_M", "Q4_K_M", False), ("Q4_K_M-imatrix", "Q4_K_M", True),
         ("IQ2_XS-imatrix", "IQ2_XS", True),  # labelled for what it is
     ]
-    assert plan.needs_imatrix and [f.label for f in plan.without("F16").files][0] == "Q4_K_M"
-    with pytest.raises(ConfigError, match="prepare.imatrix = '/nowhere.gguf': no such file"):
+    assert plan.needs_imatrix and next(f.label for f in plan.without("F16").files) == "Q4_K_M"
+    with pytest.raises(ConfigError, match=r"prepare\.imatrix = '/nowhere\.gguf': no such file"):
         plan_files(PrepareSettings(quants=("Q4_K_M-imatrix",), imatrix="/nowhere.gguf"), TYPES)
 
 
@@ -90,11 +90,11 @@ def test_a_mix_is_checked_and_names_its_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"prepare.mixes m: 'q8' is not a ggml tensor type \(nearest: .*q8_0"):
         plan_files(PrepareSettings(quants=(), mixes=(bad,)), TYPES)
     low = MixSettings(name="low", base="Q4_K_M", tensor_types=("ffn_down=iq2_xs",))
-    with pytest.raises(ConfigError, match="prepare.mixes low needs an importance matrix"):
+    with pytest.raises(ConfigError, match=r"prepare\.mixes low needs an importance matrix"):
         plan_files(PrepareSettings(quants=(), mixes=(low,)), TYPES)
     with pytest.raises(ConfigError, match="name Q8_0 twice"):
         plan_files(PrepareSettings(quants=("Q8_0",), mixes=(MixSettings(name="Q8_0", base="Q8_0"),)), TYPES)
-    with pytest.raises(ConfigError, match="more than prepare.max_files = 2"):
+    with pytest.raises(ConfigError, match=r"more than prepare\.max_files = 2"):
         plan_files(PrepareSettings(quants=("F16", "Q8_0", "Q6_K"), max_files=2), TYPES)
 
 
@@ -103,11 +103,11 @@ def test_the_calibration_text_is_long_enough_and_never_the_scored_text(tmp_path:
     scored.write_text("".join(f" = Article {i} = \n text of the article {i} .\n" for i in range(2000)))
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    with pytest.raises(ConfigError, match="is empty"):
+    with pytest.raises(ConfigError, match=r"is empty"):
         check_calibration_file(empty, 512, scored)
     short = tmp_path / "short.txt"
     short.write_text("a few words")
-    with pytest.raises(ConfigError, match="too short for one chunk: 11 bytes.*at least 1024 tokens"):
+    with pytest.raises(ConfigError, match=r"too short for one chunk: 11 bytes.*at least 1024 tokens"):
         check_calibration_file(short, 512, scored)
     with pytest.raises(ConfigError, match="holds the text quality is scored on"):
         check_calibration_file(scored, 128, scored)
@@ -290,5 +290,5 @@ def test_a_hugging_face_repo_of_ggufs_through_the_hub_client(tmp_path: Path, hub
         adopt_files(PrepareSettings(files=("hf:org/small-GGUF",), max_files=3), cache, environ, {})
     assert "matches 5 GGUF files, more than prepare.max_files = 3" in caught.value.one_line()
     assert "glob" in caught.value.one_line()
-    with pytest.raises(ConfigError, match="matches no .gguf file"):
+    with pytest.raises(ConfigError, match=r"matches no \.gguf file"):
         adopt_files(PrepareSettings(files=("hf:org/small-GGUF:*IQ1*",)), cache, environ, {})

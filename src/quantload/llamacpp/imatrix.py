@@ -59,6 +59,7 @@ def run_imatrix(
 
         def on_output(stream: Stream, piece: str) -> None:
             log.write(piece)
+            log.flush()
             if found := _CHUNKS.search(piece):
                 planned[0] = int(found.group(1))
             done = _CHUNK_DONE.findall(piece)
