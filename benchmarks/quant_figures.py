@@ -29,6 +29,7 @@ from quantload.quality.kld_results import FLOOR_CACHE_TYPE, mean_error_nats
 from quantload.steps.prepare import prepared_folder
 
 HERE = Path(__file__).resolve().parent
+MIB = float(1 << 20)
 DEFAULT_TEXT = HERE.parent.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
 WIDE = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS-imatrix", "Q3_K_M")
 WITH_IMATRIX = ("Q6_K-imatrix", "Q5_K_M-imatrix", "Q4_K_M-imatrix", "Q3_K_M-imatrix")
@@ -93,13 +94,14 @@ def main() -> None:
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [
         f"# Quantizations of {args.model}, with and without an importance matrix ({stamp})", "",
-        f"Command: `nice .venv/bin/python benchmarks/quant_figures.py --calibration {args.calibration.name}"
-        f" --kld-chunks {args.kld_chunks} --imatrix-chunks {args.imatrix_chunks}`", "",
+        "Command: `nice .venv/bin/python benchmarks/quant_figures.py"
+        f" --calibration {args.calibration.name} --kld-chunks {args.kld_chunks}"
+        f" --imatrix-chunks {args.imatrix_chunks}`", "",
         f"KLD from the F16 on {kld.base.chunks_scored} chunks of {kld.base.ctx_tokens} tokens of"
         f" {kld.base.dataset.name} ({kld.base.tokens_scored:,} tokens); {manifest.source.get('note')}.", "",
         f"Importance matrix: llama-imatrix on {imatrix.get('calibration')} ({imatrix.get('chunks')} chunks"
         f" of {imatrix.get('ctx_tokens')} tokens): {imatrix.get('seconds')} s"
-        + (" (reused from the cache; the seconds are its first computation)" if imatrix.get("reused") else ""),
+        + (" (reused from the cache: its first computation)" if imatrix.get("reused") else ""),
         "",
         "| quant | size MiB | imatrix | mean KLD ± s.e. (nats) | same top token % | perplexity ± s.e. |",
         "|---|---:|---|---:|---:|---:|",
@@ -109,12 +111,14 @@ def main() -> None:
             f"{row['kld_mean_nats']:.6f} ± {row['kld_mean_error_nats'] or 0:.6f}"
         )
         same = "–" if row["same_top_p_pct"] is None else f"{row['same_top_p_pct']:.2f}"
-        ppl = "–" if row["perplexity"] is None else f"{row['perplexity']:.3f} ± {row['perplexity_error'] or 0:.3f}"
+        ppl = "–"
+        if row["perplexity"] is not None:
+            ppl = f"{row['perplexity']:.3f} ± {row['perplexity_error'] or 0:.3f}"
         lines.append(
             f"| {row['quant']} | {row['size_bytes'] / 2**20:.1f} | {'yes' if row['imatrix'] else 'no'} |"
             f" {kld_text} | {same} | {ppl} |"
         )
-    lines += ["", f"Prepare (all files, imatrix included): {prepare_s:.0f} s; KLD of all files: {kld_s:.0f} s."]
+    lines += ["", f"Prepare (all files, the imatrix included): {prepare_s:.0f} s; KLD of all: {kld_s:.0f} s."]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
