@@ -457,8 +457,8 @@ def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
             )
         if proposal.tensor_type_file and proposal.overrides:
             text += (
-                f". Build it in a run with a mix: [[prepare.mixes]] name = \"{scan.base_type}-scan\","
-                f" base = \"{scan.base_type}\", tensor_type_file = \"{Path(proposal.tensor_type_file).name}\""
+                f". Build it in a run as a mix of prepare.mixes with base {scan.base_type} and"
+                f" tensor_type_file {Path(proposal.tensor_type_file).name}"
             )
         blocks.append(Paragraph(text + f". The scan took {scan.seconds:.0f} s.", "verdict"))
     return Section("sensitivity", "The tensors that resist (sensitivity scan)", tuple(blocks))
