@@ -21,6 +21,8 @@ from quantload.llamacpp.kld_base import format_bytes
 from quantload.llamacpp.quant_types import REFERENCE_TYPES, quant_types
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
+from quantload.models.file_plan import IMATRIX_SUFFIX
+from quantload.models.imatrix_file import imatrix_metadata
 from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root, check_out_dir, check_out_file
 from quantload.progress import ProgressCallback
@@ -257,8 +259,12 @@ def register(app: typer.Typer) -> None:
             load_quality_file(out)  # a file that is not a quality.json is refused before measuring
         for model in [*models, *([kld_base] if kld_base else [])]:
             check_is_gguf(model)
-        file_types = [read_gguf(model).file_type for model in models]
-        labels = result_labels(models, file_types)
+        summaries = [read_gguf(model) for model in models]
+        file_types = [summary.file_type for summary in summaries]
+        # a file made with an importance matrix (its own metadata says so) is TYPE-imatrix
+        labels = result_labels(
+            models, [s.file_type + (IMATRIX_SUFFIX if imatrix_metadata(s.metadata) else "") for s in summaries]
+        )
         reference = find_reference(models, file_types, kld_base) if settings.quality.kld else None
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         text = quality_text(settings.quality, cache, cli.environ)
