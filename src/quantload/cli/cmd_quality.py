@@ -20,8 +20,8 @@ from quantload.errors import ConfigError
 from quantload.llamacpp.kld_base import format_bytes
 from quantload.llamacpp.quant_types import REFERENCE_TYPES, quant_types
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.models.file_plan import IMATRIX_SUFFIX
+from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.models.imatrix_file import imatrix_metadata
 from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root, check_out_dir, check_out_file
