@@ -262,9 +262,8 @@ def register(app: typer.Typer) -> None:
         summaries = [read_gguf(model) for model in models]
         file_types = [summary.file_type for summary in summaries]
         # a file made with an importance matrix (its own metadata says so) is TYPE-imatrix
-        labels = result_labels(
-            models, [s.file_type + (IMATRIX_SUFFIX if imatrix_metadata(s.metadata) else "") for s in summaries]
-        )
+        kinds = [s.file_type + (IMATRIX_SUFFIX if imatrix_metadata(s.metadata) else "") for s in summaries]
+        labels = result_labels(models, kinds)
         reference = find_reference(models, file_types, kld_base) if settings.quality.kld else None
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         text = quality_text(settings.quality, cache, cli.environ)
