@@ -28,6 +28,7 @@ from quantload.models.prepare import prepare_models
 from quantload.models.synthetic import TinyShape, write_tiny_model
 from quantload.paths import cache_root
 from quantload.quality.sensitivity import SENSITIVITY_JSON, load_sensitivity_file, scan_sensitivity
+from support import clean_env, run_quantload
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +138,31 @@ def test_the_sensitivity_scan_ranks_groups_and_builds_the_mix_it_proposes(
         quants=("F16",), mixes=(MixSettings(name="scan-mix", base="Q4_K_M", tensor_type_file=mix_file),),
     ))  # fmt: skip
     assert built.files["scan-mix"].size_bytes == pytest.approx(scan.mix.size_bytes, rel=0.01)  # type: ignore[attr-defined]
+
+
+def test_run_refuses_bad_choices_in_one_line_before_any_work(
+    tiny_models: dict[str, Path], tmp_path: Path, toolchain: Toolchain
+) -> None:
+    wider = write_tiny_model(
+        ensure_llama_source(ToolchainSettings(), os.environ), tmp_path / "wider-F16.gguf",
+        shape=TinyShape(embedding=512),
+    )  # fmt: skip
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    cases = [
+        ({"QUANTLOAD_PREPARE__QUANTS": "F16,Q4_KM"}, [], "'Q4_KM' is not a type this llama-quantize knows"),
+        ({"QUANTLOAD_PREPARE__QUANTS": "F16,IQ2_XS"}, [], "IQ2_XS needs an importance matrix"),
+        ({"QUANTLOAD_PREPARE__QUANTS": "Q4_K_M-imatrix", "QUANTLOAD_PREPARE__IMATRIX": "computed",
+          "QUANTLOAD_PREPARE__CALIBRATION": str(empty)}, [], "is empty"),
+        ({}, ["--files", str(tiny_models["Q8_0"]), str(wider)], "are not one model"),
+        ({}, ["--files", str(tmp_path / "m-00001-of-00002.gguf")], "does not exist"),
+    ]  # fmt: skip
+    for extra_env, args, expected in cases:
+        out = tmp_path / "runs"
+        result = run_quantload(
+            ["run", "--model", "tiny", "--profile", "ci", "--out", str(out), *args], cwd=tmp_path,
+            env={**clean_env(), **extra_env}, timeout_s=120,
+        )  # fmt: skip
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode != 0 and any(expected in line for line in lines), (expected, result.stderr[-800:])
+        assert not out.exists() or not any(out.iterdir()), expected  # no run directory: no work began

@@ -9,6 +9,7 @@ import typer
 from quantload.cli.context import cli_context
 from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
+from quantload.llamacpp.toolchain import find_toolchain
 from quantload.paths import cache_root, check_out_dir
 from quantload.stack.native import NativeRun
 from quantload.steps.prepare import preflight
@@ -60,7 +61,9 @@ def register(app: typer.Typer) -> None:
         )
         settings = config.settings
         check_out_dir(settings.run.out)
-        preflight(settings.prepare, settings.quality, cache_root(settings.toolchain.cache_dir, cli.environ))
+        cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+        built = find_toolchain(settings.toolchain, cli.environ)  # no build yet: only what is there
+        preflight(settings.prepare, settings.quality, cache, built)
         with RichRunView(cli.err_console) as view:
             native = NativeRun(config, cli.environ, settings.run.out, view)
             view.message(f"run directory: {native.run_dir}")

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantload.config import ModelSettings, PrepareSettings, QualitySettings, ToolchainSettings
+from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source
 from quantload.models.calibration import calibration_path, check_calibration_file
-from quantload.models.file_plan import imatrix_mode
+from quantload.models.file_plan import imatrix_mode, plan_files
 from quantload.models.given_files import HF_PREFIX, adopt_files, check_given_files
 from quantload.models.manifest import Manifest, save_manifest
 from quantload.models.prepare import prepare_models
@@ -66,11 +67,15 @@ def scored_text_on_disk(quality: QualitySettings, cache: Path) -> Path | None:
     return cached if cached.is_file() else None
 
 
-def preflight(prepare: PrepareSettings, quality: QualitySettings, cache: Path) -> None:
-    """What prepare's settings say that can be checked before the toolchain or any file: the
-    importance-matrix setting and calibration text, and the user's local files (GGUF, whole, one
-    model, a reference). One-line ConfigError or ModelError; the types are checked against the
-    built llama-quantize when prepare starts, before it makes anything."""
+def preflight(
+    prepare: PrepareSettings, quality: QualitySettings, cache: Path, toolchain: Toolchain | None = None
+) -> None:
+    """What prepare's settings say that can be checked before any file: the importance-matrix
+    setting and calibration text, the user's local files (GGUF, whole, one model, a reference), and
+    with a `toolchain` already built, every type and mix against its llama-quantize (without one,
+    prepare checks them first thing, before it makes anything). One-line ConfigError or ModelError."""
+    if toolchain is not None and not prepare.files:
+        plan_files(prepare, quant_types(toolchain))
     mode = imatrix_mode(prepare)
     scored = scored_text_on_disk(quality, cache)
     if mode == "computed" and (on_disk := calibration_path(prepare, cache)) is not None:
