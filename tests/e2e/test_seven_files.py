@@ -13,7 +13,8 @@ import pytest
 
 from support import clean_env, run_quantload
 
-pytestmark = pytest.mark.integration
+# seven files through every step: the ci profile's protocol, lightened per file below
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 SEVEN = ("F16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_K_M-imatrix", "Q3_K_M")
 MIX = "Q4_K_M-attnv8"
 
@@ -50,16 +51,31 @@ lower_to = ""
 [load]
 users = [1]
 repeats = 1
+prompt_count = 2
+max_tokens = 4
+prefix_requests = 2
+
+[sessions]
+count = 1
+
+[mixed]
+decode_requests = 2
+batch_sizes = ["2048/512"]
 
 [limit]
 max_users = 2
+time_cap_s = 10.0
+
+[kv_types]
+users = 1
+requests = 2
 """,
         encoding="utf-8",
     )
     started = time.monotonic()
     result = run_quantload(
         ["run", "--model", "tiny", "--profile", "ci", "--out", str(out / "runs"), "--dataset", str(wikitext_test_raw)],
-        cwd=out, env=clean_env(), timeout_s=3600,
+        cwd=out, env=clean_env(), timeout_s=2300,
     )  # fmt: skip
     took_s = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
