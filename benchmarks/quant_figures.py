@@ -82,7 +82,9 @@ def main() -> None:
             "perplexity_error": result.ppl_q_error if result else None,
             "kld_seconds": result.wall_time_s if result else None,
         })  # fmt: skip
-    imatrix = manifest.imatrix or {}
+    imatrix = dict(manifest.imatrix or {})
+    if "path" in imatrix:
+        imatrix["path"] = Path(str(imatrix["path"])).name  # file names only, no machine paths
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
     record = {
         "model": args.model, "source_note": manifest.source.get("note"), "dataset": args.dataset.name,
