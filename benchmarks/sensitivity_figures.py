@@ -20,7 +20,7 @@ from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.manifest import load_manifest
 from quantload.paths import cache_root
-from quantload.quality.sensitivity import scan_sensitivity
+from quantload.quality.sensitivity import load_sensitivity_file, scan_sensitivity
 from quantload.rundir import MANIFEST_JSON
 from quantload.steps.prepare import prepared_folder
 
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--max-kld", type=float, default=0.05)
     parser.add_argument("--base", default="Q4_K_M")
     parser.add_argument("--out", type=Path, default=Path("/tmp/quantload-sensitivity"))
+    parser.add_argument("--from", dest="done", type=Path, help="a sensitivity.json measured before")
     args = parser.parse_args()
     environ = dict(os.environ)
     cache = cache_root(None, environ)
@@ -49,14 +50,22 @@ def main() -> None:
     if manifest is None or manifest.reference_label() is None:
         raise SystemExit(f"no prepared reference in {folder}: run 'quantload prepare --model {args.model}'")
     reference = folder / manifest.files[str(manifest.reference_label())].file
-    toolchain = ensure_toolchain(ToolchainSettings(), environ)
-    scan = scan_sensitivity(
-        toolchain, reference, args.dataset, cache, QualitySettings(kld_chunks=args.kld_chunks),
-        SensitivitySettings(base=args.base), args.max_kld, quant_types(toolchain), args.out,
-    )  # fmt: skip
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
+    if args.done is not None:
+        scan = load_sensitivity_file(args.done)
+        stamp = datetime.fromisoformat(scan.measured_at).strftime("%Y%m%dT%H%MZ")
+    else:
+        toolchain = ensure_toolchain(ToolchainSettings(), environ)
+        scan = scan_sensitivity(
+            toolchain, reference, args.dataset, cache, QualitySettings(kld_chunks=args.kld_chunks),
+            SensitivitySettings(base=args.base), args.max_kld, quant_types(toolchain), args.out,
+        )  # fmt: skip
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
     out = HERE / "figures" / f"sensitivity-{args.model}-{stamp}"
-    out.with_suffix(".json").write_text(json.dumps(scan.to_json(), indent=2) + "\n")
+    recorded = scan.to_json()
+    proposal_file = scan.proposal.tensor_type_file if scan.proposal else None
+    if proposal_file and isinstance(recorded.get("proposal"), dict):
+        recorded["proposal"]["tensor_type_file"] = Path(proposal_file).name  # type: ignore[index]
+    out.with_suffix(".json").write_text(json.dumps(recorded, indent=2) + "\n")
     base = scan.base
     assert base is not None
     lines = [

@@ -114,10 +114,11 @@ class SensitivityFile(BaseModel):
 
     def ranking(self, direction: Literal["raise", "lower"]) -> list[Variant]:
         """The variants of one direction, best first (raise: most KLD removed per MiB; lower:
-        least KLD added per MiB saved)."""
-        chosen = [v for v in self.variants if v.direction == direction and v.kld_per_mib is not None]
+        least KLD added per MiB saved); a variant that changed no byte (the base already had
+        that type for the group) comes last."""
+        chosen = [v for v in self.variants if v.direction == direction]
         sign = -1.0 if direction == "raise" else 1.0
-        return sorted(chosen, key=lambda v: sign * (v.kld_per_mib or 0.0))
+        return sorted(chosen, key=lambda v: (v.kld_per_mib is None, sign * (v.kld_per_mib or 0.0)))
 
     def to_json(self) -> dict[str, object]:
         return self.model_dump(mode="json", by_alias=True)
@@ -163,7 +164,7 @@ def propose(scan: SensitivityFile, tensor_type_file: Path | None) -> Proposal:
     if base.kld_mean_nats > limit:
         direction: Literal["raise", "lower", "none"] = "raise"
         for variant in scan.ranking("raise"):
-            if kld <= limit or (variant.kld_change_nats or 0.0) >= 0:
+            if kld <= limit or variant.kld_per_mib is None or (variant.kld_change_nats or 0.0) >= 0:
                 break
             kld += variant.kld_change_nats or 0.0
             size += round((variant.size_change_mib or 0.0) * MIB)
@@ -173,7 +174,8 @@ def propose(scan: SensitivityFile, tensor_type_file: Path | None) -> Proposal:
         direction = "lower"
         for variant in scan.ranking("lower"):
             step = variant.kld_change_nats or 0.0
-            if kld + max(step, 0.0) > limit or (variant.size_change_mib or 0.0) >= 0:
+            saves = (variant.size_change_mib or 0.0) < 0
+            if variant.kld_per_mib is None or not saves or kld + max(step, 0.0) > limit:
                 continue
             kld += max(step, 0.0)
             size += round((variant.size_change_mib or 0.0) * MIB)
