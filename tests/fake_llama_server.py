@@ -104,6 +104,7 @@ class FakeLlamaServer:
         self.delay_s = 0.0
         self.mode = "ok"
         self.api_key: str | None = None
+        self.model_size_bytes: int | None = None  # /v1/models answers 404 while None
         self.reads: dict[str, int] = {}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -144,6 +145,9 @@ class FakeLlamaServer:
             return 200, "application/json", body
         if path == "/props":
             return 200, "application/json", json.dumps(self.props).encode()
+        if path == "/v1/models" and self.model_size_bytes is not None:  # llama-server's meta.size
+            body = {"object": "list", "data": [{"id": "m", "meta": {"size": self.model_size_bytes}}]}
+            return 200, "application/json", json.dumps(body).encode()
         return 404, "application/json", b'{"error":{"code":404}}'
 
 

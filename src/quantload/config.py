@@ -23,6 +23,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 
@@ -42,7 +43,14 @@ ENV_NOT_CONFIG: frozenset[str] = frozenset(
     {"QUANTLOAD_HF_ENDPOINT", "QUANTLOAD_REQUIRE_INTEGRATION", "QUANTLOAD_TEST_WIKITEXT"}
 )
 
-Quant = Literal["F16", "Q8_0", "Q4_K_M"]
+# Keys that moved, read under their new name from every layer (a file, the environment, flags, a
+# run's config.json): {old dotted key: new dotted key}.
+RENAMED_KEYS: dict[str, str] = {"model.quants": "prepare.quants"}
+IMATRIX_MODES: tuple[str, ...] = ("off", "computed")
+DEFAULT_CALIBRATION = "wikitext-2-train"
+SENSITIVITY_GROUPS: tuple[str, ...] = (
+    "token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+)  # fmt: skip
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
@@ -59,11 +67,88 @@ class ToolchainSettings(_Section):
 
 
 class ModelSettings(_Section):
-    """Which model to prepare and which quantizations of it."""
+    """Which model to prepare (its quantizations are `[prepare]`'s)."""
 
     source: str = "qwen2.5-0.5b"
-    quants: tuple[Quant, ...] = ("F16", "Q8_0", "Q4_K_M")
     tiny_seed: int = 0
+
+
+_LABEL = r"^[A-Za-z0-9_.-]+$"
+# A file's label (a type name, TYPE-imatrix, a mix's name): never holds a comma.
+FileLabel = Annotated[str, Field(pattern=_LABEL)]
+
+
+class MixSettings(_Section):
+    """A custom mix: a llama-quantize type with some tensors given another type."""
+
+    name: str = Field(pattern=_LABEL, description="the file's label in every table, e.g. Q4_K_M-attn8")
+    base: str = Field(description="the llama-quantize type of every other tensor, e.g. Q4_K_M")
+    tensor_types: tuple[str, ...] = Field(
+        default=(), description="NAME=TYPE overrides (llama-quantize --tensor-type), e.g. attn_v=q8_0"
+    )
+    tensor_type_file: Path | None = Field(
+        default=None, description="a --tensor-type-file (as `quantload quality --sensitivity` writes)"
+    )
+    output_tensor_type: str | None = Field(default=None, description="--output-tensor-type, e.g. q8_0")
+    token_embedding_type: str | None = Field(default=None, description="--token-embedding-type")
+    imatrix: bool = Field(default=False, description="quantize with prepare.imatrix")
+
+
+class PrepareSettings(_Section):
+    """The files a run measures: types and mixes made from the model's reference file (with an
+    importance matrix where asked), or files the user already has."""
+
+    quants: tuple[FileLabel, ...] = Field(
+        default=("F16", "Q8_0", "Q4_K_M"),
+        description="llama-quantize types (its own list, e.g. Q6_K, IQ4_XS); TYPE-imatrix quantizes"
+        " with prepare.imatrix; F16/BF16/F32 is the reference file",
+    )
+    mixes: tuple[MixSettings, ...] = Field(default=(), description="custom mixes, made as well")
+    imatrix: str = Field(
+        default="off",
+        description="off; computed (llama-imatrix on prepare.calibration, cached by the reference's and"
+        " the text's hashes); or the path of an imatrix file (GGUF or legacy .dat)",
+    )
+    imatrix_chunks: int = Field(default=100, ge=1, description="chunks llama-imatrix computes over")
+    imatrix_ctx: int = Field(default=512, ge=16, description="tokens per llama-imatrix chunk (-c)")
+    calibration: str = Field(
+        default=DEFAULT_CALIBRATION,
+        description="the text the imatrix is computed on, never the scored one: wikitext-2-train"
+        " (WikiText-2's train split through the Hub client) or a text file",
+    )
+    files: tuple[str, ...] = Field(
+        default=(),
+        description="GGUF files the user already has, instead of making them: paths, folders, or"
+        " hf:OWNER/REPO[:GLOB] (a Hugging Face repo of GGUFs)",
+    )
+    reference: Path | None = Field(
+        default=None, description="the F16/BF16/F32 file KLD is measured against, for prepare.files"
+    )
+    max_files: int = Field(default=16, ge=1, le=64, description="most files one run measures")
+
+
+class SensitivitySettings(_Section):
+    """The sensitivity scan (`quantload quality --sensitivity`, and a step of the full run): from a
+    base type, one tensor group at a time raised (or lowered) to another type, each variant's mean
+    KLD and size measured, the groups ranked by KLD gained per MiB."""
+
+    in_run: bool = Field(default=True, description="`quantload run` scans after the quality step")
+    base: str = Field(default="Q4_K_M", description="the llama-quantize type every variant starts from")
+    raise_to: str = Field(default="q8_0", description="the type a group is raised to; empty = none")
+    lower_to: str = Field(default="q3_k", description="the type a group is lowered to; empty = none")
+    groups: tuple[str, ...] = Field(default=SENSITIVITY_GROUPS, min_length=1)
+    build_mix: bool = Field(
+        default=True, description="build the proposed mix and measure it (its KLD and size)"
+    )
+
+    @field_validator("groups")
+    @classmethod
+    def _known_groups(cls, groups: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [g for g in groups if g not in SENSITIVITY_GROUPS]
+        if unknown:
+            known = ", ".join(SENSITIVITY_GROUPS)
+            raise ValueError(f"unknown tensor group(s) {', '.join(unknown)}: use {known}")
+        return groups
 
 
 class ServerSettings(_Section):
@@ -455,7 +540,7 @@ class CalibrateSettings(_Section):
 class RunSettings(_Section):
     """The whole protocol driven by `quantload run`."""
 
-    profile: Literal["quick", "full", "ci"] = "full"
+    profile: Literal["quick", "full", "ci", "wide"] = "full"
     out: Path = Path("results")
     servers_at_once: bool = False
 
@@ -471,6 +556,8 @@ class Settings(_Section):
 
     toolchain: ToolchainSettings = ToolchainSettings()
     model: ModelSettings = ModelSettings()
+    prepare: PrepareSettings = PrepareSettings()
+    sensitivity: SensitivitySettings = SensitivitySettings()
     server: ServerSettings = ServerSettings()
     quality: QualitySettings = QualitySettings()
     speed: SpeedSettings = SpeedSettings()
@@ -486,6 +573,29 @@ class Settings(_Section):
     plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()
     run: RunSettings = RunSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """A run's config.json from before a key moved reads under the key's new name."""
+        return rename_keys(data) if isinstance(data, Mapping) else data
+
+
+def rename_keys(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """`layer` ({section: {key: value}}) with every key of RENAMED_KEYS under its new name."""
+    renamed: dict[str, Any] = {
+        section: dict(values) if isinstance(values, Mapping) else values for section, values in layer.items()
+    }
+    for old, new in RENAMED_KEYS.items():
+        old_section, old_key = old.split(".", 1)
+        values = renamed.get(old_section)
+        if isinstance(values, dict) and old_key in values:
+            new_section, new_key = new.split(".", 1)
+            value = values.pop(old_key)
+            target = renamed.setdefault(new_section, {})
+            if isinstance(target, dict):
+                target.setdefault(new_key, value)
+    return renamed
 
 
 @dataclass(frozen=True)
@@ -518,6 +628,8 @@ def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
         if not isinstance(values, Mapping):
             raise ConfigError(f"'{section}' in {origin} must be a table of keys")
         for key in values:
+            if f"{section}.{key}" in RENAMED_KEYS:
+                continue
             if key not in known[section]:
                 raise ConfigError(
                     f"unknown configuration key '{section}.{key}' in {origin}",
@@ -531,7 +643,7 @@ def _read_file_layer(path: Path) -> dict[str, dict[str, Any]]:
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}", "fix the syntax") from None
     _check_keys(data, str(path))
-    return data
+    return rename_keys(data)
 
 
 def _field(section: str, key: str) -> FieldInfo:
@@ -541,8 +653,10 @@ def _field(section: str, key: str) -> FieldInfo:
 
 
 def _splits_on_commas(item: Any) -> bool:
-    """Items that never hold a comma themselves: numbers, fixed names (Literal) and names marked
-    COMMA_FREE (e.g. experiment names)."""
+    """Items that never hold a comma themselves: numbers, fixed names (Literal), file labels and
+    names marked COMMA_FREE (e.g. experiment names)."""
+    if item == FileLabel:
+        return True
     if typing.get_origin(item) is Annotated:
         item, *metadata = typing.get_args(item)
         if COMMA_FREE in metadata:
@@ -595,6 +709,8 @@ def _read_env_layer(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, Any
             dotted = f"{section}.{key}"
         section, key = dotted.split(".", 1)
         _check_keys({section: {key: None}}, f"environment variable {name}")
+        dotted = RENAMED_KEYS.get(dotted, dotted)
+        section, key = dotted.split(".", 1)
         try:
             layer.setdefault(section, {})[key] = decode_env_value(_field(section, key), raw)
         except ConfigError as error:
@@ -661,6 +777,7 @@ def load_config(
     env_layer, env_origins = _read_env_layer(environ)
     flag_layer = split_dotted(flags or {})
     _check_keys(flag_layer, "command-line flags")
+    flag_layer = rename_keys(flag_layer)
 
     merged: dict[str, dict[str, Any]] = {}
     sources: dict[str, str] = {}

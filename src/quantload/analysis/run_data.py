@@ -25,6 +25,7 @@ from quantload.experiments import mixed
 from quantload.load import LimitLine, RequestRecord, StageEvent, StageSummary, read_limits
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
+from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, load_sensitivity_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
 from quantload.rundir import (
     CONFIG_JSON,
@@ -135,6 +136,7 @@ class RunData:
     limits: tuple[LimitLine, ...] = ()  # limits.jsonl: one line per limit search
     itl_by_request: dict[str, list[float]] | None = None  # mixed-experiment gaps, by request_key
     summaries: Mapping[str, StageSummary] = field(default_factory=dict)  # summaries.jsonl, by stage id
+    sensitivity: SensitivityFile | None = None  # sensitivity.json: the tensor groups that resist
 
     @property
     def run_id(self) -> str:
@@ -151,16 +153,16 @@ class RunData:
         return dict(self.kv.results) if self.kv is not None else {}
 
     def configured_quants(self) -> tuple[str, ...]:
-        return tuple(self.settings.model.quants) if self.settings is not None else ()
+        return tuple(self.settings.prepare.quants) if self.settings is not None else ()
 
     def configured_users(self) -> tuple[int, ...]:
         return tuple(self.settings.load.users) if self.settings is not None else ()
 
     def quants(self) -> list[str]:
-        """Every quantization the run names anywhere, in the configured order first."""
-        candidates: list[str] = list(self.configured_quants())
-        if self.manifest is not None:
-            candidates += list(self.manifest.files)
+        """Every file the run names anywhere: the manifest's files largest first (the one order of
+        every table, figure, verdict and plan), then any other the configuration or a result names."""
+        candidates: list[str] = self.manifest.ordered_labels() if self.manifest is not None else []
+        candidates += list(self.configured_quants())
         candidates += list(self.quality.results) if self.quality else []
         candidates += list(self.speed.results) if self.speed else []
         candidates += list(self.kv_results)
@@ -372,4 +374,16 @@ def load_run(run_dir: Path) -> RunData:
         limits=tuple(read_limits(run_dir / LIMITS_JSONL)),
         itl_by_request=itl,
         summaries=summaries,
+        sensitivity=_read_sensitivity(run_dir / SENSITIVITY_JSON, notes),
     )
+
+
+def _read_sensitivity(path: Path, notes: list[str]) -> SensitivityFile | None:
+    """sensitivity.json when the run scanned (absent otherwise: the scan is optional)."""
+    if not path.is_file():
+        return None
+    try:
+        return load_sensitivity_file(path)
+    except (ValidationError, ValueError, OSError) as error:
+        notes.append(f"{path.name} could not be read ({_first_line(error)}); the scan is left out")
+        return None

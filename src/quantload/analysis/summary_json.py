@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import CapacityVerdict, slo_text
+from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.quality_verdict import QualityVerdict
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
@@ -114,6 +115,8 @@ class SummaryFile(_SummaryPart):
     kv: list[KvRow]
     quality_loss: QualityLossSummary
     kv_cache_types: list[Row]  # kv_types.kv_type_table
+    imatrix_pairs: list[Row] = Field(default_factory=list)  # imatrix_pairs.imatrix_pair_table
+    sensitivity: dict[str, Any] | None = None  # sensitivity.json, when the run scanned
     roofline: list[Row]  # run_tables.roofline_frame
     littles_law: list[Row]  # littles_law.littles_law_table
     session_turns: list[Row]  # session_tables.turn_table
@@ -177,6 +180,8 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "kv": [row.to_dict() for row in analysis.kv],
             "quality_loss": {**analysis.quality_loss.to_dict(), "rows": _rows(analysis.quality_loss.rows)},
             "kv_cache_types": _rows(analysis.kv_types),
+            "imatrix_pairs": _rows(imatrix_pair_table(analysis.run, analysis.quants)),
+            "sensitivity": analysis.run.sensitivity.to_json() if analysis.run.sensitivity else None,
             "roofline": _rows(analysis.roofline),
             "littles_law": _rows(analysis.littles_law),
             "session_turns": _rows(analysis.session_turns),

@@ -12,18 +12,24 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from quantload.cli.context import cli_context
+from quantload.cli.context import CliContext, cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels, source_notes
+from quantload.config import Settings
+from quantload.errors import ConfigError
 from quantload.llamacpp.kld_base import format_bytes
+from quantload.llamacpp.quant_types import REFERENCE_TYPES, quant_types
 from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.models.file_plan import IMATRIX_SUFFIX
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
+from quantload.models.imatrix_file import imatrix_metadata
 from quantload.models.manifest import source_note_of
-from quantload.paths import cache_root, check_out_file
+from quantload.paths import cache_root, check_out_dir, check_out_file
 from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import KldFile, RunAttempt, find_reference, measure_kld_set
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldSet
 from quantload.quality.results import QualityFile, load_quality_file
+from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, scan_sensitivity
 from quantload.steps.quality import measure_file_quality, quality_text
 
 T = TypeVar("T")
@@ -118,6 +124,71 @@ def _with_progress_bar(console: Console) -> RunAttempt:
     return attempt
 
 
+def scan_table(scan: SensitivityFile) -> Table:
+    """The scan's variants, best first in each direction."""
+    table = _table(
+        f"Sensitivity from {scan.base_type} ({scan.chunks_scored} chunks; KLD in nats)",
+        ("variant", "size MiB", "mean KLD", "Δ KLD", "Δ MiB", "KLD per MiB", "seconds"),
+        left=1,
+    )
+    rows = [scan.base] if scan.base else []
+    rows += scan.ranking("raise") + scan.ranking("lower") + ([scan.mix] if scan.mix else [])
+    for v in rows:
+        if v is None:
+            continue
+        table.add_row(
+            v.name, f"{v.size_bytes / 2**20:.2f}", _plus_minus(v.kld_mean_nats, v.kld_mean_error_nats, 5),
+            "" if v.kld_change_nats is None else f"{v.kld_change_nats:+.5f}",
+            "" if v.size_change_mib is None else f"{v.size_change_mib:+.2f}",
+            "" if v.kld_per_mib is None else f"{v.kld_per_mib:.5f}", f"{v.seconds:.1f}",
+        )  # fmt: skip
+    return table
+
+
+def _scan(cli: CliContext, settings: Settings, models: list[Path], out: Path) -> None:
+    """`quality --sensitivity`: the scan of the one reference file given."""
+    if len(models) != 1:
+        raise ConfigError(
+            "quality --sensitivity takes one MODEL: the F16, BF16 or F32 reference", "e.g. F16.gguf"
+        )
+    reference = models[0]
+    kind = read_gguf(reference).file_type
+    if kind not in REFERENCE_TYPES:
+        raise ConfigError(
+            f"{reference} is {kind}; the scan starts from an F16, BF16 or F32 file", "give the reference"
+        )
+    out = check_out_dir(out)
+    cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+    with progress_bar(cli.err_console, "llama.cpp build") as progress:
+        toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+    types = quant_types(toolchain)
+    types.file_type(settings.sensitivity.base, "sensitivity.base (--base)")  # a typo fails before work
+    text = quality_text(settings.quality, cache, cli.environ)
+    with progress_bar(cli.err_console, "sensitivity scan") as progress:
+        scan = scan_sensitivity(
+            toolchain, reference, text, cache, settings.quality, settings.sensitivity,
+            settings.report.max_kld_mean_nats, types, out, progress,
+        )  # fmt: skip
+    cli.console.print(scan_table(scan))
+    proposal = scan.proposal
+    if proposal is not None:
+        written = proposal.tensor_type_file if proposal.overrides else None
+        cli.console.print(
+            f"proposal ({proposal.why}): {', '.join(proposal.groups) or 'the base as it is'};"
+            f" predicted mean KLD {proposal.predicted_kld_mean_nats:.5f} nats,"
+            f" {proposal.predicted_size_bytes / 2**20:.2f} MiB"
+            + (f"; written to {written}" if written else ""),
+            highlight=False,
+        )
+    if scan.mix is not None:
+        cli.console.print(
+            f"built and measured: {scan.mix.kld_mean_nats:.5f} nats, {scan.mix.size_bytes / 2**20:.2f} MiB"
+            f" (base {scan.base_type}: {scan.base.kld_mean_nats if scan.base else float('nan'):.5f} nats)",
+            highlight=False,
+        )
+    cli.console.print(f"{out / SENSITIVITY_JSON}; {scan.seconds:.0f} s", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the `quality` command."""
 
@@ -146,6 +217,18 @@ def register(app: typer.Typer) -> None:
         kld_base: Path | None = typer.Option(
             None, "--kld-base", help="The F16 to compare with (default: among MODELs or beside them)."
         ),
+        sensitivity: bool = typer.Option(
+            False, "--sensitivity", help="Scan MODEL (the reference) for the tensor groups that resist."
+        ),
+        base_type: str | None = typer.Option(None, "--base", help="Scan: the base type [Q4_K_M]."),
+        raise_to: str | None = typer.Option(None, "--raise-to", help="Scan: a group raised to [q8_0]."),
+        lower_to: str | None = typer.Option(None, "--lower-to", help="Scan: a group lowered to [q3_k]."),
+        max_kld: float | None = typer.Option(
+            None, "--max-kld", help="Scan: the mean KLD the proposed mix must meet [0.05]."
+        ),
+        scan_out: Path = typer.Option(
+            Path("sensitivity"), "--scan-out", help="Scan: folder for sensitivity.json and the mix file."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the quality.json object."),
         out: Path | None = typer.Option(
             None, "--out", help="Add the results to this quality.json (created if absent)."
@@ -163,14 +246,24 @@ def register(app: typer.Typer) -> None:
                 "quality.kld_chunks": kld_chunks,
                 "quality.kld_cache_types": kv_types.split(",") if kv_types else None,
                 "quality.kld_keep_base": keep_kld_base,
+                "sensitivity.base": base_type,
+                "sensitivity.raise_to": raise_to,
+                "sensitivity.lower_to": lower_to,
+                "report.max_kld_mean_nats": max_kld,
             }
         ).settings
+        if sensitivity:
+            _scan(cli, settings, models, scan_out)
+            return
         if out is not None and check_out_file(out).exists():
             load_quality_file(out)  # a file that is not a quality.json is refused before measuring
         for model in [*models, *([kld_base] if kld_base else [])]:
             check_is_gguf(model)
-        file_types = [read_gguf(model).file_type for model in models]
-        labels = result_labels(models, file_types)
+        summaries = [read_gguf(model) for model in models]
+        file_types = [summary.file_type for summary in summaries]
+        # a file made with an importance matrix (its own metadata says so) is TYPE-imatrix
+        kinds = [s.file_type + (IMATRIX_SUFFIX if imatrix_metadata(s.metadata) else "") for s in summaries]
+        labels = result_labels(models, kinds)
         reference = find_reference(models, file_types, kld_base) if settings.quality.kld else None
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         text = quality_text(settings.quality, cache, cli.environ)

@@ -55,6 +55,19 @@ def test_server_metrics_are_renamed_and_labelled(fake_servers: MakeFake, registr
     assert "/props" not in fake.reads  # labels were configured: no discovery
 
 
+def test_the_model_size_is_read_once_from_v1_models(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+    sized, unsized = fake_servers(), fake_servers()
+    sized.model_size_bytes = 38_547_392
+    registry, _ = registry_for([_target(sized.url)])
+    for _ in range(3):
+        assert Scrape(registry)("quantload_target_model_bytes", Q8) == 38_547_392
+    assert sized.reads["/v1/models"] == 1  # known after the first scrape
+    other, _ = registry_for([_target(unsized.url)])
+    for _ in range(2):
+        assert Scrape(other)("quantload_target_model_bytes", Q8) is None  # a 404: no gauge, asked once
+    assert unsized.reads["/v1/models"] == 1
+
+
 def test_slot_usage_and_kv_ratio_from_slots(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     fake = fake_servers()
     fake.slots = slots_payload(n_slots=8, busy=3, tokens=1000, n_ctx=4096)
