@@ -372,3 +372,50 @@ def slots_reader_only_server_data_errors(data: st.DataObject) -> None:
     except ServerDataError:
         return
     assert all(state.tokens >= 0 for state in slots)
+
+
+# ------------------------------------------------------------------ JSON lists read in pieces
+
+
+@st.composite
+def json_list_texts(draw: st.DrawFn) -> tuple[str, list[Any], list[int]]:
+    """A JSON list written with any whitespace between its elements: (text, elements, the line
+    each element starts on)."""
+    elements = draw(st.lists(json_values, max_size=12))
+    gaps = st.sampled_from(["", " ", "\n", "\n\n", "\r\n", "\t", "  \n  "])
+    text = "[" + draw(gaps)
+    lines: list[int] = []
+    for index, element in enumerate(elements):
+        if index:
+            text += draw(gaps) + "," + draw(gaps)
+        lines.append(text.count("\n") + 1)
+        indent = draw(st.sampled_from([None, 1, 2]))
+        text += json.dumps(element, indent=indent, ensure_ascii=draw(st.booleans()))
+    text += draw(gaps) + "]" + draw(st.sampled_from(["", "\n", " \n"]))
+    return text, elements, lines
+
+
+def json_list_reader_agrees_with_json_loads(data: st.DataObject) -> None:
+    """`json_input.iter_array`, reading in pieces of any size, gives json.loads' elements and the
+    line each starts on; anything else it is given ends in JsonInputError, never another error."""
+    import io
+
+    from quantload import json_input
+
+    size = data.draw(st.integers(1, 64))
+    original = json_input.READ_CHARS
+    json_input.READ_CHARS = size
+    try:
+        if data.draw(st.booleans()):
+            text, elements, lines = data.draw(json_list_texts())
+            got = list(json_input.iter_array(io.StringIO(text)))
+            assert [value for _, value in got] == elements
+            assert [line for line, _ in got] == lines
+            return
+        text = data.draw(st.one_of(st.text(max_size=200), json_list_texts().map(lambda t: t[0][:-2])))
+        try:
+            list(json_input.iter_array(io.StringIO(text)))
+        except json_input.JsonInputError as error:
+            assert error.line >= 1
+    finally:
+        json_input.READ_CHARS = original

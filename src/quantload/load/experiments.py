@@ -228,7 +228,7 @@ def run_workload_sweep(
 ) -> list[StageSummary]:
     """The concurrency sweep with `workload.kind`'s requests (sessions: `sessions.count`)."""
     load = settings.load
-    with WorkloadBuilder(settings, target) as builder:
+    with WorkloadBuilder(settings, target, progress=progress) as builder:
         workload = builder.workload()
         count = settings.sessions.count if workload.name == "sessions" else _requests_per_stage(settings)
         invocation = invocation_id("sweep", target)
@@ -249,7 +249,7 @@ def run_workload_open_loop(
     """Poisson arrivals of `workload.kind`'s requests at each rate (load.open_loop_requests each)."""
     load = settings.load
     rates = _rates(load, rates_rps)
-    with WorkloadBuilder(settings, target) as builder:
+    with WorkloadBuilder(settings, target, progress=progress) as builder:
         invocation = invocation_id("open_loop", target)
         drawn = builder.workload().stage_requests(load.open_loop_requests, load.seed, f"{invocation}-")
     plan = workload_open_loop_plan(load, target, drawn, run_id, invocation, rates)
@@ -274,7 +274,7 @@ def run_sessions(
     if sessions.count <= 0:
         return []
     invocation = invocation_id("sessions", target)
-    with WorkloadBuilder(settings, target) as builder:
+    with WorkloadBuilder(settings, target, progress=progress) as builder:
         workload = builder.sessions()
         drawn = [
             (cache_on, workload.stage_requests(sessions.count, load.seed + index, f"{invocation}-m{index}-"))
@@ -295,7 +295,7 @@ def run_trace(
     """`trace.path` replayed open loop at `trace.speed` (its first `trace.max_requests`)."""
     load, trace = settings.load, settings.trace
     invocation = invocation_id("trace", target)
-    with WorkloadBuilder(settings, target) as builder:
+    with WorkloadBuilder(settings, target, progress=progress) as builder:
         workload = builder.trace_workload()
         drawn = workload.stage_requests(len(workload.trace), load.seed, f"{invocation}-", speed=trace.speed)
     plan = trace_plan(load, target, drawn, trace.speed, run_id, invocation)

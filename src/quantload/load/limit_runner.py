@@ -133,7 +133,7 @@ def run_limit_search(
     summaries: list[StageSummary] = []
     stage_of: list[str | None] = []
     started = time.monotonic()
-    with WorkloadBuilder(settings, target) as builder:
+    with WorkloadBuilder(settings, target, progress=progress) as builder:
         workload = builder.workload()
         while (level := search.next_level()) is not None:
             trial = len(search.trials)

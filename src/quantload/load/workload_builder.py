@@ -26,6 +26,7 @@ from quantload.load.workloads import (
     TraceWorkload,
     Workload,
 )
+from quantload.progress import ProgressCallback, no_progress
 from quantload.served import ServedTarget
 
 ALL_PROMPTS = 1_000_000
@@ -39,10 +40,17 @@ def _path(text: str, cwd: Path) -> Path:
 class WorkloadBuilder:
     """Every workload kind for one target (see the module docstring). Close it when done."""
 
-    def __init__(self, settings: Settings, target: ServedTarget, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        target: ServedTarget,
+        cwd: Path | None = None,
+        progress: ProgressCallback = no_progress,
+    ) -> None:
         self.settings = settings
         self.target = target
         self.cwd = cwd or Path.cwd()
+        self.progress = progress  # hears how the reading of a big dataset file goes
         self._tokenizer: ServerTokenizer | None = None
 
     # ------------------------------------------------------------------ the server's side
@@ -91,7 +99,7 @@ class WorkloadBuilder:
                 f"no dataset given for this workload ({key} is unset)",
                 f"set {key} to a ShareGPT JSON or JSONL file",
             )
-        return read_dataset(_path(text, self.cwd))
+        return read_dataset(_path(text, self.cwd), self.progress)
 
     @cached_property
     def trace(self) -> list[TraceRequest]:
