@@ -61,6 +61,30 @@ class ToolRun:
         return " | ".join(line[-200:] for line in tail) or "no output on stderr"
 
 
+class OutputCutShort(MeasurementError):
+    """A tool that exited 0 but whose output stops before its result.
+
+    llama.cpp's tools print through a logging thread and do not wait for it at exit (common/log.cpp
+    leaks its logger on purpose, "logs may be lost if not flushed before the program exits"):
+    when that thread is behind, as on a busy machine, the last lines, the result among them,
+    never come. Running the tool again is the remedy (`LOST_OUTPUT_ATTEMPTS`).
+    """
+
+
+# Runs of one measurement when the output was cut short: the tool's work is deterministic, so a
+# second run gives the same figures; three in a row cut short is a machine that needs a look.
+LOST_OUTPUT_ATTEMPTS = 3
+
+
+def lost_output_line(tool_name: str, attempts: int) -> str:
+    """What to say when every attempt's output was cut short."""
+    return (
+        f"{tool_name} exited 0 but its output ended before its result in {attempts} runs in a row"
+        " (llama.cpp's logging thread had not written its last lines when the tool ended; a"
+        " busy machine makes this likelier)"
+    )
+
+
 def raise_for_load_failure_or_exit(run: ToolRun, tool_name: str, model_path: Path) -> None:
     """Raise the errors every measuring tool shares: the model did not load, or a non-zero exit."""
     if MODEL_LOAD_FAILURE.search(run.stderr):
