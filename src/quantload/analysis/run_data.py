@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from quantload.config import Settings
 from quantload.errors import QuantloadError
 from quantload.load.limit_file import LimitLine, read_limits
-from quantload.load.records import RequestRecord, StageEvent
+from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
@@ -39,6 +39,7 @@ from quantload.rundir import (
     read_json,
 )
 from quantload.rundir.config_file import load_config_file
+from quantload.rundir.jsonl import BadLines
 from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
 from quantload.rundir.run_file import RunFile, StepRecord, load_run_file
 
@@ -214,13 +215,6 @@ def _step_trouble(name: str, step: StepRecord) -> str:
 # ----------------------------------------------------------------------------- reading
 
 
-def _jsonl_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        return [line for line in handle if line.strip()]
-
-
 def _frame(rows: list[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(columns))
 
@@ -242,17 +236,14 @@ def request_key(stage_id: object, sent_unix_s: float) -> str:
     return f"{stage_id}/{sent_unix_s:.6f}"
 
 
-def read_records(path: Path, gaps: dict[str, list[float]] | None = None) -> tuple[pd.DataFrame, int]:
-    """The records as a frame (RECORD_COLUMNS) and how many lines could not be read; `gaps`, when
-    given, gets the inter-token gaps of every record of GAP_EXPERIMENTS by `request_key`."""
-    rows, bad = [], 0
-    for line in _jsonl_lines(path):
-        try:
-            record = RequestRecord.from_json_line(line)
-            rows.append(_record_row(record))
-        except (ValueError, TypeError, KeyError):
-            bad += 1
-            continue
+def read_records(
+    path: Path, gaps: dict[str, list[float]] | None = None, bad: BadLines | None = None
+) -> pd.DataFrame:
+    """The records as a frame (RECORD_COLUMNS); lines that cannot be read are counted in `bad`;
+    `gaps`, when given, gets the inter-token gaps of every record of GAP_EXPERIMENTS by `request_key`."""
+    rows = []
+    for record in iter_records(path, bad):
+        rows.append(_record_row(record))
         if gaps is not None and record.experiment in GAP_EXPERIMENTS and record.itl_s:
             gaps[request_key(record.stage_id, record.sent_unix_s)] = list(record.itl_s)
     frame = _frame(rows, RECORD_COLUMNS)
@@ -260,20 +251,13 @@ def read_records(path: Path, gaps: dict[str, list[float]] | None = None) -> tupl
         frame[column] = frame[column].astype(bool)
     for column in NUMERIC_RECORD_COLUMNS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
-    return frame, bad
+    return frame
 
 
-def read_stages(path: Path) -> tuple[pd.DataFrame, int]:
-    """The stage events as a frame (STAGE_COLUMNS) and how many lines could not be read."""
-    rows, bad = [], 0
-    for line in _jsonl_lines(path):
-        try:
-            event = StageEvent.from_json_line(line)
-        except (ValueError, TypeError, KeyError):
-            bad += 1
-            continue
-        rows.append({name: getattr(event, name) for name in STAGE_COLUMNS})
-    return _frame(rows, STAGE_COLUMNS), bad
+def read_stages(path: Path, bad: BadLines | None = None) -> pd.DataFrame:
+    """The stage events as a frame (STAGE_COLUMNS); lines that cannot be read are counted in `bad`."""
+    rows = [{name: getattr(event, name) for name in STAGE_COLUMNS} for event in iter_stage_events(path, bad)]
+    return _frame(rows, STAGE_COLUMNS)
 
 
 def _first_line(error: Exception) -> str:
@@ -331,13 +315,13 @@ def load_run(run_dir: Path) -> RunData:
     speed = read(SPEED_JSON, load_speed_file, "speed", f"speed ({SPEED_JSON})", "speed")
     kv = read(KV_JSON, load_kv_file, "kv", f"KV cache check ({KV_JSON})", "kv")
     itl: dict[str, list[float]] = {}
-    records, bad_records = read_records(run_dir / RECORDS_JSONL, itl)
-    stages, bad_stages = read_stages(run_dir / STAGES_JSONL)
+    bad = {name: BadLines(name) for name in (RECORDS_JSONL, STAGES_JSONL, LIMITS_JSONL)}
+    records = read_records(run_dir / RECORDS_JSONL, itl, bad[RECORDS_JSONL])
+    stages = read_stages(run_dir / STAGES_JSONL, bad[STAGES_JSONL])
+    limits = tuple(read_limits(run_dir / LIMITS_JSONL, bad[LIMITS_JSONL]))
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
-    for count, name in ((bad_records, RECORDS_JSONL), (bad_stages, STAGES_JSONL)):
-        if count:
-            notes.append(f"{count} line(s) of {name} could not be read (torn or foreign) and were left out")
+    notes += [note for tally in bad.values() if (note := tally.note()) is not None]
     return RunData(
         run_dir=run_dir,
         state=state,
@@ -350,6 +334,6 @@ def load_run(run_dir: Path) -> RunData:
         stages=stages,
         gaps=tuple(gaps),
         reading_notes=tuple(notes),
-        limits=tuple(read_limits(run_dir / LIMITS_JSONL)),
+        limits=limits,
         itl_by_request=itl,
     )

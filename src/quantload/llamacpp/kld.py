@@ -40,6 +40,7 @@ from quantload.llamacpp.tool_run import (
     logged_output,
     lost_output_line,
     raise_for_load_failure_or_exit,
+    raise_for_uncaught_exception,
     run_tool,
 )
 from quantload.llamacpp.toolchain import Toolchain
@@ -331,6 +332,7 @@ def diagnose_kld_failure(run: ToolRun, model_path: Path, base_path: Path) -> Non
     _raise_for_cache_type_problem(run, model_path)
     if DECODE_FAILED.search(run.stderr) is not None:
         raise MeasurementError(f"llama-perplexity failed to decode a chunk with {model_path}", "run it again")
+    raise_for_uncaught_exception(run, "llama-perplexity --kl-divergence")
     if run.signal_name is not None:
         raise MeasurementError(
             f"llama-perplexity --kl-divergence was killed by {run.signal_name} after {done} chunks;"

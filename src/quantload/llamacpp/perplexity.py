@@ -24,6 +24,7 @@ from quantload.llamacpp.tool_run import (
     logged_output,
     lost_output_line,
     raise_for_load_failure_or_exit,
+    raise_for_uncaught_exception,
     run_tool,
 )
 from quantload.llamacpp.toolchain import Toolchain
@@ -144,6 +145,7 @@ def diagnose_failure(run: ToolRun, model_path: Path, dataset_path: Path) -> None
             " it was stopped and no result was recorded",
             "raise quality.timeout_s or use fewer --chunks",
         )
+    raise_for_uncaught_exception(run, "llama-perplexity", dataset_path)
     if run.signal_name is not None:
         raise MeasurementError(
             f"llama-perplexity was killed by {run.signal_name} after {done} chunks; no result was recorded",

@@ -85,6 +85,27 @@ def lost_output_line(tool_name: str, attempts: int) -> str:
     )
 
 
+UNCAUGHT = re.compile(r"terminate called after throwing an instance of '([^']+)'\s*what\(\):\s*([^\n]*)")
+
+
+def raise_for_uncaught_exception(run: ToolRun, tool_name: str, text_path: Path | None = None) -> None:
+    """MeasurementError quoting the C++ exception a tool died of (it then aborts: SIGABRT, which
+    is not running out of memory); llama.cpp's tokenizer throws `invalid codepoint` on text that
+    is not UTF-8."""
+    found = UNCAUGHT.search(run.stderr)
+    if found is None:
+        return
+    kind, what = found.group(1), found.group(2).strip() or "no message"
+    if "invalid codepoint" in what and text_path is not None:
+        raise MeasurementError(
+            f"{tool_name} could not tokenize {text_path}: it is not UTF-8 text (llama.cpp: {what})",
+            "give a UTF-8 text file, such as WikiText-2's wiki.test.raw; the tool's log is kept",
+        )
+    raise MeasurementError(
+        f"{tool_name} stopped on an error it did not catch: {what} ({kind})", "see the tool's log"
+    )
+
+
 def raise_for_load_failure_or_exit(run: ToolRun, tool_name: str, model_path: Path) -> None:
     """Raise the errors every measuring tool shares: the model did not load, or a non-zero exit."""
     if MODEL_LOAD_FAILURE.search(run.stderr):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from quantload.config import LoadSettings, MixedSettings
+from quantload.errors import ConfigError
 from quantload.load.plan import (
     LoadPlan,
     PlannedRequest,
@@ -170,8 +171,16 @@ def trace_plan(
     run_id: str,
     invocation: str,
 ) -> LoadPlan:
-    """The trace replayed open loop at `speed`; `drawn` carries the send offsets."""
+    """The trace replayed open loop at `speed`; `drawn` carries the send offsets. A replay whose
+    last send would come after load.stage_timeout_s is refused before it starts (ConfigError)."""
     last = max((r.offset_s or 0.0 for r in drawn.requests), default=0.0)
+    if last > settings.stage_timeout_s:
+        raise ConfigError(
+            f"the trace's last request would be sent {last:,.0f} s into the replay at speed x{speed:g},"
+            f" after load.stage_timeout_s = {settings.stage_timeout_s:,.0f} s ends the stage",
+            "replay it faster (--speed), keep fewer requests (trace.max_requests), or raise"
+            " load.stage_timeout_s",
+        )
     stage = _stage(
         settings,
         invocation,
@@ -181,7 +190,7 @@ def trace_plan(
         drawn,
         rate_rps=(len(drawn.requests) - 1) / last if last > 0 else float(len(drawn.requests)),
         phase=f"speed x{speed:g}",
-        timeout_s=max(settings.stage_timeout_s, last + settings.request_timeout_s),
+        timeout_s=settings.stage_timeout_s,
     )
     return _with_notes(assemble_plan(settings, target, run_id, invocation, _texts(drawn), [stage]), drawn)
 

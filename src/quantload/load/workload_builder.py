@@ -8,8 +8,10 @@ synthetic prompts, the target's tokenizer, chat-template overhead, slot count an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
@@ -35,6 +37,31 @@ ALL_PROMPTS = 1_000_000
 def _path(text: str, cwd: Path) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else cwd / path
+
+
+def ignored_flags(settings: Settings, given: Mapping[str, Any]) -> list[str]:
+    """A warning line for each setting in `given` (dotted keys of the flags a user set) that the
+    chosen workload does not read, naming the setting it reads instead."""
+    kind = settings.workload.kind
+    lines = []
+    if kind != "prompts" and given.get("load.prompt_count") is not None:
+        key, value, what = (
+            ("sessions.count", settings.sessions.count, "conversations")
+            if kind == "sessions"
+            else ("workload.requests", settings.workload.requests, "requests")
+        )
+        variable = "QUANTLOAD_" + key.upper().replace(".", "__")
+        lines.append(
+            f"--prompt-count sets a stage of the prompts workload; the {kind} workload's stages send"
+            f" {key} = {value} {what} each (set it in quantload.toml or {variable})"
+        )
+    for key, flag, reader in (
+        ("workload.input_lengths", "--input-lengths", "lengths"),
+        ("workload.dataset", "--dataset", "dataset"),
+    ):
+        if kind != reader and given.get(key) is not None:
+            lines.append(f"{flag} is read by the {reader} workload only, not by {kind} (--workload {reader})")
+    return lines
 
 
 class WorkloadBuilder:
