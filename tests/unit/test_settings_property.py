@@ -20,10 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 
+from quantload.analysis.capacity_plan import MeasuredLimit, costs, servers_for
 from quantload.cli import cmd_load, cmd_report
 from quantload.cli.main import main
-from quantload.config import Settings, load_config
+from quantload.config import PlanSettings, Settings, load_config
 from quantload.errors import ConfigError, QuantloadError
+from quantload.load.lengths import parse_length_distribution
+from quantload.load.limit_search import LimitSearch, Trial
+from quantload.load.processes import choose_workers, usable_cores
 
 EXAMPLES = int(os.environ.get("QUANTLOAD_FUZZ_EXAMPLES", "200"))
 BOUNDED = settings(
@@ -74,10 +78,15 @@ FIELDS: dict[str, Any] = {
 }
 
 
+NUMERIC_FIELDS = sorted(key for key, annotation in FIELDS.items() if "int" in str(annotation) or "float" in str(annotation))
+
+
 @st.composite
 def flag_layers(draw: st.DrawFn) -> dict[str, Any]:
-    """A few settings at once, each a value of its type or of another."""
-    keys = draw(st.lists(st.sampled_from(sorted(FIELDS)), min_size=1, max_size=4, unique=True))
+    """A few settings at once (numbers more often), each a value of its type or of another."""
+    keys = draw(
+        st.lists(st.sampled_from(NUMERIC_FIELDS) | st.sampled_from(sorted(FIELDS)), min_size=1, max_size=4, unique=True)
+    )
     return {
         key: draw(st.one_of(values_for(FIELDS[key]), ANYTHING) if draw(st.integers(0, 4)) == 0 else values_for(FIELDS[key]))
         for key in keys
@@ -104,6 +113,39 @@ def test_any_values_through_load_config_give_settings_or_one_line(flags: dict[st
         assert "\n" not in error.one_line()
         return
     assert _finite_everywhere(resolved.settings.model_dump(mode="python"))
+    use_downstream(resolved.settings)
+
+
+def use_plan(plan: PlanSettings) -> None:
+    """The capacity plan's arithmetic with these inputs."""
+    measured = MeasuredLimit("Q4_K_M", users=3, rps=0.37, output_tok_s=41.0, source="test")
+    for target, kind in ((plan.target_rps, "requests/s"), (plan.target_users, "users")):
+        if target is not None:
+            count = servers_for(float(target), 0.37 if kind == "requests/s" else 3.0, plan.headroom_frac, kind)
+            if plan.price_per_hour is not None:
+                costs(plan.price_per_hour, measured, count)
+    if plan.memory_budget_gib is not None:
+        int(plan.memory_budget_gib * 2**30)
+
+
+def use_downstream(settings: Settings) -> None:
+    """What the settings feed, run with them: the capacity plan's arithmetic, the limit search,
+    the length distributions' draws, the worker choice (where inf used to end in OverflowError)."""
+    use_plan(settings.plan)
+    limit = settings.limit
+    for kind, start, most in (("users", limit.start_users, limit.max_users),
+                              ("rate_rps", limit.start_rate_rps, limit.max_rate_rps)):  # fmt: skip
+        search = LimitSearch(kind, start, most, limit.growth, limit.rate_resolution, limit.repeats, limit.time_cap_s)
+        for _ in range(6):
+            level = search.next_level()
+            if level is None:
+                break
+            search.record(Trial(level, held=level < most / 2, seconds=limit.trial_seconds))
+        search.result().sentence()
+    for text in (settings.workload.input_lengths, settings.workload.output_lengths,
+                 settings.sessions.turn_tokens, settings.sessions.reply_tokens):  # fmt: skip
+        parse_length_distribution(text).sample(3, settings.load.seed)
+    choose_workers(settings.load.workers, max(settings.load.users), usable_cores())
 
 
 @pytest.mark.parametrize("key", sorted(k for k, a in FIELDS.items() if "float" in str(a)))
@@ -116,36 +158,38 @@ def test_every_float_setting_refuses_what_is_not_a_finite_number_in_range(key: s
 
 # ------------------------------------------------------------------ through the command line
 
+FLOAT_TEXT = st.one_of(st.sampled_from(["inf", "-inf", "nan", "1e308", "5e-324", "0", "-1"]), st.floats().map(str))
+INT_TEXT = st.one_of(st.sampled_from(["0", "-1", str(2**63), str(10**30)]), st.integers(-(2**66), 2**66).map(str))
 LOAD_FLAGS: dict[str, st.SearchStrategy[str]] = {
-    "--speed": st.floats().map(str),
-    "--turns": st.integers(-(2**66), 2**66).map(str),
-    "--sessions": st.integers(-(2**66), 2**66).map(str),
-    "--think-time": st.floats().map(str),
-    "--time-cap": st.floats().map(str),
-    "--max-users": st.integers(-(2**66), 2**66).map(str),
+    "--speed": FLOAT_TEXT,
+    "--turns": INT_TEXT,
+    "--sessions": INT_TEXT,
+    "--think-time": FLOAT_TEXT,
+    "--time-cap": FLOAT_TEXT,
+    "--max-users": INT_TEXT,
     "--users": st.lists(st.one_of(st.integers(-5, 2**66), st.floats()), min_size=1, max_size=3).map(
         lambda values: ",".join(map(str, values))
     ),
-    "--repeats": st.integers(-(2**66), 2**66).map(str),
+    "--repeats": INT_TEXT,
     "--rates": st.lists(st.floats(), min_size=1, max_size=3).map(lambda values: ",".join(map(str, values))),
-    "--prompt-count": st.integers(-(2**66), 2**66).map(str),
-    "--max-tokens": st.integers(-(2**66), 2**66).map(str),
+    "--prompt-count": INT_TEXT,
+    "--max-tokens": INT_TEXT,
     "--metrics-port": st.integers(-(2**20), 2**20).map(str),
-    "--request-timeout": st.floats().map(str),
-    "--first-byte-timeout": st.floats().map(str),
+    "--request-timeout": FLOAT_TEXT,
+    "--first-byte-timeout": FLOAT_TEXT,
     "--input-lengths": st.sampled_from(
         ["normal:mean=inf,sd=1", "fixed:100000000", "lognormal:mean=5,spread=1e308", "uniform:1-1e300", "fixed:64"]
     ),
     "--batch-sizes": st.sampled_from(["0/0", "2048/512", "1/2", "99999999999/1", "a/b"]),
 }
 REPORT_FLAGS: dict[str, st.SearchStrategy[str]] = {
-    name: st.one_of(st.floats().map(str), st.integers(-(2**66), 2**66).map(str), st.sampled_from(["inf", "nan"]))
+    name: st.one_of(FLOAT_TEXT, INT_TEXT, st.sampled_from(["inf", "nan"]))
     for name in (
         "--slo-ttft-p99", "--slo-tpot", "--max-kld", "--target-rps", "--headroom", "--price-per-hour",
         "--memory-budget-gib",
     )
 }
-REPORT_FLAGS["--target-users"] = st.integers(-(2**66), 2**66).map(str)
+REPORT_FLAGS["--target-users"] = INT_TEXT
 
 
 class Reached(QuantloadError):
@@ -153,6 +197,14 @@ class Reached(QuantloadError):
 
 
 def _stop(*args: Any, **kwargs: Any) -> Any:
+    """Stands in for the work: what reaches it must be finite and usable."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, BaseModel):
+            assert _finite_everywhere(value.model_dump(mode="python")), value
+        if isinstance(value, Settings):
+            use_downstream(value)
+        if isinstance(value, PlanSettings):
+            use_plan(value)
     raise Reached("reached the work")
 
 

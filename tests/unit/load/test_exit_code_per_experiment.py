@@ -4,6 +4,7 @@ server that answers 503 to every request, and against a port nobody listens on (
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def config(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def refusing() -> str:
+def refusing() -> Iterator[str]:
     """A server that answers every completion with HTTP 503 (its /tokenize and /props still work)."""
     with FakeServerProcess(FakeScript(fault_every=1, fault="http_503", tokens=4)) as fake:
         yield fake.url
