@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
 from quantload.load.lengths import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
@@ -604,6 +605,12 @@ def _read_file_layer(path: Path) -> dict[str, dict[str, Any]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}", "fix the syntax") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path} nests arrays or tables deeper than Python's TOML reader goes", "flatten it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read {path}: {error}", "check the config file") from None
     _check_keys(data, str(path))
     return data
 
@@ -640,9 +647,9 @@ def decode_env_value(field: FieldInfo, raw: str) -> Any:
     text = raw.strip()
     if text.startswith("["):
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{text!r} is not a JSON list", 'e.g. ["a", "b"]') from None
+            return json_input.loads(text)
+        except ValueError:
+            raise ConfigError(f"{text[:60]!r} is not a JSON list", 'e.g. ["a", "b"]') from None
     if _splits_on_commas(item):
         return [part.strip() for part in text.split(",") if part.strip()]
     return [raw]

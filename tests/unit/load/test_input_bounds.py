@@ -147,3 +147,24 @@ def test_a_number_cut_by_a_piece_edge_is_read_whole(monkeypatch: pytest.MonkeyPa
         -0.5e10,
         8,
     ]
+
+
+def test_a_config_file_or_environment_list_nested_too_deep_is_one_line(tmp_path: Path) -> None:
+    from quantload.config import load_config
+
+    (tmp_path / "quantload.toml").write_text("[load]\nusers = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="deeper than Python's TOML reader goes"):
+        load_config(tmp_path, {})
+    deep_list = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ConfigError, match="is not a JSON list"):
+        load_config(tmp_path / "elsewhere", {"QUANTLOAD_LOAD__USERS": deep_list})
+
+
+def test_a_model_config_json_nested_too_deep_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from quantload.cli.main import main
+
+    config = tmp_path / "config.json"
+    config.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["kv", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "nested deeper" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
