@@ -103,6 +103,7 @@ class Stack:
     deadline: Deadline
     down_done: bool = False
     notes: list[str] = field(default_factory=list)
+    kept_logs: dict[str, str] = field(default_factory=dict)  # one-shot containers' logs before down
 
     def url(self, port_variable: str) -> str:
         return f"http://127.0.0.1:{self.ports[port_variable]}"
@@ -309,7 +310,7 @@ ONE_SHOT_JOBS = ("prepare",)  # one-shot services whose containers stay: their l
 def job_logs(stack: Stack) -> dict[str, str]:
     """Every one-shot job's whole log: the prepare job's (its container stays after it exits) and
     the output of every `run` the tests made (load, report, the fault run's load)."""
-    logs = {service: stack.compose.all_logs(service) for service in ONE_SHOT_JOBS}
+    logs = {service: stack.kept_logs.get(service) or stack.compose.all_logs(service) for service in ONE_SHOT_JOBS}
     logs.update(stack.compose.job_outputs)
     return logs
 
@@ -343,6 +344,10 @@ def _disk_used(folder: Path) -> int | None:
 
 def _finish(stack: Stack, cache: Path) -> None:
     """Tear down whatever the tests left: down -v, prune, sizes, timings (engine stops after)."""
+    with contextlib.suppress(Exception):  # before down -v removes the prepare job's container
+        kept = cache / "last-run-jobs"
+        shutil.rmtree(kept, ignore_errors=True)
+        keep_job_logs(stack, kept)  # the last e2e's job logs, whatever its outcome
     if not stack.down_done:
         with contextlib.suppress(StackFailure):
             stack.compose.run("down", "-v", "--remove-orphans", timeout_s=300, check=False)
@@ -361,10 +366,6 @@ def _finish(stack: Stack, cache: Path) -> None:
     if used is not None:
         stack.timings.sizes_bytes["engine data root"] = used
         (stack.engine.data_root.parent / f"{stack.engine.data_root.name}.size").write_text(str(used))
-    with contextlib.suppress(Exception):
-        kept = cache / "last-run-jobs"
-        shutil.rmtree(kept, ignore_errors=True)
-        keep_job_logs(stack, kept)  # the last e2e's job logs, whatever its outcome
     stack.timings.write(cache / "last-run.json")
     print("\ncompose e2e wall times (uptime load:", os.getloadavg()[0], ")\n" + stack.timings.render())
     for note in stack.notes:
@@ -624,6 +625,7 @@ def test_a_server_killed_mid_load_fails_its_stages_and_the_job_goes_on(stack: St
 
 
 def test_down_leaves_no_container_network_or_volume(stack: Stack) -> None:
+    stack.kept_logs.update({service: stack.compose.all_logs(service) for service in ONE_SHOT_JOBS})
     with stack.timings.measure("down -v"):
         stack.compose.run("down", "-v", "--remove-orphans", timeout_s=stack.deadline.left(300))
     stack.down_done = True
