@@ -395,9 +395,30 @@ def json_list_texts(draw: st.DrawFn) -> tuple[str, list[Any], list[int]]:
     return text, elements, lines
 
 
+@st.composite
+def mutated_text(draw: st.DrawFn, text: str) -> str:
+    """`text` with a few characters changed, dropped or doubled, or cut short."""
+    chars = list(text)
+    for _ in range(draw(st.integers(1, 3))):
+        if not chars:
+            break
+        at = draw(st.integers(0, len(chars) - 1))
+        action = draw(st.sampled_from(["swap", "drop", "double", "cut"]))
+        if action == "swap":
+            chars[at] = draw(st.sampled_from(list(',[]{}":0 \n-.etn')))
+        elif action == "drop":
+            del chars[at]
+        elif action == "double":
+            chars.insert(at, chars[at])
+        else:
+            del chars[at:]
+    return "".join(chars)
+
+
 def json_list_reader_agrees_with_json_loads(data: st.DataObject) -> None:
     """`json_input.iter_array`, reading in pieces of any size, gives json.loads' elements and the
-    line each starts on; anything else it is given ends in JsonInputError, never another error."""
+    line each starts on; any other text it reads exactly as json.loads does (the same list, or a
+    JsonInputError where json.loads finds no list), never another error."""
     import io
 
     from quantload import json_input
@@ -412,10 +433,17 @@ def json_list_reader_agrees_with_json_loads(data: st.DataObject) -> None:
             assert [value for _, value in got] == elements
             assert [line for line, _ in got] == lines
             return
-        text = data.draw(st.one_of(st.text(max_size=200), json_list_texts().map(lambda t: t[0][:-2])))
+        text = data.draw(st.one_of(st.text(max_size=200), json_list_texts().map(lambda t: t[0]).flatmap(mutated_text)))
         try:
-            list(json_input.iter_array(io.StringIO(text)))
+            expected = json.loads(text)
+        except (ValueError, RecursionError):
+            expected = None
+        try:
+            got = [value for _, value in json_input.iter_array(io.StringIO(text))]
         except json_input.JsonInputError as error:
             assert error.line >= 1
+            assert not isinstance(expected, list), f"json.loads reads {text!r} as a list"
+            return
+        assert got == expected, f"{text!r}: {got!r} != {expected!r}"
     finally:
         json_input.READ_CHARS = original

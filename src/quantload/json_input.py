@@ -23,7 +23,8 @@ from typing import IO, Any
 MAX_VALUE_BYTES = 64 * 1024 * 1024  # one list element or JSONL line; a conversation is far less
 READ_CHARS = 1 << 20  # how much text each read of a JSON list takes
 DEPTH_TEXT = "nested deeper than Python's JSON reader goes (about 1,000 levels)"
-WHITESPACE_AND_COMMAS = " \t\r\n,"
+WHITESPACE = " \t\r\n"
+NUMBER_CHARS = frozenset("0123456789.eE+-")
 
 ProgressNote = Callable[[int], None]  # called with the characters read so far
 
@@ -96,10 +97,10 @@ class _Window:
         self.line += self.text.count("\n", self.position, end)
         self.position = end
 
-    def skip_separators(self) -> str | None:
-        """The next character that is not whitespace or a comma, or None at the end of the file."""
+    def skip_whitespace(self) -> str | None:
+        """The next character that is not whitespace, or None at the end of the file."""
         while True:
-            while self.position < len(self.text) and self.text[self.position] in WHITESPACE_AND_COMMAS:
+            while self.position < len(self.text) and self.text[self.position] in WHITESPACE:
                 if self.text[self.position] == "\n":
                     self.line += 1
                 self.position += 1
@@ -119,41 +120,63 @@ def iter_array(
     an element over `max_chars` characters, or an element nested too deep.
     """
     window = _Window(handle, progress)
-    first = window.skip_separators()
-    if first != "[":
+    if window.skip_whitespace() != "[":
         raise JsonInputError("the file is not a JSON list (it does not start with '[')", window.line)
     window.consume(window.position + 1)
     decoder = json.JSONDecoder()
+    found = window.skip_whitespace()
+    if found == "]":
+        _end_of_list(window)
+        return
     while True:
-        found = window.skip_separators()
         if found is None:
             raise JsonInputError("the JSON list is not closed (no ']' at the end)", window.line)
+        yield _element(window, decoder, max_chars)
+        found = window.skip_whitespace()
         if found == "]":
-            window.consume(window.position + 1)
-            if window.skip_separators() is not None:
-                raise JsonInputError("text follows the end of the JSON list", window.line)
+            _end_of_list(window)
             return
-        wanted = READ_CHARS
-        while True:
-            try:
-                value, end = decoder.raw_decode(window.text, window.position)
-            except RecursionError:
-                raise JsonInputError(DEPTH_TEXT, window.line) from None
-            except json.JSONDecodeError as error:
-                if len(window.text) - window.position > max_chars:
-                    raise JsonInputError(
-                        f"an element is longer than {max_chars:,} characters (or is not JSON)",
-                        window.line,
-                    ) from None
-                if window.more(wanted):
-                    wanted *= 2
-                    continue
-                line = window.line + window.text.count("\n", window.position, error.pos)
-                raise JsonInputError(error.msg, line) from None
-            # a number cut by the window's edge decodes short: make sure the element ended
-            if end == len(window.text) and not window.eof and window.more(wanted):
+        if found != ",":
+            if found is None:
+                raise JsonInputError("the JSON list is not closed (no ']' at the end)", window.line)
+            raise JsonInputError("Expecting ',' delimiter", window.line)
+        window.consume(window.position + 1)
+        found = window.skip_whitespace()
+        if found == "]":
+            raise JsonInputError("Expecting value (a ',' before the list's ']')", window.line)
+
+
+def _end_of_list(window: _Window) -> None:
+    window.consume(window.position + 1)
+    if window.skip_whitespace() is not None:
+        raise JsonInputError("text follows the end of the JSON list", window.line)
+
+
+def _element(window: _Window, decoder: json.JSONDecoder, max_chars: int) -> tuple[int, Any]:
+    """(the line it starts on, value) of the element at the window's position, consumed."""
+    wanted = READ_CHARS
+    while True:
+        try:
+            value, end = decoder.raw_decode(window.text, window.position)
+        except RecursionError:
+            raise JsonInputError(DEPTH_TEXT, window.line) from None
+        except json.JSONDecodeError as error:
+            if len(window.text) - window.position > max_chars:
+                raise JsonInputError(
+                    f"an element is longer than {max_chars:,} characters (or is not JSON)", window.line
+                ) from None
+            if window.more(wanted):
+                wanted *= 2
                 continue
-            break
+            line = window.line + window.text.count("\n", window.position, error.pos)
+            raise JsonInputError(error.msg, line) from None
+        # a number cut by the window's edge decodes short ("12" of "123", "0" of "0.5"): when
+        # nothing but the edge ends it, read on and decode it again
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        cut = end >= len(window.text) or window.text[end] in NUMBER_CHARS
+        if number and cut and not window.eof and window.more(wanted):
+            wanted *= 2
+            continue
         line = window.line
         window.consume(end)
-        yield line, value
+        return line, value
