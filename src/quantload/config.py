@@ -183,7 +183,7 @@ class LoadSettings(_Section):
     max_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
     ignore_eos: bool = False
     temperature: float = Field(default=0.0, ge=0, le=MAX_TEMPERATURE)
-    seed: int = Field(default=42, ge=0, le=2**63 - 1)
+    seed: int = Field(default=42, ge=-(2**63), le=2**63 - 1)
     warmup_requests: int = Field(default=2, ge=0, le=MAX_COUNT)
     request_timeout_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
     stage_timeout_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
