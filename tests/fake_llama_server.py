@@ -136,6 +136,8 @@ class FakeLlamaServer:
             return 401, "application/json", b'{"error":{"code":401,"message":"Invalid API Key"}}'
         if self.mode == "http500":
             return 500, "application/json", b'{"error":{"code":500}}'
+        if self.mode == "loading":  # what llama-server answers while it loads its model
+            return 503, "application/json", b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
         if self.mode == "garbage":
             return 200, "text/plain", b"<html><body>this is not it</body></html>\n\x00\x01"
         if path == "/metrics":

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
 from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
@@ -54,8 +55,27 @@ SENSITIVITY_GROUPS: tuple[str, ...] = (
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
+# Every number a setting takes is finite (allow_inf_nan=False, for every float of every section)
+# and within a range; the upper ends are far beyond any real run and keep the arithmetic of plans,
+# timers and lists out of overflow.
+MAX_SECONDS = 30 * 24 * 3600.0  # timeouts, caps, waits: 30 days
+MAX_AGE_S = 10 * 365 * 24 * 3600.0
+MAX_USERS = 100_000  # concurrent users of one stage
+MAX_COUNT = 10_000_000  # requests, prompts, chunks, repeats of anything counted
+MAX_REPEATS = 1_000
+MAX_TOKENS = 10_000_000  # tokens of one request or context
+MAX_THREADS = 4096  # threads, slots, jobs, worker processes
+MAX_LAYERS = 100_000
+MAX_RATE_RPS = 1_000_000.0
+MAX_TEMPERATURE = 100.0
+MAX_CPU_FRAC = 1_000.0
+MAX_GROWTH = 1_000.0
+MAX_NATS = 1_000.0
+MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ToolchainSettings(_Section):
@@ -63,14 +83,14 @@ class ToolchainSettings(_Section):
 
     llama_bin: Path | None = None
     cache_dir: Path | None = None
-    build_jobs: int = Field(default=0, ge=0, description="0 = all cores")
+    build_jobs: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = all cores")
 
 
 class ModelSettings(_Section):
     """Which model to prepare (its quantizations are `[prepare]`'s)."""
 
     source: str = "qwen2.5-0.5b"
-    tiny_seed: int = 0
+    tiny_seed: int = Field(default=0, ge=0, le=2**32 - 1, description="the tiny model's weights' seed")
 
 
 _LABEL = r"^[A-Za-z0-9_.-]+$"
@@ -155,15 +175,15 @@ class ServerSettings(_Section):
     """How each llama-server is started."""
 
     host: str = "127.0.0.1"
-    slots: int = Field(default=8, ge=1)
-    ctx_per_slot: int = Field(default=4096, ge=256)
+    slots: int = Field(default=8, ge=1, le=MAX_THREADS)
+    ctx_per_slot: int = Field(default=4096, ge=256, le=MAX_TOKENS)
     kv_unified: bool = False
     cache_type_k: CacheType = "f16"
     cache_type_v: CacheType = "f16"
-    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
-    gpu_layers: int = Field(default=0, ge=0)
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
+    gpu_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     api_key: SecretStr | None = None
-    startup_timeout_s: float = Field(default=180.0, gt=0)
+    startup_timeout_s: float = Field(default=180.0, gt=0, le=MAX_SECONDS)
     extra_args: tuple[str, ...] = ()
 
 
@@ -171,14 +191,16 @@ class QualitySettings(_Section):
     """Perplexity on WikiText-2, and KL divergence from the F16 file (llama-perplexity)."""
 
     dataset: Path | None = None
-    ctx: int = Field(default=512, ge=16)
-    chunks: int = Field(default=0, ge=0, description="0 = every chunk of the text")
-    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
-    timeout_s: float = Field(default=7200.0, gt=0, description="stop llama-perplexity after this")
+    ctx: int = Field(default=512, ge=16, le=MAX_TOKENS)
+    chunks: int = Field(default=0, ge=0, le=MAX_COUNT, description="0 = every chunk of the text")
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
+    timeout_s: float = Field(
+        default=7200.0, gt=0, le=MAX_SECONDS, description="stop llama-perplexity after this"
+    )
     kld: bool = Field(default=True, description="measure each file's KL divergence from the F16")
     kld_chunks: int = Field(
         default=40,
-        ge=0,
+        ge=0, le=MAX_COUNT,
         description="chunks of quality.ctx tokens compared; the base logits file holds about"
         " n_vocab x 2 bytes x ctx/2 per chunk (SmolLM2 25 MB, Qwen2.5 77 MB); 0 = every chunk",
     )
@@ -205,13 +227,13 @@ class QualitySettings(_Section):
 class SpeedSettings(_Section):
     """llama-bench prefill and decode."""
 
-    prompt_tokens: int = Field(default=512, ge=1)
-    gen_tokens: int = Field(default=128, ge=1)
-    reps: int = Field(default=5, ge=1)
-    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
-    timeout_s: float = Field(default=1800.0, gt=0, description="stop llama-bench after this")
+    prompt_tokens: int = Field(default=512, ge=1, le=MAX_TOKENS)
+    gen_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
+    reps: int = Field(default=5, ge=1, le=MAX_REPEATS)
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
+    timeout_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS, description="stop llama-bench after this")
     probe_max_age_s: float = Field(
-        default=86400.0, ge=0, description="reuse a cached machine probe younger than this"
+        default=86400.0, ge=0, le=MAX_AGE_S, description="reuse a cached machine probe younger than this"
     )
 
 
@@ -250,43 +272,43 @@ class LoadSettings(_Section):
         " the registry gives (run.json and the report say it)",
     )
 
-    users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
-    repeats: int = Field(default=3, ge=1)
+    users: tuple[Annotated[int, Field(ge=1, le=MAX_USERS)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
+    repeats: int = Field(default=3, ge=1, le=MAX_REPEATS)
     prompts: str = "builtin"
-    prompt_count: int = Field(default=100, ge=1)
-    min_prompt_tokens: int = Field(default=1, ge=1)
-    max_prompt_tokens: int = Field(default=1024, ge=1)
-    max_tokens: int = Field(default=128, ge=1)
+    prompt_count: int = Field(default=100, ge=1, le=MAX_COUNT)
+    min_prompt_tokens: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max_prompt_tokens: int = Field(default=1024, ge=1, le=MAX_TOKENS)
+    max_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
     ignore_eos: bool = False
-    temperature: float = Field(default=0.0, ge=0)
-    seed: int = 42
-    warmup_requests: int = Field(default=2, ge=0)
-    request_timeout_s: float = Field(default=300.0, gt=0)
-    stage_timeout_s: float = Field(default=3600.0, gt=0)
-    rates_rps: tuple[Annotated[float, Field(gt=0)], ...] = ()
-    open_loop_requests: int = Field(default=50, ge=1)
-    prefix_tokens: int = Field(default=1500, ge=0)
-    prefix_requests: int = Field(default=20, ge=0)
-    prefix_users: int = Field(default=1, ge=1)
+    temperature: float = Field(default=0.0, ge=0, le=MAX_TEMPERATURE)
+    seed: int = Field(default=42, ge=-(2**63), le=2**63 - 1)
+    warmup_requests: int = Field(default=2, ge=0, le=MAX_COUNT)
+    request_timeout_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    stage_timeout_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
+    rates_rps: tuple[Annotated[float, Field(gt=0, le=MAX_RATE_RPS)], ...] = ()
+    open_loop_requests: int = Field(default=50, ge=1, le=MAX_COUNT)
+    prefix_tokens: int = Field(default=1500, ge=0, le=MAX_TOKENS)
+    prefix_requests: int = Field(default=20, ge=0, le=MAX_COUNT)
+    prefix_users: int = Field(default=1, ge=1, le=MAX_USERS)
     cache_prompt: bool = Field(
         default=False, description="cache_prompt sent by sweep and open-loop requests"
     )
-    open_loop_users: int = Field(default=64, ge=1, description="user pool serving the arrivals")
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    open_loop_users: int = Field(default=64, ge=1, le=MAX_USERS, description="user pool serving the arrivals")
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS)
     first_byte_timeout_s: float = Field(
         default=60.0,
-        gt=0,
+        gt=0, le=MAX_SECONDS,
         description="wait at most this for a response's first byte (llama-server sends it with the"
         " first token: queueing + prefill); a silent server costs this, not request_timeout_s",
     )
     first_round_jitter_s: float = Field(
-        default=0.1, ge=0, description="each user's first request of a stage waits up to this"
+        default=0.1, ge=0, le=MAX_SECONDS, description="each user's first request of a stage waits up to this"
     )
     max_consecutive_errors: int = Field(
-        default=20, ge=1, description="failed requests in a row that end a stage as failed"
+        default=20, ge=1, le=MAX_COUNT, description="failed requests in a row that end a stage as failed"
     )
     reuse_connections: Literal["auto", "always", "never"] = "auto"
-    workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+    workers: Annotated[int, Field(ge=0, le=MAX_THREADS)] | Literal["auto"] = Field(
         default="auto",
         description="Locust worker processes: 0 = one process; auto = one process unless a stage"
         " has more than 256 users and the cores leave room for a master and two workers",
@@ -295,8 +317,17 @@ class LoadSettings(_Section):
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
     )
-    saturation_cpu_frac: float = Field(default=0.9, gt=0)
-    saturation_lag_s: float = Field(default=0.05, gt=0)
+    saturation_cpu_frac: float = Field(default=0.9, gt=0, le=MAX_CPU_FRAC)
+    saturation_lag_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
+
+    @model_validator(mode="after")
+    def _prompt_bounds_in_order(self) -> LoadSettings:
+        if self.min_prompt_tokens > self.max_prompt_tokens:
+            raise ValueError(
+                f"load.min_prompt_tokens ({self.min_prompt_tokens}) is above load.max_prompt_tokens"
+                f" ({self.max_prompt_tokens})"
+            )
+        return self
 
 
 class KvTypeSettings(_Section):
@@ -305,13 +336,19 @@ class KvTypeSettings(_Section):
     own server for the type it serves) and one closed-loop stage of decode-heavy requests on each:
     short prompts, max_tokens with ignore_eos, cache_prompt off."""
 
-    users: int = Field(default=8, ge=1, description="concurrent users of each cache type's stage")
-    requests: int = Field(
-        default=16, ge=0, description="measured requests per cache type; 0 = no kv_types experiment"
+    users: int = Field(
+        default=8, ge=1, le=MAX_USERS, description="concurrent users of each cache type's stage"
     )
-    max_tokens: int = Field(default=128, ge=2, description="tokens generated per request (ignore_eos)")
+    requests: int = Field(
+        default=16, ge=0, le=MAX_COUNT,
+        description="measured requests per cache type; 0 = no kv_types experiment"
+    )
+    max_tokens: int = Field(
+        default=128, ge=2, le=MAX_TOKENS, description="tokens generated per request (ignore_eos)"
+    )
     prompt_max_tokens: int = Field(
-        default=32, ge=1, description="only prompts of at most this many tokens (load.prompts' set)"
+        default=32, ge=1, le=MAX_TOKENS,
+        description="only prompts of at most this many tokens (load.prompts' set)"
     )
 
 
@@ -344,18 +381,21 @@ class WorkloadSettings(_Section):
     )
     dataset: str | None = Field(default=None, description="ShareGPT JSON or JSONL, kind = dataset")
     requests: int = Field(
-        default=50, ge=1, description="requests per closed-loop stage for lengths, dataset and trace"
+        default=50, ge=1, le=MAX_COUNT,
+        description="requests per closed-loop stage for lengths, dataset and trace"
     )
     max_output_tokens: int = Field(
-        default=1024, ge=1, description="cap on a dataset reply's length asked as max_tokens"
+        default=1024, ge=1, le=MAX_TOKENS, description="cap on a dataset reply's length asked as max_tokens"
     )
 
 
 class SessionSettings(_Section):
     """Multi-turn conversations: the sessions experiment, and workload.kind = sessions."""
 
-    users: int = Field(default=4, ge=1, description="conversations in flight at once")
-    count: int = Field(default=8, ge=0, description="conversations per stage (0: no sessions experiment)")
+    users: int = Field(default=4, ge=1, le=MAX_USERS, description="conversations in flight at once")
+    count: int = Field(
+        default=8, ge=0, le=MAX_COUNT, description="conversations per stage (0: no sessions experiment)"
+    )
     turns: int = Field(default=4, ge=1, le=64, description="user turns per conversation")
     think_time_s: float = Field(
         default=1.0, ge=0, le=600, description="mean pause before each later turn (drawn 0.5x-1.5x)"
@@ -378,7 +418,8 @@ class SessionSettings(_Section):
         default=(False, True), min_length=1, description="cache_prompt of the stages, in order"
     )
     repeats: int = Field(
-        default=1, ge=1, description="repeats of the stages (each stage already holds many turns)"
+        default=1, ge=1, le=MAX_REPEATS,
+        description="repeats of the stages (each stage already holds many turns)"
     )
 
 
@@ -387,18 +428,26 @@ class TraceSettings(_Section):
 
     path: str | None = Field(default=None, description="JSONL trace; Mooncake fields accepted")
     speed: float = Field(default=1.0, gt=0, le=1000, description="2 = twice the trace's pace")
-    max_requests: int = Field(default=500, ge=1, description="the trace's first N requests")
+    max_requests: int = Field(default=500, ge=1, le=MAX_COUNT, description="the trace's first N requests")
 
 
 class MixedSettings(_Section):
     """The mixed-traffic diagnosis: decode-heavy traffic alone, then with long prompts mixed in."""
 
-    users: int = Field(default=4, ge=1, description="closed-loop users of both stages")
-    decode_requests: int = Field(default=16, ge=1, description="decode-heavy requests per stage")
-    decode_prompt_tokens: int = Field(default=64, ge=1, description="whole prompt of a decode-heavy request")
-    decode_output_tokens: int = Field(default=128, ge=2, description="its output (ignore_eos on)")
-    long_prompt_tokens: int = Field(default=3000, ge=1, description="whole prompt of a long request")
-    long_output_tokens: int = Field(default=16, ge=1, description="its output")
+    users: int = Field(default=4, ge=1, le=MAX_USERS, description="closed-loop users of both stages")
+    decode_requests: int = Field(
+        default=16, ge=1, le=MAX_COUNT, description="decode-heavy requests per stage"
+    )
+    decode_prompt_tokens: int = Field(
+        default=64, ge=1, le=MAX_TOKENS, description="whole prompt of a decode-heavy request"
+    )
+    decode_output_tokens: int = Field(
+        default=128, ge=2, le=MAX_TOKENS, description="its output (ignore_eos on)"
+    )
+    long_prompt_tokens: int = Field(
+        default=3000, ge=1, le=MAX_TOKENS, description="whole prompt of a long request"
+    )
+    long_output_tokens: int = Field(default=16, ge=1, le=MAX_TOKENS, description="its output")
     long_fraction: float = Field(
         default=0.25, gt=0, lt=1, description="share of the mixed stage's requests that are long"
     )
@@ -407,7 +456,9 @@ class MixedSettings(_Section):
         min_length=1,
         description="llama-server -b/-ub pairs the experiment is repeated at (the server restarts)",
     )
-    repeats: int = Field(default=1, ge=1, description="repeats of each stage (long prompts are slow)")
+    repeats: int = Field(
+        default=1, ge=1, le=MAX_REPEATS, description="repeats of each stage (long prompts are slow)"
+    )
 
     @field_validator("batch_sizes")
     @classmethod
@@ -416,27 +467,61 @@ class MixedSettings(_Section):
             logical, slash, physical = pair.partition("/")
             if not slash or not logical.isdigit() or not physical.isdigit() or int(physical) > int(logical):
                 raise ValueError(f"{pair!r} is not B/UB with UB <= B, e.g. 2048/512")
+            if int(physical) < 1 or int(logical) > MAX_TOKENS:
+                raise ValueError(
+                    f"{pair!r}: llama-server needs a batch of at least 1 token (-b and -ub of 1 to"
+                    f" {MAX_TOKENS:,}), e.g. 2048/512"
+                )
         return pairs
 
 
 class LimitSettings(_Section):
     """The limit search: the most users (limit_users) and highest rate (limit_rate) within the SLO."""
 
-    start_users: int = Field(default=1, ge=1, description="the closed-loop search's first level")
-    max_users: int = Field(default=64, ge=1, description="the most users it may try")
-    start_rate_rps: float = Field(default=0.5, gt=0, description="the open-loop search's first rate")
-    max_rate_rps: float = Field(default=64.0, gt=0, description="the highest rate it may try")
-    growth: float = Field(default=2.0, gt=1, description="each growing trial multiplies the level")
+    start_users: int = Field(
+        default=1, ge=1, le=MAX_USERS, description="the closed-loop search's first level"
+    )
+    max_users: int = Field(default=64, ge=1, le=MAX_USERS, description="the most users it may try")
+    start_rate_rps: float = Field(
+        default=0.5, gt=0, le=MAX_RATE_RPS, description="the open-loop search's first rate"
+    )
+    max_rate_rps: float = Field(
+        default=64.0, gt=0, le=MAX_RATE_RPS, description="the highest rate it may try"
+    )
+    growth: float = Field(
+        default=2.0, gt=1, le=MAX_GROWTH, description="each growing trial multiplies the level"
+    )
     rate_resolution: float = Field(default=0.1, gt=0, lt=1, description="rates are bisected to this")
-    repeats: int = Field(default=3, ge=1, description="the answer must hold in a majority of these")
-    time_cap_s: float = Field(default=900.0, gt=0, description="per search; ends it early")
-    requests_per_user: int = Field(default=4, ge=1, description="closed-loop trial requests per user")
-    min_requests: int = Field(default=8, ge=1, description="fewest requests of a trial")
-    trial_seconds: float = Field(default=30.0, gt=0, description="open-loop trial length at its rate")
-    trial_timeout_s: float = Field(default=300.0, gt=0, description="a trial over this fails hard")
+    repeats: int = Field(
+        default=3, ge=1, le=MAX_REPEATS, description="the answer must hold in a majority of these"
+    )
+    time_cap_s: float = Field(default=900.0, gt=0, le=MAX_SECONDS, description="per search; ends it early")
+    requests_per_user: int = Field(
+        default=4, ge=1, le=MAX_COUNT, description="closed-loop trial requests per user"
+    )
+    min_requests: int = Field(default=8, ge=1, le=MAX_COUNT, description="fewest requests of a trial")
+    trial_seconds: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="open-loop trial length at its rate"
+    )
+    trial_timeout_s: float = Field(
+        default=300.0, gt=0, le=MAX_SECONDS, description="a trial over this fails hard"
+    )
     hard_failure_frac: float = Field(
         default=0.1, gt=0, le=1, description="failed share of a trial that ends its level at once"
     )
+
+    @model_validator(mode="after")
+    def _starts_within_the_most(self) -> LimitSettings:
+        if self.max_users < self.start_users:
+            raise ValueError(
+                f"limit.max_users ({self.max_users}) is below limit.start_users ({self.start_users})"
+            )
+        if self.max_rate_rps < self.start_rate_rps:
+            raise ValueError(
+                f"limit.max_rate_rps ({self.max_rate_rps:g}) is below limit.start_rate_rps"
+                f" ({self.start_rate_rps:g})"
+            )
+        return self
 
 
 class ObserveSettings(_Section):
@@ -445,14 +530,14 @@ class ObserveSettings(_Section):
     exporter_host: str = "127.0.0.1"
     exporter_port: int = Field(default=9646, ge=0, le=65535)
     exporter_timeout_s: float = Field(
-        default=0.5, gt=0, description="keep below Prometheus' scrape timeout (1 s)"
+        default=0.5, gt=0, le=MAX_SECONDS, description="keep below Prometheus' scrape timeout (1 s)"
     )
     exporter_targets: tuple[str, ...] = Field(
         default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH]"
     )
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
-    scrape_interval_s: float = Field(default=1.0, gt=0)
+    scrape_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
     grafana_url: str | None = Field(
         default=None, description="stage annotations are pushed here after each load; unset = none"
     )
@@ -466,12 +551,12 @@ class ObserveSettings(_Section):
 class ReportSettings(_Section):
     """Service-level objectives the capacity verdict is judged against."""
 
-    slo_ttft_p99_s: float = Field(default=1.0, gt=0)
-    slo_tpot_s: float = Field(default=0.1, gt=0)
-    client_lag_threshold_s: float = Field(default=0.05, gt=0)
+    slo_ttft_p99_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
+    slo_tpot_s: float = Field(default=0.1, gt=0, le=MAX_SECONDS)
+    client_lag_threshold_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_kld_mean_nats: float = Field(
         default=0.05,
-        ge=0,
+        ge=0, le=MAX_NATS,
         description="the quality loss the verdict accepts: mean KL divergence from the F16 file"
         " (nats, quality.kld). 0.05 admits the 4-bit K-quants of an 8B model (llama.cpp's own"
         " table for LLaMA 3 8B: Q4_K_M 0.031, Q4_K_S 0.043) and rules out legacy 4-bit (Q4_0 0.072)"
@@ -484,20 +569,23 @@ class PlanSettings(_Section):
     may use. Each is optional; the plan leaves out what an unset input would give."""
 
     target_rps: float | None = Field(
-        default=None, gt=0, description="requests per second to serve; unset = no server count for a rate"
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="requests per second to serve; unset = no server count for a rate"
     )
     target_users: int | None = Field(
-        default=None, ge=1, description="concurrent users to serve; unset = no server count for users"
+        default=None, ge=1, le=MAX_PLAN_AMOUNT,
+        description="concurrent users to serve; unset = no server count for users"
     )
     headroom_frac: float = Field(
         default=0.3, ge=0, lt=1, description="share of each server's measured limit kept free"
     )
     price_per_hour: float | None = Field(
-        default=None, gt=0, description="what one server costs per hour; unset = no costs"
+        default=None, gt=0, le=MAX_PLAN_AMOUNT, description="what one server costs per hour; unset = no costs"
     )
     currency: str = Field(default="", description="the unit of price_per_hour, e.g. USD")
     memory_budget_gib: float | None = Field(
-        default=None, gt=0, description="memory one server may use, GiB; unset = no fit check"
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="memory one server may use, GiB; unset = no fit check"
     )
 
 
@@ -518,7 +606,7 @@ class CalibrateSettings(_Section):
     )
     max_error_p99_s: float = Field(
         default=0.005,
-        gt=0,
+        gt=0, le=MAX_SECONDS,
         description="TTFT and ITL error p99 within which a stream count counts as measured right",
     )
     server_closes_connections: bool = Field(
@@ -642,6 +730,12 @@ def _read_file_layer(path: Path) -> dict[str, dict[str, Any]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}", "fix the syntax") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path} nests arrays or tables deeper than Python's TOML reader goes", "flatten it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read {path}: {error}", "check the config file") from None
     _check_keys(data, str(path))
     return rename_keys(data)
 
@@ -683,9 +777,9 @@ def decode_env_value(field: FieldInfo, raw: str) -> Any:
     text = raw.strip()
     if text.startswith("["):
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{text!r} is not a JSON list", 'e.g. ["a", "b"]') from None
+            return json_input.loads(text)
+        except ValueError:
+            raise ConfigError(f"{text[:60]!r} is not a JSON list", 'e.g. ["a", "b"]') from None
     if _splits_on_commas(item):
         return [part.strip() for part in text.split(",") if part.strip()]
     return [raw]
@@ -744,6 +838,9 @@ def _validation_message(error: ValidationError, sources: Mapping[str, str]) -> C
     first = error.errors()[0]
     location = [str(part) for part in first["loc"][:2]]
     dotted = ".".join(location)
+    if len(location) == 1:  # a check across keys of one section
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return ConfigError(f"configuration [{dotted}]: {message}", "set the two keys so they agree")
     origin = sources.get(dotted, "default")
     secret = len(location) == 2 and _is_secret(*location)
     return ConfigError(

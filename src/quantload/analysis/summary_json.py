@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from quantload import json_input
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import CapacityVerdict, slo_text
 from quantload.analysis.imatrix_pairs import imatrix_pair_table
@@ -207,4 +208,4 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
 
 def load_summary_file(path: Path) -> SummaryFile:
     """Read a summary.json written by this version; ValueError when it is not one."""
-    return SummaryFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    return SummaryFile.model_validate(json_input.loads(path.read_bytes()))

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
             None, "--reference", help="With --files: the F16/BF16/F32 file KLD is measured against."
         ),
         imatrix: str | None = typer.Option(
-            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) [off]."
+            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) \\[off]."
         ),
         more_files: list[str] | None = typer.Argument(None, hidden=True, metavar="[FILE]..."),
     ) -> None:

@@ -24,7 +24,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from quantload.exporter import names
-from quantload.exporter.fetch import ERROR_CLASSES, PARSE, Fetched, Fetcher, TargetRequest
+from quantload.exporter.fetch import ERROR_CLASSES, LOADING_DETAIL, PARSE, Fetched, Fetcher, TargetRequest
 from quantload.exporter.labels import UNKNOWN, discover
 from quantload.exporter.names import MetricSpec
 from quantload.exporter.ratelimit import RateLimitedLog
@@ -229,9 +229,10 @@ class LlamaServerCollector(Collector):
             if result.error is not None:
                 key = (endpoint, result.error)
                 state.errors[key] = state.errors.get(key, 0) + 1
+                loading = result.detail == LOADING_DETAIL
                 self._ratelimited.log(
-                    logging.WARNING,
-                    f"{name}/{endpoint}/{result.error}",
+                    logging.INFO if loading else logging.WARNING,
+                    f"{name}/{endpoint}/{result.error}" + ("/loading" if loading else ""),
                     f"exporter target {name} /{endpoint}: {result.error}: {result.detail}",
                 )
         self._note_transition(state, metrics is not None)

@@ -51,6 +51,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from quantload.load.arrival import StampSwitch, enable_kernel_stamps, read_stamped
     from quantload.load.calibrate import (
         CALIBRATION_DIR,
         Calibration,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
         run_calibration,
         write_calibration,
     )
+    from quantload.load.datasets import read_dataset
     from quantload.load.fakeserver import FakeScript, FakeServerProcess
     from quantload.load.http1 import ProtocolError
     from quantload.load.lengths import LengthDistribution, parse_length_distribution
@@ -86,7 +88,6 @@ if TYPE_CHECKING:
         JsonlAppender,
         RequestRecord,
         StageEvent,
-        iter_json_lines,
         iter_records,
         iter_stage_events,
     )
@@ -102,10 +103,14 @@ if TYPE_CHECKING:
         summarize_stage,
     )
     from quantload.load.supervisor import LoadError, PlanOutcome, run_plan
-    from quantload.load.workload_builder import WorkloadBuilder
+    from quantload.load.workload_builder import WorkloadBuilder, ignored_flags
     from quantload.load.workloads import LengthsWorkload, StageRequests, cycle_prompts
 
 _HOME: dict[str, str] = {
+    "StampSwitch": "arrival",
+    "enable_kernel_stamps": "arrival",
+    "read_stamped": "arrival",
+    "read_dataset": "datasets",
     "CALIBRATION_DIR": "calibrate",
     "Calibration": "calibrate",
     "run_calibration": "calibrate",
@@ -143,7 +148,6 @@ _HOME: dict[str, str] = {
     "JsonlAppender": "records",
     "RequestRecord": "records",
     "StageEvent": "records",
-    "iter_json_lines": "records",
     "iter_records": "records",
     "iter_stage_events": "records",
     "build_system_prompt": "shared_prefix",
@@ -161,6 +165,7 @@ _HOME: dict[str, str] = {
     "PlanOutcome": "supervisor",
     "run_plan": "supervisor",
     "WorkloadBuilder": "workload_builder",
+    "ignored_flags": "workload_builder",
     "LengthsWorkload": "workloads",
     "StageRequests": "workloads",
     "cycle_prompts": "workloads",
@@ -192,6 +197,7 @@ __all__ = [
     "StagePlan",
     "StageRequests",
     "StageSummary",
+    "StampSwitch",
     "StreamResult",
     "Trial",
     "TrialLine",
@@ -204,9 +210,10 @@ __all__ = [
     "count_tokens",
     "cycle_prompts",
     "delivered_concurrency",
+    "enable_kernel_stamps",
     "erase_slots",
     "fake_delay_s",
-    "iter_json_lines",
+    "ignored_flags",
     "iter_records",
     "iter_stage_events",
     "level_text",
@@ -214,7 +221,9 @@ __all__ = [
     "new_figures",
     "parse_length_distribution",
     "poisson_requests",
+    "read_dataset",
     "read_limits",
+    "read_stamped",
     "run_calibration",
     "run_plan",
     "select_prompts",

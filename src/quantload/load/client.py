@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from quantload.load.arrival import enable_kernel_stamps, read_stamped
+from quantload.load.arrival import SWITCH_WAIT_S, StampSwitch, enable_kernel_stamps, read_stamped
 from quantload.load.http1 import ProtocolError, ResponseHead
 from quantload.load.openai_chunks import classify_payload, classify_stream
 from quantload.load.sse import EventStreamParser
@@ -122,6 +122,8 @@ class ConnectionPool:
         self.reuse = reuse
         self.server_closes_streams = False  # learned in "auto" mode
         self.kernel_stamps = False  # reads stamped with the kernel's receive time (see arrival)
+        self._stamps = StampSwitch()  # keeps that stamping on, and waits until it is
+        self._stamps_lock = threading.Lock()
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self._ssl = ssl_context  # None: the system's trust store (SSL_CERT_FILE, SSL_CERT_DIR)
@@ -169,6 +171,9 @@ class ConnectionPool:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.endpoint.scheme == "http":
             self.kernel_stamps = enable_kernel_stamps(sock)
+            if self.kernel_stamps and not self._stamps.on:
+                with self._stamps_lock:  # once per pool: later connections find it on
+                    self._stamps.wait_on(min(SWITCH_WAIT_S, max(timeout_s, 0.001)))
         else:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
@@ -181,6 +186,7 @@ class ConnectionPool:
             idle, self._idle = self._idle, []
         for sock in idle:
             _close(sock)
+        self._stamps.close()
 
 
 def _close(sock: socket.socket) -> None:
@@ -319,8 +325,13 @@ def _exchange(
             elif waiting_first is not None:
                 sock.settimeout(None)
                 waiting_first = None
-            count, arrived = read_stamped(sock, view, kernel_stamps)
+            count, arrived, from_kernel = read_stamped(sock, view, kernel_stamps)
             now = arrived - sent
+            if count:
+                if from_kernel:
+                    result.reads_kernel_stamped += 1
+                else:
+                    result.reads_read_stamped += 1
             if count == 0:
                 payloads = parser.feed_eof()
                 if not parser.complete:

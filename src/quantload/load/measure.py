@@ -78,6 +78,7 @@ def build_record(
         lag_s=lag_s,
         connect_s=result.connect_s,
         connection_reused=result.connection_reused,
+        arrival_clock=result.arrival_clock,
         ttfb_s=result.ttfb_s,
         ttft_s=ttft,
         ttft_content_s=result.answer_s,

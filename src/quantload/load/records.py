@@ -49,6 +49,10 @@ Request record fields
   lag_s               sent - intended (client schedule lag; > 0 means the client fell behind)
   connect_s           time to open the TCP connection (not part of TTFT); null when reused
   connection_reused   whether a kept-alive connection carried the request
+  arrival_clock       where the client's arrival times come from: "kernel" (the kernel's receive
+                      time of every read), "read" (when each read returned: no kernel stamps on
+                      this platform or connection, or the kernel's stamping was not on yet),
+                      "mixed", null when nothing arrived
   ttfb_s              send -> response head
   ttft_s              send -> first chunk with generated text of any kind (reasoning counts)
   ttft_content_s      send -> first chunk of answer content (not reasoning); equals ttft_s for
@@ -76,7 +80,7 @@ Changes within quantload.record/1 (additive, readers ignore what they do not kno
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
 "interactive"; error classes protocol_error and aborted; ttft_content_s, reasoning_chunks,
 prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; the experiments added
-since; error class session_cut. Stage lines within
+since; error class session_cut; arrival_clock. Stage lines within
 quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
 template_overhead_tokens, arrival ("closed", "poisson" or "trace": how the stage's requests were
 sent, which decides whether latency counts from the intended send time; older lines have none and
@@ -89,11 +93,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from quantload.rundir.jsonl import BadLines, iter_jsonl
 
 SCHEMA = "quantload.record/1"
 STAGE_SCHEMA = "quantload.stage/1"
@@ -164,6 +170,7 @@ class RequestRecord(_JsonLine):
     lag_s: float
     connect_s: float | None = None
     connection_reused: bool | None = None
+    arrival_clock: str | None = None
     ttfb_s: float | None = None
     ttft_s: float | None = None
     ttft_content_s: float | None = None
@@ -302,29 +309,20 @@ class JsonlAppender:
                 self._fd = None
 
 
-_LineT = TypeVar("_LineT")
+_LineT = TypeVar("_LineT", bound=_JsonLine)
 
 
-def iter_json_lines(path: Path, parse: Callable[[str], _LineT]) -> Iterator[_LineT]:
-    """Objects parsed from a JSONL file one line at a time; blank lines and a torn last line are
-    skipped."""
-    if not path.is_file():
-        return
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                yield parse(line)
-            except ValueError:
-                continue
+def _iter_json_lines(path: Path, line_type: type[_LineT], bad: BadLines | None = None) -> Iterator[_LineT]:
+    """Objects of `line_type` from a JSONL file; a line that does not parse (a torn last line) is
+    counted in `bad` (`quantload.rundir.jsonl`, the rule every run file is read by)."""
+    return iter_jsonl(path, line_type.from_json_line, bad)
 
 
-def iter_records(path: Path) -> Iterator[RequestRecord]:
-    """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
-    return iter_json_lines(path, RequestRecord.from_json_line)
+def iter_records(path: Path, bad: BadLines | None = None) -> Iterator[RequestRecord]:
+    """Records from a JSONL file; a torn last line (crash mid-write) is counted in `bad`."""
+    return _iter_json_lines(path, RequestRecord, bad)
 
 
-def iter_stage_events(path: Path) -> Iterator[StageEvent]:
-    """Stage events from stages.jsonl; torn lines are skipped."""
-    return iter_json_lines(path, StageEvent.from_json_line)
+def iter_stage_events(path: Path, bad: BadLines | None = None) -> Iterator[StageEvent]:
+    """Stage events from stages.jsonl; torn lines are counted in `bad`."""
+    return _iter_json_lines(path, StageEvent, bad)

@@ -11,6 +11,7 @@ missing file or a wrong archive is one OfflineError line saying how to provide t
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import zipfile
 from collections.abc import Mapping
@@ -132,6 +133,26 @@ def download_wikitext2(
     return target
 
 
+def check_utf8_text(path: Path, piece_bytes: int = 1 << 20) -> None:
+    """ConfigError unless the whole file is UTF-8 text (llama.cpp's tokenizer dies on anything
+    else with `invalid codepoint`); read in pieces, so any size is checked in bounded memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as handle:
+        while True:
+            piece = handle.read(piece_bytes)
+            try:
+                decoder.decode(piece, final=not piece)
+            except UnicodeDecodeError as error:
+                raise ConfigError(
+                    f"dataset {path} is not UTF-8 text ({error.reason} at byte {offset + error.start:,})",
+                    "pass a text file, such as WikiText-2's wiki.test.raw",
+                ) from None
+            if not piece:
+                return
+            offset += len(piece)
+
+
 def resolve_dataset(configured: Path | None, cache_dir: Path, environ: Mapping[str, str]) -> Path:
     """The text to measure on: `configured` if given, else the cached copy, else a download."""
     if configured is not None:
@@ -143,6 +164,7 @@ def resolve_dataset(configured: Path | None, cache_dir: Path, environ: Mapping[s
             )
         if path.stat().st_size == 0:
             raise ConfigError(f"dataset {path} is empty", "pass the WikiText-2 test text")
+        check_utf8_text(path)
         return path
     cached = cached_text_path(cache_dir)
     if cached.is_file() and cached.stat().st_size >= MIN_TEXT_BYTES:

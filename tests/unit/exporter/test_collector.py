@@ -277,3 +277,23 @@ def test_retargeting_swaps_the_servers_read(
     assert sum(first.reads.values()) > reads_of_a
     collector.set_targets([])
     assert Scrape(registry)("quantload_target_up", q4) is None
+
+
+def test_a_server_loading_its_model_is_down_and_counted_but_no_warning(
+    fake_servers: MakeFake, registry_for: MakeRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A planned restart (kv_types, mixed) answers 503 "Loading model" for a while: the series say
+    so, the console does not (INFO, not WARNING: a run that ends ok prints no exporter lines)."""
+    fake = fake_servers()
+    fake.mode = "loading"
+    registry, _ = registry_for([_target(fake.url)])
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 0
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "http_status"}) == 1
+    assert caplog.records and all(record.levelno == logging.INFO for record in caplog.records)
+    assert any("loading its model" in record.getMessage() for record in caplog.records)
+    fake.mode = "http500"
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        Scrape(registry)
+    assert any(record.levelno == logging.WARNING for record in caplog.records)
