@@ -359,7 +359,7 @@ class LimitSettings(_Section):
 
 
 ContextPolicyName = Literal["fail", "trim", "shift"]
-CONTEXT_MARGIN_TOKENS = 8  # room a slot keeps beyond prompt + reply (quantload.load.workloads)
+CONTEXT_MARGIN_TOKENS = 8  # room left in a slot beyond prompt + reply (llama-server's own needs)
 
 
 class ContextSettings(_Section):

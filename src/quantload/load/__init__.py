@@ -22,6 +22,7 @@ What a request is and how it is measured
   workloads       what a stage's requests are: prompt set, lengths, dataset, trace, sessions
   workload_builder  the workloads of one target from the settings (files read, tokenizer asked)
   synthetic       prompts of an exact token length via the server's /tokenize and /detokenize
+  history_trim    the client's trim of a conversation that outgrows the slot (server-counted)
   datasets        ShareGPT/JSONL conversations with line numbers
   lengths         request length distributions (prompt and output tokens per request)
   trace           timestamped request traces (arrival, prompt and answer lengths)
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         write_calibration,
     )
     from quantload.load.fakeserver import FakeScript, FakeServerProcess
+    from quantload.load.history_trim import whole_prompt_tokens
     from quantload.load.http1 import ProtocolError
     from quantload.load.lengths import LengthDistribution, parse_length_distribution
     from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine, read_limits
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
         JsonlAppender,
         RequestRecord,
         StageEvent,
+        TenantLoad,
         iter_json_lines,
         iter_records,
         iter_stage_events,
@@ -103,7 +106,13 @@ if TYPE_CHECKING:
     )
     from quantload.load.supervisor import LoadError, PlanOutcome, run_plan
     from quantload.load.workload_builder import WorkloadBuilder
-    from quantload.load.workloads import LengthsWorkload, StageRequests, cycle_prompts
+    from quantload.load.workloads import (
+        CONTEXT_MARGIN_TOKENS,
+        LengthsWorkload,
+        SessionWorkload,
+        StageRequests,
+        cycle_prompts,
+    )
 
 _HOME: dict[str, str] = {
     "CALIBRATION_DIR": "calibrate",
@@ -113,6 +122,7 @@ _HOME: dict[str, str] = {
     "write_calibration": "calibrate",
     "FakeScript": "fakeserver",
     "FakeServerProcess": "fakeserver",
+    "whole_prompt_tokens": "history_trim",
     "ProtocolError": "http1",
     "LengthDistribution": "lengths",
     "parse_length_distribution": "lengths",
@@ -143,6 +153,7 @@ _HOME: dict[str, str] = {
     "JsonlAppender": "records",
     "RequestRecord": "records",
     "StageEvent": "records",
+    "TenantLoad": "records",
     "iter_json_lines": "records",
     "iter_records": "records",
     "iter_stage_events": "records",
@@ -161,12 +172,15 @@ _HOME: dict[str, str] = {
     "PlanOutcome": "supervisor",
     "run_plan": "supervisor",
     "WorkloadBuilder": "workload_builder",
+    "CONTEXT_MARGIN_TOKENS": "workloads",
     "LengthsWorkload": "workloads",
+    "SessionWorkload": "workloads",
     "StageRequests": "workloads",
     "cycle_prompts": "workloads",
 }
 __all__ = [
     "CALIBRATION_DIR",
+    "CONTEXT_MARGIN_TOKENS",
     "Calibration",
     "EventStreamParser",
     "FakeScript",
@@ -187,12 +201,14 @@ __all__ = [
     "ProtocolError",
     "RequestRecord",
     "SearchExperiment",
+    "SessionWorkload",
     "StageEvent",
     "StageFigures",
     "StagePlan",
     "StageRequests",
     "StageSummary",
     "StreamResult",
+    "TenantLoad",
     "Trial",
     "TrialLine",
     "WorkersSetting",
@@ -223,6 +239,7 @@ __all__ = [
     "summarize_stage",
     "usable_cores",
     "warmup_requests",
+    "whole_prompt_tokens",
     "write_calibration",
 ]
 

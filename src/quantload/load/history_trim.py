@@ -74,9 +74,9 @@ def history_budget_tokens(slot_context_tokens: int, max_tokens: int) -> int:
     return slot_context_tokens - max_tokens - CONTEXT_MARGIN_TOKENS
 
 
-def _dropped(messages: list[dict[str, str]], counts: Sequence[int], pairs: int, first: int) -> tuple[
-    list[dict[str, str]], list[int]
-]:
+def _dropped(
+    messages: list[dict[str, str]], counts: Sequence[int], pairs: int, first: int
+) -> tuple[list[dict[str, str]], list[int]]:
     """The messages with `pairs` (user, reply) pairs left out after the first `first` messages."""
     cut = first + 2 * pairs
     return [*messages[:first], *messages[cut:]], [*counts[:first], *counts[cut:]]

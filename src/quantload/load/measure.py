@@ -77,7 +77,7 @@ def build_record(
         cache_prompt=stage.cache_prompt,
         prompt_id=ticket.prompt_id,
         max_tokens=ticket.asked_max_tokens,
-        ignore_eos=stage.ignore_eos,
+        ignore_eos=ticket.sends_ignore_eos,
         prompt_tokens_asked=ticket.prompt_tokens_asked,
         workload=stage.workload,
         request_class=ticket.request_class,

@@ -71,6 +71,7 @@ class PlannedRequest(_Frozen):
     prompt_tokens_asked: int | None = None
     request_class: str | None = None
     tenant: str | None = None
+    ignore_eos: bool | None = None  # overrides the stage's (a tenant's workload among others)
     session_id: str | None = None
     id_slot: int | None = None
     later_turns: tuple[PlannedTurn, ...] = ()

@@ -146,6 +146,7 @@ class Ticket:
     id_slot: int | None = None
     later_turns: tuple[TurnTicket, ...] = ()
     tenant: str | None = None
+    ignore_eos: bool | None = None  # overrides the stage's
     history_tokens: tuple[int, ...] = ()
     trimmed_turns: int | None = None
     trimmed_tokens: int | None = None
@@ -156,6 +157,11 @@ class Ticket:
         if self.tenant is None:
             return None
         return f"{self.stage.stage_id}/{'w' if self.warmup else 'm'}/{self.tenant}"
+
+    @property
+    def sends_ignore_eos(self) -> bool:
+        """Whether this request asks the server to ignore end-of-generation."""
+        return self.stage.ignore_eos if self.ignore_eos is None else self.ignore_eos
 
     @property
     def asked_max_tokens(self) -> int:
@@ -180,7 +186,7 @@ class Ticket:
             "seed": stage.seed,
             "cache_prompt": stage.cache_prompt,
         }
-        if stage.ignore_eos:
+        if self.sends_ignore_eos:
             payload["ignore_eos"] = True
         if self.id_slot is not None:
             payload["id_slot"] = self.id_slot
@@ -211,6 +217,7 @@ class Ticket:
             id_slot=self.id_slot,
             later_turns=self.later_turns[1:],
             tenant=self.tenant,
+            ignore_eos=self.ignore_eos,
             history_tokens=counts,
             trimmed_turns=self.trimmed_turns,
             trimmed_tokens=self.trimmed_tokens,
@@ -232,6 +239,7 @@ class Ticket:
             "id_slot": self.id_slot,
             "later_turns": [turn.to_wire() for turn in self.later_turns],
             "tenant": self.tenant,
+            "ignore_eos": self.ignore_eos,
             "history_tokens": list(self.history_tokens),
             "trimmed_turns": self.trimmed_turns,
             "trimmed_tokens": self.trimmed_tokens,
@@ -254,6 +262,7 @@ class Ticket:
             id_slot=data.get("id_slot"),
             later_turns=tuple(TurnTicket.from_wire(t) for t in data.get("later_turns") or ()),
             tenant=data.get("tenant"),
+            ignore_eos=data.get("ignore_eos"),
             history_tokens=tuple(int(n) for n in data.get("history_tokens") or ()),
             trimmed_turns=data.get("trimmed_turns"),
             trimmed_tokens=data.get("trimmed_tokens"),
@@ -294,6 +303,7 @@ def stage_tickets(
                 id_slot=request.id_slot,
                 later_turns=turns,
                 tenant=request.tenant,
+                ignore_eos=request.ignore_eos,
                 trimmed_turns=0 if stage.context_policy == "trim" and turns else None,
                 trimmed_tokens=0 if stage.context_policy == "trim" and turns else None,
             )

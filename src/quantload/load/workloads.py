@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from quantload.config import CONTEXT_MARGIN_TOKENS
 from quantload.errors import ConfigError
 from quantload.load.datasets import Conversation, Dataset
 from quantload.load.lengths import LengthDistribution
@@ -36,8 +37,6 @@ from quantload.load.plan import PlannedRequest, PlannedTurn
 from quantload.load.prompts import Prompt, estimate_tokens
 from quantload.load.synthetic import PromptMaker
 from quantload.load.trace import TraceRequest
-
-CONTEXT_MARGIN_TOKENS = 8  # room left in a slot beyond prompt + output (llama-server's own needs)
 
 
 @dataclass(frozen=True)
