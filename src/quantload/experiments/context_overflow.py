@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from quantload.config import ContextSettings, Settings
+from quantload.config import CONTEXT_MARGIN_TOKENS, ContextSettings, Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import (
     Experiment,
@@ -46,7 +46,6 @@ from quantload.experiments.base import (
 )
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load import (
-    CONTEXT_MARGIN_TOKENS,
     LoadPlan,
     SessionWorkload,
     StageRequests,

@@ -107,7 +107,6 @@ if TYPE_CHECKING:
     from quantload.load.supervisor import LoadError, PlanOutcome, run_plan
     from quantload.load.workload_builder import WorkloadBuilder
     from quantload.load.workloads import (
-        CONTEXT_MARGIN_TOKENS,
         LengthsWorkload,
         SessionWorkload,
         StageRequests,
@@ -172,7 +171,6 @@ _HOME: dict[str, str] = {
     "PlanOutcome": "supervisor",
     "run_plan": "supervisor",
     "WorkloadBuilder": "workload_builder",
-    "CONTEXT_MARGIN_TOKENS": "workloads",
     "LengthsWorkload": "workloads",
     "SessionWorkload": "workloads",
     "StageRequests": "workloads",
@@ -180,7 +178,6 @@ _HOME: dict[str, str] = {
 }
 __all__ = [
     "CALIBRATION_DIR",
-    "CONTEXT_MARGIN_TOKENS",
     "Calibration",
     "EventStreamParser",
     "FakeScript",

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from quantload.config import CONTEXT_MARGIN_TOKENS
 from quantload.load.synthetic import Tokenizer
 from quantload.load.tickets import Ticket
-from quantload.load.workloads import CONTEXT_MARGIN_TOKENS
 
 PROBE_SYSTEM = "You are a helpful assistant."
 PROBE_TEXT = "Hello there, how are you today?"
