@@ -401,6 +401,11 @@ class ContextSettings(_Section):
         " unset = the system prompt's whole length",
     )  # fmt: skip
     cache_prompt: bool = Field(default=True, description="cache_prompt of the stages (the hit rate needs it)")
+    affinity: Literal["none", "id_slot"] = Field(
+        default="id_slot",
+        description="id_slot: every turn of conversation i asks for slot i % slots, so a lost prefix is the"
+        " policy's doing, not the placement's; none: llama-server places each turn (-sps)",
+    )
 
     @field_validator("policies")
     @classmethod

@@ -4,8 +4,9 @@ Every conversation starts with a system prompt (`context.system_prompt_tokens`) 
 after turn (`context.turns`; by default enough for the history to reach 1.5 times the slot) with
 its whole history, so it outgrows the slot somewhere along the way. One closed-loop stage per
 policy of `context.policies`, each with conversations of its own, at `context.users` at once, on a
-llama-server whose slots hold `context.ctx_per_slot` tokens (a variant: `ServerControl`,
-restarted for each policy so no policy finds another's cache):
+llama-server whose slots hold `context.ctx_per_slot` tokens (a variant: `ServerControl`; fail
+and trim share one, shift has its own; every stage's conversations and system prompt are its own,
+so no policy finds another's history in the cache):
 
   fail   the server's default: a turn whose prompt reaches the slot's context is refused (HTTP 400
          `exceed_context_size_error`, recorded as `context_exceeded` with its two counts) and the
@@ -18,8 +19,9 @@ restarted for each policy so no policy finds another's cache):
          drops half of what follows the kept tokens (`context_shifted`); a prompt at or beyond the
          slot is still refused, as llama.cpp refuses it whatever the flag
 
-The stages send cache_prompt (`context.cache_prompt`), so each turn's `timings.cache_n` says how
-much of the history the server still had: the report compares the hit rate before and after a
+The stages send cache_prompt (`context.cache_prompt`) and, by default, pin each conversation to a
+slot of its own (`context.affinity`), so each turn's `timings.cache_n` says how much of the
+history the server still had: the report compares the hit rate before and after a
 conversation's refusal, trim or shift. Refusals and the turns they cut are expected here: they do
 not count towards the stage's circuit breaker.
 
@@ -31,6 +33,7 @@ says so.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -129,6 +132,7 @@ def conversations(
         dataset=dataset,
         count_tokens=builder.count_tokens,
         max_output_tokens=settings.workload.max_output_tokens,
+        slots=builder.slots_and_context[0] if context.affinity == "id_slot" else None,
         context_tokens=slot_tokens,
         max_turn_tokens=room,
         warn_overflow=False,
@@ -229,10 +233,12 @@ def run(context: ExperimentContext) -> ExperimentRun:
             summaries += _one_policy(context, context.target, policy, index, "server's own flags")
         return experiment_run(NAME, summaries)
     keep = _measured_keep(context) if "shift" in policies else 0
-    for index, policy in enumerate(policies):
-        flags = server_flags(settings, policy, keep)
-        with _served(context, flags) as target:
-            summaries += _one_policy(context, target, policy, index, flags.label)
+    index = 0
+    for flags, group in itertools.groupby(policies, key=lambda policy: server_flags(settings, policy, keep)):
+        with _served(context, flags) as target:  # consecutive policies of the same flags share it
+            for policy in group:
+                summaries += _one_policy(context, target, policy, index, flags.label)
+                index += 1
     return experiment_run(NAME, summaries)
 
 
