@@ -320,7 +320,11 @@ def isolation_cost(
         f" {round(headroom * 100)} % headroom"
     )
     if isolated is None:
-        why = "the capacity plan has no per-server limit for every tenant's kind of load (" + why + ")"
+        kinds = " and ".join(sorted({"requests/s" if t.open_loop else "users" for t in settings.tenants}))
+        why = (
+            f"the capacity plan has no per-server limit in {kinds} for {quant} (run the sweep or a limit"
+            " search beside the tenants)"
+        )
     return IsolationCost(
         quant, step, 1, isolated, per_tenant, plan.inputs.price_per_hour, plan.inputs.currency, why
     )

@@ -342,6 +342,10 @@ class TicketBook(Generic[W]):
         one of no tenant); it is delivered now or when one may go."""
         if done is not None:
             self._release(done)
+        if self._waiters and not self.closed:  # users who waited longer go first
+            self._waiters.append(waiter)
+            self._serve()
+            return
         ticket = self._take_next()
         if ticket is not None:
             self._deliver(waiter, ticket)
@@ -349,7 +353,6 @@ class TicketBook(Generic[W]):
             self._deliver(waiter, None)
         else:
             self._waiters.append(waiter)
-            self._serve()  # a released lane may let a ticket go to someone who waited longer
 
     def withdraw(self, waiter: W) -> bool:
         """Forget a waiter that stopped (a user being stopped); True if it was waiting."""
