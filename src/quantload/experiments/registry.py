@@ -36,9 +36,9 @@ REGISTRY: tuple[Experiment, ...] = (
     mixed.EXPERIMENT,
     limit_users.EXPERIMENT,
     limit_rate.EXPERIMENT,
-    kv_types.EXPERIMENT,
     context_overflow.EXPERIMENT,
     noisy_neighbour.EXPERIMENT,
+    kv_types.EXPERIMENT,
 )
 
 
