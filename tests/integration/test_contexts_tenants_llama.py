@@ -47,6 +47,8 @@ def test_a_real_refusal_a_real_shift_and_a_trim_within_the_slot(
 ) -> None:
     # the first turn and its reply fit the 256-token slot; the second turn's 100-token reply runs past
     # its end (truncated without shift, shifted with it); the third turn's history no longer fits
+    # (how many tokens the tiny model's replies take when sent back varies, so a shifted
+    # conversation's next prompt may still fit)
     flags = {
         "model.source": "tiny", "run.profile": "ci", "load.warmup_requests": 1,
         "context.conversations": 2, "context.users": 2, "context.slots": 2, "context.ctx_per_slot": 256,
@@ -60,6 +62,7 @@ def test_a_real_refusal_a_real_shift_and_a_trim_within_the_slot(
     (run_dir / "config.json").write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
     server = steps.server(toolchain, tiny_models["Q4_K_M"], "tiny-Q4_K_M", "Q4_K_M", run_dir)
     with server:
+        steps.check_kv(toolchain, server, "Q4_K_M", run_dir)  # kv.json: the model's shape sizes the plan's slots
         served = Served("Q4_K_M", server, name=server_name("Q4_K_M"), model="tiny")
         own_args, port = server.spec.extra_args, server.port
         variants = steps.server_variants(toolchain, served, run_dir, True)
@@ -82,7 +85,8 @@ def test_a_real_refusal_a_real_shift_and_a_trim_within_the_slot(
     shifted = [r for r in shift if r.ok and r.context_shifted]
     assert shifted and all(r.completion_tokens == REPLY and not r.truncated for r in shifted)
     assert all((r.prompt_tokens or 0) + (r.completion_tokens or 0) > 256 for r in shifted)
-    assert any(r.error_class == "context_exceeded" for r in shift)  # a shift never saves the next prompt
+    assert all(not r.truncated for r in shift if r.ok)  # with the shift no reply stops at the slot's end
+    assert all(r.n_ctx == 256 for r in shift if r.error_class == "context_exceeded")  # a prompt beyond is refused
     logs = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("llama-server-*.log"))
     assert "slot context shift" in logs and "--context-shift" in logs and "--keep" in logs
 
@@ -104,7 +108,15 @@ def test_a_real_refusal_a_real_shift_and_a_trim_within_the_slot(
     policies = {row["policy"]: row for row in summary["context_policies"]}
     assert (policies["fail"]["completed"], policies["trim"]["completed"]) == (0, 2)
     assert policies["fail"]["refused_n_ctx"] == 256
-    assert summary["plan"]["context"]["conversations"] == 2  # the trim's conversations ran every turn
+    whole = {r.session_id for r in records} - {r.session_id for r in records if not r.ok}
+    assert len(whole) >= 2 and summary["plan"]["context"]["conversations"] == len(whole)  # every turn ran
+    rows = summary["plan"]["context"]["rows"]
+    assert {row["percentile"] for row in rows} == {50, 95, 99} and {row["cache_type"] for row in rows} >= {"f16"}
+    for row in rows:  # a slot holding the conversation whole, padded as llama.cpp pads it; its KV exact
+        assert row["ctx_per_slot"] % 256 == 0 and row["ctx_per_slot"] >= row["conversation_tokens"]
+    kv = json.loads((run_dir / "kv.json").read_text())["results"]["Q4_K_M"]  # checked against the server's log
+    per_cell = kv["predicted_bytes"] // (kv["n_stream"] * kv["cells_per_stream"])
+    assert all(row["kv_bytes_per_slot"] == per_cell * row["ctx_per_slot"] for row in rows if row["cache_type"] == "f16")
 
 
 @pytest.fixture
