@@ -28,6 +28,8 @@ Request record fields
                       "sessions" (multi-turn conversations), "trace" (a trace replayed open loop),
                       "mixed" (decode-heavy traffic with and without long prompts),
                       "limit_users" / "limit_rate" (a trial of the limit search),
+                      "context" (conversations beyond the slot context), "noisy_neighbour"
+                      (tenants sharing a server),
                       "interactive" (users set in the Locust web UI); "warmup" is accepted on read
   stage_id            joins the record to its stage lines in stages.jsonl
   stage_users         concurrent users of the stage (closed loop; open loop: the user pool)

@@ -280,3 +280,25 @@ def test_the_run_plans_the_context_experiment_unless_it_has_no_conversations(tmp
         "context.conversations is 0"
     )
     registry.against_any_server(["context"])  # optional: `quantload load` runs fail and trim as they are
+
+
+def test_a_history_that_cannot_be_counted_fails_its_turn_in_one_line() -> None:
+    from types import SimpleNamespace
+
+    from quantload.load.in_locust.runtime import LoadRuntime
+    from quantload.load.metrics import LoadMetrics
+
+    sunk: list[RequestRecord] = []
+    runtime = LoadRuntime(
+        SimpleNamespace(events=None),  # type: ignore[arg-type]
+        SimpleNamespace(take=lambda done=None: None),  # type: ignore[arg-type]
+        SimpleNamespace(put=sunk.append),  # type: ignore[arg-type]
+        LoadMetrics(),
+        None,
+    )
+    ticket = _conversation(turns=2, words=3)  # its server, 127.0.0.1:1, does not answer /tokenize
+    reply = StreamResult(sent_unix_s=1.0, usage={"completion_tokens": 2}, classified=True)
+    failed = runtime._trimmed_turn(ticket, "a b", reply)
+    assert isinstance(failed, StreamResult) and failed.error_class == "connect_error"
+    assert (failed.error or "").startswith("the history trim could not count tokens: cannot reach")
+    assert "\n" not in (failed.error or "") and failed.end_s == 0.0
