@@ -5,11 +5,11 @@ through the run's own steps:
 
 1. the context experiment: 20 conversations per policy (fail, trim, shift), 4 at once, on a variant
    with 4 slots of 1,024 tokens (restarted in place; shift with --context-shift --keep), each
-   conversation pinned to its slot, a 128-token system prompt, user turns of 40-80 tokens, 64-token
+   conversation pinned to its slot, a 128-token system prompt, user turns of 40-80 tokens, 32-token
    replies, turns enough for the history to reach 1.5 slots;
 2. a users limit search (the capacity plan's per-server limit, which sizes a server per tenant);
-3. the noisy neighbour: tenant A at 2 users (128-token prompts, 32-token replies) while tenant B
-   (512-token prompts, 32-token replies) steps 0, 2, 4, 8 users, 6 requests per user and step.
+3. the noisy neighbour: tenant A at 2 users (128-token prompts, 16-token replies) while tenant B
+   (512-token prompts, 16-token replies) steps 0, 2, 4, 8 users, 4 requests per user and step.
 
 Then the report (plan: 1 USD per server-hour, a 1 GiB memory budget), and from its summary.json:
 per policy the conversations completed of 20, the turn they were refused, trimmed or shifted, the
@@ -48,6 +48,7 @@ source = "{model}"
 
 [load]
 warmup_requests = 1
+max_tokens = 16
 metrics_port = 0
 
 [context]
@@ -55,10 +56,11 @@ conversations = 20
 users = 4
 slots = 4
 ctx_per_slot = 1024
+reply_tokens = "fixed:32"
 
 [limit]
 max_users = 16
-time_cap_s = 90.0
+time_cap_s = 60.0
 repeats = 2
 requests_per_user = 2
 min_requests = 4
@@ -66,17 +68,17 @@ min_requests = 4
 [[tenants]]
 name = "A"
 users = 2
-workload = {{ kind = "lengths", input_lengths = "fixed:128", output_lengths = "fixed:32" }}
+workload = {{ kind = "lengths", input_lengths = "fixed:128", output_lengths = "fixed:16" }}
 
 [[tenants]]
 name = "B"
 users = 2
-workload = {{ kind = "lengths", input_lengths = "fixed:512", output_lengths = "fixed:32" }}
+workload = {{ kind = "lengths", input_lengths = "fixed:512", output_lengths = "fixed:16" }}
 
 [noisy_neighbour]
 neighbour = "B"
 steps = [0, 2, 4, 8]
-requests_per_user = 6
+requests_per_user = 4
 """
 
 
