@@ -4,9 +4,9 @@ One llama-server of the model's Q4_K_M file (the run's own settings: 8 slots of 
 through the run's own steps:
 
 1. the context experiment: 20 conversations per policy (fail, trim, shift), 4 at once, on a variant
-   with 4 slots of 1,024 tokens (restarted in place; shift with --context-shift --keep), each
-   conversation pinned to its slot, a 128-token system prompt, user turns of 40-80 tokens, 32-token
-   replies, turns enough for the history to reach 1.5 slots;
+   with 4 slots of 1,024 tokens (restarted in place; shift with --context-shift --keep), llama-server
+   placing each turn, a 128-token system prompt, user turns of 40-80 tokens, 32-token replies, turns
+   enough for the history to reach 1.5 slots;
 2. a users limit search (the capacity plan's per-server limit, which sizes a server per tenant);
 3. the noisy neighbour: tenant A at 2 users (128-token prompts, 16-token replies) while tenant B
    (512-token prompts, 16-token replies) steps 0, 2, 4, 8 users, 4 requests per user and step.

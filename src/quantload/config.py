@@ -402,9 +402,9 @@ class ContextSettings(_Section):
     )  # fmt: skip
     cache_prompt: bool = Field(default=True, description="cache_prompt of the stages (the hit rate needs it)")
     affinity: Literal["none", "id_slot"] = Field(
-        default="id_slot",
-        description="id_slot: every turn of conversation i asks for slot i % slots, so a lost prefix is the"
-        " policy's doing, not the placement's; none: llama-server places each turn (-sps)",
+        default="none",
+        description="none: llama-server places each turn (-sps: the slot sharing the longest prefix);"
+        " id_slot: every turn of conversation i asks for slot i % slots",
     )
 
     @field_validator("policies")

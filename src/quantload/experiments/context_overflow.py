@@ -19,9 +19,10 @@ so no policy finds another's history in the cache):
          drops half of what follows the kept tokens (`context_shifted`); a prompt at or beyond the
          slot is still refused, as llama.cpp refuses it whatever the flag
 
-The stages send cache_prompt (`context.cache_prompt`) and, by default, pin each conversation to a
-slot of its own (`context.affinity`), so each turn's `timings.cache_n` says how much of the
-history the server still had: the report compares the hit rate before and after a
+The stages send cache_prompt (`context.cache_prompt`), and llama-server places each turn in the
+slot sharing the longest prefix with it (`context.affinity = "id_slot"` pins conversation i to slot
+i % slots instead), so each turn's `timings.cache_n` says how much of the history the server still
+had: the report compares the hit rate before and after a
 conversation's refusal, trim or shift. Refusals and the turns they cut are expected here: they do
 not count towards the stage's circuit breaker.
 

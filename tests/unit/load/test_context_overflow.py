@@ -221,7 +221,7 @@ def _settings(tmp_path: Path, **changes: object) -> RunContext:
 
 @pytest.mark.slow
 def test_each_policy_gets_its_stage_on_its_variant_and_the_report_reads_them(tmp_path: Path) -> None:
-    run = _settings(tmp_path)
+    run = _settings(tmp_path, affinity="id_slot")
     servers = FakeVariants(n_ctx=256)
     with FakeServer(FakeScript(n_ctx=4096)) as own:  # the server as the run started it: --keep is measured on it
         done = context_overflow.run(ExperimentContext(run, TARGET.model_copy(update={"url": own.url}), servers))
