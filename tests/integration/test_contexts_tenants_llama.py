@@ -11,12 +11,16 @@ shared machine is.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import threading
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from quantload.analysis.report import build_report
 from quantload.config import Settings, load_config
@@ -141,9 +145,35 @@ def test_the_noisy_neighbour_on_a_real_server(tiny_server: LlamaServer, tmp_path
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
-    with tiny_server as server:
-        target = ServedTarget(name="tiny", quant="Q4_K_M", model="tiny", url=server.url)
-        done = run_experiment("noisy_neighbour", target, RunContext(RunDir(run_dir), "it-nn", settings, cwd=tmp_path))
+    port = free_port()
+    scraped: list[str] = []
+    stop = threading.Event()
+
+    def scrape() -> None:  # the load process's own /metrics while it runs
+        while not stop.wait(0.3):
+            with contextlib.suppress(httpx.HTTPError):
+                body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
+                if 'tenant="burst"' in body:
+                    scraped[:] = [body]
+
+    watcher = threading.Thread(target=scrape, daemon=True)
+    watcher.start()
+    try:
+        with tiny_server as server:
+            target = ServedTarget(name="tiny", quant="Q4_K_M", model="tiny", url=server.url)
+            context = RunContext(RunDir(run_dir), "it-nn", settings, loadgen_port=port, cwd=tmp_path)
+            done = run_experiment("noisy_neighbour", target, context)
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    assert scraped, "the load generator's /metrics never showed the tenant label"
+    samples = {
+        (sample.name, sample.labels.get("tenant"), sample.labels.get("outcome"))
+        for family in text_string_to_metric_families(scraped[0])
+        for sample in family.samples
+        if sample.labels.get("experiment") == "noisy_neighbour"
+    }
+    assert {("quantload_requests_total", "burst", "ok"), ("quantload_ttft_seconds_count", "acme", None)} <= samples
     assert [(s.phase, s.status, s.users, s.requests, s.ok) for s in done.summaries] == [
         ("burst at 0 users", "ok", 1, 3, 3), ("burst at 2 users", "ok", 3, 9, 9),
     ]  # fmt: skip
