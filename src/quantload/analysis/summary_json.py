@@ -69,7 +69,7 @@ class PlanSummary(_SummaryPart):
     quants: list[Row]
     missing: list[str]
     fewest_servers: str | None
-    context: dict[str, Any] | None  # capacity_plan.ContextNeed: the context a slot needs
+    context: dict[str, Any] | None = None  # capacity_plan.ContextNeed: the context a slot needs
     scale_out: list[Row]
 
 
@@ -122,11 +122,11 @@ class SummaryFile(_SummaryPart):
     mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
-    context_policies: list[Row]  # context_tables.policy_table
-    context_turns: list[Row]  # context_tables.turn_table
-    tenants: list[Row]  # tenant_tables.tenant_table
-    noisy_neighbour: list[Row]  # tenant_tables.noisy_table
-    noisy_verdicts: list[Row]  # tenant_tables.NoisyVerdict.to_dict
+    context_policies: list[Row] = []  # context_tables.policy_table
+    context_turns: list[Row] = []  # context_tables.turn_table
+    tenants: list[Row] = []  # tenant_tables.tenant_table
+    noisy_neighbour: list[Row] = []  # tenant_tables.noisy_table
+    noisy_verdicts: list[Row] = []  # tenant_tables.NoisyVerdict.to_dict
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]

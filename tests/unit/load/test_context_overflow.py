@@ -302,3 +302,23 @@ def test_a_history_that_cannot_be_counted_fails_its_turn_in_one_line() -> None:
     assert isinstance(failed, StreamResult) and failed.error_class == "connect_error"
     assert (failed.error or "").startswith("the history trim could not count tokens: cannot reach")
     assert "\n" not in (failed.error or "") and failed.end_s == 0.0
+
+
+def test_a_conversation_needs_its_longest_turn_and_what_a_trim_left_out() -> None:
+    import pandas as pd
+
+    from quantload.analysis.capacity_plan import conversation_lengths
+
+    def row(session: str, turn: int, prompt: float, reply: float, trimmed: float | None, ok: bool = True) -> dict:  # type: ignore[type-arg]
+        return {"stage_id": "st", "warmup": False, "session_id": session, "turn": turn, "ok": ok,
+                "prompt_tokens": prompt, "completion_tokens": reply, "trimmed_tokens": trimmed}  # fmt: skip
+
+    records = pd.DataFrame(
+        [row("a", 0, 100, 20, None), row("a", 1, 300, 20, None),  # whole: 320
+         row("b", 0, 100, 20, 0), row("b", 1, 150, 20, 400),  # trimmed 400 away: 570
+         row("c", 0, 900, 20, None), row("c", 1, float("nan"), float("nan"), None, ok=False)]  # refused: out
+    )  # fmt: skip
+    stages = pd.DataFrame([{"stage_id": "st", "experiment": "context", "status": "ok"}])
+    assert sorted(conversation_lengths(records, stages)) == [320, 570]
+    other = stages.assign(experiment="sweep")
+    assert conversation_lengths(records, other) == []
