@@ -1,12 +1,14 @@
 """Conversations beyond the slot and tenants sharing a server, on a real model (issue 23).
 
-One llama-server of the model's Q4_K_M file (the run's own settings: 8 slots of 4,096 tokens), and
-through the run's own steps:
+One llama-server of the model's Q4_K_M file (the run's own settings: 8 slots of 4,096 tokens, but
+one thread: `-t 1`; on a 2-core machine that other processes keep busy, llama.cpp's two threads
+wait on each other: SmolLM2 decoded 2.4 tokens/s with `-t 2` and 32 with `-t 1`, measured side by
+side at a load average of 15), and through the run's own steps:
 
 1. the context experiment: 20 conversations per policy (fail, trim, shift), 4 at once, on a variant
    with 4 slots of 1,024 tokens (restarted in place; shift with --context-shift --keep), llama-server
-   placing each turn, a 128-token system prompt, user turns of 40-80 tokens, 32-token replies, turns
-   enough for the history to reach 1.5 slots;
+   placing each turn, and the experiment's defaults: a 128-token system prompt, user turns of 40-80
+   tokens, 64-token replies, turns enough for the history to reach 1.5 slots;
 2. a users limit search (the capacity plan's per-server limit, which sizes a server per tenant);
 3. the noisy neighbour: tenant A at 2 users (128-token prompts, 16-token replies) while tenant B
    (512-token prompts, 16-token replies) steps 0, 2, 4, 8 users, 4 requests per user and step.
@@ -20,7 +22,7 @@ printed too: these figures come from a shared 2-core machine.
 
 Everything printed is also written under benchmarks/figures/ (file names only, no machine paths).
 
-    .venv/bin/python benchmarks/context_tenant_figures.py            # about 20 minutes on 2 cores
+    .venv/bin/python benchmarks/context_tenant_figures.py            # about 40 minutes on 2 busy cores
     .venv/bin/python benchmarks/context_tenant_figures.py --from DIR # the tables of a finished run
 """
 
@@ -46,6 +48,9 @@ TOML = """
 [model]
 source = "{model}"
 
+[server]
+threads = 1
+
 [load]
 warmup_requests = 1
 max_tokens = 16
@@ -56,7 +61,6 @@ conversations = 20
 users = 4
 slots = 4
 ctx_per_slot = 1024
-reply_tokens = "fixed:32"
 
 [limit]
 max_users = 16
