@@ -252,6 +252,7 @@ def main() -> None:
     parser.add_argument(
         "--from", dest="run_dir", type=Path, help="a finished run directory of this benchmark"
     )
+    parser.add_argument("--part", choices=sorted(PARTS), default="all", help="which experiments to run")
     args = parser.parse_args()
     load_before = os.getloadavg()
     since = mark()
