@@ -237,9 +237,10 @@ def noisy_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"- {verdict['sentence']}")
         cost = verdict.get("isolation")
         if cost:
+            shared = "held" if cost["shared_held"] else "did not hold every tenant's SLO"
             lines.append(
                 f"- a server per tenant at B = {cost['step']:g} users: {cost['isolated_servers']} servers"
-                f" ({cost['per_tenant']}) against the 1 shared server measured; {cost['why']}"
+                f" ({cost['per_tenant']}); the 1 shared server measured there {shared}; {cost['why']}"
             )
     return lines
 

@@ -261,6 +261,7 @@ class IsolationCost:
     quant: str
     step: float
     shared_servers: int  # what the run measured: every tenant on one server
+    shared_held: bool  # whether that one server kept every other tenant within its SLO at this step
     isolated_servers: int | None  # a server per tenant, each sized by the capacity plan
     per_tenant: dict[str, int | None]
     price_per_hour: float | None
@@ -273,7 +274,8 @@ class IsolationCost:
 
 @dataclass(frozen=True)
 class NoisyVerdict:
-    """At which neighbour load another tenant breaks its SLO, and what isolation would cost."""
+    """At which neighbour load another tenant breaks its SLO, and what isolation would cost there
+    (at the highest load measured where none broke)."""
 
     quant: str
     neighbour: str
@@ -296,10 +298,10 @@ def _step_words(settings: Settings, step: float) -> str:
 
 
 def isolation_cost(
-    plan: CapacityPlan, settings: Settings, quant: str, step: float, neighbour: str
+    plan: CapacityPlan, settings: Settings, quant: str, step: float, neighbour: str, shared_held: bool
 ) -> IsolationCost | None:
     """A server per tenant at `step` (each tenant's load against one server's limit in the
-    capacity plan, with its headroom) beside the one shared server the run measured."""
+    capacity plan, with its headroom) beside the one shared server the run measured there."""
     item = next((q for q in plan.quants if q.quant == quant), None)
     if item is None:
         return None
@@ -325,9 +327,8 @@ def isolation_cost(
             f"the capacity plan has no per-server limit in {kinds} for {quant} (run the sweep or a limit"
             " search beside the tenants)"
         )
-    return IsolationCost(
-        quant, step, 1, isolated, per_tenant, plan.inputs.price_per_hour, plan.inputs.currency, why
-    )
+    price, currency = plan.inputs.price_per_hour, plan.inputs.currency
+    return IsolationCost(quant, step, 1, shared_held, isolated, per_tenant, price, currency, why)
 
 
 def noisy_verdicts(table: pd.DataFrame, settings: Settings | None, plan: CapacityPlan) -> list[NoisyVerdict]:
@@ -358,7 +359,9 @@ def noisy_verdicts(table: pd.DataFrame, settings: Settings | None, plan: Capacit
                 f" {_seconds(first['ttft_p99_s'])}, goodput {_rate(first['goodput_rps'])}"
                 f" ({first['verdict']})."
             )
-        isolation = isolation_cost(plan, settings, str(quant), held, neighbour) if held is not None else None
+        # where sharing broke, what isolation would have needed; where it never did, at the top step
+        sized_at = breaking if breaking is not None else float(steps[-1])
+        isolation = isolation_cost(plan, settings, str(quant), sized_at, neighbour, breaking is None)
         verdicts.append(NoisyVerdict(str(quant), neighbour, sentence, breaking, held, isolation))
     return verdicts
 

@@ -219,10 +219,13 @@ def test_the_noisy_neighbour_against_a_fake_server_and_its_report(tmp_path: Path
     )  # fmt: skip
     (verdict,) = noisy_verdicts(table, run.settings, plan)
     assert verdict.neighbour == "b" and verdict.sentence.startswith("Q4_K_M: ")
-    assert verdict.isolation is not None and verdict.isolation.shared_servers == 1
-    held = verdict.held_step
-    assert held is not None
-    assert verdict.isolation.per_tenant == {"a": 1, **({"b": -(-int(held) // 2)} if held else {})}
+    cost = verdict.isolation
+    assert cost is not None and cost.shared_servers == 1
+    assert cost.step == (verdict.breaking_step if verdict.breaking_step is not None else 4.0)
+    assert cost.shared_held is (verdict.breaking_step is None)
+    # each tenant against one server's 2-user limit, no headroom: a at 2 users 1 server, b ceil(step / 2)
+    assert cost.per_tenant == {"a": 1, **({"b": -(-int(cost.step) // 2)} if cost.step else {})}
+    assert cost.isolated_servers == sum(cost.per_tenant.values()) and cost.price_per_hour == 2.0
 
 
 def pd_isna(value: object) -> bool:

@@ -109,15 +109,19 @@ def _isolation_sentence(cost: IsolationCost, step_words: str) -> str:
     if cost.isolated_servers is None:
         return f"A server per tenant cannot be sized: {cost.why}."
     each = ", ".join(f"{name} {count}" for name, count in cost.per_tenant.items())
+    shared = (
+        "every tenant held its SLO on the 1 shared server the run measured"
+        if cost.shared_held
+        else "the 1 shared server the run measured did not keep every tenant within its SLO"
+    )
     text = (
-        f"At {step_words}, the highest load at which everyone held, the run measured every tenant on 1"
-        f" shared server; a server per tenant would take {cost.isolated_servers} ({each}), sized by"
-        f" {cost.why}"
+        f"At {step_words}, {shared}; a server per tenant would take {cost.isolated_servers} ({each}),"
+        f" sized by {cost.why}"
     )
     if cost.price_per_hour is not None:
-        shared = cost.price_per_hour * cost.shared_servers
         isolated = cost.price_per_hour * cost.isolated_servers
-        text += f": {isolated:,.2f} {cost.currency} an hour against {shared:,.2f}".rstrip()
+        shared_cost = cost.price_per_hour * cost.shared_servers
+        text += f": {isolated:,.2f} {cost.currency} an hour against {shared_cost:,.2f}".rstrip()
     return text + "."
 
 
