@@ -316,10 +316,10 @@ def isolation_cost(
         per_tenant[tenant.name] = count.servers if count is not None else None
     known = [count for count in per_tenant.values() if count is not None]
     isolated = sum(known) if len(known) == len(per_tenant) else None
+    rps = f"{limit.rps:.2f}" if limit.rps else "–"
     why = (
         f"each tenant's load against one server's limit in the capacity plan ({limit.source}:"
-        f" {limit.users or '–'} users, {limit.rps or '–'} good req/s) with"
-        f" {round(headroom * 100)} % headroom"
+        f" {limit.users or '–'} users, {rps} good req/s) with {round(headroom * 100)} % headroom"
     )
     if isolated is None:
         kinds = " and ".join(sorted({"requests/s" if t.open_loop else "users" for t in settings.tenants}))

@@ -147,9 +147,9 @@ def noisy_section(analysis: Analysis, plots: Plots) -> Section:
         *shown(plots, FIGURES[0]),
     ]
     for verdict in analysis.noisy_verdicts:
-        if verdict.isolation is not None and verdict.held_step is not None and neighbour is not None:
+        if verdict.isolation is not None and neighbour is not None:
             unit = "req/s" if neighbour.open_loop else "users"
-            step_words = f"{neighbour.name} at {verdict.held_step:g} {unit}"
+            step_words = f"{neighbour.name} at {verdict.isolation.step:g} {unit}"
             blocks.append(
                 Paragraph(f"{verdict.quant}: " + _isolation_sentence(verdict.isolation, step_words))
             )
