@@ -115,7 +115,7 @@ def _isolation_sentence(cost: IsolationCost, step_words: str) -> str:
         else "the 1 shared server the run measured did not keep every tenant within its SLO"
     )
     text = (
-        f"At {step_words}, {shared}; a server per tenant would take {cost.isolated_servers} ({each}),"
+        f"With {step_words}, {shared}; a server per tenant would take {cost.isolated_servers} ({each}),"
         f" sized by {cost.why}"
     )
     if cost.price_per_hour is not None:
