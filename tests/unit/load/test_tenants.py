@@ -184,8 +184,10 @@ def _max_overlap(intervals: list[tuple[float, float]]) -> int:
 
 
 @pytest.mark.slow
-def test_the_noisy_neighbour_against_a_fake_server_and_its_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "master-and-workers"])
+def test_the_noisy_neighbour_against_a_fake_server_and_its_report(tmp_path: Path, workers: int) -> None:
     settings = _two_tenants(tmp_path, [0, 1, 4])
+    settings = settings.model_copy(update={"load": settings.load.model_copy(update={"workers": workers})})
     (tmp_path / "config.json").write_text(f'{{"settings": {settings.model_dump_json()}}}')
     script = FakeScript(ttft_ms=(20, 30), itl_ms=(5, 5), tokens=6, max_streams=2, close_after_stream=True)
     with FakeServer(script) as fake:
