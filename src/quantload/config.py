@@ -7,6 +7,7 @@ working folder, `QUANTLOAD_<SECTION>__<KEY>` environment variables, command-line
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 import types
 import typing
@@ -524,6 +525,154 @@ class LimitSettings(_Section):
         return self
 
 
+ContextPolicyName = Literal["fail", "trim", "shift"]
+CONTEXT_MARGIN_TOKENS = 8  # room left in a slot beyond prompt + reply (llama-server's own needs)
+
+
+class ContextSettings(_Section):
+    """Conversations that outgrow the slot context (the context experiment): one stage per policy
+    of `policies`, each with conversations of its own on a server whose slots hold
+    `ctx_per_slot` tokens; fail: the server's default (the turn that does not fit is refused),
+    trim: the client keeps the system prompt and the most recent turns that fit, counted with the
+    server's tokenizer, shift: the server runs with --context-shift and --keep."""
+
+    conversations: int = Field(
+        default=20, ge=0, description="conversations per policy (0: no context experiment)"
+    )
+    users: int = Field(default=4, ge=1, description="conversations in flight at once")
+    slots: int = Field(default=4, ge=1, description="llama-server slots (-np) of the experiment's server")
+    ctx_per_slot: int = Field(
+        default=1024, ge=256, description="tokens each slot holds (the context the conversations outgrow)"
+    )
+    turns: int = Field(
+        default=0, ge=0, le=200,
+        description="user turns per conversation; 0 = enough for the history to reach 1.5 times the slot",
+    )  # fmt: skip
+    system_prompt_tokens: int = Field(
+        default=128, ge=1, description="tokens of the system prompt every conversation starts with"
+    )
+    turn_tokens: Distribution = Field(default="uniform:40-80", description="tokens of each user turn")
+    reply_tokens: Distribution = Field(
+        default="fixed:64", description="max_tokens of each reply (ignore_eos on)"
+    )
+    think_time_s: float = Field(default=0.0, ge=0, le=600, description="mean pause before each later turn")
+    dataset: str | None = Field(
+        default=None, description="ShareGPT JSON or JSONL: real conversations' user turns instead"
+    )
+    policies: tuple[ContextPolicyName, ...] = Field(
+        default=("fail", "trim", "shift"), min_length=1, description="the policies measured, in order"
+    )
+    keep_tokens: int | None = Field(
+        default=None, ge=0,
+        description="--keep of the shift policy's server: tokens a shift keeps from the prompt's start;"
+        " unset = the system prompt's whole length",
+    )  # fmt: skip
+    cache_prompt: bool = Field(default=True, description="cache_prompt of the stages (the hit rate needs it)")
+    affinity: Literal["none", "id_slot"] = Field(
+        default="none",
+        description="none: llama-server places each turn (-sps: the slot sharing the longest prefix);"
+        " id_slot: every turn of conversation i asks for slot i % slots",
+    )
+
+    @field_validator("policies")
+    @classmethod
+    def _each_policy_once(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _fits_the_slot(self) -> ContextSettings:
+        if self.keep_tokens is not None and self.keep_tokens >= self.ctx_per_slot:
+            raise ValueError(
+                f"context.keep_tokens {self.keep_tokens} is not shorter than the"
+                f" {self.ctx_per_slot}-token slot (context.ctx_per_slot): --keep must leave room to"
+                " shift; keep fewer tokens (unset keeps the system prompt)"
+            )
+        reply = parse_length_distribution(self.reply_tokens).expected_tokens
+        least = self.system_prompt_tokens + 1 + round(reply) + CONTEXT_MARGIN_TOKENS
+        if "trim" in self.policies and least > self.ctx_per_slot:
+            raise ValueError(
+                f"the trim policy cannot keep even the system prompt: its {self.system_prompt_tokens}"
+                f" tokens, a one-token user turn and a reply of about {round(reply)} exceed the"
+                f" {self.ctx_per_slot}-token slot; shorten context.system_prompt_tokens or"
+                " context.reply_tokens, or raise context.ctx_per_slot"
+            )
+        return self
+
+
+class TenantSettings(_Section):
+    """One tenant of a shared server ([[tenants]]): its name, its traffic (any workload kind, as
+    the [workload] and [sessions] sections say it), its load (closed-loop users or an open-loop
+    rate), its weight in the fairness index and, optionally, its own SLO."""
+
+    name: str = Field(description="how records, stages, series and the report name it")
+    users: int | None = Field(default=None, ge=1, description="closed-loop users")
+    rate_rps: float | None = Field(default=None, gt=0, description="open-loop Poisson arrivals per second")
+    rate_users: int = Field(default=16, ge=1, description="users serving an open-loop tenant's arrivals")
+    weight: float = Field(default=1.0, gt=0, description="its share per stream in the fairness index")
+    slo_ttft_p99_s: float | None = Field(
+        default=None, gt=0, description="its TTFT limit; unset = the report's"
+    )
+    slo_tpot_s: float | None = Field(default=None, gt=0, description="its TPOT limit; unset = the report's")
+    workload: WorkloadSettings | None = Field(default=None, description="its traffic; unset = [workload]")
+    sessions: SessionSettings | None = Field(
+        default=None, description="its conversations (workload kind sessions); unset = [sessions]"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _a_label(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a tenant needs a name, e.g. name = \"acme\"")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", value):
+            raise ValueError(
+                f"{value!r} cannot name a tenant: use 1-40 letters, digits, '_', '.' or '-', starting"
+                " with a letter or digit (it becomes a Prometheus label value and part of file names)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _users_or_rate(self) -> TenantSettings:
+        if (self.users is None) == (self.rate_rps is None):
+            raise ValueError(
+                f"tenant {self.name!r} needs users (closed loop) or rate_rps (open loop), not"
+                f" {'both' if self.users is not None else 'neither'}"
+            )
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate_rps is not None
+
+
+class NoisyNeighbourSettings(_Section):
+    """The noisy neighbour (experiment noisy_neighbour): every tenant at its own load, while one
+    of them (`neighbour`) steps its load up, stage by stage; step 0 leaves the others alone."""
+
+    neighbour: str | None = Field(
+        default=None, description="the tenant whose load steps up; unset = the last of [[tenants]]"
+    )
+    steps: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+        default=(0, 2, 4, 8), min_length=2,
+        description="the neighbour's load per stage: users (a closed-loop tenant) or requests/s (open loop)",
+    )  # fmt: skip
+    requests_per_user: int = Field(default=8, ge=1, description="closed-loop requests per user and stage")
+    step_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="an open-loop tenant's arrivals last this long"
+    )
+    repeats: int = Field(default=1, ge=1, description="repeats of every step")
+    cache_prompt: bool = Field(default=False, description="cache_prompt of the stages")
+
+    @field_validator("steps")
+    @classmethod
+    def _rising(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if list(value) != sorted(set(value)):
+            raise ValueError("steps must rise, each once, e.g. [0, 2, 4, 8]")
+        return value
+
+
 class ObserveSettings(_Section):
     """Exporter, Prometheus and Grafana."""
 
@@ -657,10 +806,44 @@ class Settings(_Section):
     limit: LimitSettings = LimitSettings()
     observe: ObserveSettings = ObserveSettings()
     kv_types: KvTypeSettings = KvTypeSettings()
+    context: ContextSettings = ContextSettings()
+    tenants: tuple[TenantSettings, ...] = ()
+    noisy_neighbour: NoisyNeighbourSettings = NoisyNeighbourSettings()
     report: ReportSettings = ReportSettings()
     plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()
     run: RunSettings = RunSettings()
+
+    @model_validator(mode="after")
+    def _tenants_named_once(self) -> Settings:
+        names = [tenant.name for tenant in self.tenants]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"[[tenants]] names {', '.join(repeated)} more than once; give each tenant its own name"
+            )
+        noisy = self.noisy_neighbour
+        if noisy.neighbour is not None and self.tenants and noisy.neighbour not in names:
+            raise ValueError(
+                f"noisy_neighbour.neighbour {noisy.neighbour!r} is no tenant; name one of {', '.join(names)}"
+            )
+        neighbour = self.neighbour_tenant
+        if neighbour is not None and not neighbour.open_loop:
+            fractional = [step for step in noisy.steps if step != int(step)]
+            if fractional:
+                raise ValueError(
+                    f"noisy_neighbour.steps are users of the closed-loop tenant {neighbour.name!r}:"
+                    f" {fractional[0]:g} is not a whole number"
+                )
+        return self
+
+    @property
+    def neighbour_tenant(self) -> TenantSettings | None:
+        """The tenant whose load the noisy-neighbour experiment steps up (None without tenants)."""
+        if not self.tenants:
+            return None
+        chosen = self.noisy_neighbour.neighbour or self.tenants[-1].name
+        return next((tenant for tenant in self.tenants if tenant.name == chosen), None)
 
     @model_validator(mode="before")
     @classmethod
@@ -698,11 +881,34 @@ class ResolvedConfig:
         return self.sources.get(key, "default")
 
 
+# Sections that are a list of tables (`[[tenants]]` in TOML), each table one item's keys.
+LIST_SECTIONS: dict[str, type[BaseModel]] = {"tenants": TenantSettings}
+
+
 def _known_keys() -> dict[str, set[str]]:
-    return {
-        name: set(field.annotation.model_fields)  # type: ignore[union-attr]
-        for name, field in Settings.model_fields.items()
-    }
+    known: dict[str, set[str]] = {}
+    for name, field in Settings.model_fields.items():
+        model = LIST_SECTIONS.get(name) or field.annotation
+        known[name] = set(model.model_fields)  # type: ignore[union-attr]
+    return known
+
+
+def _check_list_section(section: str, values: Any, origin: str, known: set[str]) -> None:
+    """A list section: only from a file, a list of tables of its known keys."""
+    if origin.startswith(("environment variable", "command-line")):
+        raise ConfigError(
+            f"[[{section}]] cannot be set from the {origin.split(' ')[0]}",
+            f"write each entry as a [[{section}]] table in {CONFIG_FILE_NAME}",
+        )
+    if not isinstance(values, list) or not all(isinstance(item, Mapping) for item in values):
+        raise ConfigError(f"'{section}' in {origin} must be a list of tables", f"write [[{section}]] tables")
+    for index, item in enumerate(values):
+        for key in item:
+            if key not in known:
+                raise ConfigError(
+                    f"unknown configuration key '{section}[{index}].{key}' in {origin}",
+                    f"keys of [[{section}]]: {', '.join(sorted(known))}",
+                )
 
 
 def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
@@ -713,6 +919,9 @@ def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
                 f"unknown configuration section '{section}' in {origin}",
                 f"known sections: {', '.join(sorted(known))}",
             )
+        if section in LIST_SECTIONS:
+            _check_list_section(section, values, origin, known[section])
+            continue
         if not isinstance(values, Mapping):
             raise ConfigError(f"'{section}' in {origin} must be a table of keys")
         for key in values:
@@ -820,6 +1029,10 @@ def _merge(
     origin: str | Mapping[str, str],
 ) -> None:
     for section, values in layer.items():
+        if section in LIST_SECTIONS:  # a list replaces the earlier layer's whole list
+            into[section] = values  # type: ignore[assignment]
+            sources[section] = origin if isinstance(origin, str) else origin[section]
+            continue
         for key, value in values.items():
             into.setdefault(section, {})[key] = value
             dotted = f"{section}.{key}"
@@ -834,17 +1047,43 @@ def _is_secret(section: str, key: str) -> bool:
     return annotation is SecretStr or SecretStr in typing.get_args(annotation)
 
 
-def _validation_message(error: ValidationError, sources: Mapping[str, str]) -> ConfigError:
+def _item_name(layered: Mapping[str, Any], section: str, index: Any) -> str:
+    items = layered.get(section)
+    if isinstance(items, list) and isinstance(index, int) and 0 <= index < len(items):
+        name = items[index].get("name") if isinstance(items[index], Mapping) else None
+        if name:
+            return f"{section}[{index}] ({name!r})"
+    return f"{section}[{index}]"
+
+
+def _validation_message(
+    error: ValidationError, sources: Mapping[str, str], layered: Mapping[str, Any] | None = None
+) -> ConfigError:
     first = error.errors()[0]
-    location = [str(part) for part in first["loc"][:2]]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    loc = list(first["loc"])
+    if not loc:  # a check across sections (e.g. the tenants' names)
+        return ConfigError(f"configuration: {message}", "fix the keys it names")
+    if loc[0] in LIST_SECTIONS:
+        section = str(loc[0])
+        where = _item_name(layered or {}, section, loc[1] if len(loc) > 1 else None)
+        dotted = ".".join([where, *(str(part) for part in loc[2:])])
+        origin = sources.get(section, "default")
+        return ConfigError(
+            f"configuration key '{dotted}' (from {origin}): {message}", f"got {first.get('input')!r}"
+        )
+    location = [str(part) for part in loc[:2]]
     dotted = ".".join(location)
-    if len(location) == 1:  # a check across keys of one section
-        message = str(first["msg"]).removeprefix("Value error, ")
-        return ConfigError(f"configuration [{dotted}]: {message}", "set the two keys so they agree")
+    if len(location) == 1:  # a check across a section's keys: its message names them
+        origins = sorted({source for key, source in sources.items() if key.startswith(f"{dotted}.")})
+        return ConfigError(
+            f"configuration [{dotted}] (from {', '.join(origins) or 'default'}): {message}",
+            "fix the keys it names",
+        )
     origin = sources.get(dotted, "default")
     secret = len(location) == 2 and _is_secret(*location)
     return ConfigError(
-        f"configuration key '{dotted}' (from {origin}): {first['msg']}",
+        f"configuration key '{dotted}' (from {origin}): {message}",
         "the value is secret, so it is not shown" if secret else f"got {first.get('input')!r}",
     )
 
@@ -897,7 +1136,7 @@ def load_config(
     try:
         settings = Settings.model_validate(layered)
     except ValidationError as error:
-        raise _validation_message(error, layered_sources) from None
+        raise _validation_message(error, layered_sources, layered) from None
     return ResolvedConfig(settings=settings, sources=layered_sources)
 
 
@@ -906,6 +1145,10 @@ def describe(config: ResolvedConfig) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     dumped = config.settings.model_dump(mode="json")
     for section, values in dumped.items():
+        if isinstance(values, list):  # a list section: one row per item
+            for index, item in enumerate(values):
+                rows.append((f"{section}[{index}]", json.dumps(item), config.source_of(section)))
+            continue
         for key, value in values.items():
             dotted = f"{section}.{key}"
             # SecretStr values dump as '**********', so keys and tokens never print.

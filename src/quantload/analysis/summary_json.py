@@ -72,6 +72,7 @@ class PlanSummary(_SummaryPart):
     quants: list[Row]
     missing: list[str]
     fewest_servers: str | None
+    context: dict[str, Any] | None = None  # capacity_plan.ContextNeed: the context a slot needs
     scale_out: list[Row]
 
 
@@ -126,6 +127,11 @@ class SummaryFile(_SummaryPart):
     mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
+    context_policies: list[Row] = []  # context_tables.policy_table
+    context_turns: list[Row] = []  # context_tables.turn_table
+    tenants: list[Row] = []  # tenant_tables.tenant_table
+    noisy_neighbour: list[Row] = []  # tenant_tables.noisy_table
+    noisy_verdicts: list[Row] = []  # tenant_tables.NoisyVerdict.to_dict
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -191,6 +197,11 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "mixed_verdict": analysis.mixed_verdict,
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
+            "context_policies": _rows(analysis.context_policies),
+            "context_turns": _rows(analysis.context_turns),
+            "tenants": _rows(analysis.tenants),
+            "noisy_neighbour": _rows(analysis.noisy),
+            "noisy_verdicts": [verdict.to_dict() for verdict in analysis.noisy_verdicts],
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,

@@ -22,6 +22,7 @@ What a request is and how it is measured
   workloads       what a stage's requests are: prompt set, lengths, dataset, trace, sessions
   workload_builder  the workloads of one target from the settings (files read, tokenizer asked)
   synthetic       prompts of an exact token length via the server's /tokenize and /detokenize
+  history_trim    the client's trim of a conversation that outgrows the slot (server-counted)
   datasets        ShareGPT/JSONL conversations with line numbers
   lengths         request length distributions (prompt and output tokens per request)
   trace           timestamped request traces (arrival, prompt and answer lengths)
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     )
     from quantload.load.datasets import read_dataset
     from quantload.load.fakeserver import FakeScript, FakeServerProcess
+    from quantload.load.history_trim import whole_prompt_tokens
     from quantload.load.http1 import ProtocolError
     from quantload.load.lengths import LengthDistribution, parse_length_distribution
     from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine, read_limits
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
         JsonlAppender,
         RequestRecord,
         StageEvent,
+        TenantLoad,
         iter_records,
         iter_stage_events,
     )
@@ -104,7 +107,12 @@ if TYPE_CHECKING:
     )
     from quantload.load.supervisor import LoadError, PlanOutcome, run_plan
     from quantload.load.workload_builder import WorkloadBuilder, ignored_flags
-    from quantload.load.workloads import LengthsWorkload, StageRequests, cycle_prompts
+    from quantload.load.workloads import (
+        LengthsWorkload,
+        SessionWorkload,
+        StageRequests,
+        cycle_prompts,
+    )
 
 _HOME: dict[str, str] = {
     "StampSwitch": "arrival",
@@ -118,6 +126,7 @@ _HOME: dict[str, str] = {
     "write_calibration": "calibrate",
     "FakeScript": "fakeserver",
     "FakeServerProcess": "fakeserver",
+    "whole_prompt_tokens": "history_trim",
     "ProtocolError": "http1",
     "LengthDistribution": "lengths",
     "parse_length_distribution": "lengths",
@@ -148,6 +157,7 @@ _HOME: dict[str, str] = {
     "JsonlAppender": "records",
     "RequestRecord": "records",
     "StageEvent": "records",
+    "TenantLoad": "records",
     "iter_records": "records",
     "iter_stage_events": "records",
     "build_system_prompt": "shared_prefix",
@@ -167,6 +177,7 @@ _HOME: dict[str, str] = {
     "WorkloadBuilder": "workload_builder",
     "ignored_flags": "workload_builder",
     "LengthsWorkload": "workloads",
+    "SessionWorkload": "workloads",
     "StageRequests": "workloads",
     "cycle_prompts": "workloads",
 }
@@ -192,6 +203,7 @@ __all__ = [
     "ProtocolError",
     "RequestRecord",
     "SearchExperiment",
+    "SessionWorkload",
     "StageEvent",
     "StageFigures",
     "StagePlan",
@@ -199,6 +211,7 @@ __all__ = [
     "StageSummary",
     "StampSwitch",
     "StreamResult",
+    "TenantLoad",
     "Trial",
     "TrialLine",
     "WorkersSetting",
@@ -232,6 +245,7 @@ __all__ = [
     "summarize_stage",
     "usable_cores",
     "warmup_requests",
+    "whole_prompt_tokens",
     "write_calibration",
 ]
 

@@ -41,7 +41,7 @@ from typing import Literal
 
 from quantload.load.arrival import SWITCH_WAIT_S, StampSwitch, enable_kernel_stamps, read_stamped
 from quantload.load.http1 import ProtocolError, ResponseHead
-from quantload.load.openai_chunks import classify_payload, classify_stream
+from quantload.load.openai_chunks import classify_payload, classify_stream, context_exceeded
 from quantload.load.sse import EventStreamParser
 from quantload.load.stream_result import StreamResult
 from quantload.urls import BadUrl, header_safe, http_address
@@ -229,7 +229,8 @@ def stream_request(
 
     `timeout_s` bounds the whole request (connect included); the pool's `first_byte_timeout_s`
     the wait for the first response byte. Errors come back as `error_class`: connect_refused,
-    connect_error, http_4xx, http_5xx, not_streamed, timeout, stream_cut, malformed_chunk,
+    connect_error, context_exceeded (llama-server's 400 for a prompt that fills the slot, with
+    its two counts), http_4xx, http_5xx, not_streamed, timeout, stream_cut, malformed_chunk,
     server_error_event, protocol_error.
 
     With `socket_deadline=False` the reads block without a socket timeout and the caller must
@@ -353,7 +354,12 @@ def _exchange(
         assert head is not None
         keep = head.keep_alive and head.reusable_framing and not parser.leftover
         if not parser.streaming:
-            return result.fail(*_not_a_stream(head, bytes(parser.kept_body)))
+            body = bytes(parser.kept_body)
+            refused = context_exceeded(head.status, body)
+            if refused is not None:
+                result.n_prompt_tokens, result.n_ctx = refused.n_prompt_tokens, refused.n_ctx
+                return result.fail("context_exceeded", f"HTTP 400: {refused.message}")
+            return result.fail(*_not_a_stream(head, body))
         return result
     except TimeoutError:
         if waiting_first and result.bytes_received == 0:
@@ -370,7 +376,7 @@ def _exchange(
             return result.fail("connect_error", str(error) or repr(error))
         return result.fail("stream_cut", str(error) or repr(error))
     finally:
-        if keep and result.error_class in (None, "http_4xx", "http_5xx", "not_streamed"):
+        if keep and result.error_class in (None, "http_4xx", "http_5xx", "not_streamed", "context_exceeded"):
             pool.give(sock)
         else:
             _close(sock)

@@ -43,6 +43,11 @@ Request record fields
   request_class       the mixed experiment's class of request: "decode" or "long_prompt"
   session_id, turn    a multi-turn conversation and the turn within it (from 0)
   id_slot             the llama-server slot the request asked for (session affinity), else null
+  tenant              the tenant ([[tenants]]) whose traffic this request is, else null
+  trimmed_turns       the client's history trim (context experiment, policy trim): how many of
+                      the conversation's earliest turns this request's history left out (0: none),
+                      null where the stage does not trim
+  trimmed_tokens      the tokens those left-out turns held, as counted with the server's tokenizer
   worker              who sent it: "<host>:<pid>" (distinguishes Locust workers)
   intended_unix_s     when it was scheduled to be sent
   sent_unix_s         when it was actually sent
@@ -68,6 +73,14 @@ Request record fields
   prompt_tokens, completion_tokens, cached_tokens          from the server's `usage`
   timings             the server's `timings` object as sent (prompt_ms, predicted_ms, cache_n, ...)
   finish_reason       "stop", "length", ... or null
+  truncated           true when the reply stopped because the slot's context was full: finish
+                      "length" before the asked max_tokens (llama-server's `truncated`; a chat
+                      stream does not carry the flag, so it is read from these two)
+  context_shifted     true when prompt + reply reached the slot's context and the reply still
+                      came whole: the server shifted its context (`--context-shift`); null where
+                      the stage does not know the slot's context
+  n_prompt_tokens, n_ctx   a `context_exceeded` refusal's two counts as llama-server sent them:
+                      the whole prompt's tokens and the slot's context
   ok                  true when the request completed with a full stream and HTTP 200
   within_deadline     ok and e2e_from_intended_s within the per-request deadline (one half of
                       goodput: the other is the SLO, quantload.slo)
@@ -80,12 +93,14 @@ Changes within quantload.record/1 (additive, readers ignore what they do not kno
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
 "interactive"; error classes protocol_error and aborted; ttft_content_s, reasoning_chunks,
 prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; the experiments added
-since; error class session_cut; arrival_clock. Stage lines within
+since; error class session_cut; arrival_clock; tenant, trimmed_turns, trimmed_tokens, truncated,
+context_shifted, n_prompt_tokens, n_ctx, error class context_exceeded. Stage lines within
 quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
 template_overhead_tokens, arrival ("closed", "poisson" or "trace": how the stage's requests were
 sent, which decides whether latency counts from the intended send time; older lines have none and
-are read as open loop when they have a rate). Experiment names are read as text: any experiment of
-quantload.experiments.registry, and names a later quantload adds.
+are read as open loop when they have a rate), tenants, context_policy, slot_context_tokens.
+Experiment names are read as text: any experiment of quantload.experiments.registry, and names a
+later quantload adds.
 """
 
 from __future__ import annotations
@@ -108,6 +123,7 @@ STAGE_SCHEMA = "quantload.stage/1"
 Experiment = str
 StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
+    "context_exceeded",  # HTTP 400 exceed_context_size_error: the prompt fills the slot's context
     "http_4xx",  # the server refused the request (400, 401, 404, ...)
     "http_5xx",  # 500, 503 ...
     "not_streamed",  # an answer that is not an event stream: a JSON reply, a 204, a redirect
@@ -164,6 +180,9 @@ class RequestRecord(_JsonLine):
     session_id: str | None = None
     turn: int | None = None
     id_slot: int | None = None
+    tenant: str | None = None
+    trimmed_turns: int | None = None
+    trimmed_tokens: int | None = None
     worker: str
     intended_unix_s: float
     sent_unix_s: float
@@ -191,6 +210,10 @@ class RequestRecord(_JsonLine):
     cached_tokens: int | None = None
     timings: dict[str, float] | None = None
     finish_reason: str | None = None
+    truncated: bool | None = None
+    context_shifted: bool | None = None
+    n_prompt_tokens: int | None = None
+    n_ctx: int | None = None
     ok: bool
     within_deadline: bool
     http_status: int | None = None
@@ -213,6 +236,18 @@ class RecordOutcome(_JsonLine):
     error_class: str | None = None
 
 
+class TenantLoad(BaseModel):
+    """One tenant's share of a stage: its closed-loop users or its open-loop rate (and the users
+    serving it), and the requests it was given."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    users: int
+    rate_rps: float | None = None
+    requests: int = 0
+
+
 class StageEvent(_JsonLine):
     """One line of stages.jsonl: a stage started or ended.
 
@@ -225,7 +260,9 @@ class StageEvent(_JsonLine):
     experiment they are (`phase`, e.g. the mixed experiment's "alone" and "mixed"), the server flags
     they ran under (`server_args`, e.g. "-b 256 -ub 256"), what was wrong with them before they
     started (`warning`, e.g. more users than requests) and the chat template's own tokens around a
-    user turn (`template_overhead_tokens`).
+    user turn (`template_overhead_tokens`). A stage shared by tenants lists each one's load
+    (`tenants`); the context experiment's stages say how a history beyond the slot was met
+    (`context_policy`: fail, trim or shift) and the slot's context (`slot_context_tokens`).
     """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -261,6 +298,9 @@ class StageEvent(_JsonLine):
     server_args: str | None = None
     warning: str | None = None
     template_overhead_tokens: int | None = None
+    tenants: list[TenantLoad] | None = None
+    context_policy: str | None = None
+    slot_context_tokens: int | None = None
     client_cpu_frac: float | None = None
     client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None

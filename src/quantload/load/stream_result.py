@@ -34,6 +34,8 @@ class StreamResult:
     comments: int = 0
     error_class: str | None = None
     error: str | None = None
+    n_prompt_tokens: int | None = None  # a context_exceeded refusal: the prompt's tokens
+    n_ctx: int | None = None  # and the slot's context, as the server counted them
     bytes_received: int = 0
     reads_kernel_stamped: int = 0  # reads whose time is the kernel's receive time
     reads_read_stamped: int = 0  # reads whose time is when the read returned (see load.arrival)
