@@ -93,12 +93,12 @@ def register(app: typer.Typer) -> None:
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:
-        """Search the tune space of llama-server flags ([tune]) per quantization: successive halving by the
+        """Search the tune space of llama-server flags (\\[tune]) per quantization: successive halving by the
         limit search, the winner's command line, .env and compose lines, and its capacity plan."""
         cli = cli_context(ctx)
         flags: dict[str, Any] = {
             "model.source": model,
-            "model.quants": [q.strip() for q in quants.split(",") if q.strip()] if quants else None,
+            "prepare.quants": [q.strip() for q in quants.split(",") if q.strip()] if quants else None,
             "run.profile": profile,
             "run.out": out,
             "tune.budget_s": budget,

@@ -14,10 +14,12 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments import (
     batching,
+    context_overflow,
     kv_types,
     limit_rate,
     limit_users,
     mixed,
+    noisy_neighbour,
     open_loop,
     prefix_cache,
     sessions,
@@ -40,6 +42,8 @@ REGISTRY: tuple[Experiment, ...] = (
     batching.EXPERIMENT,
     slots.EXPERIMENT,
     speculation.EXPERIMENT,
+    context_overflow.EXPERIMENT,
+    noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
 )
 
@@ -71,6 +75,12 @@ def planned(settings: Settings) -> list[Experiment]:
     """The experiments the settings ask `quantload run` for, in its order: those of
     `load.experiments` whose input is there."""
     return [get(name) for name in settings.load.experiments if get(name).missing(settings) is None]
+
+
+def for_any_server() -> tuple[str, ...]:
+    """The experiments that can run against a server quantload did not start (all but those that
+    must change its flags)."""
+    return tuple(experiment.name for experiment in REGISTRY if experiment.server_flags != "required")
 
 
 def against_any_server(requested: Sequence[str]) -> list[Experiment]:

@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.experiments.base import ServedVariant
-from quantload.load import JsonlAppender, iter_json_lines
+from quantload.load import JsonlAppender
 from quantload.rundir.handle import RunDir
+from quantload.rundir.jsonl import iter_jsonl
 
 VARIANT_SCHEMA = "quantload.variant/1"
 VARIANTS_JSONL = "variants.jsonl"
@@ -111,4 +112,4 @@ def append_variant(run_dir: RunDir, line: VariantLine) -> None:
 
 def read_variants(run_dir: Path) -> list[VariantLine]:
     """Every variant line of a run folder (unreadable lines skipped)."""
-    return list(iter_json_lines(run_dir / VARIANTS_JSONL, VariantLine.from_json_line))
+    return list(iter_jsonl(run_dir / VARIANTS_JSONL, VariantLine.from_json_line))

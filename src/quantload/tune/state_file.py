@@ -17,7 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantload.load import JsonlAppender, iter_json_lines
+from quantload.load import JsonlAppender
+from quantload.rundir.jsonl import iter_jsonl
 from quantload.tune.halving import Rung, Score
 
 TUNE_SCHEMA = "quantload.tune/1"
@@ -101,7 +102,7 @@ def append_tune_line(path: Path, line: TuneLine) -> None:
 
 def read_tune(path: Path) -> list[TuneLine]:
     """Every readable line of a tune.jsonl (a torn last line is skipped)."""
-    return list(iter_json_lines(path, TuneLine.from_json_line))
+    return list(iter_jsonl(path, TuneLine.from_json_line))
 
 
 def lines_of(lines: list[TuneLine], quant: str) -> list[TuneLine]:

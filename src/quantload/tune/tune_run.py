@@ -6,7 +6,8 @@
             model files (a draft of another vocabulary): every one a one-line ConfigError before
             any server starts
   prepare   the model files (quantload.steps.prepare; cached)
-  tune      per quantization of `model.quants`: its llama-server, restarted in place per trial
+  tune      per prepared file (`prepare.quants` and the reference, as a run serves them): its
+            llama-server, restarted in place per trial
   outcome   tune.json: per quantization the ranking, the winner's command line, its .env and
             compose lines, the search's cost against the full grid and the capacity plan on the
             winner (quantload.tune.outcome); tune.jsonl holds every trial as it ended
@@ -87,7 +88,7 @@ def tune_models(
     run_dir = _run_dir(out, config, resume)
     view.message(f"run directory: {run_dir}")
     models = steps.prepare(toolchain, run_dir, view.step(f"prepare {settings.model.source}"))
-    quants = models.quants(settings.model.quants)
+    quants = models.quants()  # the manifest's order, as a run serves them
     check_space(settings, build, {quant: models.path(quant) for quant in quants})
     context = RunContext(
         RunDir(run_dir),

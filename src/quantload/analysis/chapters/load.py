@@ -22,6 +22,7 @@ from quantload.analysis.plotting import (
     save_figure,
     users_axis,
 )
+from quantload.experiments.registry import REGISTRY
 
 
 def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
@@ -117,6 +118,7 @@ def _latency_vs_throughput(analysis: Analysis, path: Path) -> Path | None:
 
 
 PANELS_PER_ROW = 4
+SEARCHES = tuple(experiment.name for experiment in REGISTRY if experiment.searches)
 
 
 def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
@@ -248,7 +250,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
         return Section(
             "limit",
             title,
-            (Paragraph("Not run: no limit search in this run (limit_users, limit_rate).", "muted"),),
+            (Paragraph(f"Not run: no limit search in this run ({', '.join(SEARCHES)}).", "muted"),),
         )
     def level(found: float | None, kind: str) -> str:
         return fmt.DASH if found is None else fmt.number(found, 0 if kind == "users" else 2)

@@ -154,7 +154,9 @@ class StageController:
     def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
         planned = sum(ticket.record_count for ticket in tickets)
-        tracker = StageTracker(stage.stage_id, planned, warmup, self.plan.max_consecutive_errors)
+        tracker = StageTracker(
+            stage.stage_id, planned, warmup, self.plan.max_consecutive_errors, stage.breaker_ignores
+        )
         self.sink.tracker = tracker
         if not tickets:
             return tracker
