@@ -272,6 +272,14 @@ def tune_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
 def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
     by_name = {run["name"]: run for run in runs}
     lines = ["# Server flags on SmolLM2-135M (issue 22)", "", *run_lines(runs), ""]
+    resumed = [run["name"] for run in runs if "--resume" in run["command"]]
+    if resumed:
+        lines += [
+            f"{', '.join(resumed)} went on with an interrupted tune (`--resume`): its wall time is the"
+            " part after the resume; the trials before it were taken as measured and count in the"
+            " search's own cost below.",
+            "",
+        ]
     if "experiments" in by_name and by_name["experiments"]["run_dir"]:
         lines += ["## The experiments (Q8_0)", "", *_settings(by_name["experiments"]), ""]
         lines += experiment_lines(Path(by_name["experiments"]["run_dir"]))
