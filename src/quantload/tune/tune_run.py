@@ -6,8 +6,8 @@
             model files (a draft of another vocabulary): every one a one-line ConfigError before
             any server starts
   prepare   the model files (quantload.steps.prepare; cached)
-  tune      per prepared file (`prepare.quants` and the reference, as a run serves them): its
-            llama-server, restarted in place per trial
+  tune      per file `prepare.quants` names (`--quants`): its llama-server, restarted in place
+            per trial
   outcome   tune.json: per quantization the ranking, the winner's command line, its .env and
             compose lines, the search's cost against the full grid and the capacity plan on the
             winner (quantload.tune.outcome); tune.jsonl holds every trial as it ended
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantload.config import ResolvedConfig
+from quantload.config import ResolvedConfig, Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import ExperimentContext
 from quantload.llamacpp.server import free_port
@@ -39,6 +39,7 @@ from quantload.rundir.handle import RunDir
 from quantload.served import server_alias, server_name
 from quantload.stack.native import RunView, new_run_dir
 from quantload.stack.run_steps import RunSteps, Served
+from quantload.steps.prepare import PreparedModels
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
 from quantload.tune.space import check_space
@@ -70,6 +71,17 @@ def _run_dir(out: Path, config: ResolvedConfig, resume: Path | None) -> Path:
     return resume
 
 
+def tuned_quants(settings: Settings, models: PreparedModels) -> list[str]:
+    """The files a tune searches, in the manifest's order: those `prepare.quants` and
+    `prepare.mixes` name (the reference, made for KLD, only when named), or every given file."""
+    every = models.quants()
+    if settings.prepare.files:
+        return every
+    asked = {label.upper() for label in settings.prepare.quants}
+    asked |= {mix.name.upper() for mix in settings.prepare.mixes}
+    return [quant for quant in every if quant.upper() in asked] or every
+
+
 def tune_models(
     config: ResolvedConfig,
     environ: Mapping[str, str],
@@ -88,7 +100,7 @@ def tune_models(
     run_dir = _run_dir(out, config, resume)
     view.message(f"run directory: {run_dir}")
     models = steps.prepare(toolchain, run_dir, view.step(f"prepare {settings.model.source}"))
-    quants = models.quants()  # the manifest's order, as a run serves them
+    quants = tuned_quants(settings, models)
     check_space(settings, build, {quant: models.path(quant) for quant in quants})
     context = RunContext(
         RunDir(run_dir),
