@@ -37,15 +37,17 @@ from quantload.steps.serve import cache_type_spec, kv_prediction
 
 
 def variant_spec(spec: ServerSpec, flags: ServerFlags) -> ServerSpec:
-    """`spec` with `flags` applied (the port kept: the caller decides it)."""
-    if flags.cache_type is not None:
-        spec = dataclasses.replace(cache_type_spec(spec, flags.cache_type), port=spec.port)
-    return dataclasses.replace(
+    """`spec` with `flags` applied (the port kept: the caller decides it). The cache type goes
+    last, so flash attention is added for a quantized V cache only where the flags do not set it."""
+    spec = dataclasses.replace(
         spec,
         slots=flags.slots if flags.slots is not None else spec.slots,
         ctx_per_slot=flags.ctx_per_slot if flags.ctx_per_slot is not None else spec.ctx_per_slot,
         extra_args=(*spec.extra_args, *flags.extra_args),
     )
+    if flags.cache_type is not None:
+        spec = dataclasses.replace(cache_type_spec(spec, flags.cache_type), port=spec.port)
+    return spec
 
 
 def _kv(server: LlamaServer) -> tuple[KvCheck | None, str | None]:

@@ -170,6 +170,5 @@ def test_the_winners_command_env_and_compose_lines_apply_the_same_flags(tmp_path
     ):
         assert line in override
     made = variant_spec(spec, config.server_flags(chosen, "x"))
-    assert (
-        flag_environment(made.extra_args)["LLAMA_ARG_FLASH_ATTN"] == "auto"
-    )  # the later -fa wins, as in llama.cpp
+    assert flag_environment(made.extra_args)["LLAMA_ARG_FLASH_ATTN"] == "auto"
+    assert made.extra_args.count("-fa") == 1  # the space's -fa, not a second one for the q8_0 cache
