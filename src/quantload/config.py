@@ -201,8 +201,7 @@ class QualitySettings(_Section):
     kld: bool = Field(default=True, description="measure each file's KL divergence from the F16")
     kld_chunks: int = Field(
         default=40,
-        ge=0,
-        le=MAX_COUNT,
+        ge=0, le=MAX_COUNT,
         description="chunks of quality.ctx tokens compared; the base logits file holds about"
         " n_vocab x 2 bytes x ctx/2 per chunk (SmolLM2 25 MB, Qwen2.5 77 MB); 0 = every chunk",
     )
@@ -299,13 +298,14 @@ class LoadSettings(_Section):
     prefix_tokens: int = Field(default=1500, ge=0, le=MAX_TOKENS)
     prefix_requests: int = Field(default=20, ge=0, le=MAX_COUNT)
     prefix_users: int = Field(default=1, ge=1, le=MAX_USERS)
-    cache_prompt: bool = Field(default=False, description="cache_prompt sent by sweep and open-loop requests")
+    cache_prompt: bool = Field(
+        default=False, description="cache_prompt sent by sweep and open-loop requests"
+    )
     open_loop_users: int = Field(default=64, ge=1, le=MAX_USERS, description="user pool serving the arrivals")
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS)
     first_byte_timeout_s: float = Field(
         default=60.0,
-        gt=0,
-        le=MAX_SECONDS,
+        gt=0, le=MAX_SECONDS,
         description="wait at most this for a response's first byte (llama-server sends it with the"
         " first token: queueing + prefill); a silent server costs this, not request_timeout_s",
     )
@@ -348,19 +348,15 @@ class KvTypeSettings(_Section):
         default=8, ge=1, le=MAX_USERS, description="concurrent users of each cache type's stage"
     )
     requests: int = Field(
-        default=16,
-        ge=0,
-        le=MAX_COUNT,
-        description="measured requests per cache type; 0 = no kv_types experiment",
+        default=16, ge=0, le=MAX_COUNT,
+        description="measured requests per cache type; 0 = no kv_types experiment"
     )
     max_tokens: int = Field(
         default=128, ge=2, le=MAX_TOKENS, description="tokens generated per request (ignore_eos)"
     )
     prompt_max_tokens: int = Field(
-        default=32,
-        ge=1,
-        le=MAX_TOKENS,
-        description="only prompts of at most this many tokens (load.prompts' set)",
+        default=32, ge=1, le=MAX_TOKENS,
+        description="only prompts of at most this many tokens (load.prompts' set)"
     )
 
 
@@ -393,10 +389,8 @@ class WorkloadSettings(_Section):
     )
     dataset: str | None = Field(default=None, description="ShareGPT JSON or JSONL, kind = dataset")
     requests: int = Field(
-        default=50,
-        ge=1,
-        le=MAX_COUNT,
-        description="requests per closed-loop stage for lengths, dataset and trace",
+        default=50, ge=1, le=MAX_COUNT,
+        description="requests per closed-loop stage for lengths, dataset and trace"
     )
     max_output_tokens: int = Field(
         default=1024, ge=1, le=MAX_TOKENS, description="cap on a dataset reply's length asked as max_tokens"
@@ -432,10 +426,8 @@ class SessionSettings(_Section):
         default=(False, True), min_length=1, description="cache_prompt of the stages, in order"
     )
     repeats: int = Field(
-        default=1,
-        ge=1,
-        le=MAX_REPEATS,
-        description="repeats of the stages (each stage already holds many turns)",
+        default=1, ge=1, le=MAX_REPEATS,
+        description="repeats of the stages (each stage already holds many turns)"
     )
 
 
@@ -643,7 +635,7 @@ class TenantSettings(_Section):
     @classmethod
     def _a_label(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError('a tenant needs a name, e.g. name = "acme"')
+            raise ValueError("a tenant needs a name, e.g. name = \"acme\"")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", value):
             raise ValueError(
                 f"{value!r} cannot name a tenant: use 1-40 letters, digits, '_', '.' or '-', starting"
@@ -704,13 +696,13 @@ class BatchingSettings(_Section):
     )
     requests: int = Field(default=24, ge=1, description="measured requests per stage")
     rate_frac: float = Field(
-        default=0.8,
-        gt=0,
-        le=2,
-        description="Poisson rate as a share of continuous batching's closed-loop requests/s at the limit",
+        default=0.8, gt=0, le=2, description="Poisson rate as a share of continuous batching's"
+        " closed-loop requests/s at the limit",
     )
     repeats: int = Field(default=1, ge=1, le=10, description="repeats of each stage")
-    stage_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails")
+    stage_timeout_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails"
+    )
 
 
 class SlotsSettings(_Section):
@@ -721,9 +713,8 @@ class SlotsSettings(_Section):
         default=(1, 2, 4, 8, 16), min_length=1, description="the -np values, each a server restart"
     )
     kv_cells: int = Field(
-        default=0,
-        ge=0,
-        description="KV cells (tokens) of all slots together; 0 = server.slots x server.ctx_per_slot",
+        default=0, ge=0, description="KV cells (tokens) of all slots together; 0 = server.slots x"
+        " server.ctx_per_slot",
     )
 
     @field_validator("counts")
@@ -740,8 +731,7 @@ class SpeculationSettings(_Section):
     does not."""
 
     ngram_type: SpecNgramType = Field(
-        default="default",
-        description="the n-gram type (no draft model); default = --spec-default"
+        default="default", description="the n-gram type (no draft model); default = --spec-default"
         " (ngram-mod, n_match 24, n_min 48, n_max 64)",
     )
     draft_model: Path | None = Field(
@@ -751,8 +741,7 @@ class SpeculationSettings(_Section):
         default=None, ge=1, le=64, description="--spec-draft-n-max; unset = llama.cpp's (3)"
     )
     traffic: tuple[Literal["repeat", "free"], ...] = Field(
-        default=("repeat", "free"),
-        min_length=1,
+        default=("repeat", "free"), min_length=1,
         description="repeat = prompts asking to repeat or edit a given text; free = the prompt set",
     )
     requests: int = Field(default=8, ge=1, description="measured requests per stage at 1 user")
@@ -762,7 +751,9 @@ class SpeculationSettings(_Section):
     synth_lengths: tuple[Annotated[float, Field(ge=1, le=65)], ...] = Field(
         default=(), description="--spec-synth-len values measured too (benchmarking only)"
     )
-    stage_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails")
+    stage_timeout_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails"
+    )
 
 
 class TuneSettings(_Section):
@@ -790,8 +781,7 @@ class TuneSettings(_Section):
         default=("continuous",), min_length=1, description="continuous = -cb, static = -nocb"
     )
     speculation: tuple[Literal["none", "ngram", "draft"], ...] = Field(
-        default=("none",),
-        min_length=1,
+        default=("none",), min_length=1,
         description="ngram = speculation.ngram_type; draft = speculation.draft_model",
     )
     objective: Literal["users", "rate"] = Field(
@@ -801,16 +791,12 @@ class TuneSettings(_Section):
         default=3600.0, gt=0, le=MAX_SECONDS, description="per quantization; trials stop there"
     )
     short_trial_s: float = Field(
-        default=60.0,
-        gt=0,
-        le=MAX_SECONDS,
-        description="the first rung's limit-search time cap; x eta per rung",
+        default=60.0, gt=0, le=MAX_SECONDS, description="the first rung's limit-search time cap; x eta per rung"
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
     finalists: int = Field(default=2, ge=1, description="configurations confirmed with repeats")
     baseline: bool = Field(
-        default=True,
-        description="also search the server's configured flags as the finalists are"
+        default=True, description="also search the server's configured flags as the finalists are"
         " searched (the winner against them, outside the budget)",
     )
 
@@ -857,8 +843,7 @@ class ReportSettings(_Section):
     client_lag_threshold_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_kld_mean_nats: float = Field(
         default=0.05,
-        ge=0,
-        le=MAX_NATS,
+        ge=0, le=MAX_NATS,
         description="the quality loss the verdict accepts: mean KL divergence from the F16 file"
         " (nats, quality.kld). 0.05 admits the 4-bit K-quants of an 8B model (llama.cpp's own"
         " table for LLaMA 3 8B: Q4_K_M 0.031, Q4_K_S 0.043) and rules out legacy 4-bit (Q4_0 0.072)"
@@ -871,16 +856,12 @@ class PlanSettings(_Section):
     may use. Each is optional; the plan leaves out what an unset input would give."""
 
     target_rps: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_PLAN_AMOUNT,
-        description="requests per second to serve; unset = no server count for a rate",
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="requests per second to serve; unset = no server count for a rate"
     )
     target_users: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_PLAN_AMOUNT,
-        description="concurrent users to serve; unset = no server count for users",
+        default=None, ge=1, le=MAX_PLAN_AMOUNT,
+        description="concurrent users to serve; unset = no server count for users"
     )
     headroom_frac: float = Field(
         default=0.3, ge=0, lt=1, description="share of each server's measured limit kept free"
@@ -890,10 +871,8 @@ class PlanSettings(_Section):
     )
     currency: str = Field(default="", description="the unit of price_per_hour, e.g. USD")
     memory_budget_gib: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_PLAN_AMOUNT,
-        description="memory one server may use, GiB; unset = no fit check",
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="memory one server may use, GiB; unset = no fit check"
     )
 
 
@@ -914,8 +893,7 @@ class CalibrateSettings(_Section):
     )
     max_error_p99_s: float = Field(
         default=0.005,
-        gt=0,
-        le=MAX_SECONDS,
+        gt=0, le=MAX_SECONDS,
         description="TTFT and ITL error p99 within which a stream count counts as measured right",
     )
     server_closes_connections: bool = Field(
@@ -941,8 +919,7 @@ class RunSettings(_Section):
     out: Path = Path("results")
     servers_at_once: bool = False
     tune: bool = Field(
-        default=False,
-        description="tune each quantization's server flags ([tune]) before its"
+        default=False, description="tune each quantization's server flags ([tune]) before its"
         " experiments, and serve them with the winner's",
     )
 
