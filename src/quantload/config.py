@@ -791,7 +791,10 @@ class TuneSettings(_Section):
         default=3600.0, gt=0, le=MAX_SECONDS, description="per quantization; trials stop there"
     )
     short_trial_s: float = Field(
-        default=60.0, gt=0, le=MAX_SECONDS, description="the first rung's limit-search time cap; x eta per rung"
+        default=60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="the first rung's limit-search time cap; x eta per rung",
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
     finalists: int = Field(default=2, ge=1, description="configurations confirmed with repeats")
