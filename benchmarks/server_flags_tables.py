@@ -227,9 +227,13 @@ def _ranking(name: str, quant: str, outcome: dict[str, Any]) -> list[str]:
     return lines
 
 
-def tune_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
+def tune_lines(runs: dict[str, dict[str, Any]], seconds: list[dict[str, Any]]) -> list[str]:
+    """The tune tables: `runs` by name, `seconds` every second tune (one per quantization when
+    they were measured apart)."""
     first = _tune(Path(runs["tune-1"]["run_dir"]))
-    second = _tune(Path(runs["tune-2"]["run_dir"])) if _measured(runs.get("tune-2")) else {}
+    second: dict[str, Any] = {}
+    for run in seconds:
+        second.update(_tune(Path(run["run_dir"])) if _measured(run) else {})
     grid = _tune(Path(runs["grid"]["run_dir"])) if _measured(runs.get("grid")) else {}
     lines = _head(
         "quant", "winner (tune 1)", "its limit", "against the configured flags", "search", "tune 2's winner"
@@ -288,7 +292,7 @@ def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
         lines += experiment_lines(Path(by_name["loaded"]["run_dir"]), ("batching", "speculation"))
     if _measured(by_name.get("tune-1")):
         lines += ["", "## quantload tune (Q8_0, Q4_K_M)", "", *_settings(by_name["tune-1"]), ""]
-        lines += tune_lines(by_name)
+        lines += tune_lines(by_name, [run for run in runs if run["name"] == "tune-2"])
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
     path = figures / f"server-flags-smollm2-135m-{stamp}.md"
     text = "\n".join(lines) + "\n"
