@@ -226,12 +226,14 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
     if run.records.empty:
         return []
     ran = set(stages["experiment"]) if not stages.empty else set()
+    asked = set(run.settings.load.experiments) if run.settings is not None else None
     gaps = []
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
         (noisy_neighbour.EXPERIMENT, "tenants", "the noisy neighbour"),
     ):
-        if experiment.name not in ran:
+        # a gap is what the run meant to measure: an experiment load.experiments leaves out is none
+        if experiment.name not in ran and (asked is None or experiment.name in asked):
             gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
     settings = run.settings
     if context_overflow.NAME in ran and settings is not None:
