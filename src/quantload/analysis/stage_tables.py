@@ -68,7 +68,7 @@ def _line(head: dict[str, Any], event: str) -> StageEvent:
             for name in (
                 "kv_cache_type", "status", "reason", "prefix_tokens", "server_state", "workload",
                 "phase", "server_args", "warning", "template_overhead_tokens", "client_cpu_frac",
-                "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated",
+                "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated", "client_rss_bytes",
             )
             if _value(head, name) is not None
         },

@@ -20,6 +20,7 @@ from quantload.experiments import (
     open_loop,
     prefix_cache,
     sessions,
+    soak,
     sweep,
     trace,
 )
@@ -35,6 +36,7 @@ REGISTRY: tuple[Experiment, ...] = (
     limit_users.EXPERIMENT,
     limit_rate.EXPERIMENT,
     kv_types.EXPERIMENT,
+    soak.EXPERIMENT,
 )
 
 

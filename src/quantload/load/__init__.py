@@ -28,6 +28,7 @@ What a request is and how it is measured
   limit_search    the most users (or highest rate) within the SLO, as a pure state machine
   shared_prefix   the prompt-cache experiment's system prompt (sized with /tokenize), slot reset
   tickets         tickets (one request to send), the ticket book, stage trackers
+  timed_supply    a timed stage's tickets (the soak's slices): the pool again until time is up
   client          the streaming HTTP/1.1 client on plain sockets (TTFT excludes connecting)
   http1           HTTP/1.1 response framing: head, chunked, length- or close-delimited body
   sse             Server-Sent Events over that body: the `data:` payloads
@@ -39,6 +40,7 @@ What comes out
   records         the record schema (quantload.record/1), stage lines, JSONL files
   summary         a stage's summary, computed in one place (StageFigures -> StageSummary)
   client_health   the load processes' CPU and loop lateness per stage; "was the client the limit"
+  process_memory  a process's resident memory from /proc (the load processes', the server's)
   metrics         the load generator's Prometheus metrics (quantload_*)
 
   in_locust/      inside a Locust process: the user class, the shared runtime, ticket sources,
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
         stage_plan,
         warmup_requests,
     )
+    from quantload.load.process_memory import resident_bytes
     from quantload.load.processes import (
         LoadProcess,
         WorkersSetting,
@@ -138,6 +141,7 @@ _HOME: dict[str, str] = {
     "choose_workers": "processes",
     "most_workers": "processes",
     "usable_cores": "processes",
+    "resident_bytes": "process_memory",
     "Prompt": "prompts",
     "select_prompts": "prompts",
     "JsonlAppender": "records",
@@ -215,6 +219,7 @@ __all__ = [
     "parse_length_distribution",
     "poisson_requests",
     "read_limits",
+    "resident_bytes",
     "run_calibration",
     "run_plan",
     "select_prompts",

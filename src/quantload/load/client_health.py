@@ -1,8 +1,9 @@
 """How busy the load processes were during a stage, and whether they may have been the bottleneck.
 
 Each Locust process that sends requests reports windows of CPU time and event-loop lateness
-(`quantload.load.in_locust.health`); a master, which sends none, reports its CPU time only. The
-stage_end line carries the verdict. Plain Python: no Locust, no gevent, no clock.
+(`quantload.load.in_locust.health`); a master, which sends none, reports its CPU time only. Both
+report their resident memory. The stage_end line carries the verdict and the memory the load
+processes held at the stage's end. Plain Python: no Locust, no gevent, no clock.
 """
 
 from __future__ import annotations
@@ -22,17 +23,37 @@ class ClientHealth:
     lag_samples_s: list[float] = field(default_factory=list)
     coordinator_cpu_s: dict[str, float] = field(default_factory=dict)
     coordinator_wall_s: dict[str, float] = field(default_factory=dict)
+    rss_bytes: dict[str, int] = field(default_factory=dict)  # each process's latest
 
-    def add(self, process: str, cpu_s: float, wall_s: float, lag_samples_s: Iterable[float]) -> None:
+    def add(
+        self,
+        process: str,
+        cpu_s: float,
+        wall_s: float,
+        lag_samples_s: Iterable[float],
+        rss_bytes: int | None = None,
+    ) -> None:
         """One window of measurements from one process that sends requests."""
         self.cpu_s[process] = self.cpu_s.get(process, 0.0) + cpu_s
         self.wall_s[process] = self.wall_s.get(process, 0.0) + wall_s
         self.lag_samples_s.extend(lag_samples_s)
+        self._resident(process, rss_bytes)
 
-    def add_coordinator(self, process: str, cpu_s: float, wall_s: float) -> None:
+    def add_coordinator(
+        self, process: str, cpu_s: float, wall_s: float, rss_bytes: int | None = None
+    ) -> None:
         """One window of a process that sends nothing (the master): counted in the total only."""
         self.coordinator_cpu_s[process] = self.coordinator_cpu_s.get(process, 0.0) + cpu_s
         self.coordinator_wall_s[process] = self.coordinator_wall_s.get(process, 0.0) + wall_s
+        self._resident(process, rss_bytes)
+
+    def _resident(self, process: str, rss_bytes: int | None) -> None:
+        if rss_bytes is not None:
+            self.rss_bytes[process] = rss_bytes
+
+    def resident_bytes(self) -> int | None:
+        """Every load process's resident memory as it last reported it, added up (None: unknown)."""
+        return sum(self.rss_bytes.values()) if self.rss_bytes else None
 
     def cpu_frac(self) -> float | None:
         """The busiest sending process's CPU time over wall time (1.0 = one core)."""

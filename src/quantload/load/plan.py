@@ -104,6 +104,10 @@ class StagePlan(_Frozen):
     server_args: str | None = None
     warning: str | None = None
     template_overhead_tokens: int | None = None
+    # A timed stage (the soak's slices): closed loop, its requests are handed out again and again
+    # until this long after its start, then the ones in flight finish (quantload.load.timed_supply);
+    # open loop, its arrivals were scheduled within it.
+    duration_s: float | None = Field(default=None, gt=0)
 
     @property
     def measured_records(self) -> int:
@@ -239,7 +243,7 @@ def stage_plan(
     Closed loop: users start within `load.first_round_jitter_s` of each other and a stage with
     more users than requests gets its warning; open loop (`arrival` poisson or trace): the pool of
     `users` serves the scheduled arrivals at `rate_rps`. `labels` are further StagePlan fields
-    (phase, server_args, system_prompt_id, prefix_tokens, server_state, kv_cache_type).
+    (phase, server_args, system_prompt_id, prefix_tokens, server_state, kv_cache_type, duration_s).
     """
     chosen = tuple(requests if requests is not None else drawn.requests)
     closed = arrival == "closed"

@@ -207,6 +207,7 @@ class StageSummary(BaseModel):
     client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None
     client_saturated: bool | None = None
+    client_rss_bytes: int | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -320,6 +321,7 @@ def summarize(
         client_cpu_total_frac=end.client_cpu_total_frac,
         loop_lag_p99_s=end.loop_lag_p99_s,
         client_saturated=end.client_saturated,
+        client_rss_bytes=end.client_rss_bytes,
     )
 
 
