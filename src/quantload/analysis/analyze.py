@@ -35,6 +35,7 @@ from quantload.analysis.run_tables import (
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
+from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
@@ -91,6 +92,7 @@ class Analysis:
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
     gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
+    soak: tuple[SoakRun, ...] = ()  # soak.soak_view: every soak of the run
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -245,8 +247,9 @@ def analyze(
     quants = tuple(run.quants())
     stages = stage_table(run, slo) if stages is None else stages
     levels = level_table(stages, "sweep", "users", quants)
-    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
-    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
+    soaks = soak_view(run, stages)
+    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + soaks.gaps
+    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + soaks.notes
     if run.stages.empty and not run.records.empty:
         notes.append(
             "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
@@ -332,6 +335,7 @@ def analyze(
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
         gpu_energy=energy,
+        soak=soaks.runs,
     )
 
 

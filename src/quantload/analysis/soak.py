@@ -289,14 +289,15 @@ def _gaps(run: SoakRun) -> list[Gap]:
         )
         gaps.append(Gap("soak", f"server memory {label}", why))
     if run.slices["client_rss_bytes"].dropna().empty:
-        gaps.append(
-            Gap("soak", f"load client memory {label}", "its stage lines carry no client_rss_bytes (no /proc?)")
-        )
+        why = "its stage lines carry no client_rss_bytes (no /proc?)"
+        gaps.append(Gap("soak", f"load client memory {label}", why))
     if run.samples["kv_cells_used"].dropna().empty:
         slots = [e for e in run.reading_errors if e.startswith("/slots")]
-        gaps.append(Gap("soak", f"KV cells in use {label}", "; ".join(slots) or f"{SOAK_JSONL} has no reading"))
+        why = "; ".join(slots) or f"{SOAK_JSONL} has no reading"
+        gaps.append(Gap("soak", f"KV cells in use {label}", why))
     for drift in run.drifts:
-        if drift.beyond_noise is None and not (drift.what != DRIFT_TTFT and drift.points == 0):
+        unmeasured = drift.what != DRIFT_TTFT and drift.points == 0  # its own gap says why
+        if drift.beyond_noise is None and not unmeasured:
             gaps.append(
                 Gap(
                     "soak",

@@ -84,6 +84,27 @@ class QualityLossSummary(_SummaryPart):
     rows: list[Row]  # quality_loss.QUALITY_LOSS_COLUMNS
 
 
+class SoakSummary(_SummaryPart):
+    """One soak (soak.SoakRun.to_dict): the level held and for how long, the drift per hour of TTFT
+    p99 and of the server's and the load client's memory (drift.Drift.to_dict), every slice."""
+
+    server: str
+    quant: str
+    invocation: str
+    level: str
+    level_from: str
+    duration_s: float | None
+    held_s: float | None
+    slice_s: float | None
+    slices_planned: int | None
+    settle_slices: int
+    memory_source: str | None
+    memory_missing: str | None
+    reading_errors: list[str]
+    drift: list[Row]
+    slices: list[Row]  # soak.SLICE_COLUMNS
+
+
 class ReportFiles(_SummaryPart):
     """The report's files, relative to its folder."""
 
@@ -122,6 +143,7 @@ class SummaryFile(_SummaryPart):
     mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
+    soak: list[SoakSummary] = []
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -185,6 +207,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "mixed_verdict": analysis.mixed_verdict,
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
+            "soak": [run.to_dict() for run in analysis.soak],
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,

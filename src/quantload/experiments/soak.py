@@ -43,6 +43,7 @@ from quantload.load import (
     stage_plan,
 )
 from quantload.served import ServedTarget
+from quantload.text_format import percent
 
 NAME: Final = "soak"
 SLICE_MARGIN_S = 60.0  # a slice's bound beyond its length and one request's deadline
@@ -123,7 +124,7 @@ def soak_level(
     shown = level_text(limit, "rate_rps") + " req/s" if open_loop else level_text(limit, "users") + " users"
     origin = (
         f"{search} found {shown},"
-        f" {settings.plan.headroom_frac:.0%} kept free (plan.headroom_frac)"
+        f" {percent(settings.plan.headroom_frac, 0)} kept free (plan.headroom_frac)"
     )
     if open_loop:
         return SoakLevel(None, limit * keep, origin)

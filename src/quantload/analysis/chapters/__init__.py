@@ -7,6 +7,7 @@ with the figures it shows (see `parts.Chapter`).
   plan         the capacity plan (servers, memory, cost, request limits); when to add a server
   traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
                delivered lengths; which TTFT a reasoning model gets
+  soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -25,6 +26,7 @@ from quantload.analysis.chapters import (
     model_files,
     plan,
     server,
+    soak,
     traffic,
     ttft,
     verdict,
@@ -38,6 +40,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     load.CHAPTER,
     plan.CHAPTER,
     traffic.CHAPTER,
+    soak.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,
