@@ -29,12 +29,12 @@ from quantload.load.in_locust.ticket_sources import LocalTickets
 from quantload.load.limit_file import LimitLine
 from quantload.load.measure import build_record
 from quantload.load.metrics import LoadMetrics
+from quantload.load.prompts import Prompt
 from quantload.load.records import JsonlAppender, RequestRecord, iter_records, iter_stage_events
 from quantload.load.stream_result import StreamResult
 from quantload.load.tickets import StageTracker, Ticket, TicketBook, stage_tickets
 from quantload.load.timed_supply import TimedSupply
 from quantload.load.workloads import StageRequests
-from quantload.load.prompts import Prompt
 from quantload.served import ServedTarget
 from quantload.steps.report import write_report
 
