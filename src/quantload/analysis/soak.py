@@ -73,6 +73,15 @@ class SoakRun:
         start = self.started_unix_s
         return float(ends.max()) - start if start is not None and not ends.empty else None
 
+    @property
+    def drain_frac(self) -> float | None:
+        """The share of the time held that went beyond the slices' own lengths: each slice's last
+        requests finishing while no new ones were sent (the load below its level)."""
+        held, asked = self.held_s, self.duration_s
+        if held is None or asked is None or held <= 0 or self.slices_planned != len(self.slices):
+            return None
+        return max(held - asked, 0.0) / held
+
     def drift(self, what: str) -> Drift | None:
         return next((d for d in self.drifts if d.what == what), None)
 
@@ -85,6 +94,7 @@ class SoakRun:
             "level_from": self.level_from,
             "duration_s": self.duration_s,
             "held_s": self.held_s,
+            "drain_frac": self.drain_frac,
             "slice_s": self.slice_s,
             "slices_planned": self.slices_planned,
             "settle_slices": self.settle_slices,

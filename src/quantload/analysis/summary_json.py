@@ -95,6 +95,7 @@ class SoakSummary(_SummaryPart):
     level_from: str
     duration_s: float | None
     held_s: float | None
+    drain_frac: float | None
     slice_s: float | None
     slices_planned: int | None
     settle_slices: int

@@ -15,6 +15,7 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
+from quantload.experiments.soak import duration_text_s
 from quantload.load import StageSummary, choose_workers, usable_cores
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
@@ -51,7 +52,9 @@ def _table(summaries: list[StageSummary]) -> Table:
         title="quantload load: one row per stage",
     )  # fmt: skip
     for s in summaries:
-        client = "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
+        client = s.client_trust or (
+            "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
+        )
         table.add_row(
             f"{s.server} {s.quant}",
             _stage(s),
@@ -115,6 +118,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         time_cap: Annotated[float | None, typer.Option(help="Limit search time cap per search, s.")] = None,
         max_users: Annotated[int | None, typer.Option(help="Limit search: most users to try.")] = None,
+        duration: Annotated[
+            str | None, typer.Option(help="Soak length (-e soak), e.g. 1h, 20m, 90s.")
+        ] = None,
         users: Annotated[str | None, typer.Option(help="Closed-loop users, e.g. 1,2,4,8.")] = None,
         repeats: Annotated[int | None, typer.Option(help="Repeats of each stage.")] = None,
         rates: Annotated[str | None, typer.Option(help="Open-loop rates in requests/s, e.g. 0.5,1.")] = None,
@@ -170,6 +176,7 @@ def register(app: typer.Typer) -> None:
             "mixed.batch_sizes": batch_sizes.split(",") if batch_sizes else None,
             "limit.time_cap_s": time_cap,
             "limit.max_users": max_users,
+            "soak.duration_s": duration_text_s(duration) if duration is not None else None,
         }
         config = cli.config(flags)
         settings = config.settings
@@ -240,6 +247,13 @@ def register(app: typer.Typer) -> None:
                 f"warning: the load generator may have been the bottleneck in {len(saturated)}"
                 " stage(s) (client column): its numbers include client delay"
             )
+        degraded = [s for s in summaries if s.client_trust == "degraded"]
+        for why in dict.fromkeys(s.client_trust_why or "" for s in degraded):
+            count = sum(1 for s in degraded if (s.client_trust_why or "") == why)
+            cli.err_console.print(
+                f"warning: {count} stage(s) (client column: degraded) may be measured worse than"
+                f" stated: {why}", highlight=False, soft_wrap=True,
+            )  # fmt: skip
         for failure in unreachable:
             cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
         if unreachable or any(s.status != "ok" for s in summaries if s.stage_id not in searched):

@@ -8,6 +8,7 @@ import typer
 
 from quantload.cli.context import cli_context
 from quantload.cli.run_view import RichRunView
+from quantload.experiments.soak import duration_text_s
 from quantload.paths import check_out_dir
 from quantload.stack.native import NativeRun
 
@@ -30,6 +31,9 @@ def register(app: typer.Typer) -> None:
             None, "--servers-at-once/--one-server-at-a-time",
             help="Start every quantization's server together (the compose layout).",
         ),
+        duration: str | None = typer.Option(
+            None, "--duration", help="Soak each server this long (e.g. 1h, 20m, 90s): the soak experiment."
+        ),
     ) -> None:
         """Prepare, measure quality and speed, serve each quantization under load, and report."""
         cli = cli_context(ctx)
@@ -40,6 +44,7 @@ def register(app: typer.Typer) -> None:
                 "run.out": out,
                 "run.servers_at_once": servers_at_once,
                 "quality.dataset": dataset,
+                "soak.duration_s": duration_text_s(duration) if duration is not None else None,
             }
         )
         settings = config.settings

@@ -42,6 +42,7 @@ from quantload.load import (
     level_text,
     stage_plan,
 )
+from quantload.progress import ProgressCallback
 from quantload.served import ServedTarget
 from quantload.text_format import percent
 
@@ -210,11 +211,26 @@ def run(context: ExperimentContext) -> ExperimentRun:
         slices=len(plan.stages), memory_source=memory.source if memory else None,
         memory_missing=memory_missing,
     )  # fmt: skip
-    run_ctx.progress(0, None, f"{target.name}: soak at {level.text()} for {soak.duration_s:g} s")
+    note = f"{target.name}: soak at {level.text()} for {soak.duration_s:g} s"
+    run_ctx.progress(0, soak.duration_s, note)
+    by_time = run_ctx.with_progress(_by_time(run_ctx.progress, soak.duration_s, note))
+    timed = dataclasses.replace(context, run=by_time)
     watch = SoakWatch(run_ctx.run_dir.soak_path, start, target, memory, soak.sample_s)
     with watch:
-        outcome = run_stages(context, plan)
+        outcome = run_stages(timed, plan)
     return experiment_run(NAME, outcome.summaries)
+
+
+def _by_time(progress: ProgressCallback, duration_s: float, label: str) -> ProgressCallback:
+    """The load's progress as the soak's: the bar follows the time held, the note the requests
+    (a timed stage's count is not known ahead)."""
+    started = time.monotonic()
+
+    def show(completed: float, total: float | None, note: str = "") -> None:
+        elapsed = min(time.monotonic() - started, duration_s)
+        progress(elapsed, duration_s, f"{label}: {int(completed)} requests, {note}")
+
+    return show
 
 
 EXPERIMENT = Experiment(

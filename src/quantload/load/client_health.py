@@ -10,8 +10,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from quantload.stats import percentile
+
+if TYPE_CHECKING:
+    from quantload.load.plan import LoadPlan
+
+TrustLevel = Literal["ok", "degraded", "saturated"]
+
+
+@dataclass(frozen=True)
+class TrustBounds:
+    """What a stage's load client is held to: the error its figures are stated within (the
+    calibration's `max_error_p99_s`), the streams one load process was measured right at on this
+    machine (`quantload calibrate`; None: never calibrated here) and the saturation limits."""
+
+    error_s: float
+    streams_per_process: float | None
+    saturation_cpu_frac: float
+    saturation_lag_s: float
+
+
+@dataclass(frozen=True)
+class ClientTrust:
+    """How far a stage's figures can be trusted, and why not further: "ok" (within what the client
+    is stated to measure right), "degraded" (the figures may be worse than stated: its event loop
+    woke later than the stated error, or it held more streams per process than this machine's
+    calibration proved) or "saturated" (the client itself may have been the bottleneck)."""
+
+    level: TrustLevel
+    why: str | None = None
 
 
 @dataclass
@@ -83,3 +112,52 @@ class ClientHealth:
         if cpu is None and lag is None:
             return None
         return (cpu is not None and cpu >= cpu_frac_limit) or (lag is not None and lag >= lag_limit_s)
+
+    def trust(self, bounds: TrustBounds, streams_per_process: float) -> ClientTrust | None:
+        """How far the stage's figures can be trusted (ClientTrust); None when nothing was measured
+        and nothing exceeded the calibration (a stage shorter than one health window).
+
+        Between what `quantload calibrate` proves and saturation the figures can be worse than
+        stated without the client being the bottleneck: an event loop that wakes up late reads
+        every answer late, and beyond the calibrated streams nothing was proved.
+        """
+        cpu, lag = self.cpu_frac(), self.lag_p99_s()
+        if self.saturated(bounds.saturation_cpu_frac, bounds.saturation_lag_s):
+            return ClientTrust(
+                "saturated",
+                f"the busiest load process used {_share(cpu)} of a core and its event loop woke up"
+                f" {_ms(lag)} late (p99): the client itself may have been the bottleneck",
+            )
+        reasons = []
+        if lag is not None and lag > bounds.error_s:
+            reasons.append(
+                f"its event loop woke up {_ms(lag)} late (p99), more than the {_ms(bounds.error_s)}"
+                " its figures are stated within"
+            )
+        proved = bounds.streams_per_process
+        if proved is not None and streams_per_process > proved:
+            reasons.append(
+                f"{streams_per_process:g} streams per load process, more than the {proved:g} this"
+                " machine's calibration measured right"
+            )
+        if reasons:
+            return ClientTrust("degraded", "; ".join(reasons))
+        return ClientTrust("ok") if cpu is not None or lag is not None else None
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def _share(fraction: float | None) -> str:
+    return "?" if fraction is None else f"{fraction * 100:.0f} %"
+
+
+def trust_bounds(plan: LoadPlan) -> TrustBounds:
+    """The bounds a plan holds its client to."""
+    return TrustBounds(
+        error_s=plan.trust_error_s,
+        streams_per_process=plan.calibrated_streams_per_process,
+        saturation_cpu_frac=plan.saturation_cpu_frac,
+        saturation_lag_s=plan.saturation_lag_s,
+    )

@@ -75,15 +75,29 @@ class LoadError(QuantloadError):
 
 
 def default_layout(plan: LoadPlan, settings: LoadSettings, metrics_port: int) -> LocustProcesses:
-    """The Locust processes `settings` ask for, the worker count chosen for this machine, the
-    driver's /metrics on `metrics_port`.
+    """The Locust processes `settings` ask for, the worker count chosen for this machine (over the
+    streams one process measured right here, when the plan knows them), the driver's /metrics on
+    `metrics_port`.
 
     The warning of a count the machine cannot run is the caller's to show (the CLI prints it
     once per command, before any load starts).
     """
     max_users = max((stage.users for stage in plan.stages), default=1)
-    choice = choose_workers(settings.workers, max_users, usable_cores())
+    per_process = plan.calibrated_streams_per_process
+    choice = choose_workers(settings.workers, max_users, usable_cores(), per_process)
     return LocustProcesses(choice.workers, settings.metrics_host, metrics_port)
+
+
+def held_to_this_machine(plan: LoadPlan, context: RunContext) -> LoadPlan:
+    """The plan with what its client is held to on this machine: the error its figures are stated
+    within and the streams one process measured right (its latest `quantload calibrate`)."""
+    # Imported here: the calibration runs plans through this module.
+    from quantload.load.calibrate import machine_limits
+
+    limits = machine_limits(context.settings, context.cwd)
+    return plan.model_copy(
+        update={"trust_error_s": limits.error_s, "calibrated_streams_per_process": limits.streams_per_process}
+    )
 
 
 class NewLines:
@@ -307,6 +321,7 @@ def run_plan(
     process through it).
     """
     check_target(plan)
+    plan = held_to_this_machine(plan, context)
     settings, run_dir, progress = context.settings.load, context.run_dir, context.progress
     run_dir.path.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir.plan_path(plan.invocation)

@@ -15,6 +15,7 @@ from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.soak import DRIFT_TTFT, SoakRun
 
 MIB = 2.0**20
+DRAIN_WARNING_FRAC = 0.1
 
 
 def drift_text(drift: Drift) -> str:
@@ -104,6 +105,16 @@ def _run_blocks(run: SoakRun) -> list[Block]:
             f" Server memory read from {run.memory_source or 'nowhere'}."
         )
     ]
+    drain = run.drain_frac
+    if drain is not None and drain > DRAIN_WARNING_FRAC:
+        blocks.append(
+            Paragraph(
+                f"The slices drained for {fmt.percent(drain, 0)} of the time held: each slice's last"
+                " requests finished with no new ones sent, so the load was below its level that long"
+                " (requests take a large part of a slice); a longer soak.slice_s holds it better.",
+                "warning",
+            )
+        )
     rows = tuple((d.what, drift_text(d)) for d in run.drifts)
     tone = "warning" if any(d.beyond_noise for d in run.drifts) else "plain"
     blocks.append(

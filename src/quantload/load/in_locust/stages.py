@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from quantload.load.client_health import ClientHealth
+from quantload.load.client_health import ClientHealth, trust_bounds
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
 from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageStarted
 from quantload.load.in_locust.sinks import DriverSink
@@ -286,6 +286,10 @@ class StageController:
             line.loop_lag_max_s = self.health.lag_max_s()
             line.client_rss_bytes = self.health.resident_bytes()
             line.client_saturated = self.health.saturated(plan.saturation_cpu_frac, plan.saturation_lag_s)
+            senders = max(workers, 1) if self.master else 1
+            trust = self.health.trust(trust_bounds(plan), stage.users / senders)
+            if trust is not None:
+                line.client_trust, line.client_trust_why = trust.level, trust.why
             if line.client_saturated:
                 _log.warning(
                     "stage %s: the load generator itself may have been the bottleneck "
@@ -294,4 +298,6 @@ class StageController:
                     line.client_cpu_frac or 0.0,
                     (line.loop_lag_p99_s or 0.0) * 1000,
                 )
+            elif trust is not None and trust.level == "degraded":
+                _log.warning("stage %s: its figures may be worse than stated: %s", stage.stage_id, trust.why)
         self.stages.append(line)
