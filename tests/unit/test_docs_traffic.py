@@ -8,12 +8,19 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from quantload.config import LimitSettings, MixedSettings, SessionSettings, TraceSettings, WorkloadSettings
+from quantload.config import (
+    LimitSettings,
+    MixedSettings,
+    SessionSettings,
+    SoakSettings,
+    TraceSettings,
+    WorkloadSettings,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "traffic.md"
 SECTIONS: dict[str, type[BaseModel]] = {
     "workload": WorkloadSettings, "sessions": SessionSettings, "trace": TraceSettings, "mixed": MixedSettings,
-    "limit": LimitSettings,
+    "limit": LimitSettings, "soak": SoakSettings,
 }  # fmt: skip
 
 

@@ -317,3 +317,41 @@ def test_a_soak_of_a_server_quantload_did_not_start_says_its_memory_was_not_meas
     gaps = [g["what"] for g in summary["not_measured"] if g["section"] == "soak"]
     assert "server memory during the soak of Q4_K_M" in gaps
     assert "drift of TTFT p99 during the soak of Q4_K_M" in gaps  # 2 slices, the first settling
+
+
+def test_a_container_the_engine_cannot_be_reached_for_is_a_reason_not_a_crash(tmp_path: Path) -> None:
+    run = context(tmp_path, soak={"duration_s": 10, "server_container": "llama-q4-k-m"})
+    run = type(run)(**{**run.__dict__, "environ": {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}})
+    probe, why = soak.memory_probe(ExperimentContext(run, TARGET, None))
+    assert probe is None and why is not None and "cannot reach the Docker engine" in why
+
+
+def test_a_reading_that_cannot_be_taken_says_why_in_its_line(tmp_path: Path) -> None:
+    import httpx
+
+    from quantload.experiments.soak_watch import ProcMemory, SoakLine, SoakWatch
+
+    start = SoakLine(event="soak_start", unix_s=1.0, run_id="r", invocation="soak-x", server="s", quant="Q")
+    watch = SoakWatch(tmp_path / "soak.jsonl", start, TARGET, ProcMemory(2**22 + 12345), 1.0)
+    with httpx.Client(timeout=1.0) as client:
+        line = watch.reading(client)
+    assert line.server_rss_bytes is None and line.kv_cells_used is None
+    assert line.errors[0].startswith("memory: /proc/") and "the server process is gone?" in line.errors[0]
+    assert line.errors[1].startswith("/slots: ConnectError")
+
+
+def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Path) -> None:
+    from quantload.analysis.run_data import load_run
+    from quantload.analysis.soak import soak_view
+    from quantload.analysis.stage_tables import stage_table
+    from quantload.config import ReportSettings
+
+    start = {"schema": "quantload.soak/1", "event": "soak_start", "unix_s": 1.0, "run_id": "r",
+             "invocation": "soak-x", "server": "s", "quant": "Q4_K_M", "users": 2, "slices": 3}  # fmt: skip
+    (tmp_path / "soak.jsonl").write_text(json.dumps(start) + '\n{"schema": "quantload.soak/1", "ev\n')
+    run = load_run(tmp_path)
+    view = soak_view(run, stage_table(run, ReportSettings()))
+    assert view.notes == ["1 line(s) of soak.jsonl could not be read (torn or foreign) and were left out"]
+    (only,) = view.runs
+    assert only.level == "2 users" and only.slices.empty
+    assert [g.what for g in view.gaps] == ["every slice during the soak of Q4_K_M"]
