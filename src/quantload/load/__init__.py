@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         CALIBRATION_DIR,
         Calibration,
         fake_delay_s,
+        machine_limits,
         run_calibration,
         write_calibration,
     )
@@ -113,6 +114,7 @@ _HOME: dict[str, str] = {
     "Calibration": "calibrate",
     "run_calibration": "calibrate",
     "fake_delay_s": "calibrate",
+    "machine_limits": "calibrate",
     "write_calibration": "calibrate",
     "FakeScript": "fakeserver",
     "FakeServerProcess": "fakeserver",
@@ -214,6 +216,7 @@ __all__ = [
     "iter_records",
     "iter_stage_events",
     "level_text",
+    "machine_limits",
     "most_workers",
     "new_figures",
     "parse_length_distribution",

@@ -23,10 +23,13 @@ TrustLevel = Literal["ok", "degraded", "saturated"]
 @dataclass(frozen=True)
 class TrustBounds:
     """What a stage's load client is held to: the error its figures are stated within (the
-    calibration's `max_error_p99_s`), the streams one load process was measured right at on this
-    machine (`quantload calibrate`; None: never calibrated here) and the saturation limits."""
+    calibration's `max_error_p99_s`), the event-loop lateness (p99) beyond which they may not be
+    (that error, or more where this machine's calibration measured right with more), the streams
+    one load process was measured right at here (`quantload calibrate`; None: never calibrated
+    here) and the saturation limits."""
 
     error_s: float
+    lag_s: float
     streams_per_process: float | None
     saturation_cpu_frac: float
     saturation_lag_s: float
@@ -129,10 +132,11 @@ class ClientHealth:
                 f" {_ms(lag)} late (p99): the client itself may have been the bottleneck",
             )
         reasons = []
-        if lag is not None and lag > bounds.error_s:
+        if lag is not None and lag > bounds.lag_s:
+            proven = "" if bounds.lag_s <= bounds.error_s else f" (and the {_ms(bounds.lag_s)} calibrated)"
             reasons.append(
                 f"its event loop woke up {_ms(lag)} late (p99), more than the {_ms(bounds.error_s)}"
-                " its figures are stated within"
+                f" its figures are stated within{proven}"
             )
         proved = bounds.streams_per_process
         if proved is not None and streams_per_process > proved:
@@ -157,6 +161,7 @@ def trust_bounds(plan: LoadPlan) -> TrustBounds:
     """The bounds a plan holds its client to."""
     return TrustBounds(
         error_s=plan.trust_error_s,
+        lag_s=plan.trust_lag_s,
         streams_per_process=plan.calibrated_streams_per_process,
         saturation_cpu_frac=plan.saturation_cpu_frac,
         saturation_lag_s=plan.saturation_lag_s,

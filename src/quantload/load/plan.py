@@ -130,9 +130,11 @@ class LoadPlan(_Frozen):
     saturation_cpu_frac: float = 0.9
     saturation_lag_s: float = 0.05
     # what the client's figures are held to (quantload.load.client_health.TrustBounds): the error
-    # they are stated within, and the streams one process measured right on this machine (its
-    # latest `quantload calibrate`; None: not calibrated here). The supervisor fills them in.
+    # they are stated within, the event-loop lateness beyond which they may not be, and the streams
+    # one process measured right on this machine (its latest `quantload calibrate`; None: not
+    # calibrated here). The supervisor fills them in.
     trust_error_s: float = 0.005
+    trust_lag_s: float = 0.005
     calibrated_streams_per_process: float | None = None
 
     @property

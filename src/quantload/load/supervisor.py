@@ -96,7 +96,11 @@ def held_to_this_machine(plan: LoadPlan, context: RunContext) -> LoadPlan:
 
     limits = machine_limits(context.settings, context.cwd)
     return plan.model_copy(
-        update={"trust_error_s": limits.error_s, "calibrated_streams_per_process": limits.streams_per_process}
+        update={
+            "trust_error_s": limits.error_s,
+            "trust_lag_s": limits.lag_s,
+            "calibrated_streams_per_process": limits.streams_per_process,
+        }
     )
 
 

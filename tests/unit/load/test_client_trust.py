@@ -29,7 +29,9 @@ from quantload.load.prompts import Prompt
 from quantload.load.supervisor import run_plan
 from quantload.served import ServedTarget
 
-BOUNDS = TrustBounds(error_s=0.005, streams_per_process=256, saturation_cpu_frac=0.9, saturation_lag_s=0.05)
+BOUNDS = TrustBounds(
+    error_s=0.005, lag_s=0.005, streams_per_process=256, saturation_cpu_frac=0.9, saturation_lag_s=0.05
+)
 
 
 def health(cpu_frac: float, lag_s: float) -> ClientHealth:
@@ -50,17 +52,22 @@ def test_a_stage_is_ok_within_the_stated_error_and_degraded_between_it_and_satur
     assert health(0.3, 0.06).trust(BOUNDS, 100).level == "saturated"
     assert ClientHealth().trust(BOUNDS, 100) is None  # nothing measured: no verdict
     assert ClientHealth().trust(BOUNDS, 300).level == "degraded"  # but beyond the calibration still
-    uncalibrated = TrustBounds(0.005, None, 0.9, 0.05)
+    uncalibrated = TrustBounds(0.005, 0.005, None, 0.9, 0.05)
     assert health(0.5, 0.001).trust(uncalibrated, 5000).level == "ok"  # only the lag speaks
+    seen_right = TrustBounds(0.005, 0.008, 256, 0.9, 0.05)  # calibrated right with 8 ms of lag
+    assert health(0.5, 0.007).trust(seen_right, 100).level == "ok"
+    beyond = health(0.5, 0.012).trust(seen_right, 100)
+    assert beyond.level == "degraded" and "(and the 8.0 ms calibrated)" in (beyond.why or "")
 
 
-def counts(*found: tuple[int, int, bool]) -> tuple[CountResult, ...]:
+def counts(*found: tuple[int, int, bool], lag_s: float | None = None) -> tuple[CountResult, ...]:
     return tuple(
         CountResult(
             streams=streams, workers=workers, requests=10, ok=10, ttft_error_p50_s=0.001,
             ttft_error_p99_s=0.002, ttft_error_vs_script_p99_s=0.003, itl_error_p50_s=0.0,
             itl_error_p99_s=0.001, server_token_late_p99_s=0.001, delivered_concurrency=float(streams),
             client_cpu_frac=0.5, client_cpu_per_100_streams=0.5, within_error=within,
+            loop_lag_p99_s=lag_s if within else 0.5,
         )
         for streams, workers, within in found
     )
@@ -89,8 +96,10 @@ def test_the_machines_limits_are_its_own_latest_calibration_or_the_configured_er
     folder = tmp_path / "results" / "calibration"
     write_calibration(calibration(counts((64, 0, True), (256, 0, False)), trusted=64), folder)
     mine = machine_limits(settings, tmp_path)
-    assert (mine.error_s, mine.streams_per_process) == (0.004, 64)  # the calibration's own error bound
+    assert (mine.error_s, mine.lag_s, mine.streams_per_process) == (0.004, 0.004, 64)  # its own bound
     assert mine.source.startswith("calibration of ")
+    write_calibration(calibration(counts((64, 0, True), (256, 0, False), lag_s=0.007), trusted=64), folder)
+    assert machine_limits(settings, tmp_path).lag_s == 0.007  # measured right with 7 ms of lag
     write_calibration(calibration(counts((64, 0, True)), host="elsewhere", trusted=64), folder)
     other = machine_limits(settings, tmp_path)
     assert other.streams_per_process is None and "another machine" in other.source
