@@ -15,8 +15,10 @@ one table and writes it, with the raw numbers, under benchmarks/figures/.
 
 Goals (issue 17): TTFT error p99 at most 5 ms at 64 and at 256 streams; `--workers` (auto, the
 default) never worse than one process; no error below zero; delivered concurrency equal to the
-asked one. Client CPU is printed per 100 streams, in % of one core, beside the floor's. Run it on
-a quiet machine: client and server share the cores, so anything else running shows up as error.
+asked one. Client CPU is printed per 100 streams, in % of one core, beside the floor's, with the
+stage line's event-loop lag p99, its busiest process's CPU and what it said of its own figures
+(issue 25: client_trust ok, degraded or saturated). Run it on a quiet machine: client and server
+share the cores, so anything else running shows up as error.
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ def run_quantload(
     lag_s = end.loop_lag_p99_s if end is not None else None
     summary["loop_lag_p99_ms"] = None if lag_s is None else lag_s * 1000
     summary["busiest_cpu_frac"] = end.client_cpu_frac if end else None
+    summary["trust"] = end.client_trust if end else None
+    summary["trust_why"] = end.client_trust_why if end else None
     summary["workers"] = choose_workers(workers, streams, usable_cores()).workers
     return summary
 
@@ -180,9 +184,12 @@ def _opt(value: float | None, digits: int, scale: float = 1.0) -> str:
 
 
 def _flag(found: dict[str, Any]) -> str:
-    """What the stage line said of the client: saturated, or not; '-' for the floor."""
+    """What the stage line said of the client (its client_trust: ok, degraded, saturated; a line
+    from before it: saturated or none); '-' for the floor."""
     if "saturated" not in found:
         return "-"
+    if found.get("trust"):
+        return str(found["trust"])
     return "saturated" if found["saturated"] else "none"
 
 
