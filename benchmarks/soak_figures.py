@@ -89,6 +89,11 @@ def drift_line(drift: dict[str, Any]) -> str:
     )
 
 
+def _both(ends: tuple[dict[str, Any], dict[str, Any]], key: str, show: Any) -> str:
+    first, last = ends[0].get(key), ends[1].get(key)
+    return f"{show(first) if first is not None else '–'} -> {show(last) if last is not None else '–'}"
+
+
 def figures(run_dir: Path, machine: dict[str, Any] | None) -> str:
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     lines = []
@@ -107,18 +112,13 @@ def figures(run_dir: Path, machine: dict[str, Any] | None) -> str:
         )
         lines += ["", "| drift | slope | standard error | 95 % interval | verdict |", "|---|---|---|---|---|"]
         lines += [drift_line(d) for d in soak["drift"]]
-        first, last = slices[0], slices[-1]
-
-        def both(key: str, show: Any) -> str:
-            a, b = first.get(key), last.get(key)
-            return f"{show(a) if a is not None else '–'} -> {show(b) if b is not None else '–'}"
-
+        ends = (slices[0], slices[-1])
         lines += [
             "",
-            f"First and last slice: TTFT p99 {both('ttft_p99_s', lambda v: f'{v * 1000:.0f} ms')};"
-            f" server memory {both('server_rss_bytes', lambda v: f'{v / MIB:.1f} MiB')};"
-            f" load client memory {both('client_rss_bytes', lambda v: f'{v / MIB:.1f} MiB')};"
-            f" KV cells in use {both('kv_cells_used', lambda v: f'{v:.0f}')}.",
+            f"First and last slice: TTFT p99 {_both(ends, 'ttft_p99_s', lambda v: f'{v * 1000:.0f} ms')};"
+            f" server memory {_both(ends, 'server_rss_bytes', lambda v: f'{v / MIB:.1f} MiB')};"
+            f" load client memory {_both(ends, 'client_rss_bytes', lambda v: f'{v / MIB:.1f} MiB')};"
+            f" KV cells in use {_both(ends, 'kv_cells_used', lambda v: f'{v:.0f}')}.",
         ]
     if machine is not None:
         during = machine["load_during"]
