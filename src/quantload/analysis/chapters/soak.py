@@ -12,7 +12,7 @@ from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown,
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.drift import Drift
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
-from quantload.analysis.soak import DRIFT_TTFT, SoakRun
+from quantload.analysis.soak import DRIFT_SERVER, DRIFT_TTFT, SoakRun
 
 MIB = 2.0**20
 DRAIN_WARNING_FRAC = 0.1
@@ -34,6 +34,10 @@ def _per_hour(what: str) -> Callable[[float | None], str]:
     if what == DRIFT_TTFT:
         return lambda v: fmt.DASH if v is None else f"{v * 1000:+.2f} ms"
     return lambda v: fmt.DASH if v is None else f"{v / MIB:+.2f} MiB"
+
+
+def _slices(count: int) -> str:
+    return "slice" if count == 1 else f"{count} slices"
 
 
 def _minutes(run: SoakRun, unix_s: Iterable[float]) -> list[float]:
@@ -122,7 +126,7 @@ def _run_blocks(run: SoakRun) -> list[Block]:
             ("drift per hour", "slope, its 95 % interval, and the verdict"),
             rows,
             (False, False),
-            f"Least-squares lines through the slices after the first {run.settle_slices}"
+            f"Least-squares lines through the slices after the first {_slices(run.settle_slices)}"
             " (a slice's value: its TTFT p99, the median of the server's memory readings inside it,"
             " the load client's memory at its end); beyond noise when the interval leaves out zero.",
         )
@@ -130,6 +134,16 @@ def _run_blocks(run: SoakRun) -> list[Block]:
     if tone == "warning":
         beyond = [d.what for d in run.drifts if d.beyond_noise]
         blocks.append(Paragraph(f"Drift beyond noise: {', '.join(beyond)}.", "warning"))
+    server = run.drift(DRIFT_SERVER)
+    if server is not None and server.beyond_noise and (server.slope_per_h or 0.0) > 0:
+        blocks.append(
+            Paragraph(
+                "llama-server allocates its KV cache up front and the kernel backs its pages as they"
+                " are first written, so its resident memory grows while slots write cells they never"
+                " used before (see the KV cells in use): growth that stops once they have is not a leak.",
+                "muted",
+            )
+        )
     slice_rows = tuple(
         (
             str(r["slice"]),
