@@ -2,14 +2,15 @@
 server (in a process of its own: the real Locust process, the real supervisor), bounded.
 
 The bound: the load process's resident memory may grow at most GROWTH_BOUND_BYTES (2 MiB) from
-the median of slices 6-10 (after its first ~10 s: imports done, pools and caches warm, allocator
+the median of slices 6-10 (after its first ~8 s: imports done, pools and caches warm, allocator
 arenas in use) to the median of the last five, while at least MIN_REQUESTS_BETWEEN requests are
-sent in between. Why that bound: it is under 200 bytes a request at that count, so it catches
-anything kept per request (a record is over 1.5 kB as a JSON line and several kB as objects; a
-ticket, a stream result or an inter-token gap list each more than 200 bytes), and under 70 kB a
-slice over 30 slices, so it catches anything kept per slice (a stage's figures, health windows,
-its tickets); and it is far above the allocator's own steps (pymalloc takes memory in 1 MiB
-arenas, and the medians smooth single steps), so it holds on a busy machine. What it cannot see
+sent in between.
+Why that bound: it is under 420 bytes a request at that count, so it catches anything kept per
+request (a record is over 1.5 kB as a JSON line and several kB as objects; a ticket with its
+messages, a stream result with its chunk times, an inter-token gap list each more than that), and
+under 85 kB a slice over the 25 slices between, so it catches anything kept per slice (a stage's
+figures, its health windows, its tickets); and it is above the allocator's own steps (pymalloc
+takes memory in 1 MiB arenas, and the medians smooth single steps), so it holds on a busy machine. What it cannot see
 in a minute is Locust's own per-second counters (about 1 MiB an hour, reset with every slice:
 tests/unit/load/test_soak.py holds the reset) — benchmarks/soak_figures.py measures the hour.
 """
@@ -29,7 +30,7 @@ from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
 
 GROWTH_BOUND_BYTES = 2 * 2**20
-MIN_REQUESTS_BETWEEN = 10_000
+MIN_REQUESTS_BETWEEN = 5_000
 
 
 @pytest.mark.slow
