@@ -192,7 +192,8 @@ def soak_section(analysis: Analysis, plots: Plots) -> Section:
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    return (soak_section(analysis, plots),)
+    asked = analysis.soak or any(gap.section == "soak" for gap in analysis.gaps)
+    return (soak_section(analysis, plots),) if asked else ()  # no soak asked for: no section
 
 
 CHAPTER = Chapter(_sections, SOAK_FIGURES)
