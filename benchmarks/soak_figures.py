@@ -77,16 +77,39 @@ def _mib(value: float | None) -> str:
     return "–" if value is None else f"{value / MIB:+.2f} MiB"
 
 
+MACHINE_JSON = "soak-benchmark-machine.json"  # what the machine did meanwhile, kept in the run dir
+
+
 def drift_line(drift: dict[str, Any]) -> str:
     show = _ms if drift["what"] == "TTFT p99" else _mib
+    head = f"| {drift['what']} | {drift['part']} |"
     if drift["slope_per_h"] is None:
-        return f"| {drift['what']} | – | – | – | {drift['points']} slices: too few |"
+        return f"{head} – | – | – | {drift['points']} slices: too few |"
     verdict = "beyond noise" if drift["beyond_noise"] else "within noise"
     return (
-        f"| {drift['what']} | {show(drift['slope_per_h'])}/h | {show(drift['stderr_per_h']).lstrip('+')}/h |"
+        f"{head} {show(drift['slope_per_h'])}/h | {show(drift['stderr_per_h']).lstrip('+')}/h |"
         f" {show(drift['ci_low_per_h'])} to {show(drift['ci_high_per_h'])} | {drift['points']} slices,"
         f" p = {drift['p_value']:.3g}: {verdict} |"
     )
+
+
+def slice_lines(slices: list[dict[str, Any]]) -> list[str]:
+    def cell(value: Any, scale: float, digits: int) -> str:
+        return "–" if value is None else f"{value * scale:,.{digits}f}"
+
+    lines = [
+        "| slice | requests | failed | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | server MiB | client MiB |"
+        " KV cells (median) | loop lag p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in slices:
+        lines.append(
+            f"| {s['slice']} | {s['requests']} | {s['failed']} | {cell(s['ttft_p50_s'], 1000, 0)} |"
+            f" {cell(s['ttft_p99_s'], 1000, 0)} | {cell(s['tpot_p50_s'], 1000, 0)} |"
+            f" {cell(s['server_rss_bytes'], 1 / MIB, 1)} | {cell(s['client_rss_bytes'], 1 / MIB, 2)} |"
+            f" {cell(s['kv_cells_used'], 1, 0)} | {cell(s['loop_lag_p99_s'], 1000, 1)} |"
+        )
+    return lines
 
 
 def _both(ends: tuple[dict[str, Any], dict[str, Any]], key: str, show: Any) -> str:
@@ -110,8 +133,13 @@ def figures(run_dir: Path, machine: dict[str, Any] | None) -> str:
             f" {requests:,} requests, {failed:,} failed ({', '.join(errors) or 'no errors'})."
             f" Server memory from {soak['memory_source'] or 'nowhere: ' + str(soak['memory_missing'])}."
         )
-        lines += ["", "| drift | slope | standard error | 95 % interval | verdict |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| drift | slices fitted | slope | standard error | 95 % interval | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
         lines += [drift_line(d) for d in soak["drift"]]
+        lines += ["", *slice_lines(slices)]
         ends = (slices[0], slices[-1])
         lines += [
             "",
@@ -150,9 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     machine = None
     if args.run_dir is None:
         machine = run(args.model, args.quant, args.users, args.duration, args.slice_s, args.out)
-        run_dir = machine["run_dir"]
+        run_dir = machine.pop("run_dir")
+        (run_dir / MACHINE_JSON).write_text(json.dumps(machine, indent=2) + "\n", encoding="utf-8")
     else:
         run_dir = args.run_dir
+        kept = run_dir / MACHINE_JSON
+        machine = json.loads(kept.read_text(encoding="utf-8")) if kept.is_file() else None
     text = figures(run_dir, machine)
     header = f"quantload soak, {started:%Y-%m-%d %H:%M} UTC, run {run_dir.name}"
     print(header)

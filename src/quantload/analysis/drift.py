@@ -32,6 +32,7 @@ class Drift:
     """The slope per hour of one series and what it says (units: the series' own per hour)."""
 
     what: str
+    part: str  # which points were fitted, in words ("after the first slice", "second half")
     points: int
     hours: float | None  # from the first point fitted to the last
     mean: float | None
@@ -53,7 +54,9 @@ class Drift:
         return {**asdict(self), "relative_per_h": self.relative_per_h}
 
 
-def fit_drift(what: str, times_unix_s: Sequence[float], values: Sequence[float | None]) -> Drift:
+def fit_drift(
+    what: str, times_unix_s: Sequence[float], values: Sequence[float | None], part: str = "all"
+) -> Drift:
     """The drift of `values` (None and NaN left out) against their times (see the module docstring)."""
     pairs = [
         (float(t), float(v))
@@ -62,18 +65,19 @@ def fit_drift(what: str, times_unix_s: Sequence[float], values: Sequence[float |
     ]
     mean = float(np.mean([v for _, v in pairs])) if pairs else None
     if len(pairs) < MIN_POINTS:
-        return Drift(what, len(pairs), None, mean, None, None, None, None, None, None)
+        return Drift(what, part, len(pairs), None, mean, None, None, None, None, None, None)
     start = min(t for t, _ in pairs)
     hours = np.array([(t - start) / SECONDS_PER_HOUR for t, _ in pairs])
     ys = np.array([v for _, v in pairs])
     span = float(hours.max() - hours.min())
     if span <= 0:
-        return Drift(what, len(pairs), 0.0, mean, None, None, None, None, None, None)
+        return Drift(what, part, len(pairs), 0.0, mean, None, None, None, None, None, None)
     if float(ys.max() - ys.min()) == 0.0:  # a flat line: no slope, no noise
-        return Drift(what, len(pairs), span, mean, 0.0, 0.0, 0.0, 0.0, 1.0, False)
+        return Drift(what, part, len(pairs), span, mean, 0.0, 0.0, 0.0, 0.0, 1.0, False)
     fit = scipy_stats.linregress(hours, ys)
     slope, stderr = float(fit.slope), float(fit.stderr)
     half = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, len(pairs) - 2)) * stderr
     p_value = float(fit.pvalue)
     low, high = slope - half, slope + half
-    return Drift(what, len(pairs), span, mean, slope, stderr, low, high, p_value, not (low <= 0.0 <= high))
+    beyond = not (low <= 0.0 <= high)
+    return Drift(what, part, len(pairs), span, mean, slope, stderr, low, high, p_value, beyond)

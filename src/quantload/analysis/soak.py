@@ -37,6 +37,9 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
 DRIFT_TTFT = "TTFT p99"
 DRIFT_SERVER = "server memory"
 DRIFT_CLIENT = "load client memory"
+PART_ALL = "all"  # every slice after the settling ones
+PART_LATE = "second half"  # the second half of those
+SERIES = ((DRIFT_TTFT, "ttft_p99_s"), (DRIFT_SERVER, "server_rss_bytes"), (DRIFT_CLIENT, "client_rss_bytes"))
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,8 @@ class SoakRun:
             return None
         return max(held - asked, 0.0) / held
 
-    def drift(self, what: str) -> Drift | None:
-        return next((d for d in self.drifts if d.what == what), None)
+    def drift(self, what: str, part: str = PART_ALL) -> Drift | None:
+        return next((d for d in self.drifts if d.what == what and d.part == part), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -204,19 +207,17 @@ def sample_frame(lines: list[SoakLine], invocation: str) -> tuple[pd.DataFrame, 
 
 
 def drifts(slices: pd.DataFrame, settle: int) -> tuple[Drift, ...]:
-    """TTFT p99 and the two memories per hour, over the slices after the first `settle`, that
-    ended ok."""
+    """TTFT p99 and the two memories per hour over the slices after the first `settle` that ended
+    ok, then over the second half of those alone: a memory that grew while caches filled and then
+    stopped shows a slope over all of them and none in the second half; a leak shows both."""
     used = slices[(slices["slice"] > settle) & (slices["status"] == "ok")] if not slices.empty else slices
-    times = [float(t) for t in used["mid_unix_s"]] if not used.empty else []
-
-    def values(column: str) -> list[float | None]:
-        return [fmt.cell_float(v) for v in used[column]] if not used.empty else []
-
-    return (
-        fit_drift(DRIFT_TTFT, times, values("ttft_p99_s")),
-        fit_drift(DRIFT_SERVER, times, values("server_rss_bytes")),
-        fit_drift(DRIFT_CLIENT, times, values("client_rss_bytes")),
-    )
+    found = []
+    for part, chosen in ((PART_ALL, used), (PART_LATE, used.iloc[len(used) // 2 :])):
+        times = [float(t) for t in chosen["mid_unix_s"]] if not chosen.empty else []
+        for what, column in SERIES:
+            values = [fmt.cell_float(v) for v in chosen[column]] if not chosen.empty else []
+            found.append(fit_drift(what, times, values, part))
+    return tuple(found)
 
 
 def _invocation_of(stage_id: str) -> str:
@@ -307,7 +308,7 @@ def _gaps(run: SoakRun) -> list[Gap]:
         gaps.append(Gap("soak", f"KV cells in use {label}", why))
     for drift in run.drifts:
         unmeasured = drift.what != DRIFT_TTFT and drift.points == 0  # its own gap says why
-        if drift.beyond_noise is None and not unmeasured:
+        if drift.part == PART_ALL and drift.beyond_noise is None and not unmeasured:
             gaps.append(
                 Gap(
                     "soak",

@@ -12,7 +12,7 @@ from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown,
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.drift import Drift
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
-from quantload.analysis.soak import DRIFT_SERVER, DRIFT_TTFT, SoakRun
+from quantload.analysis.soak import DRIFT_SERVER, DRIFT_TTFT, PART_ALL, PART_LATE, SERIES, SoakRun
 
 MIB = 2.0**20
 DRAIN_WARNING_FRAC = 0.1
@@ -36,6 +36,26 @@ def _per_hour(what: str) -> Callable[[float | None], str]:
     return lambda v: fmt.DASH if v is None else f"{v / MIB:+.2f} MiB"
 
 
+def trend_sentence(run: SoakRun, what: str) -> str:
+    """One sentence per series: no drift, a drift that stopped, or one still going on."""
+    whole, late = run.drift(what, PART_ALL), run.drift(what, PART_LATE)
+    label, show = f"{what[0].upper()}{what[1:]}", _per_hour(what)
+    if whole is None or whole.beyond_noise is None:
+        return f"{label}: too few slices to judge."
+    if not whole.beyond_noise and not (late is not None and late.beyond_noise):
+        return f"{label}: no drift beyond noise."
+    if late is None or late.beyond_noise is None:
+        return f"{label}: drifts {show(whole.slope_per_h)}/h (too few slices to tell whether it stopped)."
+    if late.beyond_noise:
+        share = late.relative_per_h
+        size = f" ({fmt.percent(abs(share), 2)} of its level an hour)" if share is not None else ""
+        return f"{label}: still drifting in the second half, {show(late.slope_per_h)}/h{size}."
+    return (
+        f"{label}: drifted {show(whole.slope_per_h)}/h over the whole soak but not beyond noise in"
+        " its second half: it stopped."
+    )
+
+
 def _slices(count: int) -> str:
     return "slice" if count == 1 else f"{count} slices"
 
@@ -53,6 +73,7 @@ def _soak_figure(analysis: Analysis, path: Path) -> Path | None:
     figure, axes = new_figure(10.0, 8.0, 3, 1, sharex=True)
     palette = colors([run.quant for run in runs])
     latency, memory, kv = axes[0][0], axes[1][0], axes[2][0]
+    client_axis = memory.twinx()  # the client's memory on its own scale: tens of MiB beside hundreds
     for run in runs:
         color = palette.get(run.quant)
         slices = run.slices.dropna(subset=["mid_unix_s"])
@@ -67,8 +88,9 @@ def _soak_figure(analysis: Analysis, path: Path) -> Path | None:
                         color=color, label=f"{run.quant} server")  # fmt: skip
         client = slices.dropna(subset=["client_rss_bytes"])
         if not client.empty:
-            memory.plot(_minutes(run, client["mid_unix_s"]), client["client_rss_bytes"] / MIB, "s--",
-                        ms=3, color=color, alpha=0.7, label=f"{run.quant} load client")  # fmt: skip
+            client_minutes = _minutes(run, client["mid_unix_s"])
+            client_axis.plot(client_minutes, client["client_rss_bytes"] / MIB, "s--", ms=3, color=color,
+                             alpha=0.7, label=f"{run.quant} load client (right)")  # fmt: skip
         cells = run.samples.dropna(subset=["kv_cells_used"])
         if not cells.empty:
             kv.plot(_minutes(run, cells["unix_s"]), cells["kv_cells_used"], "-", color=color,
@@ -78,7 +100,10 @@ def _soak_figure(analysis: Analysis, path: Path) -> Path | None:
             kv.bar(_minutes(run, failed["mid_unix_s"]), failed["failed"], width=0.3, color="#d62728",
                    alpha=0.6, label=f"{run.quant} failed requests")  # fmt: skip
     latency.set_ylabel("per slice (ms)")
-    memory.set_ylabel("resident memory (MiB)")
+    memory.set_ylabel("server resident memory (MiB)")
+    client_axis.set_ylabel("load client resident memory (MiB)")
+    if client_axis.get_legend_handles_labels()[0]:
+        client_axis.legend(fontsize=7, loc="lower right")
     kv.set_ylabel("KV cells / failures")
     kv.set_xlabel("minutes since the soak started")
     for axis in (latency, memory, kv):
@@ -119,21 +144,21 @@ def _run_blocks(run: SoakRun) -> list[Block]:
                 "warning",
             )
         )
-    rows = tuple((d.what, drift_text(d)) for d in run.drifts)
-    tone = "warning" if any(d.beyond_noise for d in run.drifts) else "plain"
+    rows = tuple((d.what, d.part, drift_text(d)) for d in run.drifts)
     blocks.append(
         Table(
-            ("drift per hour", "slope, its 95 % interval, and the verdict"),
+            ("drift per hour", "slices fitted", "slope, its 95 % interval, and the verdict"),
             rows,
-            (False, False),
+            (False, False, False),
             f"Least-squares lines through the slices after the first {_slices(run.settle_slices)}"
-            " (a slice's value: its TTFT p99, the median of the server's memory readings inside it,"
-            " the load client's memory at its end); beyond noise when the interval leaves out zero.",
+            " (all), and through the second half of those alone (a slice's value: its TTFT p99, the"
+            " median of the server's memory readings inside it, the load client's memory at its"
+            " end); beyond noise when the interval leaves out zero.",
         )
     )
-    if tone == "warning":
-        beyond = [d.what for d in run.drifts if d.beyond_noise]
-        blocks.append(Paragraph(f"Drift beyond noise: {', '.join(beyond)}.", "warning"))
+    verdicts = [trend_sentence(run, what) for what, _ in SERIES]
+    still = any(d.beyond_noise for d in run.drifts if d.part == PART_LATE)
+    blocks.append(Paragraph(" ".join(verdicts), "warning" if still else "plain"))
     server = run.drift(DRIFT_SERVER)
     if server is not None and server.beyond_noise and (server.slope_per_h or 0.0) > 0:
         blocks.append(
