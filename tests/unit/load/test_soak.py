@@ -294,8 +294,11 @@ def test_a_soak_streams_its_slices_and_readings_and_the_report_draws_them(tmp_pa
     assert (tmp_path / "plots" / "soak.png").is_file()
     summary = json.loads((tmp_path / "summary.json").read_text())
     (entry,) = summary["soak"]
-    assert [d["what"] for d in entry["drift"]] == ["TTFT p99", "server memory", "load client memory"]
-    assert all(d["points"] == 3 for d in entry["drift"]) and len(entry["slices"]) == 4
+    series = ["TTFT p99", "server memory", "load client memory"]
+    assert [(d["what"], d["part"]) for d in entry["drift"]] == [(w, "all") for w in series] + [
+        (w, "second half") for w in series
+    ]
+    assert [d["points"] for d in entry["drift"]] == [3, 3, 3, 2, 2, 2] and len(entry["slices"]) == 4
     assert entry["memory_source"] == "proc" and entry["slices"][0]["server_rss_bytes"] > 2**20
 
 
@@ -355,3 +358,24 @@ def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Pa
     (only,) = view.runs
     assert only.level == "2 users" and only.slices.empty
     assert [g.what for g in view.gaps] == ["every slice during the soak of Q4_K_M"]
+
+
+def test_a_memory_that_grew_and_stopped_is_told_from_one_still_growing() -> None:
+    import pandas as pd
+
+    from quantload.analysis.chapters.soak import trend_sentence
+    from quantload.analysis.soak import SLICE_COLUMNS, SoakRun, drifts
+
+    def run_of(server_mib: list[float]) -> SoakRun:
+        rows = [dict.fromkeys(SLICE_COLUMNS) | {"slice": i + 1, "status": "ok", "mid_unix_s": 300.0 * i,
+                "server_rss_bytes": mib * 2**20, "ttft_p99_s": 0.2, "client_rss_bytes": 7e7}
+                for i, mib in enumerate(server_mib)]  # fmt: skip
+        slices = pd.DataFrame(rows, columns=list(SLICE_COLUMNS))
+        return SoakRun("s", "Q4_K_M", "soak-x", "4 users", "soak.users", 3600.0, 300.0, 12, "proc", None,
+                       slices, pd.DataFrame(), drifts(slices, 1), 1)  # fmt: skip
+
+    filled = run_of([900, 920, 940, 960, 970, 970, 970, 970, 970, 970, 970, 970])
+    assert trend_sentence(filled, "server memory").endswith("but not beyond noise in its second half: it stopped.")
+    leaking = run_of([900 + 5 * i + (0.3 if i % 2 else -0.3) for i in range(12)])
+    assert "Server memory: still drifting in the second half, +6" in trend_sentence(leaking, "server memory")
+    assert trend_sentence(filled, "TTFT p99") == "TTFT p99: no drift beyond noise."
