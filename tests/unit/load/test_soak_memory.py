@@ -50,6 +50,7 @@ def test_the_load_clients_memory_stays_flat_over_a_long_soak(tmp_path: Path) -> 
     early = statistics.median(v for v in rss[5:10] if v is not None)
     late = statistics.median(v for v in rss[-5:] if v is not None)
     between = sum(s.requests for s in slices[10:-5])
+    print(f"load client {early / 2**20:.2f} -> {late / 2**20:.2f} MiB over {between} requests")
     assert between >= MIN_REQUESTS_BETWEEN, f"only {between} requests: the bound says little"
     assert late - early <= GROWTH_BOUND_BYTES, (
         f"the load process grew {(late - early) / 2**20:.2f} MiB over {between} requests"
