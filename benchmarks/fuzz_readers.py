@@ -38,6 +38,7 @@ TARGETS: dict[str, Callable[..., None]] = {
     "metrics": targets.metrics_reader_only_server_data_errors,
     "slots": targets.slots_reader_only_server_data_errors,
     "client": targets.client_returns_a_class,
+    "json_list": targets.json_list_reader_agrees_with_json_loads,
 }
 
 

@@ -51,7 +51,7 @@ cp "$models/manifest.json" "$run_dir/manifest.json"
 for step in quality speed; do
   if ! quantload "$step" "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" \
       --out "$run_dir/$step.json"; then
-    echo "prepare: $step not measured (see the error above); the servers start anyway" >&2
+    echo "prepare: $step failed for some or all files (see the errors above; llama.cpp's logs in $run_dir/logs); the servers start anyway" >&2
   fi
 done
 echo "prepared: $models, results in $run_dir"

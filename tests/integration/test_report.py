@@ -215,7 +215,7 @@ def test_an_incomplete_run_still_reports_what_is_missing_and_why(run_copy: Path,
     if damage is stop_the_run_during_its_last_quant:
         assert rows["Q4_K_M"]["ttft_p50_s_at_2_users"] == ""  # unfinished stage: no figure
         assert summary["header"]["status"] == "interrupted"  # type: ignore[index]
-        assert "1 line(s) of records.jsonl could not be read" in markdown
+        assert "1 line of records.jsonl could not be read" in markdown
         assert "not measured: concurrency sweep of Q4_K_M at 2 users: repeat 0: unfinished" in markdown
     if damage is lose_prometheus:
         assert "server_timeseries.png" not in {p.name for p in paths.plots}

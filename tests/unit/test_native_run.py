@@ -104,9 +104,10 @@ class FakeExporter:
 class FakePrepared:
     model_name = "tiny"
     busy_s = 2.0
+    reference = "F16"
 
-    def quants(self, asked: tuple[str, ...]) -> list[str]:
-        return list(asked)
+    def quants(self) -> list[str]:
+        return ["F16", "Q8_0", "Q4_K_M"]  # the manifest's order, largest first
 
     def path(self, quant: str) -> Path:
         return Path(f"/models/tiny-{quant}.gguf")
@@ -149,6 +150,10 @@ class FakeSteps(RunSteps):
     def kld(self, toolchain: Any, models: Any, quants: Any, text: Path, run_dir: Path, attempt: Any) -> Any:
         self._call("kld")
         return None
+
+    def sensitivity(self, toolchain: Any, reference: Path, text: Path, run_dir: Path, progress: Any) -> Any:
+        self._call(f"sensitivity {reference.name}")
+        return object()
 
     def probe(self) -> Any:
         self._call("probe")
@@ -327,3 +332,16 @@ def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
     assert run.ports.loadgen_urls(config.settings) == [
         f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}",
     ]
+
+
+def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "load.experiments": ("sweep",)})
+    outcome = NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
+    assert steps.calls.index("kld") < steps.calls.index("sensitivity tiny-F16.gguf") < steps.calls.index("probe")
+    run = json.loads((outcome.run_dir / "run.json").read_text())
+    assert [s["status"] for s in run["steps"] if s["name"] == "sensitivity"] == ["ok"]
+    quick = FakeSteps()  # the quick and ci profiles leave it out
+    NativeRun(load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci"}), {}, tmp_path / "q",
+              Silent(), quick).execute()  # fmt: skip
+    assert not any(call.startswith("sensitivity") for call in quick.calls)

@@ -9,6 +9,8 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
+from quantload.analysis.context_tables import conversation_table, policy_table
+from quantload.analysis.context_tables import turn_table as context_turn_table
 from quantload.analysis.gpu_energy import WHAT as GPU_ENERGY_WHAT
 from quantload.analysis.gpu_energy import gpu_energy_table
 from quantload.analysis.kv_types import kv_type_table
@@ -37,6 +39,7 @@ from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
+from quantload.analysis.tenant_tables import NoisyVerdict, noisy_table, noisy_verdicts, tenant_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
     prompt_cache_table,
@@ -44,7 +47,7 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings
-from quantload.experiments import kv_types, prefix_cache
+from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache
 from quantload.experiments.base import Experiment
 from quantload.load import LimitLine
 from quantload.observe.promql import PrometheusQueryError
@@ -92,6 +95,12 @@ class Analysis:
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
     gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
+    context_turns: pd.DataFrame  # context_tables.turn_table
+    context_conversations: pd.DataFrame  # context_tables.conversation_table
+    context_policies: pd.DataFrame  # context_tables.policy_table
+    tenants: pd.DataFrame  # tenant_tables.tenant_table
+    noisy: pd.DataFrame  # tenant_tables.noisy_table
+    noisy_verdicts: tuple[NoisyVerdict, ...]
     soak: tuple[SoakRun, ...] = ()  # soak.soak_view: every soak of the run
 
 
@@ -213,6 +222,36 @@ def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -
     ]
 
 
+def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> list[Gap]:
+    """The context and noisy-neighbour experiments where they did not run (or left a policy out),
+    and the context a slot needs where it could not be sized."""
+    if run.records.empty:
+        return []
+    ran = set(stages["experiment"]) if not stages.empty else set()
+    gaps = []
+    for experiment, section, what in (
+        (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
+        (noisy_neighbour.EXPERIMENT, "tenants", "the noisy neighbour"),
+    ):
+        if experiment.name not in ran:
+            gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
+    settings = run.settings
+    if context_overflow.NAME in ran and settings is not None:
+        measured = set(stages.loc[stages["experiment"] == context_overflow.NAME, "context_policy"].dropna())
+        for policy in settings.context.policies:
+            if policy not in measured:
+                why = (
+                    "the server was not started by quantload, so it could not run with --context-shift"
+                    if policy == "shift"
+                    else run.step_why(context_overflow.EXPERIMENT.step, None, STAGES_JSONL)
+                )
+                gaps.append(Gap("contexts", f"the {policy} policy", why, "run it through `quantload run`"))
+    if plan.context is not None and plan.context.why_not is not None:
+        how = "run the sessions or context experiment"
+        gaps.append(Gap("plan", "the context a slot needs", plan.context.why_not, how))
+    return gaps
+
+
 def _excluded_notes(levels: pd.DataFrame) -> list[str]:
     notes = []
     for row in levels.to_dict("records") if not levels.empty else []:
@@ -288,8 +327,11 @@ def analyze(
     verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
     plan_inputs = plan_settings or PlanSettings()
     plan = plan_from_run(
-        run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s
+        run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s, stages
     )
+    gaps += _context_and_tenant_gaps(run, stages, plan)
+    conversations = conversation_table(run.records, stages)
+    noisy = noisy_table(run.records, stages, run.settings, slo, quants)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
     mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
@@ -335,6 +377,12 @@ def analyze(
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
         gpu_energy=energy,
+        context_turns=context_turn_table(run.records, stages, quants),
+        context_conversations=conversations,
+        context_policies=policy_table(conversations, quants),
+        tenants=tenant_table(run.records, stages, run.settings, slo),
+        noisy=noisy,
+        noisy_verdicts=tuple(noisy_verdicts(noisy, run.settings, plan)),
         soak=soaks.runs,
     )
 

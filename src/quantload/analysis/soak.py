@@ -21,8 +21,9 @@ from quantload.analysis import fmt
 from quantload.analysis.drift import Drift, fit_drift
 from quantload.analysis.run_data import Gap, RunData
 from quantload.experiments import soak
-from quantload.experiments.soak_watch import SoakLine
+from quantload.experiments.soak_watch import SoakLine, read_soak_lines
 from quantload.rundir import SOAK_JSONL
+from quantload.rundir.jsonl import BadLines
 
 SLICE_COLUMNS: tuple[str, ...] = (
     "slice", "stage_id", "status", "started_unix_s", "ended_unix_s", "mid_unix_s", "requests",
@@ -118,21 +119,10 @@ class SoakView:
     notes: list[str] = field(default_factory=list)
 
 
-def read_lines(run: RunData) -> tuple[list[SoakLine], int]:
-    """soak.jsonl's lines and how many could not be read."""
-    path = run.run_dir / SOAK_JSONL
-    if not path.is_file():
-        return [], 0
-    lines, bad = [], 0
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for text in handle:
-            if not text.strip():
-                continue
-            try:
-                lines.append(SoakLine.from_json_line(text))
-            except ValueError:
-                bad += 1
-    return lines, bad
+def read_lines(run: RunData) -> tuple[list[SoakLine], BadLines]:
+    """soak.jsonl's lines and the ones that could not be read."""
+    bad = BadLines(SOAK_JSONL)
+    return read_soak_lines(run.run_dir / SOAK_JSONL, bad), bad
 
 
 def _slice_number(phase: object) -> int:
@@ -228,10 +218,8 @@ def soak_view(run: RunData, stages: pd.DataFrame) -> SoakView:
     """Every soak of the run (see the module docstring), with its gaps."""
     view = SoakView()
     lines, bad = read_lines(run)
-    if bad:
-        view.notes.append(
-            f"{bad} line(s) of {SOAK_JSONL} could not be read (torn or foreign) and were left out"
-        )
+    if (note := bad.note()) is not None:
+        view.notes.append(note)
     settings = run.settings
     settle = settings.soak.settle_slices if settings is not None else 1
     soaked = stages[stages["experiment"] == soak.NAME] if not stages.empty else stages

@@ -44,7 +44,7 @@ def _value(row: Any, name: str) -> Any:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def _line(head: dict[str, Any], event: str) -> StageEvent:
+def stage_line(head: dict[str, Any], event: str) -> StageEvent:
     """A stage line from what a frame row knows of it (a record's labels when no line exists)."""
     users, rate = _value(head, "stage_users"), _value(head, "stage_rate_rps")
     return StageEvent(
@@ -69,7 +69,7 @@ def _line(head: dict[str, Any], event: str) -> StageEvent:
                 "kv_cache_type", "status", "reason", "prefix_tokens", "server_state", "workload",
                 "phase", "server_args", "warning", "template_overhead_tokens", "client_cpu_frac",
                 "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated", "client_rss_bytes",
-                "client_trust", "client_trust_why",
+                "client_trust", "client_trust_why", "context_policy", "slot_context_tokens",
             )
             if _value(head, name) is not None
         },
@@ -126,8 +126,8 @@ def _one_stage(
         return _row(stored)
     head: dict[str, Any] = end or start or (frame.iloc[0].to_dict() if not frame.empty else {})
     head = {**head, "stage_id": stage_id}
-    start_line = _line(start, "stage_start") if start else None
-    summary = summary_from_records(frame, _line(head, "stage_end"), slo, start_line)
+    start_line = stage_line(start, "stage_start") if start else None
+    summary = summary_from_records(frame, stage_line(head, "stage_end"), slo, start_line)
     row = _row(summary)
     if not end:
         row["ended_unix_s"] = None

@@ -16,7 +16,7 @@ from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.soak import duration_text_s
-from quantload.load import StageSummary, choose_workers, usable_cores
+from quantload.load import StageSummary, choose_workers, ignored_flags, usable_cores
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic
@@ -180,6 +180,8 @@ def register(app: typer.Typer) -> None:
         }
         config = cli.config(flags)
         settings = config.settings
+        for line in ignored_flags(settings, flags):
+            cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         check_out_dir(out)
         experiments = registry.against_any_server(experiment or ["sweep"])
         names, quants = list(name or []), list(quant or [])
@@ -211,6 +213,7 @@ def register(app: typer.Typer) -> None:
         limits = []
         searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command
         unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
+        unmeasured: list[str] = []  # limit searches none of whose trials measured anything
         with progress_bar(cli.err_console, "load") as progress:
             context = RunContext(
                 RunDir(out), run, settings, progress,
@@ -229,6 +232,8 @@ def register(app: typer.Typer) -> None:
                     if done.limit is not None:
                         limits.append(done.limit)
                         searched.update(s.stage_id for s in done.summaries)
+                        if done.problem is not None:  # nothing measured: fails like a sweep
+                            unmeasured.append(f"{target.name} ({target.quant}) {kind.name}: {done.problem}")
         write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
         if as_json:
             typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
@@ -256,5 +261,8 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         for failure in unreachable:
             cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
-        if unreachable or any(s.status != "ok" for s in summaries if s.stage_id not in searched):
+        for failure in unmeasured:
+            cli.err_console.print(f"error: {failure}", highlight=False, soft_wrap=True)
+        failed_stages = any(s.status != "ok" for s in summaries if s.stage_id not in searched)
+        if unreachable or unmeasured or failed_stages:
             raise typer.Exit(1)

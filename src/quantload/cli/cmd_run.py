@@ -7,10 +7,13 @@ from pathlib import Path
 import typer
 
 from quantload.cli.context import cli_context
+from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
 from quantload.experiments.soak import duration_text_s
-from quantload.paths import check_out_dir
+from quantload.llamacpp.toolchain import find_toolchain
+from quantload.paths import cache_root, check_out_dir
 from quantload.stack.native import NativeRun
+from quantload.steps.prepare import preflight
 
 
 def register(app: typer.Typer) -> None:
@@ -34,9 +37,20 @@ def register(app: typer.Typer) -> None:
         duration: str | None = typer.Option(
             None, "--duration", help="Soak each server this long (e.g. 1h, 20m, 90s): the soak experiment."
         ),
+        files: list[str] | None = typer.Option(
+            None, "--files", help="GGUF files, a folder or hf:OWNER/REPO[:GLOB] to measure instead."
+        ),
+        reference: Path | None = typer.Option(
+            None, "--reference", help="With --files: the F16/BF16/F32 file KLD is measured against."
+        ),
+        imatrix: str | None = typer.Option(
+            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) \\[off]."
+        ),
+        more_files: list[str] | None = typer.Argument(None, hidden=True, metavar="[FILE]..."),
     ) -> None:
         """Prepare, measure quality and speed, serve each quantization under load, and report."""
         cli = cli_context(ctx)
+        files = given_files(files, more_files)
         config = cli.config(
             {
                 "model.source": model,
@@ -45,10 +59,16 @@ def register(app: typer.Typer) -> None:
                 "run.servers_at_once": servers_at_once,
                 "quality.dataset": dataset,
                 "soak.duration_s": duration_text_s(duration) if duration is not None else None,
+                "prepare.files": tuple(files) if files else None,
+                "prepare.reference": reference,
+                "prepare.imatrix": imatrix,
             }
         )
         settings = config.settings
         check_out_dir(settings.run.out)
+        cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+        built = find_toolchain(settings.toolchain, cli.environ)  # no build yet: only what is there
+        preflight(settings.prepare, settings.quality, cache, built)
         with RichRunView(cli.err_console) as view:
             native = NativeRun(config, cli.environ, settings.run.out, view, cwd=cli.cwd)
             view.message(f"run directory: {native.run_dir}")

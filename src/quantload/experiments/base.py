@@ -94,10 +94,16 @@ class ExperimentRun:
         """Why the experiment counts as failed (stages that did not end ok); None when all did.
 
         A limit search's trials may fail on purpose (a level breaking is how it finds the limit):
-        the search fails only when no trial ran at all.
+        the search fails only when no trial ran at all, or when no level held and every trial
+        failed hard (a server answering 503 to everything, a closed port: nothing was measured).
         """
         if self.limit is not None:
-            return None if self.limit.trials else "the limit search ran no trial"
+            trials = self.limit.trials
+            if not trials:
+                return "the limit search ran no trial"
+            if self.limit.limit is None and all(trial.hard_failure for trial in trials):
+                return f"no trial of the limit search could be measured ({trials[0].why})"
+            return None
         failed = [s for s in self.summaries if s.status != "ok"]
         if not failed:
             return None

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments import (
+    context_overflow,
     kv_types,
     limit_rate,
     limit_users,
     mixed,
+    noisy_neighbour,
     open_loop,
     prefix_cache,
     sessions,
@@ -35,6 +37,8 @@ REGISTRY: tuple[Experiment, ...] = (
     mixed.EXPERIMENT,
     limit_users.EXPERIMENT,
     limit_rate.EXPERIMENT,
+    context_overflow.EXPERIMENT,
+    noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
     soak.EXPERIMENT,
 )

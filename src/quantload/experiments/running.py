@@ -21,7 +21,7 @@ def invocation_id(experiment: str, target: ServedTarget) -> str:
 
 def workloads(context: ExperimentContext, target: ServedTarget | None = None) -> WorkloadBuilder:
     """The workloads of the context's target (or `target`), with files read from the run's folder."""
-    return WorkloadBuilder(context.settings, target or context.target, context.run.cwd)
+    return WorkloadBuilder(context.settings, target or context.target, context.run.cwd, context.run.progress)
 
 
 def run_stages(context: ExperimentContext, plan: LoadPlan) -> PlanOutcome:

@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from quantload.errors import QuantloadError
 from quantload.exporter.server_metrics import ServerDataError
 from quantload.exporter.slots import cells_from_slots, parse_slots
-from quantload.load import JsonlAppender, iter_json_lines, resident_bytes
+from quantload.load import JsonlAppender, resident_bytes
+from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.served import ServedTarget
 
 SOAK_SCHEMA = "quantload.soak/1"
@@ -81,9 +82,10 @@ class SoakLine(BaseModel):
         return cls.model_validate_json(line)
 
 
-def read_soak_lines(path: Path) -> list[SoakLine]:
-    """Every line of a soak.jsonl (a torn or foreign line is skipped)."""
-    return list(iter_json_lines(path, SoakLine.from_json_line))
+def read_soak_lines(path: Path, bad: BadLines | None = None) -> list[SoakLine]:
+    """Every line of a soak.jsonl; a torn or foreign line is counted in `bad` (the rule every run
+    file is read by, quantload.rundir.jsonl)."""
+    return list(iter_jsonl(path, SoakLine.from_json_line, bad))
 
 
 class MemoryProbe(Protocol):

@@ -8,6 +8,7 @@ is sent at its arrival time divided by the speed; latency counts from that inten
 from __future__ import annotations
 
 from quantload.config import Settings
+from quantload.errors import ConfigError
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load import LoadPlan, StageRequests, assemble_plan, stage_plan
@@ -23,15 +24,23 @@ def missing(settings: Settings) -> str | None:
 def trace_plan(
     settings: Settings, target: ServedTarget, drawn: StageRequests, run_id: str, invocation: str
 ) -> LoadPlan:
-    """The trace replayed open loop; `drawn` carries the send offsets (at `trace.speed`)."""
-    load = settings.load
+    """The trace replayed open loop; `drawn` carries the send offsets (at `trace.speed`). A replay
+    whose last send would come after load.stage_timeout_s is refused before it starts."""
+    load, speed = settings.load, settings.trace.speed
     last = max((r.offset_s or 0.0 for r in drawn.requests), default=0.0)
+    if last > load.stage_timeout_s:
+        raise ConfigError(
+            f"the trace's last request would be sent {last:,.0f} s into the replay at speed x{speed:g},"
+            f" after load.stage_timeout_s = {load.stage_timeout_s:,.0f} s ends the stage",
+            "replay it faster (--speed), keep fewer requests (trace.max_requests), or raise"
+            " load.stage_timeout_s",
+        )
     stage = stage_plan(
         load, invocation, 0, NAME, load.open_loop_users, drawn,
         arrival="trace",
         rate_rps=(len(drawn.requests) - 1) / last if last > 0 else float(len(drawn.requests)),
-        phase=f"speed x{settings.trace.speed:g}",
-        timeout_s=max(load.stage_timeout_s, last + load.request_timeout_s),
+        phase=f"speed x{speed:g}",
+        timeout_s=load.stage_timeout_s,
     )  # fmt: skip
     return assemble_plan(load, target, run_id, invocation, [drawn], [stage])
 

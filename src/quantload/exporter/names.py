@@ -36,6 +36,9 @@ TARGET_SCRAPE_ERRORS = MetricSpec(  # + endpoint, error
 TARGET_INFO = MetricSpec(  # + url, kv_cells_source
     "quantload_target_info", "gauge", "Where the server is and how its KV cells are known (1)"
 )
+TARGET_MODEL_BYTES = MetricSpec(
+    "quantload_target_model_bytes", "gauge", "Bytes of the served model's tensors (/v1/models meta.size)"
+)
 SLOTS = MetricSpec("quantload_server_slots", "gauge", "Slots the server runs")
 SLOTS_BUSY = MetricSpec("quantload_server_slots_busy", "gauge", "Slots processing a request")
 SLOT_TOKENS = MetricSpec(  # + slot

@@ -22,6 +22,7 @@ What a request is and how it is measured
   workloads       what a stage's requests are: prompt set, lengths, dataset, trace, sessions
   workload_builder  the workloads of one target from the settings (files read, tokenizer asked)
   synthetic       prompts of an exact token length via the server's /tokenize and /detokenize
+  history_trim    the client's trim of a conversation that outgrows the slot (server-counted)
   datasets        ShareGPT/JSONL conversations with line numbers
   lengths         request length distributions (prompt and output tokens per request)
   trace           timestamped request traces (arrival, prompt and answer lengths)
@@ -53,6 +54,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from quantload.load.arrival import StampSwitch, enable_kernel_stamps, read_stamped
     from quantload.load.calibrate import (
         CALIBRATION_DIR,
         Calibration,
@@ -61,7 +63,9 @@ if TYPE_CHECKING:
         run_calibration,
         write_calibration,
     )
+    from quantload.load.datasets import read_dataset
     from quantload.load.fakeserver import FakeScript, FakeServerProcess
+    from quantload.load.history_trim import whole_prompt_tokens
     from quantload.load.http1 import ProtocolError
     from quantload.load.lengths import LengthDistribution, parse_length_distribution
     from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine, read_limits
@@ -90,7 +94,7 @@ if TYPE_CHECKING:
         JsonlAppender,
         RequestRecord,
         StageEvent,
-        iter_json_lines,
+        TenantLoad,
         iter_records,
         iter_stage_events,
     )
@@ -106,10 +110,19 @@ if TYPE_CHECKING:
         summarize_stage,
     )
     from quantload.load.supervisor import LoadError, PlanOutcome, run_plan
-    from quantload.load.workload_builder import WorkloadBuilder
-    from quantload.load.workloads import LengthsWorkload, StageRequests, cycle_prompts
+    from quantload.load.workload_builder import WorkloadBuilder, ignored_flags
+    from quantload.load.workloads import (
+        LengthsWorkload,
+        SessionWorkload,
+        StageRequests,
+        cycle_prompts,
+    )
 
 _HOME: dict[str, str] = {
+    "StampSwitch": "arrival",
+    "enable_kernel_stamps": "arrival",
+    "read_stamped": "arrival",
+    "read_dataset": "datasets",
     "CALIBRATION_DIR": "calibrate",
     "Calibration": "calibrate",
     "run_calibration": "calibrate",
@@ -118,6 +131,7 @@ _HOME: dict[str, str] = {
     "write_calibration": "calibrate",
     "FakeScript": "fakeserver",
     "FakeServerProcess": "fakeserver",
+    "whole_prompt_tokens": "history_trim",
     "ProtocolError": "http1",
     "LengthDistribution": "lengths",
     "parse_length_distribution": "lengths",
@@ -149,7 +163,7 @@ _HOME: dict[str, str] = {
     "JsonlAppender": "records",
     "RequestRecord": "records",
     "StageEvent": "records",
-    "iter_json_lines": "records",
+    "TenantLoad": "records",
     "iter_records": "records",
     "iter_stage_events": "records",
     "build_system_prompt": "shared_prefix",
@@ -167,7 +181,9 @@ _HOME: dict[str, str] = {
     "PlanOutcome": "supervisor",
     "run_plan": "supervisor",
     "WorkloadBuilder": "workload_builder",
+    "ignored_flags": "workload_builder",
     "LengthsWorkload": "workloads",
+    "SessionWorkload": "workloads",
     "StageRequests": "workloads",
     "cycle_prompts": "workloads",
 }
@@ -193,12 +209,15 @@ __all__ = [
     "ProtocolError",
     "RequestRecord",
     "SearchExperiment",
+    "SessionWorkload",
     "StageEvent",
     "StageFigures",
     "StagePlan",
     "StageRequests",
     "StageSummary",
+    "StampSwitch",
     "StreamResult",
+    "TenantLoad",
     "Trial",
     "TrialLine",
     "WorkersSetting",
@@ -210,9 +229,10 @@ __all__ = [
     "count_tokens",
     "cycle_prompts",
     "delivered_concurrency",
+    "enable_kernel_stamps",
     "erase_slots",
     "fake_delay_s",
-    "iter_json_lines",
+    "ignored_flags",
     "iter_records",
     "iter_stage_events",
     "level_text",
@@ -221,7 +241,9 @@ __all__ = [
     "new_figures",
     "parse_length_distribution",
     "poisson_requests",
+    "read_dataset",
     "read_limits",
+    "read_stamped",
     "resident_bytes",
     "run_calibration",
     "run_plan",
@@ -231,6 +253,7 @@ __all__ = [
     "summarize_stage",
     "usable_cores",
     "warmup_requests",
+    "whole_prompt_tokens",
     "write_calibration",
 ]
 

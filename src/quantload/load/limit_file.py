@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quantload.rundir.jsonl import BadLines, iter_jsonl
+
 LIMIT_SCHEMA = "quantload.limit/1"
 SearchExperiment = Literal["limit_users", "limit_rate"]
 
@@ -63,15 +65,6 @@ class LimitLine(BaseModel):
         return cls.model_validate_json(line)
 
 
-def read_limits(path: Path) -> list[LimitLine]:
-    """Every search of a run; unreadable lines are skipped."""
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.strip():
-            try:
-                found.append(LimitLine.from_json_line(line))
-            except ValueError:
-                continue
-    return found
+def read_limits(path: Path, bad: BadLines | None = None) -> list[LimitLine]:
+    """Every search of a run; a line that cannot be read is counted in `bad` (the report says so)."""
+    return list(iter_jsonl(path, LimitLine.from_json_line, bad))

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.config import LoadSettings
 from quantload.load.prompts import warmup_prompt
-from quantload.load.records import Experiment, StageEvent
+from quantload.load.records import Experiment, StageEvent, TenantLoad
 from quantload.served import ServedTarget
 from quantload.slo import Arrival
 
@@ -59,9 +59,10 @@ class PlannedRequest(_Frozen):
     """One request of a stage: which prompt, and (open loop) when relative to the stage start.
 
     A workload may set the request's own output length (`max_tokens`, else the plan's), the
-    prompt length it asked for, its class (the mixed experiment) and, for a multi-turn
-    conversation, the session id, the slot it is pinned to and the turns that follow this one:
-    the user who takes it sends them in order, each with the whole history so far.
+    prompt length it asked for, its class (the mixed experiment), its tenant (a stage shared by
+    tenants) and, for a multi-turn conversation, the session id, the slot it is pinned to and the
+    turns that follow this one: the user who takes it sends them in order, each with the whole
+    history so far.
     """
 
     prompt_id: str
@@ -69,6 +70,8 @@ class PlannedRequest(_Frozen):
     max_tokens: int | None = None
     prompt_tokens_asked: int | None = None
     request_class: str | None = None
+    tenant: str | None = None
+    ignore_eos: bool | None = None  # overrides the stage's (a tenant's workload among others)
     session_id: str | None = None
     id_slot: int | None = None
     later_turns: tuple[PlannedTurn, ...] = ()
@@ -79,8 +82,21 @@ class PlannedRequest(_Frozen):
         return 1 + len(self.later_turns)
 
 
+ContextPolicy = Literal["fail", "trim", "shift"]
+
+
 class StagePlan(_Frozen):
-    """One stage: its users, warm-up and measured requests, and its bounds."""
+    """One stage: its users, warm-up and measured requests, and its bounds.
+
+    A stage shared by tenants lists each one's load (`tenants`): a tenant's requests are never more
+    at once than its users (the ticket book holds the rest back), so each keeps its own
+    concurrency within the stage's `users` (their sum). A conversation stage of the context
+    experiment says how a history beyond the slot is met (`context_policy`): fail (the server's
+    default: the turn is refused), trim (the client drops the earliest turns that do not fit, the
+    system prompt kept, counted with the server's tokenizer) or shift (the server's
+    `--context-shift`); `slot_context_tokens` is the slot's context, and `breaker_ignores` the
+    error classes the stage expects (they do not count towards its circuit breaker).
+    """
 
     stage_id: str
     index: int
@@ -104,10 +120,19 @@ class StagePlan(_Frozen):
     server_args: str | None = None
     warning: str | None = None
     template_overhead_tokens: int | None = None
+    tenants: tuple[TenantLoad, ...] = ()
+    context_policy: ContextPolicy | None = None
+    slot_context_tokens: int | None = None
+    breaker_ignores: tuple[str, ...] = ()
     # A timed stage (the soak's slices): closed loop, its requests are handed out again and again
     # until this long after its start, then the ones in flight finish (quantload.load.timed_supply);
     # open loop, its arrivals were scheduled within it.
     duration_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def tenant_users(self) -> dict[str, int]:
+        """Each tenant's most requests at once."""
+        return {tenant.name: tenant.users for tenant in self.tenants}
 
     @property
     def measured_records(self) -> int:
@@ -176,6 +201,9 @@ class LoadPlan(_Frozen):
                 "server_args": stage.server_args,
                 "warning": stage.warning,
                 "template_overhead_tokens": stage.template_overhead_tokens,
+                "tenants": [tenant.model_dump() for tenant in stage.tenants] or None,
+                "context_policy": stage.context_policy,
+                "slot_context_tokens": stage.slot_context_tokens,
                 **fields,
             }
         )
@@ -250,7 +278,8 @@ def stage_plan(
     Closed loop: users start within `load.first_round_jitter_s` of each other and a stage with
     more users than requests gets its warning; open loop (`arrival` poisson or trace): the pool of
     `users` serves the scheduled arrivals at `rate_rps`. `labels` are further StagePlan fields
-    (phase, server_args, system_prompt_id, prefix_tokens, server_state, kv_cache_type, duration_s).
+    (phase, server_args, system_prompt_id, prefix_tokens, server_state, kv_cache_type, tenants,
+    context_policy, slot_context_tokens, breaker_ignores, duration_s).
     """
     chosen = tuple(requests if requests is not None else drawn.requests)
     closed = arrival == "closed"

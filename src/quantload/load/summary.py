@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantload.load.records import RequestRecord, StageEvent
+from quantload.load.records import RequestRecord, StageEvent, TenantLoad
 from quantload.slo import Slo, SloCounter, SloCounts, arrival_of, is_open_loop
 from quantload.stats import percentile
 
@@ -203,6 +203,9 @@ class StageSummary(BaseModel):
     server_args: str | None = None
     warning: str | None = None
     template_overhead_tokens: int | None = None
+    tenants: list[TenantLoad] | None = None
+    context_policy: str | None = None
+    slot_context_tokens: int | None = None
     client_cpu_frac: float | None = None
     client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None
@@ -319,6 +322,9 @@ def summarize(
         server_args=end.server_args,
         warning=end.warning,
         template_overhead_tokens=end.template_overhead_tokens,
+        tenants=end.tenants,
+        context_policy=end.context_policy,
+        slot_context_tokens=end.slot_context_tokens,
         client_cpu_frac=end.client_cpu_frac,
         client_cpu_total_frac=end.client_cpu_total_frac,
         loop_lag_p99_s=end.loop_lag_p99_s,

@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from quantload import json_input
+
 CONFIG_JSON = "config.json"
 RUN_JSON = "run.json"
 MANIFEST_JSON = "manifest.json"
@@ -79,5 +81,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file."""
-    return json.loads(path.read_text(encoding="utf-8"))
+    """Parse a JSON file; ValueError (json_input.JsonInputError) for text that is not JSON within
+    the bounds every reader keeps (nested too deep, not UTF-8)."""
+    return json_input.loads(path.read_bytes())

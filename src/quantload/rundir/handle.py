@@ -22,7 +22,6 @@ from quantload.load import (
     RequestRecord,
     StageEvent,
     StageSummary,
-    iter_json_lines,
     iter_records,
     iter_stage_events,
     read_limits,
@@ -36,6 +35,7 @@ from quantload.rundir import (
     STAGES_JSONL,
     SUMMARIES_JSONL,
 )
+from quantload.rundir.jsonl import iter_jsonl
 
 LOAD_PLANS_DIR = "load-plans"
 
@@ -87,7 +87,7 @@ class RunDir:
 
     def summaries(self) -> Iterator[StageSummary]:
         """Every stage summary written so far, in order."""
-        return iter_json_lines(self.summaries_path, StageSummary.from_json_line)
+        return iter_jsonl(self.summaries_path, StageSummary.from_json_line)
 
     def append_limit(self, line: LimitLine) -> None:
         """One finished limit search, appended to limits.jsonl."""

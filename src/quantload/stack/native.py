@@ -181,8 +181,9 @@ class NativeRun:
                     lambda progress: self.steps.prepare(toolchain, self.run_dir, progress),
                     account=lambda prepared, _: (prepared.busy_s, None),
                 )  # fmt: skip
-                quants = models.quants(self.settings.model.quants)
+                quants = models.quants()  # the manifest's order: largest file first
                 self._quality(toolchain, models, quants)
+                self._sensitivity(toolchain, models)
                 self._speed(toolchain, models, quants)
                 prometheus = self._prometheus(children)
                 self._serve_and_load(toolchain, models, quants, prometheus)
@@ -263,6 +264,23 @@ class NativeRun:
             return None if isinstance(result, Failed) else result
 
         self.steps.kld(toolchain, models, quants, text, self.run_dir, attempt)
+
+    def _sensitivity(self, toolchain: Toolchain, models: PreparedModels) -> None:
+        """The sensitivity scan from the run's reference (sensitivity.in_run; needs KLD)."""
+        if not (self.settings.sensitivity.in_run and self.settings.quality.kld):
+            return
+        reference = models.reference
+        if reference is None:
+            self.state.skip("sensitivity", None, "no F16, BF16 or F32 file to scan from")
+            return
+        try:
+            text = self.steps.quality_text()
+        except QuantloadError as error:
+            self.state.skip("sensitivity", None, error.one_line())
+            return
+        reference_path = models.path(reference)
+        scan = functools.partial(self.steps.sensitivity, toolchain, reference_path, text, self.run_dir)
+        self._attempt("sensitivity", None, "sensitivity scan", scan, measuring)
 
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         limits = self._attempt(

@@ -19,6 +19,7 @@ from quantload.config import Settings
 from quantload.experiments.base import ExperimentRun, ServerControl
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
+from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
@@ -26,6 +27,7 @@ from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
 from quantload.quality.kld_results import KldSet
 from quantload.quality.results import QualityResult
+from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.run_context import RunContext
@@ -33,7 +35,12 @@ from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
 from quantload.served import ServedTarget
 from quantload.stack.server_variants import ServerVariants
 from quantload.steps.load import run_experiment
-from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
+from quantload.steps.prepare import (
+    PreparedModels,
+    prepare_model_files,
+    prepared_folder,
+    scored_text_on_disk,
+)
 from quantload.steps.quality import measure_file_quality, quality_text
 from quantload.steps.report import write_report
 from quantload.steps.serve import check_kv, server_spec
@@ -54,10 +61,13 @@ class RunSteps:
         return ensure_toolchain(self.settings.toolchain, self.environ, progress)
 
     def prepare(self, toolchain: Toolchain, run_dir: Path, progress: ProgressCallback) -> PreparedModels:
-        source = self.settings.model.source
+        prepare = self.settings.prepare
+        # the user's own files stay where they are: their manifest is the run's
+        folder = run_dir if prepare.files else prepared_folder(self.cache, self.settings.model.source)
         return prepare_model_files(
             self.settings.model, self.settings.toolchain, toolchain, self.cache, self.environ,
-            prepared_folder(self.cache, source), progress, run_dir=run_dir,
+            folder, progress, run_dir=run_dir, prepare=prepare,
+            scored_text=scored_text_on_disk(self.settings.quality, self.cache),
         )  # fmt: skip
 
     def quality_text(self) -> Path:
@@ -79,6 +89,15 @@ class RunSteps:
         return measure_manifest_kld(
             toolchain, models.manifest, quants, text, self.cache, self.settings.quality,
             run_dir / QUALITY_JSON, attempt, run_dir / LOGS_DIR,
+        )  # fmt: skip
+
+    def sensitivity(
+        self, toolchain: Toolchain, reference: Path, text: Path, run_dir: Path, progress: ProgressCallback
+    ) -> SensitivityFile:
+        settings = self.settings
+        return scan_sensitivity(
+            toolchain, reference, text, self.cache, settings.quality, settings.sensitivity,
+            settings.report.max_kld_mean_nats, quant_types(toolchain), run_dir, progress, run_dir / LOGS_DIR,
         )  # fmt: skip
 
     def probe(self) -> MachineLimits:

@@ -109,8 +109,8 @@ def planned(settings: Settings) -> list[str]:
 def test_the_run_plans_the_experiments_whose_input_is_there() -> None:
     settings = Settings()
     assert planned(settings) == [
-        "sweep", "prefix_cache", "sessions", "mixed", "limit_users", "limit_rate", "kv_types"
-    ]
+        "sweep", "prefix_cache", "sessions", "mixed", "limit_users", "limit_rate", "context", "kv_types"
+    ]  # noisy_neighbour needs two [[tenants]]
     assert registry.missing_input("open_loop", settings) == "no open-loop rate (load.rates_rps)"
     assert registry.missing_input("trace", settings) == "no trace (trace.path)"
     both = Settings(load=LoadSettings(rates_rps=(1.0,)), trace=TraceSettings(path="t.jsonl"))

@@ -146,14 +146,16 @@ def test_delivered_concurrency() -> None:
 
 def test_collector_names_labels_and_no_created_series() -> None:
     metrics = LoadMetrics()
-    labels = ("srv", "Q4_K_M", "sweep")
+    labels = ("srv", "Q4_K_M", "sweep", "")
     metrics.observe_request(labels, "ok", 0.1, 0.02, 0.5, [0.01, 0.03], 0.001, 12, 5)
     metrics.observe_request(labels, "http_5xx", None, None, None, [], 0.0, None, None)
+    metrics.observe_request(("srv", "Q4_K_M", "sweep", "acme"), "context_exceeded", None, None, None, [], 0.0,
+                            None, None)  # fmt: skip
     metrics.set_active_users("srv", "Q4_K_M", 4)
     metrics.set_stage(["srv", "Q4_K_M", "sweep", "4", "1", ""])
     registry = new_registry(metrics)
     value = registry.get_sample_value
-    base = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep"}
+    base = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep", "tenant": ""}
     assert value("quantload_ttft_seconds_count", base) == 1
     assert value("quantload_ttft_seconds_bucket", {**base, "le": "0.1"}) == 1
     assert value("quantload_ttft_seconds_bucket", {**base, "le": "0.075"}) == 0
@@ -161,10 +163,11 @@ def test_collector_names_labels_and_no_created_series() -> None:
     assert value("quantload_client_lag_seconds_count", base) == 2
     assert value("quantload_requests_total", {**base, "outcome": "ok"}) == 1
     assert value("quantload_requests_total", {**base, "outcome": "http_5xx"}) == 1
-    assert value("quantload_output_tokens_total", {"server": "srv", "quant": "Q4_K_M"}) == 5
-    assert value("quantload_prompt_tokens_total", {"server": "srv", "quant": "Q4_K_M"}) == 12
+    assert value("quantload_requests_total", {**base, "tenant": "acme", "outcome": "context_exceeded"}) == 1
+    assert value("quantload_output_tokens_total", {"server": "srv", "quant": "Q4_K_M", "tenant": ""}) == 5
+    assert value("quantload_prompt_tokens_total", {"server": "srv", "quant": "Q4_K_M", "tenant": ""}) == 12
     assert value("quantload_active_users", {"server": "srv", "quant": "Q4_K_M"}) == 4
-    stage = {**base, "users": "4", "repeat": "1", "rate_rps": ""}
+    stage = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep", "users": "4", "repeat": "1", "rate_rps": ""}
     assert value("quantload_stage_info", stage) == 1
     text = generate_latest(registry).decode()
     assert "_created" not in text

@@ -354,7 +354,9 @@ def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Pa
     (tmp_path / "soak.jsonl").write_text(json.dumps(start) + '\n{"schema": "quantload.soak/1", "ev\n')
     run = load_run(tmp_path)
     view = soak_view(run, stage_table(run, ReportSettings()))
-    assert view.notes == ["1 line(s) of soak.jsonl could not be read (torn or foreign) and were left out"]
+    assert view.notes == [
+        "1 line of soak.jsonl could not be read (torn, foreign or damaged: line 2) and were left out"
+    ]
     (only,) = view.runs
     assert only.level == "2 users" and only.slices.empty
     assert [g.what for g in view.gaps] == ["every slice during the soak of Q4_K_M"]

@@ -157,7 +157,9 @@ class StageController:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
         timed = stage.duration_s is not None and not warmup and bool(tickets)
         planned = 0 if timed else sum(ticket.record_count for ticket in tickets)
-        tracker = StageTracker(stage.stage_id, planned, warmup, self.plan.max_consecutive_errors)
+        tracker = StageTracker(
+            stage.stage_id, planned, warmup, self.plan.max_consecutive_errors, stage.breaker_ignores
+        )
         self.sink.tracker = tracker
         if not tickets:
             return tracker
