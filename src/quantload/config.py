@@ -371,9 +371,11 @@ class SoakSettings(_Section):
     slice_s: float = Field(
         default=60.0, ge=1, le=3600, description="each slice's length: one stage, one point per figure"
     )
-    users: int = Field(default=4, ge=1, description="closed-loop users held (when rate_rps is unset)")
+    users: int = Field(
+        default=4, ge=1, le=MAX_USERS, description="closed-loop users held (when rate_rps is unset)"
+    )
     rate_rps: float | None = Field(
-        default=None, gt=0, le=10_000, description="hold this Poisson arrival rate instead of users"
+        default=None, gt=0, le=MAX_RATE_RPS, description="hold this Poisson arrival rate instead of users"
     )
     from_limit: bool = Field(
         default=False,

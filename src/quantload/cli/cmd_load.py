@@ -15,6 +15,7 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
+from quantload.experiments.soak import NAME as SOAK
 from quantload.experiments.soak import duration_text_s
 from quantload.load import StageSummary, choose_workers, ignored_flags, usable_cores
 from quantload.paths import check_out_dir
@@ -184,6 +185,11 @@ def register(app: typer.Typer) -> None:
             cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         check_out_dir(out)
         experiments = registry.against_any_server(experiment or ["sweep"])
+        if duration is not None and all(kind.name != SOAK for kind in experiments):
+            cli.err_console.print(
+                f"warning: --duration is read by the soak experiment only: add -e {SOAK}",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
         names, quants = list(name or []), list(quant or [])
         if len(names) > len(url) or len(quants) > len(url):
             raise ConfigError("more --name/--quant than --url", "give one per --url, in order")

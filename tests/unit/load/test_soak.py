@@ -60,6 +60,28 @@ def test_the_soak_runs_only_with_a_duration_and_its_settings_are_bounded(tmp_pat
             load_config(tmp_path, {}, bad)
 
 
+@pytest.mark.parametrize(("chosen", "warned"), [([], True), (["-e", "sweep"], True), (["-e", "soak"], False)])
+def test_a_duration_without_the_soak_is_said(
+    chosen: list[str], warned: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from quantload.cli import cmd_load
+    from quantload.cli.main import main
+
+    asked: list[str] = []
+
+    def stand_in(name: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(name)
+        raise ConfigError("stopped before any load")
+
+    monkeypatch.setattr(cmd_load, "run_experiment", stand_in)
+    argv = ["load", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "out"), "--duration", "2m", *chosen]
+    main(argv)
+    err = capsys.readouterr().err
+    assert ("--duration is read by the soak experiment only: add -e soak" in err) is warned, err
+    assert asked == [chosen[-1] if chosen else "sweep"]
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("20m", 1200.0), ("1h", 3600.0), (" 1.5 h", 5400.0)]
 )
