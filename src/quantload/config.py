@@ -312,7 +312,8 @@ class LoadSettings(_Section):
     workers: Annotated[int, Field(ge=0, le=MAX_THREADS)] | Literal["auto"] = Field(
         default="auto",
         description="Locust worker processes: 0 = one process; auto = one process unless a stage"
-        " has more than 256 users and the cores leave room for a master and two workers",
+        " has more users than one process measured right in this machine's latest calibration"
+        " (256 without one) and the cores leave room for a master and two workers",
     )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(

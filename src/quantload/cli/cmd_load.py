@@ -17,7 +17,7 @@ from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.soak import NAME as SOAK
 from quantload.experiments.soak import duration_text_s
-from quantload.load import StageSummary, choose_workers, ignored_flags, usable_cores
+from quantload.load import StageSummary, choose_workers, ignored_flags, machine_limits, usable_cores
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic
@@ -211,7 +211,8 @@ def register(app: typer.Typer) -> None:
         ]
         most_users = max(*settings.load.users, settings.limit.max_users if any(
             kind.name == "limit_users" for kind in experiments) else 1)
-        choice = choose_workers(settings.load.workers, most_users, usable_cores())
+        per_process = machine_limits(settings, cli.cwd).streams_per_process  # as the layout will
+        choice = choose_workers(settings.load.workers, most_users, usable_cores(), per_process)
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
         run = run_id or make_run_id(settings.model_dump(mode="json"))

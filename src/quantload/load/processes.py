@@ -85,11 +85,13 @@ def choose_workers(
     return WorkerChoice(requested, f"{requested} workers, as asked" if requested else "one process, as asked")
 
 
-def most_workers(settings: LoadSettings, cores: int | None = None) -> int:
+def most_workers(settings: LoadSettings, cores: int | None = None, per_process: float | None = None) -> int:
     """The most workers any experiment of `settings` runs on this machine (whose /metrics ports
-    a Prometheus configuration must list before the load starts)."""
+    a Prometheus configuration must list before the load starts); `per_process` as for
+    `choose_workers` (the streams this machine's calibration proved, which the plans are held to)."""
     largest = max(max(settings.users, default=1), settings.open_loop_users, settings.prefix_users)
-    return choose_workers(settings.workers, largest, usable_cores() if cores is None else cores).workers
+    cores = usable_cores() if cores is None else cores
+    return choose_workers(settings.workers, largest, cores, per_process).workers
 
 
 @dataclass(frozen=True)

@@ -97,3 +97,5 @@ def test_most_workers_covers_every_experiment_of_the_settings() -> None:
     crowded = LoadSettings(users=(8,), open_loop_users=600)
     assert most_workers(crowded, cores=16) == 3  # the open-loop user pool decides
     assert most_workers(LoadSettings(workers=2), cores=2) == 2  # as asked
+    # a calibration that proved 64 streams a process: 600 users take more workers, as the layout will
+    assert most_workers(crowded, cores=16, per_process=64) == 10
