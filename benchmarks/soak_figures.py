@@ -1,11 +1,12 @@
 """The soak's figures (issue 25): one load held on one quantization for a long time, and its drift.
 
-Runs `quantload run` with only the soak experiment on one quantization (or reads a finished run
-directory with `--from`) and prints: how long the load was held and at what level, the machine's
-load average before, during (every minute) and after, and the share of the CPUs other processes
-used meanwhile; requests and errors; the drift per hour of TTFT p99 and of the server's and the
-load client's resident memory, each with its standard error, 95 % interval and verdict, and the
-first and last slices' values. Written under benchmarks/figures/ too (no machine paths).
+Prepares the quantization (`quantload prepare`, cached) and runs `quantload run --files` of that
+file alone with only the soak experiment (or reads a finished run directory with `--from`), and
+prints: how long the load was held and at what level, the machine's load average before, during
+(every minute) and after, and the share of the CPUs other processes used meanwhile; requests and
+errors; the drift per hour of TTFT p99 and of the server's and the load client's resident memory,
+each with its standard error, 95 % interval and verdict, and the first and last slices' values.
+Written under benchmarks/figures/ too (no machine paths).
 
     nice -n 10 .venv/bin/python benchmarks/soak_figures.py --model smollm2-135m --quant Q4_K_M \
         --users 4 --duration 1h                                   # the measured target: an hour
@@ -28,20 +29,36 @@ from pathlib import Path
 from typing import Any
 
 from quantload.cpu_share import mark, other_cpu_frac
+from quantload.paths import cache_root
+from quantload.steps.prepare import prepared_folder
 
 HERE = Path(__file__).resolve().parent
 MIB = 2.0**20
 
 
-def run(model: str, quant: str, users: int, duration: str, slice_s: float, out: Path) -> dict[str, Any]:
-    """`quantload run` of the soak alone; the run directory, wall time and the machine meanwhile."""
+def prepared_file(model: str, quant: str) -> Path:
+    """The model's `quant` file, made (or found) in the cache folder every run of the model
+    shares: `quantload prepare` makes the reference too, and the run then serves this file alone
+    (given with --files, as a user's own file)."""
+    folder = prepared_folder(cache_root(None, os.environ), model)
     command = [
-        sys.executable, "-m", "quantload.cli.main", "run", "--model", model, "--profile", "quick",
-        "--duration", duration, "--out", str(out),
+        sys.executable, "-m", "quantload.cli.main", "prepare", "--model", model, "--out", str(folder),
+        "--quants", quant,
+    ]  # fmt: skip
+    subprocess.run(command, check=True)
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    return folder / manifest["files"][quant]["file"]
+
+
+def run(model: str, quant: str, users: int, duration: str, slice_s: float, out: Path) -> dict[str, Any]:
+    """`quantload run` of the soak alone on one file; the run directory, wall time and the machine
+    meanwhile."""
+    command = [
+        sys.executable, "-m", "quantload.cli.main", "run", "--files", str(prepared_file(model, quant)),
+        "--profile", "quick", "--duration", duration, "--out", str(out),
     ]  # fmt: skip
     env = {
         **os.environ,
-        "QUANTLOAD_MODEL__QUANTS": quant,
         "QUANTLOAD_LOAD__EXPERIMENTS": "soak",
         "QUANTLOAD_SOAK__USERS": str(users),
         "QUANTLOAD_SOAK__SLICE_S": str(slice_s),
