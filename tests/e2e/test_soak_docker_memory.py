@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 HELD_MIB = 48  # what the busy container holds in its /dev/shm (64 MiB by default), as memory
 REPOSITORY = "quantload-soak-busybox"
 IMAGE = f"{REPOSITORY}:test"
+BRIDGE = "qlsoak0"
+BRIDGE_ADDRESS = "10.199.213.1/24"  # private, and no container of this test uses it
 
 
 def _busybox(cache: Path) -> Path:
@@ -50,6 +52,23 @@ def _busybox(cache: Path) -> Path:
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), tmp], check=True, timeout=60)
         shutil.copy2(Path(tmp) / "bin" / "busybox", binary)
     return binary
+
+
+@contextlib.contextmanager
+def _own_bridge() -> Iterator[None]:
+    """A bridge for the engine alone, removed afterwards."""
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        missing(f"the bridge {BRIDGE} is in use (another run of this test?)")
+    for command in (["ip", "link", "add", "name", BRIDGE, "type", "bridge"],
+                    ["ip", "addr", "add", BRIDGE_ADDRESS, "dev", BRIDGE]):  # fmt: skip
+        made = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+        if made.returncode != 0:
+            subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+            missing(f"could not make the bridge {BRIDGE}: {made.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, timeout=30, check=False)
 
 
 def _image_tar(busybox: Path) -> bytes:
@@ -74,7 +93,12 @@ def engine_env() -> Iterator[dict[str, str]]:
     busybox = _busybox(cache)
     with tempfile.TemporaryDirectory(prefix="ql-soak-root-", dir="/tmp") as root, contextlib.ExitStack() as exits:
         try:
-            running = exits.enter_context(private_engine(dockerd, Path(root) / "data"))
+            # a bridge of its own, so another engine's docker0 is left alone (`--bridge=none` would
+            # make dockerd delete it); the containers have no network anyway
+            exits.enter_context(_own_bridge())
+            running = exits.enter_context(
+                private_engine(dockerd, Path(root) / "data", extra_args=(f"--bridge={BRIDGE}",))
+            )
         except EngineError as error:
             missing(f"the Docker engine would not start: {error}")
         client = running.client()
