@@ -22,6 +22,7 @@ from quantload.experiments import (
     open_loop,
     prefix_cache,
     sessions,
+    soak,
     sweep,
     trace,
 )
@@ -39,6 +40,7 @@ REGISTRY: tuple[Experiment, ...] = (
     context_overflow.EXPERIMENT,
     noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
+    soak.EXPERIMENT,
 )
 
 

@@ -10,6 +10,7 @@ with the figures it shows (see `parts.Chapter`).
                delivered lengths; which TTFT a reasoning model gets
   contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
   tenants      tenants sharing a server; the noisy neighbour (1 figure)
+  soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -29,6 +30,7 @@ from quantload.analysis.chapters import (
     model_files,
     plan,
     server,
+    soak,
     tenants,
     traffic,
     ttft,
@@ -45,6 +47,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     traffic.CHAPTER,
     contexts.CHAPTER,
     tenants.CHAPTER,
+    soak.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,
