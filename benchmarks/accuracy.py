@@ -15,8 +15,10 @@ one table and writes it, with the raw numbers, under benchmarks/figures/.
 
 Goals (issue 17): TTFT error p99 at most 5 ms at 64 and at 256 streams; `--workers` (auto, the
 default) never worse than one process; no error below zero; delivered concurrency equal to the
-asked one. Client CPU is printed per 100 streams, in % of one core, beside the floor's. Run it on
-a quiet machine: client and server share the cores, so anything else running shows up as error.
+asked one. Client CPU is printed per 100 streams, in % of one core, beside the floor's, with the
+stage line's event-loop lag p99, its busiest process's CPU and what it said of its own figures
+(issue 25: client_trust ok, degraded or saturated). Run it on a quiet machine: client and server
+share the cores, so anything else running shows up as error.
 """
 
 from __future__ import annotations
@@ -133,6 +135,11 @@ def run_quantload(
     end = ends[0] if ends else None
     summary = _summary(errors_of(rows), streams, requests, end.client_cpu_total_frac if end else None)
     summary["saturated"] = end.client_saturated if end else None
+    lag_s = end.loop_lag_p99_s if end is not None else None
+    summary["loop_lag_p99_ms"] = None if lag_s is None else lag_s * 1000
+    summary["busiest_cpu_frac"] = end.client_cpu_frac if end else None
+    summary["trust"] = end.client_trust if end else None
+    summary["trust_why"] = end.client_trust_why if end else None
     summary["workers"] = choose_workers(workers, streams, usable_cores()).workers
     return summary
 
@@ -152,8 +159,9 @@ def _p(values: list[float], q: float) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| streams | client | TTFT err p50/p99/min ms | own TTFT err p99 ms | ITL err p50/p99 ms |"
-        " delivered | client CPU % of a core per 100 streams | server late p99 ms | ok |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " delivered | client CPU % of a core per 100 streams | server late p99 ms | ok |"
+        " loop lag p99 ms | busiest process CPU % | client flag |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         for side in row["sides"]:
@@ -165,8 +173,24 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f" {_p(found['itl'], 50)} / {_p(found['itl'], 99)} |"
                 f" {'-' if conc is None else f'{conc:.1f}'} | {'-' if cpu is None else f'{100 * cpu:.0f}'} |"
                 f" {_p(found['late'], 99)} | {found['ok']}/{found['requests']} |"
+                f" {_opt(found.get('loop_lag_p99_ms'), 1)} | {_opt(found.get('busiest_cpu_frac'), 0, 100)} |"
+                f" {_flag(found)} |"
             )
     return "\n".join(lines)
+
+
+def _opt(value: float | None, digits: int, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _flag(found: dict[str, Any]) -> str:
+    """What the stage line said of the client (its client_trust: ok, degraded, saturated; a line
+    from before it: saturated or none); '-' for the floor."""
+    if "saturated" not in found:
+        return "-"
+    if found.get("trust"):
+        return str(found["trust"])
+    return "saturated" if found["saturated"] else "none"
 
 
 def _workers(text: str) -> list[WorkersSetting]:

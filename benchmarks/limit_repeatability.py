@@ -7,7 +7,7 @@ judged against the same SLO by the one judge (quantload.slo). Prints each search
 trials, and each sweep level's verdict beside what the searches said at that level.
 
     .venv/bin/python benchmarks/limit_repeatability.py [--model smollm2-135m] [--quant Q4_K_M]
-        [--searches 3] [--time-cap 600] [--out results/bench-limit]
+        [--searches 3] [--time-cap 600] [--threads 1] [--out results/bench-limit]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from quantload.config import ToolchainSettings
+from quantload.config import ReportSettings, ToolchainSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.load import iter_stage_events, read_limits
@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--quant", default="Q4_K_M")
     parser.add_argument("--searches", type=int, default=3)
     parser.add_argument("--time-cap", type=float, default=600.0)
+    # one thread: on a shared 2-core machine llama.cpp's default of two decoded over ten times slower
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("results/bench-limit"))
     args = parser.parse_args()
     toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
@@ -52,7 +54,8 @@ def main() -> None:
         hint = f"run `quantload prepare --model {args.model}` first"
         raise SystemExit(f"no {args.quant} file in {folder}: {hint}")
     args.out.mkdir(parents=True, exist_ok=True)
-    spec = ServerSpec(model_path=model, alias=f"{args.model}-{args.quant}", slots=8, ctx_per_slot=4096)
+    alias = f"{args.model}-{args.quant}"
+    spec = ServerSpec(model_path=model, alias=alias, slots=8, ctx_per_slot=4096, threads=args.threads)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     with LlamaServer(toolchain, spec, args.out / "llama-server.log") as server:
@@ -62,7 +65,8 @@ def main() -> None:
         sweep = ("-e", "sweep", "--users", "1,2,4,8", "--repeats", "1")
         load(args.out / "sweep", server.url, args.quant, *sweep)
     took = f"{time.monotonic() - started:.0f} s, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
-    print(f"{args.model} {args.quant}, -np 8 -c 32768, 32 output tokens, built-in prompts; {took}")
+    served = f"-np 8 -c 32768 -t {args.threads}"
+    print(f"{args.model} {args.quant}, {served}, 32 output tokens, built-in prompts; {took}")
     held_at: dict[int, list[bool]] = {}
     for index in range(args.searches):
         for line in read_limits(args.out / f"search-{index}" / "limits.jsonl"):
@@ -75,7 +79,7 @@ def main() -> None:
         for text in (args.out / "sweep" / "summaries.jsonl").read_text().splitlines()
         if text.strip()
     ]
-    slo = Slo(1.0, 0.1)
+    slo = Slo.of(ReportSettings())  # the SLO quantload load judged by, its defaults
     for summary in summaries:
         verdict = judge(SloCounts(**summary["slo_counts"]), slo)
         users = int(summary["users"])

@@ -319,7 +319,8 @@ class LoadSettings(_Section):
     workers: Annotated[int, Field(ge=0, le=MAX_THREADS)] | Literal["auto"] = Field(
         default="auto",
         description="Locust worker processes: 0 = one process; auto = one process unless a stage"
-        " has more than 256 users and the cores leave room for a master and two workers",
+        " has more users than one process measured right in this machine's latest calibration"
+        " (256 without one) and the cores leave room for a master and two workers",
     )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
@@ -358,6 +359,57 @@ class KvTypeSettings(_Section):
         default=32, ge=1, le=MAX_TOKENS,
         description="only prompts of at most this many tokens (load.prompts' set)"
     )
+
+
+MAX_SOAK_S = 86_400.0  # a day
+MAX_SOAK_SLICES = 1000
+
+
+class SoakSettings(_Section):
+    """The soak (the soak experiment): one fixed load held for `duration_s`, in time slices of
+    `slice_s`, each slice a stage of its own; the server's and the load client's memory and the
+    KV cells in use sampled every `sample_s`; a drift verdict per hour at the end."""
+
+    duration_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_SOAK_S,
+        description=f"how long the load is held, s (at most {MAX_SOAK_S:g}); 0 = no soak experiment",
+    )
+    slice_s: float = Field(
+        default=60.0, ge=1, le=3600, description="each slice's length: one stage, one point per figure"
+    )
+    users: int = Field(
+        default=4, ge=1, le=MAX_USERS, description="closed-loop users held (when rate_rps is unset)"
+    )
+    rate_rps: float | None = Field(
+        default=None, gt=0, le=MAX_RATE_RPS, description="hold this Poisson arrival rate instead of users"
+    )
+    from_limit: bool = Field(
+        default=False,
+        description="hold the limit this run's search found for the server (limit_users, or"
+        " limit_rate when rate_rps is set) less plan.headroom_frac, when it searched one",
+    )
+    sample_s: float = Field(
+        default=5.0, ge=0.5, le=300, description="how often server memory and KV cells are read"
+    )
+    settle_slices: int = Field(
+        default=1, ge=0, le=MAX_SOAK_SLICES,
+        description="first slices left out of the drift fits (caches filling)",
+    )
+    server_container: str | None = Field(
+        default=None,
+        description="the server's container (compose): its memory from the Docker SDK's stats, for"
+        " a server quantload did not start",
+    )
+
+    @model_validator(mode="after")
+    def _bounded_slices(self) -> SoakSettings:
+        if self.duration_s / self.slice_s > MAX_SOAK_SLICES:
+            raise ValueError(
+                f"duration_s / slice_s makes more than {MAX_SOAK_SLICES} slices; raise soak.slice_s"
+            )
+        return self
 
 
 def _distribution(text: str) -> str:
@@ -955,6 +1007,7 @@ class Settings(_Section):
     slots: SlotsSettings = SlotsSettings()
     speculation: SpeculationSettings = SpeculationSettings()
     tune: TuneSettings = TuneSettings()
+    soak: SoakSettings = SoakSettings()
     context: ContextSettings = ContextSettings()
     tenants: tuple[TenantSettings, ...] = ()
     noisy_neighbour: NoisyNeighbourSettings = NoisyNeighbourSettings()

@@ -14,7 +14,8 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # and trace replay where rates or a trace are given) and the KV-cache type trade-off.
     "full": {},
     # A few minutes on a 2-core laptop with SmolLM2-135M: the sweep, the prompt cache, a search
-    # for the most users capped at 45 s a quantization and the KV-cache type trade-off.
+    # for the most users capped at 45 s a quantization and the KV-cache type trade-off (and the
+    # soak, in every profile, when a duration is given: soak.duration_s, `--duration`).
     "quick": {
         "sensitivity": {"in_run": False},
         "quality": {"chunks": 4, "kld_chunks": 4},
@@ -26,7 +27,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "max_tokens": 32,
             "warmup_requests": 1,
             "prefix_requests": 4,
-            "experiments": ("sweep", "prefix_cache", "limit_users", "kv_types"),
+            "experiments": ("sweep", "prefix_cache", "limit_users", "kv_types", "soak"),
         },
         "limit": {
             "max_users": 16,
@@ -54,7 +55,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "warmup_requests": 1,
             "prefix_tokens": 300,
             "prefix_requests": 3,
-            "experiments": ("sweep", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types"),
+            "experiments": ("sweep", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types", "soak"),
         },
         "sessions": {
             "users": 1,

@@ -329,7 +329,7 @@ def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
     config = load_config(tmp_path, {}, {"model.source": "tiny", "load.workers": 2})
     run = NativeRun(config, {}, tmp_path / "results", Silent(), FakeSteps())
     port = run.ports.loadgen
-    assert run.ports.loadgen_urls(config.settings) == [
+    assert run.ports.loadgen_urls(config.settings, tmp_path) == [
         f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}",
     ]
 

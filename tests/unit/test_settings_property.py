@@ -181,6 +181,9 @@ LOAD_FLAGS: dict[str, st.SearchStrategy[str]] = {
         ["normal:mean=inf,sd=1", "fixed:100000000", "lognormal:mean=5,spread=1e308", "uniform:1-1e300", "fixed:64"]
     ),
     "--batch-sizes": st.sampled_from(["0/0", "2048/512", "1/2", "99999999999/1", "a/b"]),
+    "--duration": st.one_of(
+        FLOAT_TEXT, st.sampled_from(["1h", "20m", "90s", "inf h", "nan m", "1e308h", "-5m", "2d", "an hour", ""])
+    ),
 }
 REPORT_FLAGS: dict[str, st.SearchStrategy[str]] = {
     name: st.one_of(FLOAT_TEXT, INT_TEXT, st.sampled_from(["inf", "nan"]))

@@ -38,6 +38,7 @@ from quantload.analysis.run_tables import (
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
+from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.tenant_tables import NoisyVerdict, noisy_table, noisy_verdicts, tenant_table
 from quantload.analysis.ttft_tables import (
@@ -102,6 +103,7 @@ class Analysis:
     tenants: pd.DataFrame  # tenant_tables.tenant_table
     noisy: pd.DataFrame  # tenant_tables.noisy_table
     noisy_verdicts: tuple[NoisyVerdict, ...]
+    soak: tuple[SoakRun, ...] = ()  # soak.soak_view: every soak of the run
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -228,12 +230,14 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
     if run.records.empty:
         return []
     ran = set(stages["experiment"]) if not stages.empty else set()
+    asked = set(run.settings.load.experiments) if run.settings is not None else None
     gaps = []
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
         (noisy_neighbour.EXPERIMENT, "tenants", "the noisy neighbour"),
     ):
-        if experiment.name not in ran:
+        # a gap is what the run meant to measure: an experiment load.experiments leaves out is none
+        if experiment.name not in ran and (asked is None or experiment.name in asked):
             gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
     settings = run.settings
     if context_overflow.NAME in ran and settings is not None:
@@ -286,8 +290,9 @@ def analyze(
     quants = tuple(run.quants())
     stages = stage_table(run, slo) if stages is None else stages
     levels = level_table(stages, "sweep", "users", quants)
-    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
-    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
+    soaks = soak_view(run, stages)
+    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + soaks.gaps
+    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + soaks.notes
     if run.stages.empty and not run.records.empty:
         notes.append(
             "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
@@ -383,6 +388,7 @@ def analyze(
         tenants=tenant_table(run.records, stages, run.settings, slo),
         noisy=noisy,
         noisy_verdicts=tuple(noisy_verdicts(noisy, run.settings, plan)),
+        soak=soaks.runs,
     )
 
 

@@ -68,8 +68,8 @@ def stage_line(head: dict[str, Any], event: str) -> StageEvent:
             for name in (
                 "kv_cache_type", "status", "reason", "prefix_tokens", "server_state", "workload",
                 "phase", "server_args", "warning", "template_overhead_tokens", "client_cpu_frac",
-                "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated", "context_policy",
-                "slot_context_tokens",
+                "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated", "client_rss_bytes",
+                "client_trust", "client_trust_why", "context_policy", "slot_context_tokens",
             )
             if _value(head, name) is not None
         },
@@ -250,12 +250,15 @@ def sort_by_quant(table: pd.DataFrame, quant_order: Sequence[str], key: str) -> 
 
 
 def lagging_stages(stages: pd.DataFrame, threshold_s: float) -> pd.DataFrame:
-    """Stages whose send-lag p99 is above `threshold_s` or whose stage_end says the client saturated."""
+    """Stages whose send-lag p99 is above `threshold_s`, whose stage_end says the client saturated,
+    or whose figures it says may be worse than stated (client_trust "degraded")."""
     if stages.empty:
         return stages
     lag = stages["lag_p99_s"].astype(float).fillna(0.0)
     saturated = stages["client_saturated"].eq(True)
-    flagged = stages[(lag > threshold_s) | saturated].copy()
+    trust = stages["client_trust"] if "client_trust" in stages else pd.Series(None, index=stages.index)
+    degraded = trust.eq("degraded")
+    flagged = stages[(lag > threshold_s) | saturated | degraded].copy()
     flagged["why"] = [
         "; ".join(
             part
@@ -264,6 +267,9 @@ def lagging_stages(stages: pd.DataFrame, threshold_s: float) -> pd.DataFrame:
                 if (row.lag_p99_s or 0.0) > threshold_s
                 else "",
                 "stage_end says the client saturated (CPU or event-loop lag)" if row.client_saturated else "",
+                f"figures may be worse than stated: {_value(row, 'client_trust_why')}"
+                if _value(row, "client_trust") == "degraded"
+                else "",
             )
             if part
         )
@@ -280,10 +286,25 @@ def client_verdict(stages: pd.DataFrame, flagged: pd.DataFrame, threshold_s: flo
     if flagged.empty:
         return (
             f"The load generator kept up in every stage: send lag p99 at most {fmt.duration(worst)}"
-            f" (threshold {fmt.duration(threshold_s)}), no stage reported saturation."
+            f" (threshold {fmt.duration(threshold_s)}), no stage reported saturation or figures worse"
+            " than the client is stated to measure."
         )
+    degraded = int(flagged["client_trust"].eq("degraded").sum()) if "client_trust" in flagged else 0
+    lagged = len(flagged) - degraded
+    parts = []
+    if lagged:
+        parts.append(
+            f"The load generator lagged in {lagged} of {len(stages)} stage(s): their latencies include"
+            " client delay and understate what the server could do"
+        )
+    if degraded:
+        parts.append(
+            f"in {degraded} of {len(stages)} stage(s) the client's own timing error may be larger than"
+            " the error it is stated within (its event loop woke up late, or it held more streams per"
+            " process than this machine's calibration proved): read their latencies as upper bounds"
+        )
+    text = "; ".join(parts)
     return (
-        f"The load generator lagged in {len(flagged)} of {len(stages)} stage(s): their latencies include"
-        " client delay and understate what the server could do; rerun with more Locust workers"
-        " (load.workers) or on a machine with spare cores."
+        f"{text[0].upper()}{text[1:]}; rerun with more Locust workers (load.workers) or on a machine"
+        " with spare cores, and `quantload calibrate` says what this machine's client measures right."
     )

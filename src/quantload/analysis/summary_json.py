@@ -112,6 +112,28 @@ class ServerFlagsSummary(_SummaryPart):
     tune: TunePart
 
 
+class SoakSummary(_SummaryPart):
+    """One soak (soak.SoakRun.to_dict): the level held and for how long, the drift per hour of TTFT
+    p99 and of the server's and the load client's memory (drift.Drift.to_dict), every slice."""
+
+    server: str
+    quant: str
+    invocation: str
+    level: str
+    level_from: str
+    duration_s: float | None
+    held_s: float | None
+    drain_frac: float | None
+    slice_s: float | None
+    slices_planned: int | None
+    settle_slices: int
+    memory_source: str | None
+    memory_missing: str | None
+    reading_errors: list[str]
+    drift: list[Row]
+    slices: list[Row]  # soak.SLICE_COLUMNS
+
+
 class ReportFiles(_SummaryPart):
     """The report's files, relative to its folder."""
 
@@ -158,6 +180,7 @@ class SummaryFile(_SummaryPart):
     tenants: list[Row] = []  # tenant_tables.tenant_table
     noisy_neighbour: list[Row] = []  # tenant_tables.noisy_table
     noisy_verdicts: list[Row] = []  # tenant_tables.NoisyVerdict.to_dict
+    soak: list[SoakSummary] = []
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -243,6 +266,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "tenants": _rows(analysis.tenants),
             "noisy_neighbour": _rows(analysis.noisy),
             "noisy_verdicts": [verdict.to_dict() for verdict in analysis.noisy_verdicts],
+            "soak": [run.to_dict() for run in analysis.soak],
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,

@@ -17,6 +17,7 @@ from quantload.load import (
     CALIBRATION_DIR,
     Calibration,
     choose_workers,
+    machine_limits,
     run_calibration,
     usable_cores,
     write_calibration,
@@ -48,7 +49,7 @@ def _table(result: Calibration) -> Table:
     )
     for header in (
         "streams", "ok", "TTFT err\np50/p99", "ITL err\np50/p99", "TTFT vs\nscript p99",
-        "conc.", "CPU per\n100 str.", f"within\n{limit}",
+        "conc.", "CPU per\n100 str.", "loop lag\np99", f"within\n{limit}",
     ):  # fmt: skip
         table.add_column(header, no_wrap=True, justify="right")
     for count in result.counts:
@@ -61,6 +62,7 @@ def _table(result: Calibration) -> Table:
             _ms(count.ttft_error_vs_script_p99_s),
             "-" if count.delivered_concurrency is None else f"{count.delivered_concurrency:.1f}",
             "-" if cpu is None else f"{100 * cpu:.0f}",
+            _ms(count.loop_lag_p99_s),
             "yes" if count.within_error else "NO",
         )
     return table
@@ -132,3 +134,13 @@ def register(app: typer.Typer) -> None:
             )
         cli.console.print(f"{result.verdict()}.", highlight=False)
         cli.console.print(f"written to {path}", highlight=False)
+        if out is None:
+            limits = machine_limits(settings, cli.cwd)
+            proved = limits.streams_per_process
+            cli.console.print(
+                "every load on this machine is now held to it: a stage with more than"
+                f" {0 if proved is None else proved:g} streams per load process, or whose event loop"
+                f" wakes up more than {limits.lag_s * 1000:.1f} ms late (p99), says its figures may be"
+                " worse than stated (client: degraded)",
+                highlight=False,
+            )

@@ -15,7 +15,9 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
-from quantload.load import StageSummary, choose_workers, ignored_flags, usable_cores
+from quantload.experiments.soak import NAME as SOAK
+from quantload.experiments.soak import duration_text_s
+from quantload.load import StageSummary, choose_workers, ignored_flags, machine_limits, usable_cores
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic
@@ -51,7 +53,9 @@ def _table(summaries: list[StageSummary]) -> Table:
         title="quantload load: one row per stage",
     )  # fmt: skip
     for s in summaries:
-        client = "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
+        client = s.client_trust or (
+            "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
+        )
         table.add_row(
             f"{s.server} {s.quant}",
             _stage(s),
@@ -115,6 +119,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         time_cap: Annotated[float | None, typer.Option(help="Limit search time cap per search, s.")] = None,
         max_users: Annotated[int | None, typer.Option(help="Limit search: most users to try.")] = None,
+        duration: Annotated[
+            str | None, typer.Option(help="Soak length (-e soak), e.g. 1h, 20m, 90s.")
+        ] = None,
         users: Annotated[str | None, typer.Option(help="Closed-loop users, e.g. 1,2,4,8.")] = None,
         repeats: Annotated[int | None, typer.Option(help="Repeats of each stage.")] = None,
         rates: Annotated[str | None, typer.Option(help="Open-loop rates in requests/s, e.g. 0.5,1.")] = None,
@@ -170,6 +177,7 @@ def register(app: typer.Typer) -> None:
             "mixed.batch_sizes": batch_sizes.split(",") if batch_sizes else None,
             "limit.time_cap_s": time_cap,
             "limit.max_users": max_users,
+            "soak.duration_s": duration_text_s(duration) if duration is not None else None,
         }
         config = cli.config(flags)
         settings = config.settings
@@ -177,6 +185,11 @@ def register(app: typer.Typer) -> None:
             cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         check_out_dir(out)
         experiments = registry.against_any_server(experiment or ["sweep"])
+        if duration is not None and all(kind.name != SOAK for kind in experiments):
+            cli.err_console.print(
+                f"warning: --duration is read by the soak experiment only: add -e {SOAK}",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
         names, quants = list(name or []), list(quant or [])
         if len(names) > len(url) or len(quants) > len(url):
             raise ConfigError("more --name/--quant than --url", "give one per --url, in order")
@@ -198,7 +211,8 @@ def register(app: typer.Typer) -> None:
         ]
         most_users = max(*settings.load.users, settings.limit.max_users if any(
             kind.name == "limit_users" for kind in experiments) else 1)
-        choice = choose_workers(settings.load.workers, most_users, usable_cores())
+        per_process = machine_limits(settings, cli.cwd).streams_per_process  # as the layout will
+        choice = choose_workers(settings.load.workers, most_users, usable_cores(), per_process)
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
         run = run_id or make_run_id(settings.model_dump(mode="json"))
@@ -245,6 +259,13 @@ def register(app: typer.Typer) -> None:
                 f"warning: the load generator may have been the bottleneck in {len(saturated)}"
                 " stage(s) (client column): its numbers include client delay"
             )
+        degraded = [s for s in summaries if s.client_trust == "degraded"]
+        for why in dict.fromkeys(s.client_trust_why or "" for s in degraded):
+            count = sum(1 for s in degraded if (s.client_trust_why or "") == why)
+            cli.err_console.print(
+                f"warning: {count} stage(s) (client column: degraded) may be measured worse than"
+                f" stated: {why}", highlight=False, soft_wrap=True,
+            )  # fmt: skip
         for failure in unreachable:
             cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
         for failure in unmeasured:

@@ -9,6 +9,7 @@ import typer
 from quantload.cli.context import cli_context
 from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
+from quantload.experiments.soak import duration_text_s
 from quantload.llamacpp.toolchain import find_toolchain
 from quantload.paths import cache_root, check_out_dir
 from quantload.stack.native import NativeRun
@@ -33,6 +34,9 @@ def register(app: typer.Typer) -> None:
             None, "--servers-at-once/--one-server-at-a-time",
             help="Start every quantization's server together (the compose layout).",
         ),
+        duration: str | None = typer.Option(
+            None, "--duration", help="Soak each server this long (e.g. 1h, 20m, 90s): the soak experiment."
+        ),
         files: list[str] | None = typer.Option(
             None, "--files", help="GGUF files, a folder or hf:OWNER/REPO[:GLOB] to measure instead."
         ),
@@ -54,6 +58,7 @@ def register(app: typer.Typer) -> None:
                 "run.out": out,
                 "run.servers_at_once": servers_at_once,
                 "quality.dataset": dataset,
+                "soak.duration_s": duration_text_s(duration) if duration is not None else None,
                 "prepare.files": tuple(files) if files else None,
                 "prepare.reference": reference,
                 "prepare.imatrix": imatrix,

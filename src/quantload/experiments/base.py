@@ -72,6 +72,11 @@ class ServerControl(Protocol):
         later variants start from them. ServerError when it does not start."""
         ...
 
+    def server_pid(self) -> int | None:
+        """The process id of the llama-server serving the target now (None when it is not running
+        as a process of this machine): the soak reads its memory."""
+        ...
+
 
 @dataclass(frozen=True)
 class ExperimentContext:

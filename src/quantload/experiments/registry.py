@@ -24,6 +24,7 @@ from quantload.experiments import (
     prefix_cache,
     sessions,
     slots,
+    soak,
     speculation,
     sweep,
     trace,
@@ -45,6 +46,7 @@ REGISTRY: tuple[Experiment, ...] = (
     context_overflow.EXPERIMENT,
     noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
+    soak.EXPERIMENT,
 )
 
 

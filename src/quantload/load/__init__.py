@@ -29,6 +29,7 @@ What a request is and how it is measured
   limit_search    the most users (or highest rate) within the SLO, as a pure state machine
   shared_prefix   the prompt-cache experiment's system prompt (sized with /tokenize), slot reset
   tickets         tickets (one request to send), the ticket book, stage trackers
+  timed_supply    a timed stage's tickets (the soak's slices): the pool again until time is up
   client          the streaming HTTP/1.1 client on plain sockets (TTFT excludes connecting)
   http1           HTTP/1.1 response framing: head, chunked, length- or close-delimited body
   sse             Server-Sent Events over that body: the `data:` payloads
@@ -40,6 +41,7 @@ What comes out
   records         the record schema (quantload.record/1), stage lines, JSONL files
   summary         a stage's summary, computed in one place (StageFigures -> StageSummary)
   client_health   the load processes' CPU and loop lateness per stage; "was the client the limit"
+  process_memory  a process's resident memory from /proc (the load processes', the server's)
   metrics         the load generator's Prometheus metrics (quantload_*)
 
   in_locust/      inside a Locust process: the user class, the shared runtime, ticket sources,
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
         CALIBRATION_DIR,
         Calibration,
         fake_delay_s,
+        machine_limits,
         run_calibration,
         write_calibration,
     )
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
         stage_plan,
         warmup_requests,
     )
+    from quantload.load.process_memory import resident_bytes
     from quantload.load.processes import (
         LoadProcess,
         WorkersSetting,
@@ -123,6 +127,7 @@ _HOME: dict[str, str] = {
     "Calibration": "calibrate",
     "run_calibration": "calibrate",
     "fake_delay_s": "calibrate",
+    "machine_limits": "calibrate",
     "write_calibration": "calibrate",
     "FakeScript": "fakeserver",
     "FakeServerProcess": "fakeserver",
@@ -152,6 +157,7 @@ _HOME: dict[str, str] = {
     "choose_workers": "processes",
     "most_workers": "processes",
     "usable_cores": "processes",
+    "resident_bytes": "process_memory",
     "Prompt": "prompts",
     "select_prompts": "prompts",
     "JsonlAppender": "records",
@@ -230,6 +236,7 @@ __all__ = [
     "iter_records",
     "iter_stage_events",
     "level_text",
+    "machine_limits",
     "most_workers",
     "new_figures",
     "parse_length_distribution",
@@ -237,6 +244,7 @@ __all__ = [
     "read_dataset",
     "read_limits",
     "read_stamped",
+    "resident_bytes",
     "run_calibration",
     "run_plan",
     "select_prompts",

@@ -21,6 +21,11 @@ time during the stage, as a share of one core per 100 streams.
 The result is also written as JSON (schema quantload.calibration/1) to
 `<out>/calibration-<UTC time>.json`, and copied to `<out>/latest.json`, so a report can link the
 machine's latest calibration; `<out>` defaults to `<run.out>/calibration`.
+
+Every load then holds its stages to it (`machine_limits`): the error its figures are stated within
+(`max_error_p99_s`) and the streams one load process measured right here; a stage that held more
+streams per process, or whose event loop woke later than that error, says so (degraded), and
+`load.workers = "auto"` spreads a plan over workers above that many streams when the cores allow.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -87,6 +93,7 @@ class CountResult(BaseModel):
     client_cpu_frac: float | None
     client_cpu_per_100_streams: float | None
     within_error: bool
+    loop_lag_p99_s: float | None = None  # how late the load process's event loop woke up (p99)
 
 
 class Calibration(BaseModel):
@@ -204,6 +211,7 @@ def count_result(
         client_cpu_frac=total_cpu,
         client_cpu_per_100_streams=None if total_cpu is None else total_cpu * 100 / streams,
         within_error=within,
+        loop_lag_p99_s=end.loop_lag_p99_s if end is not None else None,
     )
 
 
@@ -337,6 +345,65 @@ def run_calibration(
         counts=done,
         trusted_streams=trusted_streams(done),
     )
+
+
+def proved_lag_s(calibration: Calibration) -> float | None:
+    """The most event-loop lateness (p99) the client showed at a stream count it measured right;
+    None when no such count reported it."""
+    trusted = calibration.trusted_streams
+    lags = [
+        c.loop_lag_p99_s
+        for c in calibration.counts
+        if c.within_error and trusted is not None and c.streams <= trusted and c.loop_lag_p99_s is not None
+    ]
+    return max(lags, default=None)
+
+
+def streams_per_process(calibration: Calibration) -> float:
+    """The most streams one load process was measured right at (a count run over N workers counts
+    its streams / N); 0 when no count was."""
+    trusted = calibration.trusted_streams
+    if trusted is None:
+        return 0.0
+    proved = [
+        c.streams / max(c.workers, 1) for c in calibration.counts if c.within_error and c.streams <= trusted
+    ]
+    return max(proved, default=0.0)
+
+
+@dataclass(frozen=True)
+class MachineLimits:
+    """What this machine's load client is held to, and where that came from: the error its figures
+    are stated within, the event-loop lateness beyond which they may not be (the stated error, or
+    more where the calibration measured right with more), the streams one process measured right."""
+
+    error_s: float
+    lag_s: float
+    streams_per_process: float | None  # None: never calibrated here
+    source: str
+
+
+def latest_calibration_path(settings: Settings, cwd: Path) -> Path:
+    """Where `quantload calibrate` keeps this machine's latest result by default."""
+    return cwd / settings.run.out / CALIBRATION_DIR / LATEST_JSON
+
+
+def machine_limits(settings: Settings, cwd: Path) -> MachineLimits:
+    """The latest calibration of this machine (same host, same cores), else the configured error
+    bound alone (`calibrate.max_error_p99_s`)."""
+    path = latest_calibration_path(settings, cwd)
+    error = settings.calibrate.max_error_p99_s
+    configured = MachineLimits(error, error, None, "no calibration of this machine")
+    try:
+        calibration = Calibration.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return configured
+    if calibration.host != socket.gethostname() or calibration.cores != usable_cores():
+        return dataclasses.replace(configured, source=f"{path.name} is of another machine")
+    stamp = datetime.fromtimestamp(calibration.created_unix_s, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    stated = calibration.max_error_p99_s
+    lag = max(stated, proved_lag_s(calibration) or 0.0)
+    return MachineLimits(stated, lag, streams_per_process(calibration), f"calibration of {stamp}")
 
 
 def write_calibration(result: Calibration, out_dir: Path) -> Path:

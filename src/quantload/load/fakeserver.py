@@ -632,6 +632,11 @@ class FakeServerProcess:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The fake's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
     def command(self, port_file: Path) -> list[str]:
         """The command line that serves `script` and writes the bound port to `port_file`."""
         script = self.script

@@ -124,6 +124,10 @@ class StagePlan(_Frozen):
     context_policy: ContextPolicy | None = None
     slot_context_tokens: int | None = None
     breaker_ignores: tuple[str, ...] = ()
+    # A timed stage (the soak's slices): closed loop, its requests are handed out again and again
+    # until this long after its start, then the ones in flight finish (quantload.load.timed_supply);
+    # open loop, its arrivals were scheduled within it.
+    duration_s: float | None = Field(default=None, gt=0)
 
     @property
     def tenant_users(self) -> dict[str, int]:
@@ -150,6 +154,13 @@ class LoadPlan(_Frozen):
     abort_grace_s: float = 10.0
     saturation_cpu_frac: float = 0.9
     saturation_lag_s: float = 0.05
+    # what the client's figures are held to (quantload.load.client_health.TrustBounds): the error
+    # they are stated within, the event-loop lateness beyond which they may not be, and the streams
+    # one process measured right on this machine (its latest `quantload calibrate`; None: not
+    # calibrated here). The supervisor fills them in.
+    trust_error_s: float = 0.005
+    trust_lag_s: float = 0.005
+    calibrated_streams_per_process: float | None = None
 
     @property
     def total_requests(self) -> int:
@@ -268,11 +279,12 @@ def stage_plan(
     more users than requests gets its warning; open loop (`arrival` poisson or trace): the pool of
     `users` serves the scheduled arrivals at `rate_rps`. `labels` are further StagePlan fields
     (phase, server_args, system_prompt_id, prefix_tokens, server_state, kv_cache_type, tenants,
-    context_policy, slot_context_tokens, breaker_ignores).
+    context_policy, slot_context_tokens, breaker_ignores, duration_s).
     """
     chosen = tuple(requests if requests is not None else drawn.requests)
     closed = arrival == "closed"
-    crowded = crowding_warning(
+    timed = labels.get("duration_s") is not None  # hands its requests out again: never crowded
+    crowded = None if timed else crowding_warning(
         users, len(chosen), "conversations" if drawn.workload == "sessions" else "requests"
     )
     return StagePlan(

@@ -49,19 +49,29 @@ class WorkerChoice:
     warning: str | None = None
 
 
-def choose_workers(requested: WorkersSetting, max_users: int, cores: int) -> WorkerChoice:
-    """The worker count for a plan whose largest stage has `max_users` users, on `cores` cores."""
+def choose_workers(
+    requested: WorkersSetting, max_users: int, cores: int, per_process: float | None = None
+) -> WorkerChoice:
+    """The worker count for a plan whose largest stage has `max_users` users, on `cores` cores;
+    `per_process` is how many streams one process measured right on this machine (its latest
+    `quantload calibrate`), STREAMS_PER_PROCESS when unknown."""
     room = max(cores - 1, 0)  # each worker needs a core; the master and the rest of the machine one
+    bound = STREAMS_PER_PROCESS if per_process is None else max(int(per_process), 1)
     if requested == "auto":
-        if max_users <= STREAMS_PER_PROCESS:
-            return WorkerChoice(0, f"one process: {max_users} users fit in one (up to {STREAMS_PER_PROCESS})")
-        wanted = math.ceil(max_users / STREAMS_PER_PROCESS)
+        if max_users <= bound:
+            return WorkerChoice(0, f"one process: {max_users} users fit in one (up to {bound})")
+        wanted = math.ceil(max_users / bound)
         if room < 2:
             return WorkerChoice(
-                0, f"one process: {cores} core(s) leave no room for a master and two workers"
+                0,
+                f"one process: {cores} core(s) leave no room for a master and two workers",
+                f"the largest stage has {max_users} users, more than the {bound} one load process"
+                f" measures right here, and {cores} core(s) leave no room to spread it over workers:"
+                " it runs in one process, and each stage says how far its figures can be trusted",
             )
         count = min(wanted, room)
-        return WorkerChoice(count, f"{count} workers: {max_users} users, {cores} cores")
+        reason = f"{count} workers: {max_users} users over {bound} a process, {cores} cores"
+        return WorkerChoice(count, reason)
     if requested < 0:
         raise ValueError(f"workers must be 0 or more, got {requested}")
     if requested > room:
@@ -75,11 +85,13 @@ def choose_workers(requested: WorkersSetting, max_users: int, cores: int) -> Wor
     return WorkerChoice(requested, f"{requested} workers, as asked" if requested else "one process, as asked")
 
 
-def most_workers(settings: LoadSettings, cores: int | None = None) -> int:
+def most_workers(settings: LoadSettings, cores: int | None = None, per_process: float | None = None) -> int:
     """The most workers any experiment of `settings` runs on this machine (whose /metrics ports
-    a Prometheus configuration must list before the load starts)."""
+    a Prometheus configuration must list before the load starts); `per_process` as for
+    `choose_workers` (the streams this machine's calibration proved, which the plans are held to)."""
     largest = max(max(settings.users, default=1), settings.open_loop_users, settings.prefix_users)
-    return choose_workers(settings.workers, largest, usable_cores() if cores is None else cores).workers
+    cores = usable_cores() if cores is None else cores
+    return choose_workers(settings.workers, largest, cores, per_process).workers
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,9 @@ context_shifted, n_prompt_tokens, n_ctx, error class context_exceeded. Stage lin
 quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
 template_overhead_tokens, arrival ("closed", "poisson" or "trace": how the stage's requests were
 sent, which decides whether latency counts from the intended send time; older lines have none and
-are read as open loop when they have a rate), tenants, context_policy, slot_context_tokens.
+are read as open loop when they have a rate), tenants, context_policy, slot_context_tokens,
+client_rss_bytes, client_trust, client_trust_why; a timed stage's (a soak slice's) stage_end line
+gives as requests_planned the requests it handed out.
 Experiment names are read as text: any experiment of quantload.experiments.registry, and names a
 later quantload adds.
 """
@@ -254,8 +256,12 @@ class StageEvent(_JsonLine):
     Beyond the fields every reader relies on (event ... reason), a stage_end line carries the
     client's own health during the stage: `client_cpu_frac` (busiest load process, fraction of one
     core), `client_cpu_total_frac` (every load process added up, master included: 2.0 = two
-    cores' worth), `loop_lag_p99_s`/`loop_lag_max_s` (how late the load process's event loop woke up) and
-    `client_saturated` (true when those say the client itself may have been the bottleneck).
+    cores' worth), `loop_lag_p99_s`/`loop_lag_max_s` (how late the load process's event loop woke up),
+    `client_saturated` (true when those say the client itself may have been the bottleneck),
+    `client_trust` and `client_trust_why` (how far the stage's figures can be trusted: "ok",
+    "degraded" when they may be worse than the error the client is stated within, "saturated";
+    and why) and `client_rss_bytes` (every load process's resident memory at the stage's end,
+    added up).
     Stages of the newer experiments also say what they sent (`workload`), which part of their
     experiment they are (`phase`, e.g. the mixed experiment's "alone" and "mixed"), the server flags
     they ran under (`server_args`, e.g. "-b 256 -ub 256"), what was wrong with them before they
@@ -306,6 +312,9 @@ class StageEvent(_JsonLine):
     loop_lag_p99_s: float | None = None
     loop_lag_max_s: float | None = None
     client_saturated: bool | None = None
+    client_trust: str | None = None  # quantload.load.client_health.ClientTrust: ok, degraded, saturated
+    client_trust_why: str | None = None
+    client_rss_bytes: int | None = None
 
 
 class JsonlAppender:

@@ -210,6 +210,9 @@ class StageSummary(BaseModel):
     client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None
     client_saturated: bool | None = None
+    client_trust: str | None = None
+    client_trust_why: str | None = None
+    client_rss_bytes: int | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -326,6 +329,9 @@ def summarize(
         client_cpu_total_frac=end.client_cpu_total_frac,
         loop_lag_p99_s=end.loop_lag_p99_s,
         client_saturated=end.client_saturated,
+        client_trust=end.client_trust,
+        client_trust_why=end.client_trust_why,
+        client_rss_bytes=end.client_rss_bytes,
     )
 
 

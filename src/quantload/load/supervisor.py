@@ -5,9 +5,9 @@ processes of its layout (`quantload.load.processes`: one local process, or a mas
 loopback), which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and follows
 both files' new lines as they come: each stage's measured records feed its figures
 (quantload.load.summary), and when the stage's end line appears its summary is appended to
-`summaries.jsonl` at once. It returns the summaries and the stage lines it read, so no caller
-reads a file again. Locust never runs in the caller's process: `import locust` monkey-patches the
-interpreter.
+`summaries.jsonl` at once (and the stage's figures are let go). It returns the summaries and the
+stage lines it read, so no caller reads a file again. Locust never runs in the caller's process:
+`import locust` monkey-patches the interpreter.
 
 Robust by construction: the target URL is checked before any process starts; the whole
 invocation is bounded in time; if any process fails (exits with an error: the driver, or a worker
@@ -75,15 +75,33 @@ class LoadError(QuantloadError):
 
 
 def default_layout(plan: LoadPlan, settings: LoadSettings, metrics_port: int) -> LocustProcesses:
-    """The Locust processes `settings` ask for, the worker count chosen for this machine, the
-    driver's /metrics on `metrics_port`.
+    """The Locust processes `settings` ask for, the worker count chosen for this machine (over the
+    streams one process measured right here, when the plan knows them), the driver's /metrics on
+    `metrics_port`.
 
     The warning of a count the machine cannot run is the caller's to show (the CLI prints it
     once per command, before any load starts).
     """
     max_users = max((stage.users for stage in plan.stages), default=1)
-    choice = choose_workers(settings.workers, max_users, usable_cores())
+    per_process = plan.calibrated_streams_per_process
+    choice = choose_workers(settings.workers, max_users, usable_cores(), per_process)
     return LocustProcesses(choice.workers, settings.metrics_host, metrics_port)
+
+
+def held_to_this_machine(plan: LoadPlan, context: RunContext) -> LoadPlan:
+    """The plan with what its client is held to on this machine: the error its figures are stated
+    within and the streams one process measured right (its latest `quantload calibrate`)."""
+    # Imported here: the calibration runs plans through this module.
+    from quantload.load.calibrate import machine_limits
+
+    limits = machine_limits(context.settings, context.cwd)
+    return plan.model_copy(
+        update={
+            "trust_error_s": limits.error_s,
+            "trust_lag_s": limits.lag_s,
+            "calibrated_streams_per_process": limits.streams_per_process,
+        }
+    )
 
 
 class NewLines:
@@ -160,13 +178,20 @@ class InvocationWatch:
         self.note = "starting"
 
     def poll(self) -> None:
-        """Read what was appended since the last poll."""
+        """Read what was appended since the last poll.
+
+        The stage lines are read before the records: the driver appends a stage's records before
+        its end line, so every record of a stage whose end line is read is read too, and its
+        summary counts them all (read the other way round, records appended between the two
+        reads were left out of their stage's summary).
+        """
+        stage_lines = self.stages.lines()
         for record in _parsed(self.records.lines(), RequestRecord, self.head):
             figures = self.figures.get(record.stage_id or "")
             if figures is not None and not record.warmup:
                 figures.add_record(record)
                 self.done += 1
-        for event in _parsed(self.stages.lines(), StageEvent, self.head):
+        for event in _parsed(stage_lines, StageEvent, self.head):
             self.events.append(event)
             if event.event == "stage_start":
                 self.starts[event.stage_id] = event
@@ -175,7 +200,9 @@ class InvocationWatch:
                     f" stage {event.stage_index + 1}/{len(self.plan.stages)}"
                 )
             elif event.stage_id in self.figures and event.stage_id not in self.summaries:
-                summary = summarize(event, self.figures[event.stage_id], self.starts.get(event.stage_id))
+                # a finished stage's figures are let go: a soak of many slices holds one at a time
+                figures = self.figures.pop(event.stage_id)
+                summary = summarize(event, figures, self.starts.pop(event.stage_id, None))
                 self.summaries[event.stage_id] = summary
                 self.run_dir.append_summary(summary)
 
@@ -298,6 +325,7 @@ def run_plan(
     process through it).
     """
     check_target(plan)
+    plan = held_to_this_machine(plan, context)
     settings, run_dir, progress = context.settings.load, context.run_dir, context.progress
     run_dir.path.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir.plan_path(plan.invocation)

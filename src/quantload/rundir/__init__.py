@@ -12,6 +12,8 @@ each file is read and written through:
   stages.jsonl         one line per load stage start/end (quantload.load.records)
   summaries.jsonl      one line per load stage: its summary, written when it ends (quantload.load.summary)
   limits.jsonl         one line per finished limit search (quantload.experiments.limit_search_run)
+  soak.jsonl           the soak's samples: server memory and KV cells in use over time
+                       (quantload.experiments.soak_watch), appended as they are read
   logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)
   prometheus/          Prometheus data folder (native mode)
   report.md, report.html, table.csv, summary.json (quantload.analysis.summary_json), plots/*.png
@@ -38,6 +40,7 @@ RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
 LIMITS_JSONL = "limits.jsonl"
 SUMMARIES_JSONL = "summaries.jsonl"
+SOAK_JSONL = "soak.jsonl"
 LOGS_DIR = "logs"
 PROMETHEUS_DIR = "prometheus"
 REPORT_MD = "report.md"

@@ -31,6 +31,7 @@ from quantload.rundir import (
     LIMITS_JSONL,
     LOGS_DIR,
     RECORDS_JSONL,
+    SOAK_JSONL,
     STAGES_JSONL,
     SUMMARIES_JSONL,
 )
@@ -64,6 +65,10 @@ class RunDir:
     @property
     def kv_path(self) -> Path:
         return self.path / KV_JSON
+
+    @property
+    def soak_path(self) -> Path:
+        return self.path / SOAK_JSONL
 
     @property
     def logs(self) -> Path:

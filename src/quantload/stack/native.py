@@ -37,7 +37,7 @@ from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, 
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load import most_workers
+from quantload.load import machine_limits, most_workers
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
@@ -97,10 +97,11 @@ class RunPorts:
     def pick(cls, settings: Settings) -> RunPorts:
         return cls(free_port(settings.observe.exporter_host), free_port(settings.load.metrics_host))
 
-    def loadgen_urls(self, settings: Settings) -> list[str]:
-        """Every load process's /metrics, as `quantload.load.processes` numbers them."""
+    def loadgen_urls(self, settings: Settings, cwd: Path) -> list[str]:
+        """Every load process's /metrics, as `quantload.load.processes` numbers them (over the
+        streams this machine's calibration proved, as the load's layout will)."""
         host = settings.load.metrics_host
-        workers = most_workers(settings.load)
+        workers = most_workers(settings.load, per_process=machine_limits(settings, cwd).streams_per_process)
         ports = [self.loadgen] + [self.loadgen + 1 + i for i in range(workers)]
         return [f"http://{host}:{port}" for port in ports]
 
@@ -326,7 +327,8 @@ class NativeRun:
             self.view.message(f"Prometheus not used: {why}")
             return None
         exporter_url = f"http://{self.settings.observe.exporter_host}:{self.ports.exporter}"
-        process = self.steps.prometheus(self.run_dir, exporter_url, self.ports.loadgen_urls(self.settings))
+        loadgen_urls = self.ports.loadgen_urls(self.settings, self.context.cwd)
+        process = self.steps.prometheus(self.run_dir, exporter_url, loadgen_urls)
         children.callback(process.stop)
         started = self._attempt("prometheus", None, "start Prometheus", lambda _: process.start())
         if isinstance(started, Failed):

@@ -74,6 +74,9 @@ class ServerVariants:
         self.logs = logs
         self.in_place = in_place
 
+    def server_pid(self) -> int | None:
+        return self.server.pid if self.server.alive() else None
+
     @contextlib.contextmanager
     def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
         if self.in_place:

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,12 @@ def _ping(host: str) -> bool:
         return False
 
 
-def start_engine(dockerd: str, data_root: Path, workdir: Path, storage_driver: str = "vfs") -> Engine:
-    """Start dockerd with private folders under `workdir` and `data_root`; EngineError if it fails."""
+def start_engine(
+    dockerd: str, data_root: Path, workdir: Path, storage_driver: str = "vfs", extra_args: Sequence[str] = ()
+) -> Engine:
+    """Start dockerd with private folders under `workdir` and `data_root` (and `extra_args`, e.g.
+    `--bridge=NAME`: never `--bridge=none`, with which dockerd deletes docker0 even when another
+    engine uses it); EngineError if it fails."""
     exec_root = workdir / "exec"
     exec_root.mkdir(parents=True, exist_ok=True)
     data_root.mkdir(parents=True, exist_ok=True)
@@ -110,7 +114,7 @@ def start_engine(dockerd: str, data_root: Path, workdir: Path, storage_driver: s
     command = [
         dockerd, "--data-root", str(data_root), "--exec-root", str(exec_root),
         "-H", f"unix://{socket}", "--pidfile", str(pidfile), "--storage-driver", storage_driver,
-        "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+        "--iptables=false", "--ip-masq=false", "--ip-forward=false", *extra_args,
     ]  # fmt: skip
     started = time.monotonic()
     with log.open("ab") as sink:
@@ -260,13 +264,15 @@ def bridge_traffic_allowed() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def private_engine(dockerd: str, data_root: Path, storage_driver: str = "vfs") -> Iterator[Engine]:
+def private_engine(
+    dockerd: str, data_root: Path, storage_driver: str = "vfs", extra_args: Sequence[str] = ()
+) -> Iterator[Engine]:
     """An engine on `data_root` with its exec root and socket in a temporary folder, always stopped."""
     bridge_existed = Path(f"/sys/class/net/{DEFAULT_BRIDGE}").exists()
     # Short path: unix socket paths are limited to 107 bytes.
     workdir = Path(tempfile.mkdtemp(prefix="ql-engine-", dir="/tmp"))
     try:
-        engine = start_engine(dockerd, data_root, workdir, storage_driver)
+        engine = start_engine(dockerd, data_root, workdir, storage_driver, extra_args)
         try:
             yield engine
         finally:
@@ -275,6 +281,9 @@ def private_engine(dockerd: str, data_root: Path, storage_driver: str = "vfs") -
                 print("engine stop:", note)
             print(f"engine stopped in {time.monotonic() - stopping:.1f} s")
     finally:
-        if not bridge_existed and Path(f"/sys/class/net/{DEFAULT_BRIDGE}").exists():
+        # an engine given a bridge of its own (--bridge=NAME) made no docker0: one there now is
+        # another engine's
+        made_bridge = not any(arg.startswith("--bridge") for arg in extra_args)
+        if made_bridge and not bridge_existed and Path(f"/sys/class/net/{DEFAULT_BRIDGE}").exists():
             subprocess.run(["ip", "link", "delete", DEFAULT_BRIDGE], capture_output=True, check=False)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -46,8 +46,13 @@ trial_seconds = 1
 max_rate_rps = 4
 [trace]
 path = "{trace}"
+[soak]
+duration_s = 2
+slice_s = 1
 """
-EXPERIMENTS = ("sweep", "open_loop", "prefix_cache", "sessions", "trace", "mixed", "limit_users", "limit_rate")
+EXPERIMENTS = (
+    "sweep", "open_loop", "prefix_cache", "sessions", "trace", "mixed", "limit_users", "limit_rate", "soak"
+)  # fmt: skip
 
 
 @pytest.fixture

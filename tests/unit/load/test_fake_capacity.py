@@ -62,10 +62,13 @@ def test_a_rate_limit_lets_one_seconds_worth_through_then_spaces_starts() -> Non
 def test_slowdown_stretches_shared_streams() -> None:
     script = FakeScript(ttft_ms=(40.0, 40.0), itl_ms=(1.0, 1.0), tokens=2, slowdown_per_stream=1.0, pathological=False)
     with FakeServer(script) as server:
-        alone = _request(server.url, 2)()
+        alone_s = min(_request(server.url, 2)().ttft_s or 0.0 for _ in range(3))
         together = _at_once(_request(server.url, 2), 3)
-    assert (alone.ttft_s or 0.0) < 0.07
-    assert max(r.ttft_s or 0.0 for r in together) > 0.1  # the third shares with two: x3
+    slowest_together_s = max(r.ttft_s or 0.0 for r in together)
+    # scripted: 40 ms alone, x3 for the third of three (120 ms); a busy machine only adds to both,
+    # so the gap is judged against the best of three lone requests
+    assert alone_s >= 0.04 and slowest_together_s > 0.1
+    assert slowest_together_s - alone_s > 0.05
 
 
 def test_reasoning_tokens_come_first_as_reasoning_content() -> None:

@@ -32,8 +32,18 @@ from quantload.load.processes import (
 def test_auto_picks_one_process_unless_workers_pay_off(max_users: int, cores: int, workers: int) -> None:
     choice = choose_workers("auto", max_users, cores)
     assert choice.workers == workers
-    assert choice.warning is None
+    spread_wanted_but_no_room = max_users > 256 and workers == 0
+    assert (choice.warning is not None) == spread_wanted_but_no_room
     assert choice.reason
+
+
+def test_auto_spreads_over_the_streams_this_machines_calibration_proved() -> None:
+    assert choose_workers("auto", 300, 8, per_process=512).workers == 0  # a fast machine: one process
+    assert choose_workers("auto", 200, 8, per_process=64).workers == 4  # a slow one: 200 / 64 -> 4
+    crowded = choose_workers("auto", 200, 2, per_process=64)
+    assert crowded.workers == 0 and crowded.warning is not None
+    assert "more than the 64 one load process measures right here" in crowded.warning
+    assert choose_workers("auto", 10, 2, per_process=0).workers == 0  # nothing proved: still runs
 
 
 def test_a_number_is_used_as_asked_with_a_warning_when_the_cores_cannot_run_it() -> None:
@@ -87,3 +97,5 @@ def test_most_workers_covers_every_experiment_of_the_settings() -> None:
     crowded = LoadSettings(users=(8,), open_loop_users=600)
     assert most_workers(crowded, cores=16) == 3  # the open-loop user pool decides
     assert most_workers(LoadSettings(workers=2), cores=2) == 2  # as asked
+    # a calibration that proved 64 streams a process: 600 users take more workers, as the layout will
+    assert most_workers(crowded, cores=16, per_process=64) == 10

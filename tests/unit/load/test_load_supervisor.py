@@ -85,3 +85,28 @@ def test_new_lines_keeps_a_torn_last_line_for_later(tmp_path: Path) -> None:
     with path.open("a") as handle:
         handle.write("\n")
     assert lines.lines() == ["d"]
+
+
+def test_records_written_between_the_two_reads_still_count_in_their_stage_s_summary(tmp_path: Path) -> None:
+    records = JsonlAppender(tmp_path / "records.jsonl")
+    stages = JsonlAppender(tmp_path / "stages.jsonl")
+    run_dir = RunDir(tmp_path)
+    watch = InvocationWatch(PLAN, run_dir, Slo(1.0, 0.1))
+    stages.append(PLAN.stage_event(PLAN.stages[0], "stage_start", 5.0))
+    records.append_line(record("inv-0", False))
+    read_records = watch.records.lines
+
+    def driver_finishes_meanwhile() -> list[str]:
+        # the driver appends its stage's last records, then the end line, while the watch reads
+        found = read_records()
+        if len(list(run_dir.stage_events())) == 1:
+            records.append_line(record("inv-0", False))
+            records.append_line(record("inv-0", False))
+            stages.append(PLAN.stage_event(PLAN.stages[0], "stage_end", 7.0, requests_done=3, requests_ok=3))
+        return found
+
+    watch.records.lines = driver_finishes_meanwhile  # type: ignore[method-assign]
+    watch.poll()
+    watch.poll()
+    (written,) = run_dir.summaries()
+    assert (written.stage_id, written.requests, written.ok) == ("inv-0", 3, 3)

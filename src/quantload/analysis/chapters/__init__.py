@@ -12,6 +12,7 @@ with the figures it shows (see `parts.Chapter`).
                decoding, the tuned flags (1 figure each)
   contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
   tenants      tenants sharing a server; the noisy neighbour (1 figure)
+  soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -32,6 +33,7 @@ from quantload.analysis.chapters import (
     plan,
     server,
     server_flags,
+    soak,
     tenants,
     traffic,
     ttft,
@@ -49,6 +51,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     server_flags.CHAPTER,
     contexts.CHAPTER,
     tenants.CHAPTER,
+    soak.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,

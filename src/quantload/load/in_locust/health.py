@@ -1,4 +1,5 @@
-"""How busy a Locust process is: event-loop lateness and CPU time, a window at a time.
+"""How busy a Locust process is: event-loop lateness and CPU time, a window at a time, and how
+much memory it holds resident at the end of each window.
 
 After each stage's users are spawned every process runs `freeze_heap` (`gc.collect();
 gc.freeze()`), so no full collection of Locust's import-time objects lands on a measured request;
@@ -15,6 +16,7 @@ import gevent
 
 from quantload.load.in_locust.messages import HealthWindow
 from quantload.load.in_locust.runtime import process_name
+from quantload.load.process_memory import resident_bytes
 
 LAG_PERIOD_S = 0.01
 HEALTH_WINDOW_S = 0.25
@@ -23,7 +25,8 @@ HealthReport = Callable[[HealthWindow], None]
 
 
 class HealthMonitor:
-    """Measures how late a 10 ms sleep wakes up, and CPU time; reports every quarter second."""
+    """Measures how late a 10 ms sleep wakes up, CPU time and resident memory; reports every
+    quarter second."""
 
     def __init__(self, report: HealthReport, on_tick: Callable[[], None] | None = None) -> None:
         self.report = report
@@ -50,7 +53,10 @@ class HealthMonitor:
             lags.append(max(now - before - LAG_PERIOD_S, 0.0))
             if now - window_start >= HEALTH_WINDOW_S:
                 cpu = time.process_time()
-                self.report(HealthWindow(self.name, cpu - cpu_start, now - window_start, tuple(lags)))
+                window = HealthWindow(
+                    self.name, cpu - cpu_start, now - window_start, tuple(lags), resident_bytes()
+                )
+                self.report(window)
                 window_start, cpu_start, lags = now, cpu, []
                 if self.on_tick is not None:
                     self.on_tick()

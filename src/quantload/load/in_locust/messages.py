@@ -7,7 +7,8 @@ and how to go to and from that data, so neither side picks fields out of dicts b
   master -> worker  TicketReply    that ticket (None: there will be no more)
   worker -> master  TicketReturn   the user had stopped meanwhile: the ticket goes back
   worker -> master  RecordLine     one finished request (a records.jsonl line)
-  worker -> master  HealthWindow   a quarter second of the worker's CPU time and loop lateness
+  worker -> master  HealthWindow   a quarter second of the worker's CPU time and loop lateness,
+                                   and its resident memory
   master -> worker  StageStarted   a stage's users are spawned: collect garbage now
   worker -> master  ClientFailed   quantload's own code raised in the worker: end the stage
 """
@@ -87,13 +88,15 @@ class RecordLine:
 
 @dataclass(frozen=True)
 class HealthWindow:
-    """CPU seconds and event-loop lateness samples of one process over `wall_s` seconds."""
+    """CPU seconds and event-loop lateness samples of one process over `wall_s` seconds, and its
+    resident memory at the window's end (None where it cannot be read)."""
 
     NAME: ClassVar[str] = "ql_health"
     process: str
     cpu_s: float
     wall_s: float
     lags_s: tuple[float, ...]
+    rss_bytes: int | None = None
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -101,13 +104,16 @@ class HealthWindow:
             "cpu_s": self.cpu_s,
             "wall_s": self.wall_s,
             "lags": list(self.lags_s),
+            "rss": self.rss_bytes,
         }
 
     @classmethod
     def from_data(cls, data: Any) -> HealthWindow:
+        rss = data.get("rss")  # a worker of an older quantload sends none
         return cls(
-            str(data["process"]), float(data["cpu_s"]), float(data["wall_s"]), tuple(data["lags"])
-        )
+            str(data["process"]), float(data["cpu_s"]), float(data["wall_s"]), tuple(data["lags"]),
+            int(rss) if rss is not None else None,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

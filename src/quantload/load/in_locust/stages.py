@@ -4,7 +4,8 @@ For each stage: spawn its users, announce it (metrics, workers), run its warm-up
 `stage_start`, release its measured tickets, wait until every one is recorded (or the circuit
 breaker trips, the stage times out, every worker is gone, the load client itself failed), write
 `stage_end` with the client's own health. A stage after a failed one is written as aborted
-without running.
+without running. A timed stage (a soak slice, `duration_s`) makes its tickets as it goes
+(quantload.load.timed_supply) and ends once those in flight when its time is up are recorded.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from quantload.load.client_health import ClientHealth
+from quantload.load.client_health import ClientHealth, trust_bounds
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
 from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageStarted
 from quantload.load.in_locust.sinks import DriverSink
@@ -23,6 +24,7 @@ from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
+from quantload.load.timed_supply import TimedSupply
 
 if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
     from locust.env import Environment
@@ -69,11 +71,11 @@ class StageController:
 
     def add_health(self, window: HealthWindow) -> None:
         """One health window from a process that sends requests (this one or a worker)."""
-        self.health.add(window.process, window.cpu_s, window.wall_s, window.lags_s)
+        self.health.add(window.process, window.cpu_s, window.wall_s, window.lags_s, window.rss_bytes)
 
     def add_own_cpu(self, window: HealthWindow) -> None:
         """One window of the master itself: its CPU counts in the total, its lateness does not."""
-        self.health.add_coordinator(window.process, window.cpu_s, window.wall_s)
+        self.health.add_coordinator(window.process, window.cpu_s, window.wall_s, window.rss_bytes)
 
     def on_health_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         self.add_health(HealthWindow.from_data(msg.data))
@@ -153,7 +155,8 @@ class StageController:
 
     def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
-        planned = sum(ticket.record_count for ticket in tickets)
+        timed = stage.duration_s is not None and not warmup and bool(tickets)
+        planned = 0 if timed else sum(ticket.record_count for ticket in tickets)
         tracker = StageTracker(
             stage.stage_id, planned, warmup, self.plan.max_consecutive_errors, stage.breaker_ignores
         )
@@ -161,10 +164,21 @@ class StageController:
         if not tickets:
             return tracker
         handed_before = self.book.handed_records
-        self.book.add(tickets)
+        supply = None
+        if timed:  # the soak's slices: the pool's requests again and again until the time is up
+            begins = start_unix_s if start_unix_s is not None else time.time()
+            supply = TimedSupply(
+                self.book, tickets, tracker, stage.users, begins, begins + (stage.duration_s or 0.0),
+                stage.rate_rps if stage.arrival != "closed" else None, self.plan.params.seed + stage.index,
+            )  # fmt: skip
+            supply.tick(time.time())
+        else:
+            self.book.add(tickets)
         deadline = time.monotonic() + stage.timeout_s
         reason = None
-        while not tracker.finished:
+        while not tracker.finished or (supply is not None and supply.running):
+            if supply is not None:
+                supply.tick(time.time())
             if self.client_failure is not None:
                 reason = f"the load client failed: {self.client_failure}"
                 break
@@ -184,6 +198,8 @@ class StageController:
             reason = f"the load client failed: {self.client_failure}"
         if reason is not None:
             self.abort_reason = reason
+            if supply is not None:
+                supply.finish()  # make nothing more
             self.book.cancel_pending()
             grace = time.monotonic() + self.plan.abort_grace_s
             while tracker.done < self.book.handed_records - handed_before and time.monotonic() < grace:
@@ -214,6 +230,10 @@ class StageController:
                 self.metrics.set_stage(None)
                 return
             freeze_heap(self.monitor)
+        if stage.duration_s is not None:
+            # Locust's own counters keep an entry per second for as long as they run: a soak's
+            # slices restart them, so the load client's memory does not grow with the soak's length
+            self.environment.stats.reset_all()
         start_unix = time.time() + (OPEN_LOOP_START_DELAY_S if stage.rate_rps is not None else 0.0)
         self._write(stage, "stage_start", unix_s=time.time())
         self.health = ClientHealth()
@@ -228,6 +248,7 @@ class StageController:
             ok=tracker.ok,
             warm=len(stage.warmup),
             health=True,
+            planned=tracker.planned if stage.duration_s is not None else None,
         )
         self.metrics.set_stage(None)
 
@@ -242,10 +263,12 @@ class StageController:
         warm: int = 0,
         health: bool = False,
         unix_s: float | None = None,
+        planned: int | None = None,
     ) -> None:
         plan = self.plan
         runner = self.runner
         workers = int(runner.worker_count) if self.master else 0
+        counted = {} if planned is None else {"requests_planned": planned}  # a timed stage's, as sent
         line = plan.stage_event(
             stage,
             event,
@@ -256,13 +279,19 @@ class StageController:
             status=status,
             reason=reason,
             workers=workers,
+            **counted,
         )
         if health:
             line.client_cpu_frac = self.health.cpu_frac()
             line.client_cpu_total_frac = self.health.cpu_total_frac()
             line.loop_lag_p99_s = self.health.lag_p99_s()
             line.loop_lag_max_s = self.health.lag_max_s()
+            line.client_rss_bytes = self.health.resident_bytes()
             line.client_saturated = self.health.saturated(plan.saturation_cpu_frac, plan.saturation_lag_s)
+            senders = max(workers, 1) if self.master else 1
+            trust = self.health.trust(trust_bounds(plan), stage.users / senders)
+            if trust is not None:
+                line.client_trust, line.client_trust_why = trust.level, trust.why
             if line.client_saturated:
                 _log.warning(
                     "stage %s: the load generator itself may have been the bottleneck "
@@ -271,4 +300,6 @@ class StageController:
                     line.client_cpu_frac or 0.0,
                     (line.loop_lag_p99_s or 0.0) * 1000,
                 )
+            elif trust is not None and trust.level == "degraded":
+                _log.warning("stage %s: its figures may be worse than stated: %s", stage.stage_id, trust.why)
         self.stages.append(line)
