@@ -192,6 +192,24 @@ class LoadSettings(_Section):
         description="Locust worker processes: 0 = one process; auto = one process unless a stage"
         " has more than 256 users and the cores leave room for a master and two workers",
     )
+    remote_workers: int = Field(
+        default=0,
+        ge=0,
+        description="Locust workers on other hosts (`quantload load-worker`) the master waits for,"
+        " besides load.workers of its own",
+    )
+    master_host: str = Field(
+        default="127.0.0.1",
+        description="address the Locust master listens on for workers (another host's workers"
+        " need this host's address, or 0.0.0.0)",
+    )
+    master_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="port the master listens on for workers; 0 = Locust's 5557 when"
+        " load.remote_workers > 0, else a free port",
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
@@ -424,6 +442,11 @@ class CalibrateSettings(_Section):
     )
     server_closes_connections: bool = Field(
         default=True, description="the fake closes every connection after its stream, as llama-server"
+    )
+    fake_url: str | None = Field(
+        default=None,
+        description="a calibration fake already serving on another host (`quantload calibrate"
+        " --serve-fake` there); unset = start one on this machine's loopback",
     )
 
     @field_validator("streams")

@@ -13,8 +13,9 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
+from quantload.config import LoadSettings
 from quantload.errors import ConfigError, ServerError
-from quantload.load.processes import choose_workers, usable_cores
+from quantload.load.processes import choose_workers, master_listen_port, usable_cores
 from quantload.load.summary import StageSummary
 from quantload.paths import check_out_dir
 from quantload.rundir import make_run_id, write_json_atomic
@@ -22,6 +23,7 @@ from quantload.served import ServedTarget
 from quantload.steps.load import check_experiments, run_experiment
 
 SUMMARY_JSON = "load-summary.json"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _numbers(text: str | None, kind: type[int] | type[float]) -> list[Any] | None:
@@ -62,6 +64,24 @@ def _table(summaries: list[StageSummary]) -> Table:
             client,
         )
     return table
+
+
+def remote_worker_lines(load: LoadSettings) -> list[str]:
+    """What the console says about workers joining from other hosts (nothing without any)."""
+    if not load.remote_workers:
+        return []
+    port = master_listen_port(load.master_host, load.master_port, load.remote_workers)
+    lines = [
+        f"the Locust master waits for {load.remote_workers} worker(s) from other hosts on"
+        f" {load.master_host}:{port} (on each: quantload load-worker --master-host <this host>"
+        f" --master-port {port})"
+    ]
+    if load.master_host in LOOPBACK:
+        lines.append(
+            f"warning: the master listens on {load.master_host}, which other hosts cannot reach"
+            " (give --master-host this host's address, or 0.0.0.0)"
+        )
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -127,6 +147,20 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[
             str | None, typer.Option(help="Locust workers: auto (default), or 0 = one process, N.")
         ] = None,
+        remote_workers: Annotated[
+            int | None,
+            typer.Option(help="Workers on other hosts (`quantload load-worker`) to wait for."),
+        ] = None,
+        master_host: Annotated[
+            str | None,
+            typer.Option(help="Address the Locust master listens on (this host's, for remote workers)."),
+        ] = None,
+        master_port: Annotated[
+            int | None, typer.Option(help="The master's port (default 5557 with remote workers).")
+        ] = None,
+        metrics_host: Annotated[
+            str | None, typer.Option(help="Address to serve /metrics on (default loopback).")
+        ] = None,
         metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
         request_timeout: Annotated[float | None, typer.Option(help="Per-request deadline, s.")] = None,
         first_byte_timeout: Annotated[
@@ -153,6 +187,10 @@ def register(app: typer.Typer) -> None:
             "load.ignore_eos": ignore_eos,
             "load.cache_prompt": cache_prompt,
             "load.workers": workers,
+            "load.remote_workers": remote_workers,
+            "load.master_host": master_host,
+            "load.master_port": master_port,
+            "load.metrics_host": metrics_host,
             "load.metrics_port": metrics_port,
             "load.request_timeout_s": request_timeout,
             "load.first_byte_timeout_s": first_byte_timeout,
@@ -198,6 +236,8 @@ def register(app: typer.Typer) -> None:
         choice = choose_workers(settings.load.workers, most_users, usable_cores())
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
+        for line in remote_worker_lines(settings.load):
+            cli.err_console.print(line, highlight=False, soft_wrap=True)
         run = run_id or make_run_id(settings.model_dump(mode="json"))
         summaries: list[StageSummary] = []
         limits = []

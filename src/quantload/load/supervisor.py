@@ -1,8 +1,8 @@
 """Run one plan in Locust processes of its own, watch them, and summarize its stages.
 
 `run_plan` writes the plan to `<run_dir>/load-plans/<invocation>.json`, starts the processes of
-its layout (`quantload.load.processes`: one local process, or a master and workers on loopback),
-which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and returns one
+its layout (`quantload.load.processes`: one local process, or a master and workers, here or on
+other hosts), which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and returns one
 `StageSummary` per stage computed from those records. Locust never runs in the caller's process:
 `import locust` monkey-patches the interpreter.
 
@@ -82,7 +82,11 @@ def default_layout(plan: LoadPlan, settings: LoadSettings) -> LocustProcesses:
     """
     max_users = max((stage.users for stage in plan.stages), default=1)
     choice = choose_workers(settings.workers, max_users, usable_cores())
-    return LocustProcesses(choice.workers, settings.metrics_host, settings.metrics_port)
+    return LocustProcesses(
+        choice.workers, settings.metrics_host, settings.metrics_port,
+        remote_workers=settings.remote_workers, master_host=settings.master_host,
+        master_port=settings.master_port,
+    )  # fmt: skip
 
 
 class NewLines:
