@@ -39,7 +39,7 @@ def _table(result: Calibration) -> Table:
     workers = sorted({count.workers for count in result.counts})
     processes = "one load process" if workers == [0] else f"Locust workers: {workers}"
     late = max((c.server_token_late_p99_s or 0.0 for c in result.counts), default=0.0)
-    where = f"; the fake at {result.fake_url}: errors include the network's way back" if result.fake_url else ""
+    where = f"; the fake at {result.fake_url}: errors include the way back" if result.fake_url else ""
     table = Table(
         title="quantload calibrate: the load client against a fake server of known timing",
         caption=(
