@@ -41,15 +41,15 @@ def test_two_remote_workers_join_every_plan_of_the_master(tmp_path: Path) -> Non
                 ]  # fmt: skip
                 with (tmp_path / f"worker{index}.console").open("wb") as console:
                     workers.append(subprocess.Popen(command, env=env, stdout=console, stderr=subprocess.STDOUT))
+            load = [
+                *quantload, "load", "--url", fake.url, "--name", "fake", "--quant", "none",
+                "-e", "sweep", "-e", "open_loop", "--rates", "20", "--users", "2", "--prompt-count", "8",
+                "--repeats", "1", "--remote-workers", "2", "--master-host", "127.0.0.1",
+                "--master-port", str(master_port), "--metrics-port", "0", "--out", str(tmp_path / "run"),
+            ]  # fmt: skip
             loaded = subprocess.run(
-                [
-                    *quantload, "load", "--url", fake.url, "--name", "fake", "--quant", "none",
-                    "-e", "sweep", "-e", "open_loop", "--rates", "20", "--users", "2", "--prompt-count", "8",
-                    "--repeats", "1", "--remote-workers", "2", "--master-host", "127.0.0.1",
-                    "--master-port", str(master_port), "--metrics-port", "0", "--out", str(tmp_path / "run"),
-                ],  # fmt: skip
-                env=env, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False,
-            )  # fmt: skip
+                load, env=env, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False
+            )
         finally:
             for process in workers:
                 process.terminate()
