@@ -298,10 +298,12 @@ class HostNetwork:
     def link_up(self, host: str) -> None:
         _ip("-n", self.switch, "link", "set", self.hosts[host].switch_port, "up")
 
-    def limit_rate(self, host: str, kbit: int, latency_ms: int = 5000) -> None:
-        """A token-bucket filter on `host`'s eth0: what it sends goes at most `kbit` kbit/s."""
+    def limit_rate(self, host: str, kbit: int, burst_bytes: int = 1600, latency_ms: int = 10000) -> None:
+        """A token-bucket filter on `host`'s eth0: what it sends goes at most `kbit` kbit/s, with a
+        bucket of one full frame (so no idle moment lets kilobytes through at once) and a queue of
+        `latency_ms` (so packets wait instead of being dropped)."""
         _tc(self.hosts[host].namespace, "qdisc", "replace", "dev", "eth0", "root", "tbf",
-            "rate", f"{kbit}kbit", "burst", "4kb", "latency", f"{latency_ms}ms")  # fmt: skip
+            "rate", f"{kbit}kbit", "burst", str(burst_bytes), "latency", f"{latency_ms}ms")  # fmt: skip
 
     def clear_limit(self, host: str) -> None:
         _tc(self.hosts[host].namespace, "qdisc", "del", "dev", "eth0", "root")
