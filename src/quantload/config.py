@@ -210,6 +210,9 @@ class LoadSettings(_Section):
         description="port the master listens on for workers; 0 = Locust's 5557 when"
         " load.remote_workers > 0, else a free port",
     )
+    workers_timeout_s: float = Field(
+        default=60.0, gt=0, description="how long the master waits for its workers at each plan's start"
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"

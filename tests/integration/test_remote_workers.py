@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,25 @@ def test_two_remote_workers_join_every_plan_of_the_master(tmp_path: Path) -> Non
         said = (tmp_path / f"worker{index}.console").read_text()
         assert said.count("ended its plan") >= 2, said  # it joined both masters
     assert codes == [143, 143]  # stopped by SIGTERM, as every quantload command ends on it
+
+
+def test_workers_that_never_join_end_the_load_after_the_first_experiment(tmp_path: Path) -> None:
+    master_port = free_port()
+    env = {**clean_env(), "QUANTLOAD_LOAD__WARMUP_REQUESTS": "0"}
+    with FakeServer(FakeScript(ttft_ms=(5.0, 20.0), itl_ms=(1.0, 3.0), tokens=6)) as fake:
+        load = [
+            sys.executable, "-m", "quantload.cli.main", "load", "--url", fake.url, "-e", "sweep", "-e", "open_loop",
+            "--rates", "20", "--users", "1,2", "--prompt-count", "4", "--repeats", "1", "--remote-workers", "2",
+            "--master-host", "127.0.0.1", "--master-port", str(master_port), "--workers-timeout", "3",
+            "--metrics-port", "0", "--out", str(tmp_path),
+        ]  # fmt: skip
+        started = time.monotonic()
+        loaded = subprocess.run(load, env=env, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False)
+    assert time.monotonic() - started < 60  # one wait of 3 s, not one per experiment
+    assert loaded.returncode == 1
+    said = " ".join(loaded.stderr.split())
+    assert "only 0 of 2 workers connected within 3 s (load.workers_timeout_s)" in said, said[-2000:]
+    assert "the Locust workers did not join" in said and f"--master-port {master_port}" in said
+    ends = [json.loads(line) for line in (tmp_path / "stages.jsonl").read_text().splitlines()]
+    assert {e["experiment"] for e in ends} == {"sweep"}  # open_loop never started
+    assert [e["status"] for e in ends if e["event"] == "stage_end"] == ["aborted", "aborted"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +16,7 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError, ServerError
-from quantload.load.processes import choose_workers, master_listen_port, usable_cores
+from quantload.load.processes import WORKERS_MISSING, choose_workers, master_listen_port, usable_cores
 from quantload.load.summary import StageSummary
 from quantload.paths import check_out_dir
 from quantload.rundir import make_run_id, write_json_atomic
@@ -64,6 +65,14 @@ def _table(summaries: list[StageSummary]) -> Table:
             client,
         )
     return table
+
+
+def workers_absent(summaries: Sequence[StageSummary]) -> str | None:
+    """The reason every stage of an experiment gave when its workers did not join, else None."""
+    reasons = [s.reason or "" for s in summaries]
+    if reasons and all(WORKERS_MISSING in reason for reason in reasons):
+        return reasons[0]
+    return None
 
 
 def remote_worker_lines(load: LoadSettings) -> list[str]:
@@ -158,6 +167,9 @@ def register(app: typer.Typer) -> None:
         master_port: Annotated[
             int | None, typer.Option(help="The master's port (default 5557 with remote workers).")
         ] = None,
+        workers_timeout: Annotated[
+            float | None, typer.Option(help="Seconds the master waits for its workers at each plan [60].")
+        ] = None,
         metrics_host: Annotated[
             str | None, typer.Option(help="Address to serve /metrics on (default loopback).")
         ] = None,
@@ -190,6 +202,7 @@ def register(app: typer.Typer) -> None:
             "load.remote_workers": remote_workers,
             "load.master_host": master_host,
             "load.master_port": master_port,
+            "load.workers_timeout_s": workers_timeout,
             "load.metrics_host": metrics_host,
             "load.metrics_port": metrics_port,
             "load.request_timeout_s": request_timeout,
@@ -243,8 +256,11 @@ def register(app: typer.Typer) -> None:
         limits = []
         searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command
         unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
+        absent: str | None = None  # workers that did not join: no later plan would fare better
         with progress_bar(cli.err_console, "load") as progress:
             for target in targets:
+                if absent:
+                    break
                 for kind in experiments:
                     # observe.grafana_url: stage annotations; no restarts: these servers are not ours
                     try:
@@ -256,6 +272,9 @@ def register(app: typer.Typer) -> None:
                         unreachable.append(f"{target.name} ({target.quant}) {kind}: {error.one_line()}")
                         break
                     summaries += done.summaries
+                    absent = workers_absent(done.summaries)
+                    if absent:
+                        break
                     if done.limit is not None:
                         limits.append(done.limit)
                         searched.update(s.stage_id for s in done.summaries)
@@ -279,5 +298,21 @@ def register(app: typer.Typer) -> None:
             )
         for failure in unreachable:
             cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
-        if unreachable or any(s.status != "ok" for s in summaries if s.stage_id not in searched):
+        if absent:
+            load_settings, hint = settings.load, ""
+            if load_settings.remote_workers:
+                port = master_listen_port(
+                    load_settings.master_host, load_settings.master_port, load_settings.remote_workers
+                )
+                hint = (
+                    f" (start `quantload load-worker --master-host <this host> --master-port {port}` on each"
+                    f" load host, and let them reach {load_settings.master_host}:{port})"
+                )
+            cli.err_console.print(
+                f"error: the Locust workers did not join ({absent}); the remaining experiments were not"
+                f" run{hint}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if absent or unreachable or any(s.status != "ok" for s in summaries if s.stage_id not in searched):
             raise typer.Exit(1)

@@ -34,6 +34,8 @@ STREAMS_PER_PROCESS = 256  # one process measured these within 5 ms here (quantl
 ENTRY_MODULE = "quantload.load.in_locust.process"
 # the line a load process prints (to its log) when it fails; the supervisor shows what follows it
 FAILURE_MARKER = "quantload load process failed: "
+# what a stage's reason says when the master's workers did not all join in time (the CLI stops there)
+WORKERS_MISSING = "workers connected within"
 LOCUST_MASTER_PORT = 5557  # Locust's own default, and the compose stack's
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
@@ -118,6 +120,7 @@ class LocustProcesses:
     remote_workers: int = 0
     master_host: str = "127.0.0.1"
     master_port: int = 0
+    workers_timeout_s: float = 60.0
 
     def processes(self, plan_path: Path, run_dir: Path, invocation: str) -> list[LoadProcess]:
         base = (self.python, "-m", ENTRY_MODULE, "--metrics-host", self.metrics_host)
@@ -132,6 +135,7 @@ class LocustProcesses:
             *base, "--role", "master", *common, "--metrics-port", str(port),
             "--master-host", self.master_host, "--master-port", master_port,
             "--expect-workers", str(self.workers + self.remote_workers),
+            "--workers-timeout", f"{self.workers_timeout_s:g}",
         )  # fmt: skip
         layout = [LoadProcess("master", master, f"locust-{invocation}-master.log", host, port)]
         reach = "127.0.0.1" if self.master_host in ANY_ADDRESS else self.master_host

@@ -85,7 +85,7 @@ def default_layout(plan: LoadPlan, settings: LoadSettings) -> LocustProcesses:
     return LocustProcesses(
         choice.workers, settings.metrics_host, settings.metrics_port,
         remote_workers=settings.remote_workers, master_host=settings.master_host,
-        master_port=settings.master_port,
+        master_port=settings.master_port, workers_timeout_s=settings.workers_timeout_s,
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageS
 from quantload.load.in_locust.sinks import DriverSink
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
+from quantload.load.processes import WORKERS_MISSING
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
 
@@ -46,6 +47,7 @@ class StageController:
         stages: JsonlAppender,
         metrics: LoadMetrics,
         expect_workers: int = 0,
+        workers_timeout_s: float = WORKERS_TIMEOUT_S,
     ) -> None:
         self.environment = environment
         self.plan = plan
@@ -54,6 +56,7 @@ class StageController:
         self.stages = stages
         self.metrics = metrics
         self.expect_workers = expect_workers
+        self.workers_timeout_s = workers_timeout_s
         self.health = ClientHealth()
         self.abort_reason: str | None = None
         self.client_failure: str | None = None
@@ -113,11 +116,12 @@ class StageController:
     def _wait_for_workers(self) -> None:
         if not isinstance(self.runner, MasterRunner):
             return
-        deadline = time.monotonic() + WORKERS_TIMEOUT_S
+        deadline = time.monotonic() + self.workers_timeout_s
         while self.runner.worker_count < self.expect_workers:
             if time.monotonic() > deadline:
                 self.abort_reason = (
-                    f"only {self.runner.worker_count} of {self.expect_workers} workers connected"
+                    f"only {self.runner.worker_count} of {self.expect_workers} {WORKERS_MISSING}"
+                    f" {self.workers_timeout_s:g} s (load.workers_timeout_s)"
                 )
                 return
             gevent.sleep(0.1)

@@ -24,7 +24,7 @@ from quantload.load.in_locust.health import HealthMonitor, freeze_heap
 from quantload.load.in_locust.messages import ClientFailed, HealthWindow, RecordLine, StageStarted
 from quantload.load.in_locust.runtime import LoadRuntime, process_name
 from quantload.load.in_locust.sinks import DriverSink, WorkerSink
-from quantload.load.in_locust.stages import StageController
+from quantload.load.in_locust.stages import WORKERS_TIMEOUT_S, StageController
 from quantload.load.in_locust.ticket_sources import (
     LocalTickets,
     MasterTickets,
@@ -59,6 +59,7 @@ def wire_process(
     stages_path: Path | None = None,
     expect_workers: int = 0,
     tickets: TicketSource | None = None,
+    workers_timeout_s: float = WORKERS_TIMEOUT_S,
 ) -> ProcessParts:
     """The parts for `role` on an environment whose runner exists.
 
@@ -90,7 +91,8 @@ def wire_process(
     if plan is not None:
         assert stages_path is not None
         controller = StageController(
-            environment, plan, book, sink, JsonlAppender(stages_path), metrics, expect_workers
+            environment, plan, book, sink, JsonlAppender(stages_path), metrics, expect_workers,
+            workers_timeout_s,
         )
         runtime.on_fatal = controller.client_failed
         if isinstance(runner, MasterRunner):
