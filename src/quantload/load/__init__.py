@@ -13,6 +13,7 @@ The experiments and how they run
   traffic_plans   the traffic experiments' stages (sessions, trace, mixed, limit trials)
   supervisor      run_plan: starts a plan's processes, follows its progress, closes its stages
   processes       which Locust processes run a plan; the worker count for this machine
+  remote_worker   `quantload load-worker`: a load host's worker, joining each plan of a remote master
   calibrate       `quantload calibrate`: the client against the fake server, at rising stream counts
   fakeserver      the OpenAI-style streaming server of known timing (calibration, tests, benchmarks)
 
