@@ -123,3 +123,11 @@ def test_remote_worker_settings_come_from_every_layer(tmp_path: Path) -> None:
     assert (loaded.remote_workers, loaded.master_host, loaded.master_port) == (2, "10.0.0.5", 6001)
     with pytest.raises(ConfigError, match=r"load\.master_port"):
         load_config(tmp_path, {"QUANTLOAD_LOAD__MASTER_PORT": "70000"})
+
+
+def test_the_master_is_told_how_long_to_wait_for_its_workers(tmp_path: Path) -> None:
+    layout = LocustProcesses(0, "10.0.0.5", 0, remote_workers=1, master_host="10.0.0.5", workers_timeout_s=7.5)
+    (master,) = layout.processes(tmp_path / "plan.json", tmp_path, "inv")
+    assert master.argv[master.argv.index("--workers-timeout") + 1] == "7.5"
+    (local,) = LocustProcesses(0, "127.0.0.1", 0).processes(tmp_path / "plan.json", tmp_path, "inv")
+    assert "--workers-timeout" not in local.argv  # one process waits for nobody

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 
+from quantload.cli.cmd_load import remote_worker_lines, workers_absent
 from quantload.cli.main import main as cli_main
+from quantload.config import LoadSettings
 from quantload.load.plan import API_KEY_ENV
 from quantload.load.processes import ENTRY_MODULE, FAILURE_MARKER
 from quantload.load.remote_worker import FAILED_STARTS_LIMIT, WorkerLoop, worker_argv
+from quantload.load.summary import StageSummary
 from quantload.load.supervisor import LoadError
 
 
@@ -67,3 +71,28 @@ def test_cli_refuses_an_empty_master_host_and_a_folder_as_log(
     assert cli_main(["load-worker", "--master-host", "10.0.0.5", "--log", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
     assert cli_main(["load-worker", "--master-host", "10.0.0.5", "--master-port", "0"]) == 2
+
+
+def _summary(reason: str | None) -> StageSummary:
+    fields = {f.name: None for f in dataclasses.fields(StageSummary)}
+    fields.update(
+        run_id="r", server="s", quant="q", experiment="sweep", stage_id="x", stage_index=0, repeat=0,
+        cache_prompt=False, status="aborted" if reason else "ok", reason=reason, requests_planned=1,
+        requests_done=0, requests_ok=0, goodput_requests=0, errors={},
+    )  # fmt: skip
+    return StageSummary(**fields)  # type: ignore[arg-type]
+
+
+def test_an_experiment_whose_workers_never_joined_is_told_apart() -> None:
+    missing = "only 0 of 2 workers connected within 60 s (load.workers_timeout_s)"
+    assert workers_absent([_summary(missing), _summary(missing)]) == missing
+    assert workers_absent([_summary(missing), _summary(None)]) is None  # one stage ran: they were there
+    assert workers_absent([]) is None
+
+
+def test_the_console_says_where_remote_workers_must_join() -> None:
+    assert remote_worker_lines(LoadSettings()) == []
+    (line,) = remote_worker_lines(LoadSettings(remote_workers=2, master_host="10.0.0.5"))
+    assert "10.0.0.5:5557" in line and "quantload load-worker" in line
+    lines = remote_worker_lines(LoadSettings(remote_workers=1))
+    assert len(lines) == 2 and "other hosts cannot reach" in lines[1]
