@@ -36,6 +36,7 @@ ENTRY_MODULE = "quantload.load.in_locust.process"
 FAILURE_MARKER = "quantload load process failed: "
 # what a stage's reason says when the master's workers did not all join in time (the CLI stops there)
 WORKERS_MISSING = "workers connected within"
+WORKERS_TIMEOUT_S = 60.0  # how long a master waits for its workers unless load.workers_timeout_s says
 LOCUST_MASTER_PORT = 5557  # Locust's own default, and the compose stack's
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
@@ -120,7 +121,7 @@ class LocustProcesses:
     remote_workers: int = 0
     master_host: str = "127.0.0.1"
     master_port: int = 0
-    workers_timeout_s: float = 60.0
+    workers_timeout_s: float = WORKERS_TIMEOUT_S
 
     def processes(self, plan_path: Path, run_dir: Path, invocation: str) -> list[LoadProcess]:
         base = (self.python, "-m", ENTRY_MODULE, "--metrics-host", self.metrics_host)

@@ -23,13 +23,12 @@ from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageS
 from quantload.load.in_locust.sinks import DriverSink
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
-from quantload.load.processes import WORKERS_MISSING
+from quantload.load.processes import WORKERS_MISSING, WORKERS_TIMEOUT_S
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
 
 POLL_S = 0.02
 SPAWN_TIMEOUT_S = 60.0
-WORKERS_TIMEOUT_S = 60.0
 OPEN_LOOP_START_DELAY_S = 0.05
 
 _log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from quantload.load.in_locust.health import HealthMonitor, freeze_heap
 from quantload.load.in_locust.messages import ClientFailed, HealthWindow, RecordLine, StageStarted
 from quantload.load.in_locust.runtime import LoadRuntime, process_name
 from quantload.load.in_locust.sinks import DriverSink, WorkerSink
-from quantload.load.in_locust.stages import WORKERS_TIMEOUT_S, StageController
+from quantload.load.in_locust.stages import StageController
 from quantload.load.in_locust.ticket_sources import (
     LocalTickets,
     MasterTickets,
@@ -34,6 +34,7 @@ from quantload.load.in_locust.ticket_sources import (
 )
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import API_KEY_ENV, LoadPlan
+from quantload.load.processes import WORKERS_TIMEOUT_S
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import TicketBook
 
