@@ -63,6 +63,7 @@ def main() -> int:
     reason = netns_hosts.unavailable()
     if reason:
         raise SystemExit(reason)
+    netns_hosts.interrupt_on_sigterm()
     env = clean_env()
     common = ["--streams", args.streams, "--seconds", args.seconds, "--json"]
     with tempfile.TemporaryDirectory(prefix="quantload-calibrate-hosts-") as scratch:

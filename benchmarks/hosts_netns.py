@@ -99,6 +99,7 @@ def main() -> int:
     reason = netns_hosts.unavailable()
     if reason:
         raise SystemExit(reason)
+    netns_hosts.interrupt_on_sigterm()
     rows: list[tuple[str, str, str, float | None, float | None]] = []
     before = _load_average()
     with tempfile.TemporaryDirectory(prefix="quantload-hosts-bench-") as scratch:

@@ -103,6 +103,7 @@ def main() -> int:
     reason = netns_hosts.unavailable()
     if reason:
         raise SystemExit(reason)
+    netns_hosts.interrupt_on_sigterm()
     before = os.getloadavg()[0]
     lines = [
         "| model | path | requests | TTFT p50 ms | prefill p50 ms | queueing+network p50 ms"

@@ -346,15 +346,29 @@ def _stop_session(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> N
         process.wait(STOP_GRACE_S)
 
 
+def interrupt_on_sigterm() -> None:
+    """SIGTERM raises KeyboardInterrupt, so a script stopped with it still removes its hosts (a
+    process killed outright leaves them to the next run's `sweep_stale`)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def host_network(names: Sequence[str]) -> Iterator[HostNetwork]:
     """A built network of `names` (stale ones of earlier runs swept first), removed on the way out
-    whatever happens; AssertionError on the way out if anything of it was left behind."""
+    whatever happens, SIGTERM included (it is made an interruption meanwhile); AssertionError on
+    the way out if anything of it was left behind."""
     sweep_stale()
-    network = HostNetwork(names).build()
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    network = HostNetwork(names)
     try:
+        network.build()
         yield network
     finally:
         network.remove()
+        signal.signal(signal.SIGTERM, previous)
         left = network.leftovers()
         assert not left, f"left behind: {left}"

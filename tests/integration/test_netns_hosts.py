@@ -134,3 +134,27 @@ def _dead_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     return process.pid
+
+
+def test_a_run_stopped_with_sigterm_still_removes_its_hosts(tmp_path: Path) -> None:
+    reason = netns_hosts.unavailable()
+    if reason:
+        missing(reason)
+    script = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(netns_hosts.__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "from netns_hosts import host_network\n"
+        "with host_network(['a']) as network:\n"
+        f"    sleeper = network.spawn('a', [sys.executable, '-c', 'import time; time.sleep(600)'], Path({str(tmp_path / 'a.log')!r}))\n"
+        "    print(network.tag, sleeper.pid, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    tag, pid = process.stdout.readline().split()
+    assert any(name.startswith(tag) for name in netns_hosts.namespaces())
+    process.terminate()
+    assert process.wait(60) != 0  # interrupted, after removing what it made
+    assert not [name for name in netns_hosts.namespaces() if name.startswith(tag)]
+    assert not Path(f"/proc/{pid}").exists()
