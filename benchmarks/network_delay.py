@@ -5,11 +5,12 @@
 Three hosts in network namespaces: `server` (a llama-server of the model's Q4_K_M, flags as
 `quantload run` starts it), `relay` (tests/netns_relay.py twice: one adding no delay, one adding
 --rtt-ms of round trip) and `control` (`quantload load` and `quantload report`). One `quantload
-load` streams the same closed-loop sweep at 1 user to the server directly, through the relay with
-no added delay and through the relay with the delay; the report's TTFT split (queueing+network =
-TTFT - the server's prompt_ms; prefill = prompt_ms) is printed for each, and the differences: with
-the delay against without it (the target: the network part moves by the delay within 2 ms at p50,
-the prefill does not), and the relay's own cost against the direct path.
+load` per round streams the same closed-loop stage at 1 user to the server directly, through the
+relay with no added delay and through the relay with the delay, the three in turn (--rounds, the
+order turning each round). The report's TTFT split (queueing+network = TTFT - the server's
+prompt_ms; prefill = prompt_ms), pooled over the rounds, is printed for each path, with the
+differences: with the delay against without it (the target: the network part moves by the delay
+within 2 ms at p50, the prefill does not), and the relay's own cost against the direct path.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ RELAY = REPO / "tests" / "netns_relay.py"
 QUANTLOAD = (sys.executable, "-m", "quantload.cli.main")
 PROFILES = {"tiny": "ci", "smollm2-135m": "quick"}
 SERVER_PORT, NO_DELAY_PORT, DELAY_PORT = 8083, 8100, 8120
+MAX_TOKENS = 4  # TTFT is what is measured: short answers keep the rounds short
 TIMEOUT_S = 1800.0
 
 
@@ -47,7 +49,7 @@ def _prepare(model: str, folder: Path, env: dict[str, str]) -> Path:
 
 
 def measure(
-    model: str, rtt_ms: float, prompts: int, repeats: int, base: Path
+    model: str, rtt_ms: float, prompts: int, rounds: int, base: Path
 ) -> list[dict[str, float | str]]:
     toolchain = find_toolchain(ToolchainSettings(), os.environ)
     if toolchain is None:
@@ -76,16 +78,18 @@ def measure(
             (relay.url(NO_DELAY_PORT), "relay-0ms", "relay-0ms"),
             (relay.url(DELAY_PORT), f"relay-{rtt_ms:g}ms", f"relay-{rtt_ms:g}ms"),
         ]
-        load = [
-            *QUANTLOAD, "load", "--model", model, "-e", "sweep", "--users", "1", "--workers", "0",
-            "--prompt-count", str(prompts), "--repeats", str(repeats), "--metrics-port", "0",
-            "--out", str(out),
-        ]  # fmt: skip
-        for url, name, label in targets:
-            load += ["--url", url, "--name", name, "--quant", label]
-        loaded = network.run("control", load, TIMEOUT_S, env=env)
-        if loaded.returncode != 0:
-            raise SystemExit(f"quantload load failed: {loaded.stderr[-3000:]}")
+        for round_index in range(rounds):  # the paths take turns, so drift in the machine hits all alike
+            order = targets[round_index % 3 :] + targets[: round_index % 3]
+            load = [
+                *QUANTLOAD, "load", "--model", model, "-e", "sweep", "--users", "1", "--workers", "0",
+                "--prompt-count", str(prompts), "--repeats", "1", "--max-tokens", str(MAX_TOKENS),
+                "--metrics-port", "0", "--out", str(out),
+            ]  # fmt: skip
+            for url, name, label in order:
+                load += ["--url", url, "--name", name, "--quant", label]
+            loaded = network.run("control", load, TIMEOUT_S, env=env)
+            if loaded.returncode != 0:
+                raise SystemExit(f"quantload load failed: {loaded.stderr[-3000:]}")
         report = network.run("control", [*QUANTLOAD, "report", str(out)], TIMEOUT_S, env=env)
         if report.returncode != 0:
             raise SystemExit(f"quantload report failed: {report.stderr[-3000:]}")
@@ -97,8 +101,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--models", default="tiny,smollm2-135m")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
-    parser.add_argument("--prompts", type=int, default=40, help="requests per stage")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=40, help="requests per path and round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three paths, in turn")
     args = parser.parse_args()
     reason = netns_hosts.unavailable()
     if reason:
@@ -113,7 +117,7 @@ def main() -> int:
     verdicts = []
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="quantload-delay-bench-") as scratch:
-            measured = measure(model, args.rtt_ms, args.prompts, args.repeats, Path(scratch))
+            measured = measure(model, args.rtt_ms, args.prompts, args.rounds, Path(scratch))
         rows = {str(row["quant"]): row for row in measured}
         for label, row in rows.items():
             lines.append(
