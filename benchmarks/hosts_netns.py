@@ -91,6 +91,16 @@ def across_hosts(
     return result.seconds
 
 
+def _row_lines(model: str, profile: str, here: dict[str, float], there: dict[str, float]) -> list[str]:
+    lines = []
+    for phase in PHASES:
+        here_s, there_s = here.get(phase), there.get(phase)
+        ratio = f"{there_s / here_s:.2f}" if here_s and there_s else "-"
+        shown = [f"{value:.1f}" if value is not None else "-" for value in (here_s, there_s)]
+        lines.append(f"| {model} | {profile} | {phase} | {shown[0]} | {shown[1]} | {ratio} |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--models", default="tiny,smollm2-135m")
@@ -100,12 +110,20 @@ def main() -> int:
     if reason:
         raise SystemExit(reason)
     netns_hosts.interrupt_on_sigterm()
-    rows: list[tuple[str, str, str, float | None, float | None]] = []
-    before = _load_average()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
+    figure = REPO / "benchmarks" / "figures" / f"hosts-netns-{stamp}.md"
+    header = [
+        f"# Across hosts against native ({stamp})", "", f"`{' '.join(sys.argv)}`", "",
+        "| model | profile | phase | native s | across hosts s | across/native |",
+        "|---|---|---|---:|---:|---:|",
+    ]  # fmt: skip
+    figure.write_text("\n".join(header) + "\n")
+    print("\n".join(header[4:]), flush=True)
     with tempfile.TemporaryDirectory(prefix="quantload-hosts-bench-") as scratch:
         base = args.out or Path(scratch)
         env = clean_env()
         for model in args.models.split(","):
+            before = _load_average()
             profile = PROFILES[model]
             settings = profile_settings(profile, base)
             experiments = [kind for kind in settings.load.experiments if kind != "kv_types"]
@@ -115,23 +133,14 @@ def main() -> int:
             here = native(model, profile, experiments, folder / "native", env)
             print(f"{model}: across hosts ...", flush=True)
             there = across_hosts(model, profile, experiments, manifest, folder)
-            for phase in PHASES:
-                rows.append((model, profile, phase, here.get(phase), there.get(phase)))
-    after = _load_average()
-    lines = [
-        "| model | profile | phase | native s | across hosts s | across/native |",
-        "|---|---|---|---:|---:|---:|",
-    ]
-    for model, profile, phase, here_s, there_s in rows:
-        ratio = f"{there_s / here_s:.2f}" if here_s and there_s else "-"
-        shown = [f"{value:.1f}" if value is not None else "-" for value in (here_s, there_s)]
-        lines.append(f"| {model} | {profile} | {phase} | {shown[0]} | {shown[1]} | {ratio} |")
-    lines.append(f"\nload average {before:.2f} before, {after:.2f} after; {os.cpu_count()} cores")
-    text = "\n".join(lines)
-    print(text)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
-    figure = REPO / "benchmarks" / "figures" / f"hosts-netns-{stamp}.md"
-    figure.write_text(f"# Across hosts against native ({stamp})\n\n`{' '.join(sys.argv)}`\n\n{text}\n")
+            lines = _row_lines(model, profile, here, there)
+            after = _load_average()
+            lines.append(f"| {model} | | load average | {before:.2f} before | {after:.2f} after | |")
+            with figure.open("a") as handle:  # each model's rows as soon as they are measured
+                handle.write("\n".join(lines) + "\n")
+            print("\n".join(lines), flush=True)
+    with figure.open("a") as handle:
+        handle.write(f"\n{os.cpu_count()} cores\n")
     print(f"written to {figure}")
     return 0
 
