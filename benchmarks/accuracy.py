@@ -33,15 +33,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quantload.config import LoadSettings
-from quantload.load.calibrate import fake_delay_s
-from quantload.load.fakeserver import FakeScript, FakeServerProcess
-from quantload.load.plan import sweep_plan
-from quantload.load.processes import WorkersSetting, choose_workers, usable_cores
-from quantload.load.prompts import Prompt
-from quantload.load.records import iter_records, iter_stage_events
-from quantload.load.summary import delivered_concurrency
-from quantload.load.supervisor import run_plan
+from quantload.config import LoadSettings, Settings
+from quantload.experiments.sweep import sweep_plan
+from quantload.load import (
+    FakeScript,
+    FakeServerProcess,
+    Prompt,
+    StageRequests,
+    WorkersSetting,
+    choose_workers,
+    delivered_concurrency,
+    fake_delay_s,
+    iter_records,
+    iter_stage_events,
+    run_plan,
+    usable_cores,
+)
+from quantload.run_context import RunContext
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.stats import percentile
 
@@ -106,10 +115,10 @@ def run_quantload(
         users=(streams,), repeats=1, warmup_requests=0, max_tokens=TOKENS, request_timeout_s=60,
         first_round_jitter_s=jitter_s, metrics_port=0, max_consecutive_errors=50, workers=workers,
     )  # fmt: skip
-    prompts = [Prompt(f"b{i}", f"benchmark request {i}", 4) for i in range(requests)]
+    drawn = StageRequests.of_prompts([Prompt(f"b{i}", f"benchmark request {i}", 4) for i in range(requests)])
     target = ServedTarget(name="fake", quant="none", model="fake", url=url)
-    plan = sweep_plan(settings, target, prompts, "accuracy", f"acc{streams}")
-    run_plan(plan, settings, run_dir)
+    plan = sweep_plan(settings, target, drawn, "accuracy", f"acc{streams}")
+    run_plan(plan, RunContext(RunDir(run_dir), "accuracy", Settings(load=settings)))
     rows = []
     for record in iter_records(run_dir / "records.jsonl"):
         if record.ok and record.ttft_s is not None:

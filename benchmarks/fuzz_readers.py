@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the targets are test code
 import fuzz_targets as targets
-from quantload.load.http1 import ProtocolError
-from quantload.load.sse import EventStreamParser
+from quantload.load import EventStreamParser, ProtocolError
 
 BATCH = 500
 TARGETS: dict[str, Callable[..., None]] = {
@@ -39,6 +38,7 @@ TARGETS: dict[str, Callable[..., None]] = {
     "metrics": targets.metrics_reader_only_server_data_errors,
     "slots": targets.slots_reader_only_server_data_errors,
     "client": targets.client_returns_a_class,
+    "json_list": targets.json_list_reader_agrees_with_json_loads,
 }
 
 

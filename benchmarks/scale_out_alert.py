@@ -21,13 +21,15 @@ from pathlib import Path
 
 import httpx
 
-from quantload.config import LoadSettings, ToolchainSettings
+from quantload.config import LoadSettings, Settings, ToolchainSettings
 from quantload.exporter import ExporterTarget, start_exporter
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.load.experiments import run_sweep
 from quantload.observe.prometheus import PrometheusProcess
+from quantload.run_context import RunContext
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
+from quantload.steps.load import run_experiment
 
 ALERTS = ("LlamaServerQueueing", "LlamaServerSlotsSaturated", "LlamaServerTTFTOverSLO")
 QUERIES = {
@@ -88,7 +90,8 @@ def main() -> int:
                         )  # fmt: skip
                         deadline = time.monotonic() + seconds
                         while time.monotonic() < deadline:
-                            run_sweep(served, settings, folder, "pushed")
+                            context = RunContext(RunDir(folder), "pushed", Settings(load=settings))
+                            run_experiment("sweep", served, context)
 
                 thread = threading.Thread(target=drive, daemon=True)
                 started = time.monotonic()

@@ -18,9 +18,7 @@ import sys
 import time
 from typing import Any
 
-from quantload.load.openai_chunks import classify_stream
-from quantload.load.sse import EventStreamParser
-from quantload.load.stream_result import StreamResult
+from quantload.load import EventStreamParser, StreamResult, classify_stream
 
 TOKENS = 16
 STREAMS = 2000

@@ -5,6 +5,10 @@ Grafana's Prometheus datasource replaces `$var` / `${var}` by the selected value
 several values become `(a|b)` and "All" becomes the variable's `allValue` (here `.*`).
 `$__interval` is the query step, `$__rate_interval` is max(step + scrape interval,
 4 x scrape interval), `$__range` the whole time range.
+
+A query that reads a GPU series (`quantload_gpu_*`, from NVML) `needs_gpu`: on a machine without
+an NVIDIA GPU those series cannot exist, so a check there expects such a query to run without
+error and return nothing, and where the exporter has a GPU it must return data like any other.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from quantload.errors import QuantloadError
+from quantload.exporter.names import GPU_PREFIX
 from quantload.observe.promql import PrometheusClient, PrometheusQueryError
 
 QueryKind = Literal["panel", "annotation", "variable"]
@@ -39,6 +44,11 @@ class DashboardQuery:
     expr: str
     step: str | None = None
 
+    @property
+    def needs_gpu(self) -> bool:
+        """Whether the query reads a series only a machine with an NVIDIA GPU has."""
+        return GPU_PREFIX in self.expr
+
 
 @dataclass(frozen=True)
 class QueryCheck:
@@ -53,6 +63,10 @@ class QueryCheck:
     @property
     def ok(self) -> bool:
         return self.error is None and self.has_number
+
+    def ok_without_gpu(self) -> bool:
+        """A GPU query where no GPU is: it ran and honestly found no series."""
+        return self.query.needs_gpu and self.error is None and self.series == 0
 
     def describe(self) -> str:
         """One line for a test failure or a log."""

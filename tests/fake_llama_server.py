@@ -104,6 +104,7 @@ class FakeLlamaServer:
         self.delay_s = 0.0
         self.mode = "ok"
         self.api_key: str | None = None
+        self.model_size_bytes: int | None = None  # /v1/models answers 404 while None
         self.reads: dict[str, int] = {}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -135,6 +136,8 @@ class FakeLlamaServer:
             return 401, "application/json", b'{"error":{"code":401,"message":"Invalid API Key"}}'
         if self.mode == "http500":
             return 500, "application/json", b'{"error":{"code":500}}'
+        if self.mode == "loading":  # what llama-server answers while it loads its model
+            return 503, "application/json", b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
         if self.mode == "garbage":
             return 200, "text/plain", b"<html><body>this is not it</body></html>\n\x00\x01"
         if path == "/metrics":
@@ -144,6 +147,9 @@ class FakeLlamaServer:
             return 200, "application/json", body
         if path == "/props":
             return 200, "application/json", json.dumps(self.props).encode()
+        if path == "/v1/models" and self.model_size_bytes is not None:  # llama-server's meta.size
+            body = {"object": "list", "data": [{"id": "m", "meta": {"size": self.model_size_bytes}}]}
+            return 200, "application/json", json.dumps(body).encode()
         return 404, "application/json", b'{"error":{"code":404}}'
 
 

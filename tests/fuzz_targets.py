@@ -372,3 +372,78 @@ def slots_reader_only_server_data_errors(data: st.DataObject) -> None:
     except ServerDataError:
         return
     assert all(state.tokens >= 0 for state in slots)
+
+
+# ------------------------------------------------------------------ JSON lists read in pieces
+
+
+@st.composite
+def json_list_texts(draw: st.DrawFn) -> tuple[str, list[Any], list[int]]:
+    """A JSON list written with any whitespace between its elements: (text, elements, the line
+    each element starts on)."""
+    elements = draw(st.lists(json_values, max_size=12))
+    gaps = st.sampled_from(["", " ", "\n", "\n\n", "\r\n", "\t", "  \n  "])
+    text = "[" + draw(gaps)
+    lines: list[int] = []
+    for index, element in enumerate(elements):
+        if index:
+            text += draw(gaps) + "," + draw(gaps)
+        lines.append(text.count("\n") + 1)
+        indent = draw(st.sampled_from([None, 1, 2]))
+        text += json.dumps(element, indent=indent, ensure_ascii=draw(st.booleans()))
+    text += draw(gaps) + "]" + draw(st.sampled_from(["", "\n", " \n"]))
+    return text, elements, lines
+
+
+@st.composite
+def mutated_text(draw: st.DrawFn, text: str) -> str:
+    """`text` with a few characters changed, dropped or doubled, or cut short."""
+    chars = list(text)
+    for _ in range(draw(st.integers(1, 3))):
+        if not chars:
+            break
+        at = draw(st.integers(0, len(chars) - 1))
+        action = draw(st.sampled_from(["swap", "drop", "double", "cut"]))
+        if action == "swap":
+            chars[at] = draw(st.sampled_from(list(',[]{}":0 \n-.etn')))
+        elif action == "drop":
+            del chars[at]
+        elif action == "double":
+            chars.insert(at, chars[at])
+        else:
+            del chars[at:]
+    return "".join(chars)
+
+
+def json_list_reader_agrees_with_json_loads(data: st.DataObject) -> None:
+    """`json_input.iter_array`, reading in pieces of any size, gives json.loads' elements and the
+    line each starts on; any other text it reads exactly as json.loads does (the same list, or a
+    JsonInputError where json.loads finds no list), never another error."""
+    import io
+
+    from quantload import json_input
+
+    size = data.draw(st.integers(1, 64))
+    original = json_input.READ_CHARS
+    json_input.READ_CHARS = size
+    try:
+        if data.draw(st.booleans()):
+            text, elements, lines = data.draw(json_list_texts())
+            got = list(json_input.iter_array(io.StringIO(text)))
+            assert [value for _, value in got] == elements
+            assert [line for line, _ in got] == lines
+            return
+        text = data.draw(st.one_of(st.text(max_size=200), json_list_texts().map(lambda t: t[0]).flatmap(mutated_text)))
+        try:
+            expected = json.loads(text)
+        except (ValueError, RecursionError):
+            expected = None
+        try:
+            got = [value for _, value in json_input.iter_array(io.StringIO(text))]
+        except json_input.JsonInputError as error:
+            assert error.line >= 1
+            assert not isinstance(expected, list), f"json.loads reads {text!r} as a list"
+            return
+        assert got == expected, f"{text!r}: {got!r} != {expected!r}"
+    finally:
+        json_input.READ_CHARS = original

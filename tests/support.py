@@ -51,3 +51,27 @@ def run_quantload(
         cwd=cwd, env=env if env is not None else clean_env(), capture_output=True, text=True,
         timeout=timeout_s, check=False,
     )
+
+
+def machine_has_gpu() -> bool:
+    """Whether the exporter finds a GPU through NVML on this machine (so GPU series can exist)."""
+    from quantload.exporter.gpu import open_gpu_telemetry, system_nvml
+
+    telemetry = open_gpu_telemetry(system_nvml, 1.0)
+    if telemetry is None:
+        return False
+    telemetry.close()
+    return True
+
+
+def gaps_besides_the_absent_gpu(not_measured: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A report's not_measured less the GPU-energy line, which it must give exactly where this
+    machine has no GPU (no NVML series can exist then)."""
+    from quantload.analysis.gpu_energy import NO_GPU_WHY, SECTION
+
+    gpu = [gap for gap in not_measured if gap["section"] == SECTION]
+    if machine_has_gpu():
+        assert not gpu, gpu
+    else:
+        assert [gap["why"] for gap in gpu] == [NO_GPU_WHY], gpu
+    return [gap for gap in not_measured if gap["section"] != SECTION]

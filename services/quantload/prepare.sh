@@ -8,11 +8,11 @@
 # skipped when the run folder already holds quality and speed of these very files (the same
 # manifest); QL_REMEASURE=1 measures them again.
 # Steps 1 and 2 must succeed; a failed step 3 is reported and the job still succeeds.
+# QL_MEASURE=0 stops after step 2 (the Kubernetes servers' init container, deploy/kubernetes/).
 set -eu
 
 models="${QL_MODELS_DIR:-/models}"
 run_dir="${QL_RESULTS_DIR:-/results}/${QL_RUN:-compose}"
-mkdir -p "$run_dir/logs"
 
 quantload prepare --model "${QL_MODEL:-smollm2-135m}" --out "$models"
 
@@ -33,6 +33,11 @@ for quant, entry in files.items():
     os.symlink(entry["file"], link)
     print(f"{link} -> {entry['file']}")
 PY
+if [ "${QL_MEASURE:-1}" = 0 ]; then
+  echo "prepared: $models (QL_MEASURE=0: quality and speed left to the prepare job)"
+  exit 0
+fi
+mkdir -p "$run_dir/logs"
 if [ "${QL_REMEASURE:-0}" != 1 ] && cmp -s "$models/manifest.json" "$run_dir/manifest.json" \
     && [ -s "$run_dir/quality.json" ] && [ -s "$run_dir/speed.json" ]; then
   echo "prepare: $run_dir already has quality and speed of these files: kept (QL_REMEASURE=1 measures again)"
@@ -46,7 +51,7 @@ cp "$models/manifest.json" "$run_dir/manifest.json"
 for step in quality speed; do
   if ! quantload "$step" "$models/F16.gguf" "$models/Q8_0.gguf" "$models/Q4_K_M.gguf" \
       --out "$run_dir/$step.json"; then
-    echo "prepare: $step not measured (see the error above); the servers start anyway" >&2
+    echo "prepare: $step failed for some or all files (see the errors above; llama.cpp's logs in $run_dir/logs); the servers start anyway" >&2
   fi
 done
 echo "prepared: $models, results in $run_dir"

@@ -84,6 +84,7 @@ class LoggedProcess:
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
+        self._launch_offset = 0  # where the latest launch's output starts in the log
 
     @property
     def pid(self) -> int | None:
@@ -98,6 +99,7 @@ class LoggedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         secrets = tuple(secret_env.values()) if secret_env else ()
         with self.log_path.open("ab") as log:
+            self._launch_offset = log.tell()
             log.write(("$ " + shown_command(command, secrets) + "\n").encode())
             log.flush()
             self._process = subprocess.Popen(
@@ -117,6 +119,15 @@ class LoggedProcess:
         """Everything the process has printed so far."""
         try:
             return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def launch_log_text(self) -> str:
+        """What the latest launch has printed (a restarted process appends to the same log)."""
+        try:
+            with self.log_path.open("rb") as handle:
+                handle.seek(self._launch_offset)
+                return handle.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
 

@@ -7,6 +7,7 @@ working folder, `QUANTLOAD_<SECTION>__<KEY>` environment variables, command-line
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 import types
 import typing
@@ -23,11 +24,13 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 
+from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
-from quantload.load.lengths import parse_length_distribution
+from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 
 CONFIG_FILE_NAME = "quantload.toml"
@@ -42,12 +45,38 @@ ENV_NOT_CONFIG: frozenset[str] = frozenset(
     {"QUANTLOAD_HF_ENDPOINT", "QUANTLOAD_REQUIRE_INTEGRATION", "QUANTLOAD_TEST_WIKITEXT"}
 )
 
-Quant = Literal["F16", "Q8_0", "Q4_K_M"]
+# Keys that moved, read under their new name from every layer (a file, the environment, flags, a
+# run's config.json): {old dotted key: new dotted key}.
+RENAMED_KEYS: dict[str, str] = {"model.quants": "prepare.quants"}
+IMATRIX_MODES: tuple[str, ...] = ("off", "computed")
+DEFAULT_CALIBRATION = "wikitext-2-train"
+SENSITIVITY_GROUPS: tuple[str, ...] = (
+    "token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+)  # fmt: skip
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
+# Every number a setting takes is finite (allow_inf_nan=False, for every float of every section)
+# and within a range; the upper ends are far beyond any real run and keep the arithmetic of plans,
+# timers and lists out of overflow.
+MAX_SECONDS = 30 * 24 * 3600.0  # timeouts, caps, waits: 30 days
+MAX_AGE_S = 10 * 365 * 24 * 3600.0
+MAX_USERS = 100_000  # concurrent users of one stage
+MAX_COUNT = 10_000_000  # requests, prompts, chunks, repeats of anything counted
+MAX_REPEATS = 1_000
+MAX_TOKENS = 10_000_000  # tokens of one request or context
+MAX_THREADS = 4096  # threads, slots, jobs, worker processes
+MAX_LAYERS = 100_000
+MAX_RATE_RPS = 1_000_000.0
+MAX_TEMPERATURE = 100.0
+MAX_CPU_FRAC = 1_000.0
+MAX_GROWTH = 1_000.0
+MAX_NATS = 1_000.0
+MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ToolchainSettings(_Section):
@@ -55,30 +84,107 @@ class ToolchainSettings(_Section):
 
     llama_bin: Path | None = None
     cache_dir: Path | None = None
-    build_jobs: int = Field(default=0, ge=0, description="0 = all cores")
+    build_jobs: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = all cores")
 
 
 class ModelSettings(_Section):
-    """Which model to prepare and which quantizations of it."""
+    """Which model to prepare (its quantizations are `[prepare]`'s)."""
 
     source: str = "qwen2.5-0.5b"
-    quants: tuple[Quant, ...] = ("F16", "Q8_0", "Q4_K_M")
-    tiny_seed: int = 0
+    tiny_seed: int = Field(default=0, ge=0, le=2**32 - 1, description="the tiny model's weights' seed")
+
+
+_LABEL = r"^[A-Za-z0-9_.-]+$"
+# A file's label (a type name, TYPE-imatrix, a mix's name): never holds a comma.
+FileLabel = Annotated[str, Field(pattern=_LABEL)]
+
+
+class MixSettings(_Section):
+    """A custom mix: a llama-quantize type with some tensors given another type."""
+
+    name: str = Field(pattern=_LABEL, description="the file's label in every table, e.g. Q4_K_M-attn8")
+    base: str = Field(description="the llama-quantize type of every other tensor, e.g. Q4_K_M")
+    tensor_types: tuple[str, ...] = Field(
+        default=(), description="NAME=TYPE overrides (llama-quantize --tensor-type), e.g. attn_v=q8_0"
+    )
+    tensor_type_file: Path | None = Field(
+        default=None, description="a --tensor-type-file (as `quantload quality --sensitivity` writes)"
+    )
+    output_tensor_type: str | None = Field(default=None, description="--output-tensor-type, e.g. q8_0")
+    token_embedding_type: str | None = Field(default=None, description="--token-embedding-type")
+    imatrix: bool = Field(default=False, description="quantize with prepare.imatrix")
+
+
+class PrepareSettings(_Section):
+    """The files a run measures: types and mixes made from the model's reference file (with an
+    importance matrix where asked), or files the user already has."""
+
+    quants: tuple[FileLabel, ...] = Field(
+        default=("F16", "Q8_0", "Q4_K_M"),
+        description="llama-quantize types (its own list, e.g. Q6_K, IQ4_XS); TYPE-imatrix quantizes"
+        " with prepare.imatrix; F16/BF16/F32 is the reference file",
+    )
+    mixes: tuple[MixSettings, ...] = Field(default=(), description="custom mixes, made as well")
+    imatrix: str = Field(
+        default="off",
+        description="off; computed (llama-imatrix on prepare.calibration, cached by the reference's and"
+        " the text's hashes); or the path of an imatrix file (GGUF or legacy .dat)",
+    )
+    imatrix_chunks: int = Field(default=100, ge=1, description="chunks llama-imatrix computes over")
+    imatrix_ctx: int = Field(default=512, ge=16, description="tokens per llama-imatrix chunk (-c)")
+    calibration: str = Field(
+        default=DEFAULT_CALIBRATION,
+        description="the text the imatrix is computed on, never the scored one: wikitext-2-train"
+        " (WikiText-2's train split through the Hub client) or a text file",
+    )
+    files: tuple[str, ...] = Field(
+        default=(),
+        description="GGUF files the user already has, instead of making them: paths, folders, or"
+        " hf:OWNER/REPO[:GLOB] (a Hugging Face repo of GGUFs)",
+    )
+    reference: Path | None = Field(
+        default=None, description="the F16/BF16/F32 file KLD is measured against, for prepare.files"
+    )
+    max_files: int = Field(default=16, ge=1, le=64, description="most files one run measures")
+
+
+class SensitivitySettings(_Section):
+    """The sensitivity scan (`quantload quality --sensitivity`, and a step of the full run): from a
+    base type, one tensor group at a time raised (or lowered) to another type, each variant's mean
+    KLD and size measured, the groups ranked by KLD gained per MiB."""
+
+    in_run: bool = Field(default=True, description="`quantload run` scans after the quality step")
+    base: str = Field(default="Q4_K_M", description="the llama-quantize type every variant starts from")
+    raise_to: str = Field(default="q8_0", description="the type a group is raised to; empty = none")
+    lower_to: str = Field(default="q3_k", description="the type a group is lowered to; empty = none")
+    groups: tuple[str, ...] = Field(default=SENSITIVITY_GROUPS, min_length=1)
+    build_mix: bool = Field(
+        default=True, description="build the proposed mix and measure it (its KLD and size)"
+    )
+
+    @field_validator("groups")
+    @classmethod
+    def _known_groups(cls, groups: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [g for g in groups if g not in SENSITIVITY_GROUPS]
+        if unknown:
+            known = ", ".join(SENSITIVITY_GROUPS)
+            raise ValueError(f"unknown tensor group(s) {', '.join(unknown)}: use {known}")
+        return groups
 
 
 class ServerSettings(_Section):
     """How each llama-server is started."""
 
     host: str = "127.0.0.1"
-    slots: int = Field(default=8, ge=1)
-    ctx_per_slot: int = Field(default=4096, ge=256)
+    slots: int = Field(default=8, ge=1, le=MAX_THREADS)
+    ctx_per_slot: int = Field(default=4096, ge=256, le=MAX_TOKENS)
     kv_unified: bool = False
     cache_type_k: CacheType = "f16"
     cache_type_v: CacheType = "f16"
-    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
-    gpu_layers: int = Field(default=0, ge=0)
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
+    gpu_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     api_key: SecretStr | None = None
-    startup_timeout_s: float = Field(default=180.0, gt=0)
+    startup_timeout_s: float = Field(default=180.0, gt=0, le=MAX_SECONDS)
     extra_args: tuple[str, ...] = ()
 
 
@@ -86,14 +192,16 @@ class QualitySettings(_Section):
     """Perplexity on WikiText-2, and KL divergence from the F16 file (llama-perplexity)."""
 
     dataset: Path | None = None
-    ctx: int = Field(default=512, ge=16)
-    chunks: int = Field(default=0, ge=0, description="0 = every chunk of the text")
-    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
-    timeout_s: float = Field(default=7200.0, gt=0, description="stop llama-perplexity after this")
+    ctx: int = Field(default=512, ge=16, le=MAX_TOKENS)
+    chunks: int = Field(default=0, ge=0, le=MAX_COUNT, description="0 = every chunk of the text")
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
+    timeout_s: float = Field(
+        default=7200.0, gt=0, le=MAX_SECONDS, description="stop llama-perplexity after this"
+    )
     kld: bool = Field(default=True, description="measure each file's KL divergence from the F16")
     kld_chunks: int = Field(
         default=40,
-        ge=0,
+        ge=0, le=MAX_COUNT,
         description="chunks of quality.ctx tokens compared; the base logits file holds about"
         " n_vocab x 2 bytes x ctx/2 per chunk (SmolLM2 25 MB, Qwen2.5 77 MB); 0 = every chunk",
     )
@@ -120,74 +228,88 @@ class QualitySettings(_Section):
 class SpeedSettings(_Section):
     """llama-bench prefill and decode."""
 
-    prompt_tokens: int = Field(default=512, ge=1)
-    gen_tokens: int = Field(default=128, ge=1)
-    reps: int = Field(default=5, ge=1)
-    threads: int = Field(default=0, ge=0, description="0 = llama.cpp's default")
-    timeout_s: float = Field(default=1800.0, gt=0, description="stop llama-bench after this")
+    prompt_tokens: int = Field(default=512, ge=1, le=MAX_TOKENS)
+    gen_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
+    reps: int = Field(default=5, ge=1, le=MAX_REPEATS)
+    threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
+    timeout_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS, description="stop llama-bench after this")
     probe_max_age_s: float = Field(
-        default=86400.0, ge=0, description="reuse a cached machine probe younger than this"
+        default=86400.0, ge=0, le=MAX_AGE_S, description="reuse a cached machine probe younger than this"
     )
 
 
-ExperimentName = Literal[
-    "sweep", "prefix_cache", "open_loop", "sessions", "trace", "mixed", "limit_users", "limit_rate",
-    "kv_types",
-]  # fmt: skip
-ALL_EXPERIMENTS: tuple[ExperimentName, ...] = (
-    "sweep", "prefix_cache", "open_loop", "sessions", "trace", "mixed", "limit_users", "limit_rate",
-    "kv_types",
-)  # fmt: skip
+COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
+
+
+def _experiment_names() -> tuple[str, ...]:
+    # Imported here: the registry's modules read these settings, so they cannot be imported first.
+    from quantload.experiments.registry import names
+
+    return names()
+
+
+def _known_experiments(requested: tuple[str, ...]) -> tuple[str, ...]:
+    """Every name one of the registry's experiments, each once."""
+    known = _experiment_names()
+    unknown = [name for name in requested if name not in known]
+    if unknown:
+        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(known)}")
+    repeated = sorted({name for name in requested if requested.count(name) > 1})
+    if repeated:
+        raise ValueError(f"lists {', '.join(repeated)} more than once")
+    return requested
+
+
+ExperimentNames = Annotated[tuple[Annotated[str, COMMA_FREE], ...], AfterValidator(_known_experiments)]
 
 
 class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
 
-    experiments: tuple[ExperimentName, ...] = Field(
-        default=ALL_EXPERIMENTS,
-        description="what `quantload run` runs per quantization, in this order; an experiment"
-        " without its input is left out (open_loop: load.rates_rps, trace: trace.path,"
-        " prefix_cache: load.prefix_tokens and load.prefix_requests, kv_types: kv_types.requests and"
-        " two cache types in quality.kld_cache_types)",
+    experiments: ExperimentNames = Field(
+        default_factory=_experiment_names,
+        description="what `quantload run` runs per quantization, in this order (the experiments of"
+        " quantload.experiments.registry); one whose input is missing is left out, with the reason"
+        " the registry gives (run.json and the report say it)",
     )
 
-    users: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
-    repeats: int = Field(default=3, ge=1)
+    users: tuple[Annotated[int, Field(ge=1, le=MAX_USERS)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
+    repeats: int = Field(default=3, ge=1, le=MAX_REPEATS)
     prompts: str = "builtin"
-    prompt_count: int = Field(default=100, ge=1)
-    min_prompt_tokens: int = Field(default=1, ge=1)
-    max_prompt_tokens: int = Field(default=1024, ge=1)
-    max_tokens: int = Field(default=128, ge=1)
+    prompt_count: int = Field(default=100, ge=1, le=MAX_COUNT)
+    min_prompt_tokens: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max_prompt_tokens: int = Field(default=1024, ge=1, le=MAX_TOKENS)
+    max_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
     ignore_eos: bool = False
-    temperature: float = Field(default=0.0, ge=0)
-    seed: int = 42
-    warmup_requests: int = Field(default=2, ge=0)
-    request_timeout_s: float = Field(default=300.0, gt=0)
-    stage_timeout_s: float = Field(default=3600.0, gt=0)
-    rates_rps: tuple[Annotated[float, Field(gt=0)], ...] = ()
-    open_loop_requests: int = Field(default=50, ge=1)
-    prefix_tokens: int = Field(default=1500, ge=0)
-    prefix_requests: int = Field(default=20, ge=0)
-    prefix_users: int = Field(default=1, ge=1)
+    temperature: float = Field(default=0.0, ge=0, le=MAX_TEMPERATURE)
+    seed: int = Field(default=42, ge=-(2**63), le=2**63 - 1)
+    warmup_requests: int = Field(default=2, ge=0, le=MAX_COUNT)
+    request_timeout_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    stage_timeout_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
+    rates_rps: tuple[Annotated[float, Field(gt=0, le=MAX_RATE_RPS)], ...] = ()
+    open_loop_requests: int = Field(default=50, ge=1, le=MAX_COUNT)
+    prefix_tokens: int = Field(default=1500, ge=0, le=MAX_TOKENS)
+    prefix_requests: int = Field(default=20, ge=0, le=MAX_COUNT)
+    prefix_users: int = Field(default=1, ge=1, le=MAX_USERS)
     cache_prompt: bool = Field(
         default=False, description="cache_prompt sent by sweep and open-loop requests"
     )
-    open_loop_users: int = Field(default=64, ge=1, description="user pool serving the arrivals")
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    open_loop_users: int = Field(default=64, ge=1, le=MAX_USERS, description="user pool serving the arrivals")
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS)
     first_byte_timeout_s: float = Field(
         default=60.0,
-        gt=0,
+        gt=0, le=MAX_SECONDS,
         description="wait at most this for a response's first byte (llama-server sends it with the"
         " first token: queueing + prefill); a silent server costs this, not request_timeout_s",
     )
     first_round_jitter_s: float = Field(
-        default=0.1, ge=0, description="each user's first request of a stage waits up to this"
+        default=0.1, ge=0, le=MAX_SECONDS, description="each user's first request of a stage waits up to this"
     )
     max_consecutive_errors: int = Field(
-        default=20, ge=1, description="failed requests in a row that end a stage as failed"
+        default=20, ge=1, le=MAX_COUNT, description="failed requests in a row that end a stage as failed"
     )
     reuse_connections: Literal["auto", "always", "never"] = "auto"
-    workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+    workers: Annotated[int, Field(ge=0, le=MAX_THREADS)] | Literal["auto"] = Field(
         default="auto",
         description="Locust worker processes: 0 = one process; auto = one process unless a stage"
         " has more than 256 users and the cores leave room for a master and two workers",
@@ -195,6 +317,7 @@ class LoadSettings(_Section):
     remote_workers: int = Field(
         default=0,
         ge=0,
+        le=MAX_THREADS,
         description="Locust workers on other hosts (`quantload load-worker`) the master waits for,"
         " besides load.workers of its own",
     )
@@ -211,14 +334,24 @@ class LoadSettings(_Section):
         " load.remote_workers > 0, else a free port",
     )
     workers_timeout_s: float = Field(
-        default=60.0, gt=0, description="how long the master waits for its workers at each plan's start"
+        default=60.0, gt=0, le=MAX_SECONDS,
+        description="how long the master waits for its workers at each plan's start",
     )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
     )
-    saturation_cpu_frac: float = Field(default=0.9, gt=0)
-    saturation_lag_s: float = Field(default=0.05, gt=0)
+    saturation_cpu_frac: float = Field(default=0.9, gt=0, le=MAX_CPU_FRAC)
+    saturation_lag_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
+
+    @model_validator(mode="after")
+    def _prompt_bounds_in_order(self) -> LoadSettings:
+        if self.min_prompt_tokens > self.max_prompt_tokens:
+            raise ValueError(
+                f"load.min_prompt_tokens ({self.min_prompt_tokens}) is above load.max_prompt_tokens"
+                f" ({self.max_prompt_tokens})"
+            )
+        return self
 
 
 class KvTypeSettings(_Section):
@@ -227,13 +360,19 @@ class KvTypeSettings(_Section):
     own server for the type it serves) and one closed-loop stage of decode-heavy requests on each:
     short prompts, max_tokens with ignore_eos, cache_prompt off."""
 
-    users: int = Field(default=8, ge=1, description="concurrent users of each cache type's stage")
-    requests: int = Field(
-        default=16, ge=0, description="measured requests per cache type; 0 = no kv_types experiment"
+    users: int = Field(
+        default=8, ge=1, le=MAX_USERS, description="concurrent users of each cache type's stage"
     )
-    max_tokens: int = Field(default=128, ge=2, description="tokens generated per request (ignore_eos)")
+    requests: int = Field(
+        default=16, ge=0, le=MAX_COUNT,
+        description="measured requests per cache type; 0 = no kv_types experiment"
+    )
+    max_tokens: int = Field(
+        default=128, ge=2, le=MAX_TOKENS, description="tokens generated per request (ignore_eos)"
+    )
     prompt_max_tokens: int = Field(
-        default=32, ge=1, description="only prompts of at most this many tokens (load.prompts' set)"
+        default=32, ge=1, le=MAX_TOKENS,
+        description="only prompts of at most this many tokens (load.prompts' set)"
     )
 
 
@@ -266,18 +405,21 @@ class WorkloadSettings(_Section):
     )
     dataset: str | None = Field(default=None, description="ShareGPT JSON or JSONL, kind = dataset")
     requests: int = Field(
-        default=50, ge=1, description="requests per closed-loop stage for lengths, dataset and trace"
+        default=50, ge=1, le=MAX_COUNT,
+        description="requests per closed-loop stage for lengths, dataset and trace"
     )
     max_output_tokens: int = Field(
-        default=1024, ge=1, description="cap on a dataset reply's length asked as max_tokens"
+        default=1024, ge=1, le=MAX_TOKENS, description="cap on a dataset reply's length asked as max_tokens"
     )
 
 
 class SessionSettings(_Section):
     """Multi-turn conversations: the sessions experiment, and workload.kind = sessions."""
 
-    users: int = Field(default=4, ge=1, description="conversations in flight at once")
-    count: int = Field(default=8, ge=0, description="conversations per stage (0: no sessions experiment)")
+    users: int = Field(default=4, ge=1, le=MAX_USERS, description="conversations in flight at once")
+    count: int = Field(
+        default=8, ge=0, le=MAX_COUNT, description="conversations per stage (0: no sessions experiment)"
+    )
     turns: int = Field(default=4, ge=1, le=64, description="user turns per conversation")
     think_time_s: float = Field(
         default=1.0, ge=0, le=600, description="mean pause before each later turn (drawn 0.5x-1.5x)"
@@ -300,7 +442,8 @@ class SessionSettings(_Section):
         default=(False, True), min_length=1, description="cache_prompt of the stages, in order"
     )
     repeats: int = Field(
-        default=1, ge=1, description="repeats of the stages (each stage already holds many turns)"
+        default=1, ge=1, le=MAX_REPEATS,
+        description="repeats of the stages (each stage already holds many turns)"
     )
 
 
@@ -309,18 +452,26 @@ class TraceSettings(_Section):
 
     path: str | None = Field(default=None, description="JSONL trace; Mooncake fields accepted")
     speed: float = Field(default=1.0, gt=0, le=1000, description="2 = twice the trace's pace")
-    max_requests: int = Field(default=500, ge=1, description="the trace's first N requests")
+    max_requests: int = Field(default=500, ge=1, le=MAX_COUNT, description="the trace's first N requests")
 
 
 class MixedSettings(_Section):
     """The mixed-traffic diagnosis: decode-heavy traffic alone, then with long prompts mixed in."""
 
-    users: int = Field(default=4, ge=1, description="closed-loop users of both stages")
-    decode_requests: int = Field(default=16, ge=1, description="decode-heavy requests per stage")
-    decode_prompt_tokens: int = Field(default=64, ge=1, description="whole prompt of a decode-heavy request")
-    decode_output_tokens: int = Field(default=128, ge=2, description="its output (ignore_eos on)")
-    long_prompt_tokens: int = Field(default=3000, ge=1, description="whole prompt of a long request")
-    long_output_tokens: int = Field(default=16, ge=1, description="its output")
+    users: int = Field(default=4, ge=1, le=MAX_USERS, description="closed-loop users of both stages")
+    decode_requests: int = Field(
+        default=16, ge=1, le=MAX_COUNT, description="decode-heavy requests per stage"
+    )
+    decode_prompt_tokens: int = Field(
+        default=64, ge=1, le=MAX_TOKENS, description="whole prompt of a decode-heavy request"
+    )
+    decode_output_tokens: int = Field(
+        default=128, ge=2, le=MAX_TOKENS, description="its output (ignore_eos on)"
+    )
+    long_prompt_tokens: int = Field(
+        default=3000, ge=1, le=MAX_TOKENS, description="whole prompt of a long request"
+    )
+    long_output_tokens: int = Field(default=16, ge=1, le=MAX_TOKENS, description="its output")
     long_fraction: float = Field(
         default=0.25, gt=0, lt=1, description="share of the mixed stage's requests that are long"
     )
@@ -329,7 +480,9 @@ class MixedSettings(_Section):
         min_length=1,
         description="llama-server -b/-ub pairs the experiment is repeated at (the server restarts)",
     )
-    repeats: int = Field(default=1, ge=1, description="repeats of each stage (long prompts are slow)")
+    repeats: int = Field(
+        default=1, ge=1, le=MAX_REPEATS, description="repeats of each stage (long prompts are slow)"
+    )
 
     @field_validator("batch_sizes")
     @classmethod
@@ -338,27 +491,209 @@ class MixedSettings(_Section):
             logical, slash, physical = pair.partition("/")
             if not slash or not logical.isdigit() or not physical.isdigit() or int(physical) > int(logical):
                 raise ValueError(f"{pair!r} is not B/UB with UB <= B, e.g. 2048/512")
+            if int(physical) < 1 or int(logical) > MAX_TOKENS:
+                raise ValueError(
+                    f"{pair!r}: llama-server needs a batch of at least 1 token (-b and -ub of 1 to"
+                    f" {MAX_TOKENS:,}), e.g. 2048/512"
+                )
         return pairs
 
 
 class LimitSettings(_Section):
     """The limit search: the most users (limit_users) and highest rate (limit_rate) within the SLO."""
 
-    start_users: int = Field(default=1, ge=1, description="the closed-loop search's first level")
-    max_users: int = Field(default=64, ge=1, description="the most users it may try")
-    start_rate_rps: float = Field(default=0.5, gt=0, description="the open-loop search's first rate")
-    max_rate_rps: float = Field(default=64.0, gt=0, description="the highest rate it may try")
-    growth: float = Field(default=2.0, gt=1, description="each growing trial multiplies the level")
+    start_users: int = Field(
+        default=1, ge=1, le=MAX_USERS, description="the closed-loop search's first level"
+    )
+    max_users: int = Field(default=64, ge=1, le=MAX_USERS, description="the most users it may try")
+    start_rate_rps: float = Field(
+        default=0.5, gt=0, le=MAX_RATE_RPS, description="the open-loop search's first rate"
+    )
+    max_rate_rps: float = Field(
+        default=64.0, gt=0, le=MAX_RATE_RPS, description="the highest rate it may try"
+    )
+    growth: float = Field(
+        default=2.0, gt=1, le=MAX_GROWTH, description="each growing trial multiplies the level"
+    )
     rate_resolution: float = Field(default=0.1, gt=0, lt=1, description="rates are bisected to this")
-    repeats: int = Field(default=3, ge=1, description="the answer must hold in a majority of these")
-    time_cap_s: float = Field(default=900.0, gt=0, description="per search; ends it early")
-    requests_per_user: int = Field(default=4, ge=1, description="closed-loop trial requests per user")
-    min_requests: int = Field(default=8, ge=1, description="fewest requests of a trial")
-    trial_seconds: float = Field(default=30.0, gt=0, description="open-loop trial length at its rate")
-    trial_timeout_s: float = Field(default=300.0, gt=0, description="a trial over this fails hard")
+    repeats: int = Field(
+        default=3, ge=1, le=MAX_REPEATS, description="the answer must hold in a majority of these"
+    )
+    time_cap_s: float = Field(default=900.0, gt=0, le=MAX_SECONDS, description="per search; ends it early")
+    requests_per_user: int = Field(
+        default=4, ge=1, le=MAX_COUNT, description="closed-loop trial requests per user"
+    )
+    min_requests: int = Field(default=8, ge=1, le=MAX_COUNT, description="fewest requests of a trial")
+    trial_seconds: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="open-loop trial length at its rate"
+    )
+    trial_timeout_s: float = Field(
+        default=300.0, gt=0, le=MAX_SECONDS, description="a trial over this fails hard"
+    )
     hard_failure_frac: float = Field(
         default=0.1, gt=0, le=1, description="failed share of a trial that ends its level at once"
     )
+
+    @model_validator(mode="after")
+    def _starts_within_the_most(self) -> LimitSettings:
+        if self.max_users < self.start_users:
+            raise ValueError(
+                f"limit.max_users ({self.max_users}) is below limit.start_users ({self.start_users})"
+            )
+        if self.max_rate_rps < self.start_rate_rps:
+            raise ValueError(
+                f"limit.max_rate_rps ({self.max_rate_rps:g}) is below limit.start_rate_rps"
+                f" ({self.start_rate_rps:g})"
+            )
+        return self
+
+
+ContextPolicyName = Literal["fail", "trim", "shift"]
+CONTEXT_MARGIN_TOKENS = 8  # room left in a slot beyond prompt + reply (llama-server's own needs)
+
+
+class ContextSettings(_Section):
+    """Conversations that outgrow the slot context (the context experiment): one stage per policy
+    of `policies`, each with conversations of its own on a server whose slots hold
+    `ctx_per_slot` tokens; fail: the server's default (the turn that does not fit is refused),
+    trim: the client keeps the system prompt and the most recent turns that fit, counted with the
+    server's tokenizer, shift: the server runs with --context-shift and --keep."""
+
+    conversations: int = Field(
+        default=20, ge=0, description="conversations per policy (0: no context experiment)"
+    )
+    users: int = Field(default=4, ge=1, description="conversations in flight at once")
+    slots: int = Field(default=4, ge=1, description="llama-server slots (-np) of the experiment's server")
+    ctx_per_slot: int = Field(
+        default=1024, ge=256, description="tokens each slot holds (the context the conversations outgrow)"
+    )
+    turns: int = Field(
+        default=0, ge=0, le=200,
+        description="user turns per conversation; 0 = enough for the history to reach 1.5 times the slot",
+    )  # fmt: skip
+    system_prompt_tokens: int = Field(
+        default=128, ge=1, description="tokens of the system prompt every conversation starts with"
+    )
+    turn_tokens: Distribution = Field(default="uniform:40-80", description="tokens of each user turn")
+    reply_tokens: Distribution = Field(
+        default="fixed:64", description="max_tokens of each reply (ignore_eos on)"
+    )
+    think_time_s: float = Field(default=0.0, ge=0, le=600, description="mean pause before each later turn")
+    dataset: str | None = Field(
+        default=None, description="ShareGPT JSON or JSONL: real conversations' user turns instead"
+    )
+    policies: tuple[ContextPolicyName, ...] = Field(
+        default=("fail", "trim", "shift"), min_length=1, description="the policies measured, in order"
+    )
+    keep_tokens: int | None = Field(
+        default=None, ge=0,
+        description="--keep of the shift policy's server: tokens a shift keeps from the prompt's start;"
+        " unset = the system prompt's whole length",
+    )  # fmt: skip
+    cache_prompt: bool = Field(default=True, description="cache_prompt of the stages (the hit rate needs it)")
+    affinity: Literal["none", "id_slot"] = Field(
+        default="none",
+        description="none: llama-server places each turn (-sps: the slot sharing the longest prefix);"
+        " id_slot: every turn of conversation i asks for slot i % slots",
+    )
+
+    @field_validator("policies")
+    @classmethod
+    def _each_policy_once(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _fits_the_slot(self) -> ContextSettings:
+        if self.keep_tokens is not None and self.keep_tokens >= self.ctx_per_slot:
+            raise ValueError(
+                f"context.keep_tokens {self.keep_tokens} is not shorter than the"
+                f" {self.ctx_per_slot}-token slot (context.ctx_per_slot): --keep must leave room to"
+                " shift; keep fewer tokens (unset keeps the system prompt)"
+            )
+        reply = parse_length_distribution(self.reply_tokens).expected_tokens
+        least = self.system_prompt_tokens + 1 + round(reply) + CONTEXT_MARGIN_TOKENS
+        if "trim" in self.policies and least > self.ctx_per_slot:
+            raise ValueError(
+                f"the trim policy cannot keep even the system prompt: its {self.system_prompt_tokens}"
+                f" tokens, a one-token user turn and a reply of about {round(reply)} exceed the"
+                f" {self.ctx_per_slot}-token slot; shorten context.system_prompt_tokens or"
+                " context.reply_tokens, or raise context.ctx_per_slot"
+            )
+        return self
+
+
+class TenantSettings(_Section):
+    """One tenant of a shared server ([[tenants]]): its name, its traffic (any workload kind, as
+    the [workload] and [sessions] sections say it), its load (closed-loop users or an open-loop
+    rate), its weight in the fairness index and, optionally, its own SLO."""
+
+    name: str = Field(description="how records, stages, series and the report name it")
+    users: int | None = Field(default=None, ge=1, description="closed-loop users")
+    rate_rps: float | None = Field(default=None, gt=0, description="open-loop Poisson arrivals per second")
+    rate_users: int = Field(default=16, ge=1, description="users serving an open-loop tenant's arrivals")
+    weight: float = Field(default=1.0, gt=0, description="its share per stream in the fairness index")
+    slo_ttft_p99_s: float | None = Field(
+        default=None, gt=0, description="its TTFT limit; unset = the report's"
+    )
+    slo_tpot_s: float | None = Field(default=None, gt=0, description="its TPOT limit; unset = the report's")
+    workload: WorkloadSettings | None = Field(default=None, description="its traffic; unset = [workload]")
+    sessions: SessionSettings | None = Field(
+        default=None, description="its conversations (workload kind sessions); unset = [sessions]"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _a_label(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a tenant needs a name, e.g. name = \"acme\"")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", value):
+            raise ValueError(
+                f"{value!r} cannot name a tenant: use 1-40 letters, digits, '_', '.' or '-', starting"
+                " with a letter or digit (it becomes a Prometheus label value and part of file names)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _users_or_rate(self) -> TenantSettings:
+        if (self.users is None) == (self.rate_rps is None):
+            raise ValueError(
+                f"tenant {self.name!r} needs users (closed loop) or rate_rps (open loop), not"
+                f" {'both' if self.users is not None else 'neither'}"
+            )
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate_rps is not None
+
+
+class NoisyNeighbourSettings(_Section):
+    """The noisy neighbour (experiment noisy_neighbour): every tenant at its own load, while one
+    of them (`neighbour`) steps its load up, stage by stage; step 0 leaves the others alone."""
+
+    neighbour: str | None = Field(
+        default=None, description="the tenant whose load steps up; unset = the last of [[tenants]]"
+    )
+    steps: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+        default=(0, 2, 4, 8), min_length=2,
+        description="the neighbour's load per stage: users (a closed-loop tenant) or requests/s (open loop)",
+    )  # fmt: skip
+    requests_per_user: int = Field(default=8, ge=1, description="closed-loop requests per user and stage")
+    step_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="an open-loop tenant's arrivals last this long"
+    )
+    repeats: int = Field(default=1, ge=1, description="repeats of every step")
+    cache_prompt: bool = Field(default=False, description="cache_prompt of the stages")
+
+    @field_validator("steps")
+    @classmethod
+    def _rising(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if list(value) != sorted(set(value)):
+            raise ValueError("steps must rise, each once, e.g. [0, 2, 4, 8]")
+        return value
 
 
 class ObserveSettings(_Section):
@@ -367,14 +702,14 @@ class ObserveSettings(_Section):
     exporter_host: str = "127.0.0.1"
     exporter_port: int = Field(default=9646, ge=0, le=65535)
     exporter_timeout_s: float = Field(
-        default=0.5, gt=0, description="keep below Prometheus' scrape timeout (1 s)"
+        default=0.5, gt=0, le=MAX_SECONDS, description="keep below Prometheus' scrape timeout (1 s)"
     )
     exporter_targets: tuple[str, ...] = Field(
         default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH]"
     )
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
-    scrape_interval_s: float = Field(default=1.0, gt=0)
+    scrape_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
     grafana_url: str | None = Field(
         default=None, description="stage annotations are pushed here after each load; unset = none"
     )
@@ -388,12 +723,12 @@ class ObserveSettings(_Section):
 class ReportSettings(_Section):
     """Service-level objectives the capacity verdict is judged against."""
 
-    slo_ttft_p99_s: float = Field(default=1.0, gt=0)
-    slo_tpot_s: float = Field(default=0.1, gt=0)
-    client_lag_threshold_s: float = Field(default=0.05, gt=0)
+    slo_ttft_p99_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
+    slo_tpot_s: float = Field(default=0.1, gt=0, le=MAX_SECONDS)
+    client_lag_threshold_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_kld_mean_nats: float = Field(
         default=0.05,
-        ge=0,
+        ge=0, le=MAX_NATS,
         description="the quality loss the verdict accepts: mean KL divergence from the F16 file"
         " (nats, quality.kld). 0.05 admits the 4-bit K-quants of an 8B model (llama.cpp's own"
         " table for LLaMA 3 8B: Q4_K_M 0.031, Q4_K_S 0.043) and rules out legacy 4-bit (Q4_0 0.072)"
@@ -406,20 +741,23 @@ class PlanSettings(_Section):
     may use. Each is optional; the plan leaves out what an unset input would give."""
 
     target_rps: float | None = Field(
-        default=None, gt=0, description="requests per second to serve; unset = no server count for a rate"
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="requests per second to serve; unset = no server count for a rate"
     )
     target_users: int | None = Field(
-        default=None, ge=1, description="concurrent users to serve; unset = no server count for users"
+        default=None, ge=1, le=MAX_PLAN_AMOUNT,
+        description="concurrent users to serve; unset = no server count for users"
     )
     headroom_frac: float = Field(
         default=0.3, ge=0, lt=1, description="share of each server's measured limit kept free"
     )
     price_per_hour: float | None = Field(
-        default=None, gt=0, description="what one server costs per hour; unset = no costs"
+        default=None, gt=0, le=MAX_PLAN_AMOUNT, description="what one server costs per hour; unset = no costs"
     )
     currency: str = Field(default="", description="the unit of price_per_hour, e.g. USD")
     memory_budget_gib: float | None = Field(
-        default=None, gt=0, description="memory one server may use, GiB; unset = no fit check"
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="memory one server may use, GiB; unset = no fit check"
     )
 
 
@@ -440,7 +778,7 @@ class CalibrateSettings(_Section):
     )
     max_error_p99_s: float = Field(
         default=0.005,
-        gt=0,
+        gt=0, le=MAX_SECONDS,
         description="TTFT and ITL error p99 within which a stream count counts as measured right",
     )
     server_closes_connections: bool = Field(
@@ -467,7 +805,7 @@ class CalibrateSettings(_Section):
 class RunSettings(_Section):
     """The whole protocol driven by `quantload run`."""
 
-    profile: Literal["quick", "full", "ci"] = "full"
+    profile: Literal["quick", "full", "ci", "wide"] = "full"
     out: Path = Path("results")
     servers_at_once: bool = False
 
@@ -483,10 +821,12 @@ class Settings(_Section):
 
     toolchain: ToolchainSettings = ToolchainSettings()
     model: ModelSettings = ModelSettings()
+    prepare: PrepareSettings = PrepareSettings()
+    sensitivity: SensitivitySettings = SensitivitySettings()
     server: ServerSettings = ServerSettings()
     quality: QualitySettings = QualitySettings()
     speed: SpeedSettings = SpeedSettings()
-    load: LoadSettings = LoadSettings()
+    load: LoadSettings = Field(default_factory=LoadSettings)  # its default names the registry's experiments
     workload: WorkloadSettings = WorkloadSettings()
     sessions: SessionSettings = SessionSettings()
     trace: TraceSettings = TraceSettings()
@@ -494,10 +834,67 @@ class Settings(_Section):
     limit: LimitSettings = LimitSettings()
     observe: ObserveSettings = ObserveSettings()
     kv_types: KvTypeSettings = KvTypeSettings()
+    context: ContextSettings = ContextSettings()
+    tenants: tuple[TenantSettings, ...] = ()
+    noisy_neighbour: NoisyNeighbourSettings = NoisyNeighbourSettings()
     report: ReportSettings = ReportSettings()
     plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()
     run: RunSettings = RunSettings()
+
+    @model_validator(mode="after")
+    def _tenants_named_once(self) -> Settings:
+        names = [tenant.name for tenant in self.tenants]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"[[tenants]] names {', '.join(repeated)} more than once; give each tenant its own name"
+            )
+        noisy = self.noisy_neighbour
+        if noisy.neighbour is not None and self.tenants and noisy.neighbour not in names:
+            raise ValueError(
+                f"noisy_neighbour.neighbour {noisy.neighbour!r} is no tenant; name one of {', '.join(names)}"
+            )
+        neighbour = self.neighbour_tenant
+        if neighbour is not None and not neighbour.open_loop:
+            fractional = [step for step in noisy.steps if step != int(step)]
+            if fractional:
+                raise ValueError(
+                    f"noisy_neighbour.steps are users of the closed-loop tenant {neighbour.name!r}:"
+                    f" {fractional[0]:g} is not a whole number"
+                )
+        return self
+
+    @property
+    def neighbour_tenant(self) -> TenantSettings | None:
+        """The tenant whose load the noisy-neighbour experiment steps up (None without tenants)."""
+        if not self.tenants:
+            return None
+        chosen = self.noisy_neighbour.neighbour or self.tenants[-1].name
+        return next((tenant for tenant in self.tenants if tenant.name == chosen), None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """A run's config.json from before a key moved reads under the key's new name."""
+        return rename_keys(data) if isinstance(data, Mapping) else data
+
+
+def rename_keys(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """`layer` ({section: {key: value}}) with every key of RENAMED_KEYS under its new name."""
+    renamed: dict[str, Any] = {
+        section: dict(values) if isinstance(values, Mapping) else values for section, values in layer.items()
+    }
+    for old, new in RENAMED_KEYS.items():
+        old_section, old_key = old.split(".", 1)
+        values = renamed.get(old_section)
+        if isinstance(values, dict) and old_key in values:
+            new_section, new_key = new.split(".", 1)
+            value = values.pop(old_key)
+            target = renamed.setdefault(new_section, {})
+            if isinstance(target, dict):
+                target.setdefault(new_key, value)
+    return renamed
 
 
 @dataclass(frozen=True)
@@ -512,11 +909,34 @@ class ResolvedConfig:
         return self.sources.get(key, "default")
 
 
+# Sections that are a list of tables (`[[tenants]]` in TOML), each table one item's keys.
+LIST_SECTIONS: dict[str, type[BaseModel]] = {"tenants": TenantSettings}
+
+
 def _known_keys() -> dict[str, set[str]]:
-    return {
-        name: set(field.annotation.model_fields)  # type: ignore[union-attr]
-        for name, field in Settings.model_fields.items()
-    }
+    known: dict[str, set[str]] = {}
+    for name, field in Settings.model_fields.items():
+        model = LIST_SECTIONS.get(name) or field.annotation
+        known[name] = set(model.model_fields)  # type: ignore[union-attr]
+    return known
+
+
+def _check_list_section(section: str, values: Any, origin: str, known: set[str]) -> None:
+    """A list section: only from a file, a list of tables of its known keys."""
+    if origin.startswith(("environment variable", "command-line")):
+        raise ConfigError(
+            f"[[{section}]] cannot be set from the {origin.split(' ')[0]}",
+            f"write each entry as a [[{section}]] table in {CONFIG_FILE_NAME}",
+        )
+    if not isinstance(values, list) or not all(isinstance(item, Mapping) for item in values):
+        raise ConfigError(f"'{section}' in {origin} must be a list of tables", f"write [[{section}]] tables")
+    for index, item in enumerate(values):
+        for key in item:
+            if key not in known:
+                raise ConfigError(
+                    f"unknown configuration key '{section}[{index}].{key}' in {origin}",
+                    f"keys of [[{section}]]: {', '.join(sorted(known))}",
+                )
 
 
 def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
@@ -527,9 +947,14 @@ def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
                 f"unknown configuration section '{section}' in {origin}",
                 f"known sections: {', '.join(sorted(known))}",
             )
+        if section in LIST_SECTIONS:
+            _check_list_section(section, values, origin, known[section])
+            continue
         if not isinstance(values, Mapping):
             raise ConfigError(f"'{section}' in {origin} must be a table of keys")
         for key in values:
+            if f"{section}.{key}" in RENAMED_KEYS:
+                continue
             if key not in known[section]:
                 raise ConfigError(
                     f"unknown configuration key '{section}.{key}' in {origin}",
@@ -542,8 +967,14 @@ def _read_file_layer(path: Path) -> dict[str, dict[str, Any]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}", "fix the syntax") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path} nests arrays or tables deeper than Python's TOML reader goes", "flatten it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read {path}: {error}", "check the config file") from None
     _check_keys(data, str(path))
-    return data
+    return rename_keys(data)
 
 
 def _field(section: str, key: str) -> FieldInfo:
@@ -553,9 +984,14 @@ def _field(section: str, key: str) -> FieldInfo:
 
 
 def _splits_on_commas(item: Any) -> bool:
-    """Items that never hold a comma themselves: numbers and fixed names (Literal)."""
+    """Items that never hold a comma themselves: numbers, fixed names (Literal), file labels and
+    names marked COMMA_FREE (e.g. experiment names)."""
+    if item == FileLabel:
+        return True
     if typing.get_origin(item) is Annotated:
-        item = typing.get_args(item)[0]
+        item, *metadata = typing.get_args(item)
+        if COMMA_FREE in metadata:
+            return True
     return item in (int, float) or typing.get_origin(item) is Literal
 
 
@@ -578,9 +1014,9 @@ def decode_env_value(field: FieldInfo, raw: str) -> Any:
     text = raw.strip()
     if text.startswith("["):
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{text!r} is not a JSON list", 'e.g. ["a", "b"]') from None
+            return json_input.loads(text)
+        except ValueError:
+            raise ConfigError(f"{text[:60]!r} is not a JSON list", 'e.g. ["a", "b"]') from None
     if _splits_on_commas(item):
         return [part.strip() for part in text.split(",") if part.strip()]
     return [raw]
@@ -604,6 +1040,8 @@ def _read_env_layer(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, Any
             dotted = f"{section}.{key}"
         section, key = dotted.split(".", 1)
         _check_keys({section: {key: None}}, f"environment variable {name}")
+        dotted = RENAMED_KEYS.get(dotted, dotted)
+        section, key = dotted.split(".", 1)
         try:
             layer.setdefault(section, {})[key] = decode_env_value(_field(section, key), raw)
         except ConfigError as error:
@@ -619,6 +1057,10 @@ def _merge(
     origin: str | Mapping[str, str],
 ) -> None:
     for section, values in layer.items():
+        if section in LIST_SECTIONS:  # a list replaces the earlier layer's whole list
+            into[section] = values  # type: ignore[assignment]
+            sources[section] = origin if isinstance(origin, str) else origin[section]
+            continue
         for key, value in values.items():
             into.setdefault(section, {})[key] = value
             dotted = f"{section}.{key}"
@@ -633,14 +1075,43 @@ def _is_secret(section: str, key: str) -> bool:
     return annotation is SecretStr or SecretStr in typing.get_args(annotation)
 
 
-def _validation_message(error: ValidationError, sources: Mapping[str, str]) -> ConfigError:
+def _item_name(layered: Mapping[str, Any], section: str, index: Any) -> str:
+    items = layered.get(section)
+    if isinstance(items, list) and isinstance(index, int) and 0 <= index < len(items):
+        name = items[index].get("name") if isinstance(items[index], Mapping) else None
+        if name:
+            return f"{section}[{index}] ({name!r})"
+    return f"{section}[{index}]"
+
+
+def _validation_message(
+    error: ValidationError, sources: Mapping[str, str], layered: Mapping[str, Any] | None = None
+) -> ConfigError:
     first = error.errors()[0]
-    location = [str(part) for part in first["loc"][:2]]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    loc = list(first["loc"])
+    if not loc:  # a check across sections (e.g. the tenants' names)
+        return ConfigError(f"configuration: {message}", "fix the keys it names")
+    if loc[0] in LIST_SECTIONS:
+        section = str(loc[0])
+        where = _item_name(layered or {}, section, loc[1] if len(loc) > 1 else None)
+        dotted = ".".join([where, *(str(part) for part in loc[2:])])
+        origin = sources.get(section, "default")
+        return ConfigError(
+            f"configuration key '{dotted}' (from {origin}): {message}", f"got {first.get('input')!r}"
+        )
+    location = [str(part) for part in loc[:2]]
     dotted = ".".join(location)
+    if len(location) == 1:  # a check across a section's keys: its message names them
+        origins = sorted({source for key, source in sources.items() if key.startswith(f"{dotted}.")})
+        return ConfigError(
+            f"configuration [{dotted}] (from {', '.join(origins) or 'default'}): {message}",
+            "fix the keys it names",
+        )
     origin = sources.get(dotted, "default")
     secret = len(location) == 2 and _is_secret(*location)
     return ConfigError(
-        f"configuration key '{dotted}' (from {origin}): {first['msg']}",
+        f"configuration key '{dotted}' (from {origin}): {message}",
         "the value is secret, so it is not shown" if secret else f"got {first.get('input')!r}",
     )
 
@@ -670,6 +1141,7 @@ def load_config(
     env_layer, env_origins = _read_env_layer(environ)
     flag_layer = split_dotted(flags or {})
     _check_keys(flag_layer, "command-line flags")
+    flag_layer = rename_keys(flag_layer)
 
     merged: dict[str, dict[str, Any]] = {}
     sources: dict[str, str] = {}
@@ -692,7 +1164,7 @@ def load_config(
     try:
         settings = Settings.model_validate(layered)
     except ValidationError as error:
-        raise _validation_message(error, layered_sources) from None
+        raise _validation_message(error, layered_sources, layered) from None
     return ResolvedConfig(settings=settings, sources=layered_sources)
 
 
@@ -701,6 +1173,10 @@ def describe(config: ResolvedConfig) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     dumped = config.settings.model_dump(mode="json")
     for section, values in dumped.items():
+        if isinstance(values, list):  # a list section: one row per item
+            for index, item in enumerate(values):
+                rows.append((f"{section}[{index}]", json.dumps(item), config.source_of(section)))
+            continue
         for key, value in values.items():
             dotted = f"{section}.{key}"
             # SecretStr values dump as '**********', so keys and tokens never print.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PROFILE_NAMES: tuple[str, ...] = ("quick", "full", "ci")
+PROFILE_NAMES: tuple[str, ...] = ("quick", "full", "ci", "wide")
 # Earlier names still accepted, with the profile each one means.
 PROFILE_ALIASES: dict[str, str] = {"seed": "full"}
 
@@ -16,6 +16,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # A few minutes on a 2-core laptop with SmolLM2-135M: the sweep, the prompt cache, a search
     # for the most users capped at 45 s a quantization and the KV-cache type trade-off.
     "quick": {
+        "sensitivity": {"in_run": False},
         "quality": {"chunks": 4, "kld_chunks": 4},
         "speed": {"prompt_tokens": 128, "gen_tokens": 32, "reps": 2},
         "load": {
@@ -39,6 +40,8 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     # The smallest end-to-end run, for tests on the tiny synthetic model.
     "ci": {
+        "sensitivity": {"in_run": False},
+        "prepare": {"imatrix_chunks": 2, "imatrix_ctx": 128},
         "quality": {"ctx": 128, "chunks": 2, "kld_chunks": 2},
         "speed": {"prompt_tokens": 32, "gen_tokens": 8, "reps": 1},
         "server": {"slots": 4, "ctx_per_slot": 2048},
@@ -81,6 +84,17 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "trial_timeout_s": 60.0,
         },
         "kv_types": {"users": 4, "requests": 8, "max_tokens": 16},
+    },
+}
+
+
+# The quick protocol over the types people choose among: seven files, IQ4_XS with an importance
+# matrix computed on WikiText-2's train split (prepare.calibration).
+_PRESETS["wide"] = {
+    **{section: dict(values) for section, values in _PRESETS["quick"].items()},
+    "prepare": {
+        "quants": ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS-imatrix", "Q3_K_M"),
+        "imatrix": "computed",
     },
 }
 

@@ -103,6 +103,7 @@ class Stack:
     deadline: Deadline
     down_done: bool = False
     notes: list[str] = field(default_factory=list)
+    kept_logs: dict[str, str] = field(default_factory=dict)  # one-shot containers' logs before down
 
     def url(self, port_variable: str) -> str:
         return f"http://127.0.0.1:{self.ports[port_variable]}"
@@ -273,21 +274,67 @@ def stack(
         if left:
             built.notes.append(f"removed what an interrupted earlier run left in the data root: {left}")
         exits.callback(_finish, built, cache)
-        _build_images(built, toolchain, environ)
-        with timings.measure("seed the cache volume (vocabulary, WikiText-2)"):
-            compose.run(
-                "run", "--rm", "--no-deps", "-T", "prepare", "tar", "-x", "-C", "/home/quantload/.cache",
-                timeout_s=deadline.left(300), input_bytes=_seed_archive(environ, wikitext_test_raw),
-            )  # fmt: skip
-        with timings.measure("up -d (prepare done, servers healthy: compose waits)"):
-            compose.run(
-                "up", "-d", "--scale", f"locust-worker={WORKERS}", *STARTED,
-                timeout_s=deadline.left(900), services=STARTED,
-            )  # fmt: skip
-        with timings.measure("after up: every container ready"):
-            compose.wait_ready([s for s in STARTED if s != "prepare"], deadline.left(300))
-        _probe_bridge(built, bridge_note)
+        try:
+            _bring_up(built, toolchain, environ, wikitext_test_raw, bridge_note)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                for name, text in keep_job_logs(built, workdir / "jobs").items():
+                    print(f"---- compose job log: {name}\n{text}")
+            raise
         yield built
+
+
+def _bring_up(stack: Stack, toolchain: Toolchain, environ: dict[str, str], wikitext: Path, bridge_note: str) -> None:
+    """Images, the seeded cache volume, `up -d` (compose waits for prepare and the servers), and
+    every container ready."""
+    compose, timings, deadline = stack.compose, stack.timings, stack.deadline
+    _build_images(stack, toolchain, environ)
+    with timings.measure("seed the cache volume (vocabulary, WikiText-2)"):
+        compose.run(
+            "run", "--rm", "--no-deps", "-T", "prepare", "tar", "-x", "-C", "/home/quantload/.cache",
+            timeout_s=deadline.left(300), input_bytes=_seed_archive(environ, wikitext),
+        )  # fmt: skip
+    with timings.measure("up -d (prepare done, servers healthy: compose waits)"):
+        compose.run(
+            "up", "-d", "--scale", f"locust-worker={WORKERS}", *STARTED,
+            timeout_s=deadline.left(900), services=STARTED,
+        )  # fmt: skip
+    with timings.measure("after up: every container ready"):
+        compose.wait_ready([s for s in STARTED if s != "prepare"], deadline.left(300))
+    _probe_bridge(stack, bridge_note)
+
+
+ONE_SHOT_JOBS = ("prepare",)  # one-shot services whose containers stay: their logs come from compose
+
+
+def job_logs(stack: Stack) -> dict[str, str]:
+    """Every one-shot job's whole log: the prepare job's (its container stays after it exits) and
+    the output of every `run` the tests made (load, report, the fault run's load)."""
+    logs = {service: stack.kept_logs.get(service) or stack.compose.all_logs(service) for service in ONE_SHOT_JOBS}
+    logs.update(stack.compose.job_outputs)
+    return logs
+
+
+def keep_job_logs(stack: Stack, folder: Path) -> dict[str, str]:
+    """The job logs written to `folder` (one file per job), and returned."""
+    logs = job_logs(stack)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in logs.items():
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
+        (folder / f"{safe}.log").write_text(text + "\n", encoding="utf-8")
+    return logs
+
+
+def failure_sections(item: pytest.Item) -> list[tuple[str, str]]:
+    """Report sections for a failed test of this module: every one-shot job's log (conftest)."""
+    stack = getattr(item, "funcargs", {}).get("stack")
+    if not isinstance(stack, Stack):
+        return []
+    try:
+        logs = keep_job_logs(stack, stack.workdir / "jobs")
+    except Exception as error:  # the engine itself may be what failed
+        return [("compose job logs", f"could not be read: {error!r}")]
+    return [(f"compose job log: {name}", text) for name, text in logs.items()]
 
 
 def _disk_used(folder: Path) -> int | None:
@@ -297,6 +344,10 @@ def _disk_used(folder: Path) -> int | None:
 
 def _finish(stack: Stack, cache: Path) -> None:
     """Tear down whatever the tests left: down -v, prune, sizes, timings (engine stops after)."""
+    with contextlib.suppress(Exception):  # before down -v removes the prepare job's container
+        kept = cache / "last-run-jobs"
+        shutil.rmtree(kept, ignore_errors=True)
+        keep_job_logs(stack, kept)  # the last e2e's job logs, whatever its outcome
     if not stack.down_done:
         with contextlib.suppress(StackFailure):
             stack.compose.run("down", "-v", "--remove-orphans", timeout_s=300, check=False)
@@ -543,6 +594,7 @@ def test_a_server_killed_mid_load_fails_its_stages_and_the_job_goes_on(stack: St
             load.wait(30)
     text = output.decode("utf-8", "replace")
     (stack.workdir / "fault-load-job.log").write_text(text, encoding="utf-8")
+    stack.compose.keep_job_output("load (fault run)", text + f"\n[exit {load.returncode}]")
     assert killed, f"{KILLED}'s load never started: {text[-2000:]}"
     assert load.returncode == 1, f"the job should finish and say some stages failed: {text[-3000:]}"
     env = {**clean_env(), "DOCKER_HOST": stack.engine.host}
@@ -573,6 +625,7 @@ def test_a_server_killed_mid_load_fails_its_stages_and_the_job_goes_on(stack: St
 
 
 def test_down_leaves_no_container_network_or_volume(stack: Stack) -> None:
+    stack.kept_logs.update({service: stack.compose.all_logs(service) for service in ONE_SHOT_JOBS})
     with stack.timings.measure("down -v"):
         stack.compose.run("down", "-v", "--remove-orphans", timeout_s=stack.deadline.left(300))
     stack.down_done = True

@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
+from load_api import experiment
 from quantload.analysis import build_report
 from quantload.config import LoadSettings, ReportSettings
 from quantload.exporter import ExporterTarget, start_exporter
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.experiments import run_sweep
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.served import ServedTarget
 from support import require_binary, run_quantload
@@ -79,7 +79,7 @@ def test_the_queueing_alert_fires_on_a_server_pushed_past_its_slots(
                     metrics_port=loadgen_port,
                 )  # fmt: skip
                 served = ServedTarget(name="llama-q4_k_m", quant="Q4_K_M", model="tiny", url=server.url)
-                summaries = run_sweep(served, settings, tmp_path, "pushed")
+                summaries = experiment("sweep", served, settings, tmp_path, "pushed")
                 assert all(s.status == "ok" for s in summaries), summaries
                 time.sleep(3)  # two more scrapes and rule evaluations
                 alerts = httpx.get(f"{prometheus.url}/api/v1/query",

@@ -1,6 +1,7 @@
 """The kv_types experiment on the tiny model, through the run's own steps: the quantization's server
-for f16, a llama-server per other cache type (q8_0, q4_0) with its KV check, one decode-heavy stage
-on each, every extra server stopped afterwards; then the report's trade-off table of that run.
+for f16, a variant per other cache type (q8_0, q4_0) with its KV check, one decode-heavy stage on
+each; a server running alone is restarted in place and back, one beside others gets a second
+llama-server, stopped afterwards; then the report's trade-off table of that run.
 
 Assertions are on what the servers logged and the run files say, never on how fast they were.
 """
@@ -22,7 +23,8 @@ from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.paths import cache_root
-from quantload.progress import no_progress
+from quantload.run_context import RunContext
+from quantload.rundir.handle import RunDir
 from quantload.served import server_name
 from quantload.stack.run_steps import RunSteps, Served
 
@@ -30,8 +32,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TYPES = ("f16", "q8_0", "q4_0")
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["alone", "beside-others"])
 def test_every_cache_type_is_served_checked_and_loaded_then_stopped(
-    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+    toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path, in_place: bool
 ) -> None:
     flags = {
         "model.source": "tiny", "run.profile": "ci", "quality.kld_cache_types": list(TYPES),
@@ -45,16 +48,18 @@ def test_every_cache_type_is_served_checked_and_loaded_then_stopped(
     with server:  # started on entering, stopped on leaving
         steps.check_kv(toolchain, server, "F16", run_dir)
         served = Served("F16", server, name=server_name("F16"), model="tiny")
-        kv_types = steps.kv_types(toolchain, served, run_dir)
-        done = steps.experiment(
-            "kv_types", served.load_target(), run_dir, "run-kv", free_port(), no_progress, kv_types=kv_types
-        )
-        assert server.alive()  # the quantization's own server serves f16 and stays up
+        port = server.port
+        variants = steps.server_variants(toolchain, served, run_dir, in_place)
+        context = RunContext(RunDir(run_dir), "run-kv", settings, loadgen_port=free_port(), cwd=tmp_path)
+        done = steps.experiment("kv_types", served.load_target(), context, variants)
+        assert server.alive() and server.port == port  # the quantization's own server, as it was
+        assert (server.spec.cache_type_k, server.spec.cache_type_v) == ("f16", "f16")
     assert done.problem is None and len(done.summaries) == 3
 
     ends = [e for e in iter_stage_events(run_dir / "stages.jsonl") if e.event == "stage_end"]
     assert [(e.kv_cache_type, e.status, e.requests_done) for e in ends] == [(t, "ok", 4) for t in TYPES]
-    assert [e.server for e in ends] == ["llama-f16", "llama-f16-kv-q8_0", "llama-f16-kv-q4_0"]
+    names = ["llama-f16"] * 3 if in_place else ["llama-f16", "llama-f16-kv-q8_0", "llama-f16-kv-q4_0"]
+    assert [e.server for e in ends] == names
     measured = [r for r in iter_records(run_dir / "records.jsonl") if not r.warmup]
     assert len(measured) == 12 and all(r.ok and r.experiment == "kv_types" for r in measured)
     assert all(r.completion_tokens == 8 and r.ignore_eos and not r.cache_prompt for r in measured)
@@ -66,11 +71,21 @@ def test_every_cache_type_is_served_checked_and_loaded_then_stopped(
         assert (entry["cache_type_k"], entry["cache_type_v"]) == (kind, kind)
         assert entry["diff_pct"] == 0.0 and entry["reported_mib"] < kv["results"]["F16"]["reported_mib"]
         assert entry["flash_attn"] == "enabled"
-        log = (run_dir / "logs" / f"llama-server-F16-kv-{kind}.log").read_text()
-        assert "-fa on" in log.splitlines()[0]  # a quantized V cache needs flash attention
-    for port in {r.url.rsplit(":", 1)[1] for r in measured if "-kv-" in r.server}:  # the extra ones are gone
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+    own = run_dir / "logs" / "llama-server-F16.log"
+    launches = [line for line in own.read_text().splitlines() if line.startswith("$ ")]
+    if in_place:  # restarted with each type, and back: a quantized V cache needs flash attention
+        assert [("-ctv q8_0" in line, "-ctv q4_0" in line, "-fa on" in line) for line in launches] == [
+            (False, False, False), (True, False, True), (False, False, False),
+            (False, True, True), (False, False, False),
+        ]  # fmt: skip
+    else:
+        assert len(launches) == 1
+        for kind in ("q8_0", "q4_0"):
+            log = (run_dir / "logs" / f"llama-server-F16-kv-{kind}.log").read_text()
+            assert "-fa on" in log.splitlines()[0]
+        for other in {r.url.rsplit(":", 1)[1] for r in measured if "-kv-" in r.server}:  # stopped
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", int(other)), timeout=1).close()
 
     run = load_run(run_dir)
     table = kv_type_table(run, stage_table(run, ReportSettings()), ["F16"]).set_index("cache_type")

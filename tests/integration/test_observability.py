@@ -3,7 +3,7 @@ the exporter reading them, Prometheus (Debian binary) scraping the exporter and 
 generator's metrics; then every query of every Grafana panel, annotation and variable is run
 against that Prometheus and must return data, and so must every recording rule.
 
-Traffic comes from one fixture, `load_driver`: the real load generator (`quantload.load.experiments.run_sweep`,
+Traffic comes from one fixture, `load_driver`: the real load generator (the registry's sweep experiment,
 Locust processes streaming chat completions), driving both servers at once.
 """
 
@@ -21,12 +21,12 @@ import pytest
 import yaml
 
 from dashboard_check import QueryCheck, check_dashboard, load_dashboard
+from load_api import experiment
 from quantload.config import LoadSettings
 from quantload.exporter import ExporterTarget, start_exporter
 from quantload.exporter.labels import model_from_filename
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.experiments import run_sweep
 from quantload.observe.annotations import read_stage_spans
 from quantload.observe.prometheus import PrometheusProcess, prometheus_config_dir
 from quantload.observe.promql import PrometheusClient
@@ -69,7 +69,7 @@ class LoadDriver(Protocol):
 
 
 class LocustLoad:
-    """The real load generator: one `run_sweep` per target, all targets at once, each invocation's
+    """The real load generator: one sweep per target, all targets at once, each invocation's
     Locust process serving its metrics on a port chosen before Prometheus starts."""
 
     def __init__(self, run_dir: Path) -> None:
@@ -90,7 +90,8 @@ class LocustLoad:
                 stage_timeout_s=stage_s * 10, metrics_port=self._ports[target.name],
             )  # fmt: skip
             try:
-                summaries = run_sweep(
+                summaries = experiment(
+                    "sweep",
                     ServedTarget(name=target.name, quant=target.quant, model=target.model, url=target.url),
                     settings, self.run_dir, "obs",
                 )
@@ -171,7 +172,7 @@ def test_every_dashboard_query_has_data_from_a_real_run(
             time.sleep(3 * SCRAPE_S)  # the last scrapes and rule evaluations
             end = time.time()
             with PrometheusClient(prometheus.url) as client:
-                _check_dashboards(client, started, end)
+                _check_dashboards(client, started, end, has_gpu=exporter.gpu is not None)
                 _check_recording_rules(client, started, end)
                 _check_server_view(client, started, end, tiny_models["Q4_K_M"])
                 _check_a_server_going_down(client, q4)
@@ -181,15 +182,28 @@ def test_every_dashboard_query_has_data_from_a_real_run(
     assert len(spans) == len(STAGE_USERS) * len(load_targets)
 
 
-def _check_dashboards(client: PrometheusClient, start: float, end: float) -> None:
+def assert_gpu_queries_honest(checks: Sequence[QueryCheck], has_gpu: bool) -> None:
+    """The GPU panels' queries: data where the exporter has a GPU, else run cleanly and find none."""
+    gpu = [check for check in checks if check.query.needs_gpu]
+    assert gpu, "the dashboard has no GPU panel"
+    if has_gpu:
+        assert_all_have_data(gpu)
+    else:
+        wrong = [check.describe() for check in gpu if not check.ok_without_gpu()]
+        assert not wrong, "GPU queries on a machine without a GPU:\n" + "\n".join(wrong)
+
+
+def _check_dashboards(client: PrometheusClient, start: float, end: float, has_gpu: bool) -> None:
     dashboard = load_dashboard(OVERVIEW)
     everything = check_dashboard(client, dashboard, start, end, SCRAPE_S)
     assert {check.query.kind for check in everything} == {"panel", "annotation", "variable"}
-    assert_all_have_data(everything)
+    assert_all_have_data([check for check in everything if not check.query.needs_gpu])
+    assert_gpu_queries_honest(everything, has_gpu)
     one_quant = check_dashboard(
         client, dashboard, start, end, SCRAPE_S, {"quant": ["Q8_0"], "server": ["llama-q8"]}
     )
-    assert_all_have_data(one_quant)
+    assert_all_have_data([check for check in one_quant if not check.query.needs_gpu])
+    assert_gpu_queries_honest(one_quant, has_gpu)
 
     # The mechanism itself: a panel with a broken query, and one naming a metric nobody serves.
     broken = copy.deepcopy(dashboard)
@@ -200,7 +214,7 @@ def _check_dashboards(client: PrometheusClient, start: float, end: float) -> Non
     typo_panel.update(id=999, title="typo")
     typo_panel["targets"] = [{**typo_panel["targets"][0], "expr": "quantload_ttft_secnds_bucket"}]
     broken["panels"] += [bad_panel, typo_panel]
-    checks = check_dashboard(client, broken, start, end, SCRAPE_S)
+    checks = [c for c in check_dashboard(client, broken, start, end, SCRAPE_S) if not c.query.needs_gpu]
     assert sorted(c.query.where for c in checks if not c.ok) == [
         "panel 998 'broken' A",
         "panel 999 'typo' A",

@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
+from load_api import settings_context
 from quantload.config import Settings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.served import ServedTarget
 from quantload.stack.run_steps import Served
+from quantload.stack.server_variants import ServerVariants
 from quantload.steps.load import run_experiment
 
 pytestmark = pytest.mark.integration
@@ -70,8 +72,8 @@ def test_length_distributions_are_sent_and_delivered_as_asked(target: ServedTarg
         workload={"kind": "lengths", "input_lengths": "uniform:30-400", "output_lengths": "buckets:4x0.5,12x0.5",
                   "requests": 10},
     )  # fmt: skip
-    done = run_experiment("sweep", target, chosen, tmp_path, "it-lengths")
-    assert [(s.status, s.requests_ok, s.workload) for s in done.summaries] == [("ok", 10, "lengths")]
+    done = run_experiment("sweep", target, settings_context(tmp_path, chosen, "it-lengths"))
+    assert [(s.status, s.ok, s.workload) for s in done.summaries] == [("ok", 10, "lengths")]
     records = measured(tmp_path)
     assert len(records) == 10
     for record in records:
@@ -94,8 +96,8 @@ def test_a_sharegpt_dataset_asks_for_its_reply_lengths(target: ServedTarget, tmp
     ]  # fmt: skip
     dataset.write_text(json.dumps(rows))
     chosen = settings(workload={"kind": "dataset", "dataset": str(dataset), "requests": 4})
-    done = run_experiment("sweep", target, chosen, tmp_path, "it-dataset")
-    assert [(s.status, s.requests_ok) for s in done.summaries] == [("ok", 4)]
+    done = run_experiment("sweep", target, settings_context(tmp_path, chosen, "it-dataset"))
+    assert [(s.status, s.ok) for s in done.summaries] == [("ok", 4)]
     by_prompt = {r.prompt_id: r for r in measured(tmp_path)}
     replies = {f"c{i}": 3 + i for i in range(4)}  # "word word ..." is one token a word
     for prompt_id, record in by_prompt.items():
@@ -109,8 +111,8 @@ def test_conversations_resend_their_history_and_find_it_in_the_cache(target: Ser
         sessions={"users": 2, "count": 3, "turns": 3, "think_time_s": 0.05, "turn_tokens": "uniform:20-40",
                   "reply_tokens": "fixed:6", "cache_modes": (False, True)},
     )  # fmt: skip
-    done = run_experiment("sessions", target, chosen, tmp_path, "it-sessions")
-    assert [(s.phase, s.status, s.requests_ok) for s in done.summaries] == [("cache off", "ok", 9), ("cache on", "ok", 9)]
+    done = run_experiment("sessions", target, settings_context(tmp_path, chosen, "it-sessions"))
+    assert [(s.phase, s.status, s.ok) for s in done.summaries] == [("cache off", "ok", 9), ("cache on", "ok", 9)]
     conversations: dict[str, list[RequestRecord]] = {}
     for record in measured(tmp_path):
         assert record.ok and record.session_id is not None and record.turn is not None
@@ -135,7 +137,7 @@ def test_id_slot_affinity_pins_every_turn(target: ServedTarget, tmp_path: Path) 
         sessions={"users": 2, "count": 4, "turns": 2, "think_time_s": 0.0, "turn_tokens": "fixed:30",
                   "reply_tokens": "fixed:4", "cache_modes": (True,), "affinity": "id_slot"},
     )  # fmt: skip
-    run_experiment("sessions", target, chosen, tmp_path, "it-affinity")
+    run_experiment("sessions", target, settings_context(tmp_path, chosen, "it-affinity"))
     records = measured(tmp_path)
     assert len(records) == 8 and all(r.ok for r in records)
     slots: dict[str | None, set[int | None]] = {}
@@ -152,8 +154,8 @@ def test_a_trace_is_replayed_at_its_pace_from_the_intended_send_times(target: Se
                 for i, t in enumerate(arrivals))
     )  # fmt: skip
     chosen = settings(trace={"path": str(trace), "speed": 2.0})
-    done = run_experiment("trace", target, chosen, tmp_path, "it-trace")
-    assert [(s.experiment, s.status, s.requests_ok) for s in done.summaries] == [("trace", "ok", 6)]
+    done = run_experiment("trace", target, settings_context(tmp_path, chosen, "it-trace"))
+    assert [(s.experiment, s.status, s.ok) for s in done.summaries] == [("trace", "ok", 6)]
     records = sorted(measured(tmp_path), key=lambda r: r.intended_unix_s)
     first = records[0].intended_unix_s
     for record, arrival in zip(records, arrivals, strict=True):
@@ -164,16 +166,17 @@ def test_a_trace_is_replayed_at_its_pace_from_the_intended_send_times(target: Se
 
 
 def test_mixed_traffic_restarts_the_server_at_each_batch_size(
-    server: LlamaServer, tmp_path: Path
+    server: LlamaServer, toolchain: Toolchain, tmp_path: Path
 ) -> None:
     served = Served("Q4_K_M", server, name="tiny", model="tiny")
+    variants = ServerVariants(server, served.load_target(), toolchain, tmp_path, in_place=True)
     base_args, port = server.spec.extra_args, server.port
     chosen = settings(
         mixed={"users": 2, "decode_requests": 4, "decode_prompt_tokens": 24, "decode_output_tokens": 12,
                "long_prompt_tokens": 900, "long_output_tokens": 2, "long_fraction": 0.34,
                "batch_sizes": ("2048/512", "64/64")},
     )  # fmt: skip
-    done = run_experiment("mixed", served.load_target(), chosen, tmp_path, "it-mixed", restarts=served.restarts())
+    done = run_experiment("mixed", served.load_target(), settings_context(tmp_path, chosen, "it-mixed"), variants)
     assert [(s.server_args, s.phase, s.status) for s in done.summaries] == [
         ("-b 2048 -ub 512", "alone", "ok"), ("-b 2048 -ub 512", "mixed", "ok"),
         ("-b 64 -ub 64", "alone", "ok"), ("-b 64 -ub 64", "mixed", "ok"),
@@ -185,7 +188,8 @@ def test_mixed_traffic_restarts_the_server_at_each_batch_size(
     assert all(r.prompt_tokens is not None and abs(r.prompt_tokens - 900) <= 2 for r in long)
     assert all(r.completion_tokens == 12 and r.itl_count >= 1 for r in decode)
     batches = re.findall(r"llama_context: n_u?batch\s+= (\d+)", server.log_text())
-    assert batches[-6:] == ["2048", "512", "64", "64", "2048", "512"]  # two restarts, then as it was
+    # each batch size a variant, the server restarted as it was after each
+    assert batches[-8:] == ["2048", "512", "2048", "512", "64", "64", "2048", "512"]
     assert server.spec.extra_args == base_args and server.port == port and server.alive()  # as it was
 
 
@@ -200,8 +204,8 @@ def test_reasoning_content_counts_as_generated_and_the_answer_is_apart(
     with LlamaServer(toolchain, spec, tmp_path / "think.log", startup_timeout_s=120) as thinking:
         target = ServedTarget(name="think", quant="Q4_K_M", model="tiny", url=thinking.url)
         chosen = settings(load={"ignore_eos": True, "prompt_count": 3, "users": (1,)})
-        done = run_experiment("sweep", target, chosen, tmp_path, "it-think")
-    assert [(s.status, s.requests_ok) for s in done.summaries] == [("ok", 3)]
+        done = run_experiment("sweep", target, settings_context(tmp_path, chosen, "it-think"))
+    assert [(s.status, s.ok) for s in done.summaries] == [("ok", 3)]
     for record in measured(tmp_path):
         assert record.reasoning_chunks >= 1 and record.content_chunks >= record.reasoning_chunks
         assert record.ttft_s is not None and record.completion_tokens == 8

@@ -552,9 +552,16 @@ def test_start_order_and_health(stack: dict[str, Any]) -> None:
 
 def test_gpu_override_swaps_image_layers_and_reservation(gpu_raw: dict[str, Any], llama_options: Any) -> None:
     gpu = interpolate_tree(gpu_raw, example_env())
-    assert set(services(gpu)) == set(SERVERS), "the override should touch the servers only"
+    assert set(services(gpu)) == {*SERVERS, "exporter"}, "the override should touch the servers only"
+    # ...and the exporter, which reads the GPUs through NVML: the utility capability, no compute
+    exporter = services(gpu)["exporter"]
+    assert set(exporter) == {"deploy"}
+    (device,) = exporter["deploy"]["resources"]["reservations"]["devices"]
+    assert device == {"driver": "nvidia", "count": "all", "capabilities": ["utility"]}
     variables = server_env(llama_options)
     for name, service in services(gpu).items():
+        if name == "exporter":
+            continue
         assert service["image"] == f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMA_BUILD}"
         assert environment_of(service) == {"LLAMA_ARG_N_GPU_LAYERS": "99"}
         assert "-ngl" in variables["LLAMA_ARG_N_GPU_LAYERS"].flags
@@ -894,6 +901,15 @@ def test_prepare_script_run_again_keeps_the_measurements_of_unchanged_files(tmp_
     assert [call[1] for call in calls][-3:] == ["prepare", "quality", "speed"]
 
 
+def test_prepare_script_without_measuring_only_makes_the_files_and_links(tmp_path: Path) -> None:
+    """QL_MEASURE=0: what a Kubernetes server's init container runs (deploy/kubernetes/)."""
+    result, calls = _run_prepare(tmp_path, QL_MEASURE="0")
+    assert result.returncode == 0, result.stderr
+    assert [call[1] for call in calls] == ["prepare"]
+    assert (tmp_path / "models" / "Q4_K_M.gguf").is_symlink()
+    assert not (tmp_path / "results").exists()
+
+
 def test_prepare_script_goes_on_when_quality_cannot_be_measured(tmp_path: Path) -> None:
     """Offline, WikiText-2 cannot be fetched: the servers must still get their files."""
     bin_dir = tmp_path / "bin"
@@ -912,7 +928,7 @@ def test_prepare_script_goes_on_when_quality_cannot_be_measured(tmp_path: Path) 
     }
     result = subprocess.run(["sh", str(PREPARE_SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
-    assert "quality not measured" in result.stderr
+    assert "quality failed for some or all files" in result.stderr
     run_dir = tmp_path / "results" / "r1"
     assert not (run_dir / "quality.json").exists() and (run_dir / "speed.json").is_file()
     assert (tmp_path / "models" / "Q4_K_M.gguf").is_symlink()

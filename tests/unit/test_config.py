@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from quantload.cli.main import main
-from quantload.config import RunSettings, describe, load_config
+from quantload.config import RunSettings, Settings, describe, load_config
 from quantload.errors import ConfigError
 
 
@@ -148,7 +148,8 @@ def test_kld_cache_types_put_f16_first_and_profiles_cap_the_chunks(tmp_path: Pat
         ("QUANTLOAD_LOAD__USERS", "1, 2,4", "load.users", (1, 2, 4)),
         ("QUANTLOAD_LOAD__USERS", "[1, 2]", "load.users", (1, 2)),
         ("QUANTLOAD_LOAD__RATES_RPS", "0.5,1", "load.rates_rps", (0.5, 1.0)),
-        ("QUANTLOAD_MODEL__QUANTS", "Q8_0,Q4_K_M", "model.quants", ("Q8_0", "Q4_K_M")),
+        ("QUANTLOAD_MODEL__QUANTS", "Q8_0,Q4_K_M", "prepare.quants", ("Q8_0", "Q4_K_M")),  # renamed
+        ("QUANTLOAD_PREPARE__QUANTS", "Q6_K,IQ4_XS-imatrix", "prepare.quants", ("Q6_K", "IQ4_XS-imatrix")),
         ("QUANTLOAD_LOAD__IGNORE_EOS", "true", "load.ignore_eos", True),
         ("QUANTLOAD_OBSERVE__GRAFANA_USER", "1234", "observe.grafana_user", "1234"),
         ("QUANTLOAD_SERVER__EXTRA_ARGS", '["--flash-attn", "on"]', "server.extra_args", ("--flash-attn", "on")),
@@ -163,6 +164,26 @@ def test_environment_values_are_decoded_by_the_fields_type(
     if hasattr(value, "get_secret_value"):
         value = value.get_secret_value()
     assert value == expected
+
+
+def test_a_moved_key_is_read_under_its_new_name_from_every_layer(tmp_path: Path) -> None:
+    (tmp_path / "quantload.toml").write_text('[model]\nquants = ["F16", "Q6_K"]\n')
+    config = load_config(tmp_path, {})
+    assert config.settings.prepare.quants == ("F16", "Q6_K")
+    assert config.source_of("prepare.quants") == "file:quantload.toml"
+    flagged = load_config(tmp_path, {}, {"model.quants": ("Q8_0",)})
+    assert flagged.settings.prepare.quants == ("Q8_0",) and flagged.source_of("prepare.quants") == "flag"
+    # a run's config.json written before the move still reads
+    assert Settings.model_validate({"model": {"quants": ["Q4_K_M"]}}).prepare.quants == ("Q4_K_M",)
+
+
+def test_the_wide_profile_measures_seven_files_one_with_an_importance_matrix(tmp_path: Path) -> None:
+    settings = load_config(tmp_path, {}, {"run.profile": "wide"}).settings
+    assert settings.prepare.quants == ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS-imatrix", "Q3_K_M")
+    assert settings.prepare.imatrix == "computed"
+    quick = load_config(tmp_path, {}, {"run.profile": "quick"}).settings
+    assert quick.prepare.quants == ("F16", "Q8_0", "Q4_K_M") and not quick.sensitivity.in_run
+    assert settings.load.experiments == quick.load.experiments
 
 
 def test_a_bad_environment_list_names_the_variable(tmp_path: Path) -> None:

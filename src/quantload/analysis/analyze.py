@@ -9,6 +9,10 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
+from quantload.analysis.context_tables import conversation_table, policy_table
+from quantload.analysis.context_tables import turn_table as context_turn_table
+from quantload.analysis.gpu_energy import WHAT as GPU_ENERGY_WHAT
+from quantload.analysis.gpu_energy import gpu_energy_table
 from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
 from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
@@ -34,6 +38,7 @@ from quantload.analysis.run_tables import (
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
+from quantload.analysis.tenant_tables import NoisyVerdict, noisy_table, noisy_verdicts, tenant_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
     prompt_cache_table,
@@ -41,7 +46,9 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings
-from quantload.load.limit_file import LimitLine
+from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache
+from quantload.experiments.base import Experiment
+from quantload.load import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
@@ -84,8 +91,15 @@ class Analysis:
     session_hit_summary: pd.DataFrame  # session_tables.hit_summary
     mixed: pd.DataFrame  # mixed_tables.mixed_table
     mixed_verdict: str
-    limits: tuple[LimitLine, ...]
+    limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
+    gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
+    context_turns: pd.DataFrame  # context_tables.turn_table
+    context_conversations: pd.DataFrame  # context_tables.conversation_table
+    context_policies: pd.DataFrame  # context_tables.policy_table
+    tenants: pd.DataFrame  # tenant_tables.tenant_table
+    noisy: pd.DataFrame  # tenant_tables.noisy_table
+    noisy_verdicts: tuple[NoisyVerdict, ...]
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -117,18 +131,9 @@ def _quant_gaps(
         mine = stages[stages["quant"] == quant] if not stages.empty else stages
         if not run.records.empty:
             gaps += _sweep_gaps(run, quant, mine, levels)
-        has_prefix = not mine.empty and (mine["experiment"] == "prefix_cache").any()
+        has_prefix = not mine.empty and (mine["experiment"] == prefix_cache.NAME).any()
         if not run.records.empty and not has_prefix:
-            load = run.settings.load if run.settings is not None else None
-            disabled = load is not None and (load.prefix_requests == 0 or load.prefix_tokens == 0)
-            left_out = load is not None and "prefix_cache" not in load.experiments
-            why = (
-                "disabled in the configuration (load.prefix_requests or load.prefix_tokens is 0)"
-                if disabled
-                else "not asked for (load.experiments leaves prefix_cache out)"
-                if left_out
-                else run.step_why("prefix_cache", quant, RECORDS_JSONL)
-            )
+            why = not_run_because(run, prefix_cache.EXPERIMENT, quant, RECORDS_JSONL)
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
     gaps += _kld_gaps(run, quants) + _kv_type_gaps(run, quants, stages)
     for row in kv_rows(run.kv_results, quants):
@@ -166,6 +171,19 @@ def _sweep_gaps(run: RunData, quant: str, mine: pd.DataFrame, levels: pd.DataFra
     return gaps
 
 
+def not_run_because(run: RunData, experiment: Experiment, quant: str | None, what_file: str) -> str:
+    """Why an experiment has no stages: its input missing (the registry's reason), left out of
+    load.experiments, or what run.json says of its step."""
+    settings = run.settings
+    if settings is not None:
+        why = experiment.missing(settings)
+        if why is not None:
+            return f"not run because {why}"
+        if experiment.name not in settings.load.experiments:
+            return f"not asked for (load.experiments leaves {experiment.name} out)"
+    return run.step_why(experiment.step, quant, what_file)
+
+
 def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
     """The quantizations without a KL divergence from F16, when the run meant to measure it."""
     if run.quality is None or (run.settings is not None and not run.settings.quality.kld):
@@ -184,24 +202,52 @@ def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
 def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -> list[Gap]:
     """The KV-cache types the run meant to serve per quantization (kv_types) without a stage."""
     settings = run.settings
-    if settings is None or run.records.empty or settings.kv_types.requests <= 0:
+    if settings is None or run.records.empty or kv_types.EXPERIMENT.missing(settings) is not None:
         return []
     types = settings.quality.kld_cache_types
-    if len(types) < 2:
-        return []
-    ran = stages[stages["experiment"] == "kv_types"] if not stages.empty else stages
+    ran = stages[stages["experiment"] == kv_types.NAME] if not stages.empty else stages
     seen = {(str(r["quant"]), str(r["kv_cache_type"])) for r in ran.to_dict("records")}
     users = settings.kv_types.users
     return [
         Gap(
             "kv_types",
             f"decode at {users} users of {quant} with a {kind} KV cache",
-            run.step_why("kv_types", quant, STAGES_JSONL),
+            not_run_because(run, kv_types.EXPERIMENT, quant, STAGES_JSONL),
         )
         for quant in quants
         for kind in types
         if (quant, kind) not in seen and not run.records[run.records["quant"] == quant].empty
     ]
+
+
+def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> list[Gap]:
+    """The context and noisy-neighbour experiments where they did not run (or left a policy out),
+    and the context a slot needs where it could not be sized."""
+    if run.records.empty:
+        return []
+    ran = set(stages["experiment"]) if not stages.empty else set()
+    gaps = []
+    for experiment, section, what in (
+        (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
+        (noisy_neighbour.EXPERIMENT, "tenants", "the noisy neighbour"),
+    ):
+        if experiment.name not in ran:
+            gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
+    settings = run.settings
+    if context_overflow.NAME in ran and settings is not None:
+        measured = set(stages.loc[stages["experiment"] == context_overflow.NAME, "context_policy"].dropna())
+        for policy in settings.context.policies:
+            if policy not in measured:
+                why = (
+                    "the server was not started by quantload, so it could not run with --context-shift"
+                    if policy == "shift"
+                    else run.step_why(context_overflow.EXPERIMENT.step, None, STAGES_JSONL)
+                )
+                gaps.append(Gap("contexts", f"the {policy} policy", why, "run it through `quantload run`"))
+    if plan.context is not None and plan.context.why_not is not None:
+        how = "run the sessions or context experiment"
+        gaps.append(Gap("plan", "the context a slot needs", plan.context.why_not, how))
+    return gaps
 
 
 def _excluded_notes(levels: pd.DataFrame) -> list[str]:
@@ -231,10 +277,12 @@ def analyze(
     prometheus: PromConnection,
     scrape_interval_s: float,
     plan_settings: PlanSettings | None = None,
+    stages: pd.DataFrame | None = None,
 ) -> Analysis:
-    """Compute every figure; missing inputs become gaps, never errors."""
+    """Compute every figure; missing inputs become gaps, never errors. `stages` is the run's
+    stage table when the caller has built it already."""
     quants = tuple(run.quants())
-    stages = stage_table(run, slo)
+    stages = stage_table(run, slo) if stages is None else stages
     levels = level_table(stages, "sweep", "users", quants)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels)
     notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
@@ -246,6 +294,7 @@ def analyze(
     windows = stage_windows(run.records, stages)
     series = pd.DataFrame(columns=["metric", "quant", "unix_s", "value"])
     hist = pd.DataFrame()
+    energy = pd.DataFrame()
     server = {}
     window = load_window(stages)
     client = prometheus.client
@@ -255,6 +304,8 @@ def analyze(
             quant_of = {str(s.stage_id): str(s.quant) for s in stages.itertuples()}
             server = server_in_flight(client, windows, quant_of)
             hist = histogram_check(client, stages, run.records, scrape_interval_s)
+            energy, energy_gaps = gpu_energy_table(client, run.records, quants)
+            gaps += energy_gaps
         except PrometheusQueryError as error:
             notes.append(f"Prometheus stopped answering while the report read it: {error.problem}")
         if series.empty:
@@ -266,14 +317,18 @@ def analyze(
             "server time series (busy slots, KV use, requests processing and deferred)",
             "Little's law, server side (requests_processing)",
             "Prometheus histogram cross-check of the percentiles",
+            GPU_ENERGY_WHAT,
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, slo.client_lag_threshold_s)
     verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
     plan_inputs = plan_settings or PlanSettings()
     plan = plan_from_run(
-        run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s
+        run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s, stages
     )
+    gaps += _context_and_tenant_gaps(run, stages, plan)
+    conversations = conversation_table(run.records, stages)
+    noisy = noisy_table(run.records, stages, run.settings, slo, quants)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
     mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
@@ -316,8 +371,15 @@ def analyze(
         session_hit_summary=hit_summary(hits),
         mixed=mixed,
         mixed_verdict=mixed_verdict(mixed),
-        limits=run.limits,
+        limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
+        gpu_energy=energy,
+        context_turns=context_turn_table(run.records, stages, quants),
+        context_conversations=conversations,
+        context_policies=policy_table(conversations, quants),
+        tenants=tenant_table(run.records, stages, run.settings, slo),
+        noisy=noisy,
+        noisy_verdicts=tuple(noisy_verdicts(noisy, run.settings, plan)),
     )
 
 
@@ -330,6 +392,6 @@ def analyze_run(
 ) -> Analysis:
     """Every figure of one run, reading Prometheus when one with the run's data can be found."""
     scrape_s = run.settings.observe.scrape_interval_s if run.settings is not None else 1.0
-    window = load_window(stage_table(run, settings))
-    with open_prometheus(run, prometheus_url, window, prometheus_binary) as connection:
-        return analyze(run, settings, connection, scrape_s, plan_settings)
+    stages = stage_table(run, settings)
+    with open_prometheus(run, prometheus_url, load_window(stages), prometheus_binary) as connection:
+        return analyze(run, settings, connection, scrape_s, plan_settings, stages)

@@ -1,9 +1,10 @@
 """The SLO verdict: how much load each quantization sustains, said in one sentence.
 
-A level meets the SLO when, in the median of its repeats, TTFT p99 and TPOT p99 are within their
-limits and at most 1 % of requests failed (a failed request has no latency, so more failures
-than the percentile tolerates cannot count as meeting it). The sweep's capacity is the highest
-of its levels (1, 2, 4, 8 by default) that meets it with every lower level meeting it too.
+A level is judged by the SLO's one judge (quantload.slo.judge) on the requests of its usable
+repeats together: it misses the SLO when more of them failed, or were over the TTFT or the TPOT
+limit, than a level within it would show by chance; each check says how many requests it rests on
+and how sure it is. The sweep's capacity is the highest of its levels (1, 2, 4, 8 by default)
+that meets it with every lower level meeting it too.
 
 Where the run searched for the limit (limits.jsonl), the verdict names the limit the search found
 instead, a level the sweep may never have tried (6 users where the sweep knows only that 4 held
@@ -19,19 +20,15 @@ from typing import Any
 import pandas as pd
 
 from quantload.analysis import fmt
+from quantload.analysis.stage_tables import level_counts
 from quantload.config import ReportSettings
-from quantload.load.limit_file import LimitLine
-from quantload.load.limit_search import level_text
-
-MAX_FAILED_FRAC = 0.01
+from quantload.load import LimitLine, level_text
+from quantload.slo import Slo, judge
 
 
 def slo_text(slo: ReportSettings) -> str:
     """The SLO in words."""
-    return (
-        f"TTFT p99 ≤ {fmt.duration(slo.slo_ttft_p99_s)} and TPOT p99 ≤ {fmt.duration(slo.slo_tpot_s)},"
-        f" with at most {fmt.percent(MAX_FAILED_FRAC, 0)} of requests failed"
-    )
+    return Slo.of(slo).text()
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,8 @@ class LevelCheck:
     meets: bool | None
     every_repeat_meets: bool | None
     why: str
+    requests: int = 0  # the requests the verdict rests on (its usable repeats together)
+    sureness: str = ""  # how sure it is (quantload.slo.Verdict.sureness)
 
 
 @dataclass(frozen=True)
@@ -80,27 +79,26 @@ def _value(row: Any, name: str) -> float | None:
 
 
 def check_level(quant: str, row: dict[str, Any], slo: ReportSettings) -> LevelCheck:
-    """Judge one row of the sweep level table."""
+    """Judge one row of the sweep level table: its repeats' requests together, and each repeat."""
     ttft, tpot, failed = _value(row, "ttft_p99_s"), _value(row, "tpot_p99_s"), _value(row, "failed_frac")
     users = int(row["users"])
-    if ttft is None or failed is None:
+    pooled, repeats = level_counts(row)
+    judged = Slo.of(slo)
+    verdict = judge(pooled, judged)
+    if verdict.meets is None:
         return LevelCheck(quant, users, ttft, tpot, failed, None, None, "no complete repeat")
-    reasons = []
-    if ttft > slo.slo_ttft_p99_s:
-        reasons.append(f"TTFT p99 is {fmt.duration(ttft)}")
-    if tpot is not None and tpot > slo.slo_tpot_s:
-        reasons.append(f"TPOT p99 is {fmt.duration(tpot)}")
-    if failed > MAX_FAILED_FRAC:
-        reasons.append(f"{fmt.percent(failed)} of requests failed")
-    worst = (_value(row, "ttft_p99_s_max"), _value(row, "tpot_p99_s_max"), _value(row, "failed_frac_max"))
-    every = (
-        (worst[0] or 0.0) <= slo.slo_ttft_p99_s
-        and (worst[1] or 0.0) <= slo.slo_tpot_s
-        and (worst[2] or 0.0) <= MAX_FAILED_FRAC
-    )
+    every = all(judge(one, judged).meets for one in repeats) if repeats else None
+    why = _why(verdict.why, ttft, tpot) if not verdict.meets else "meets the SLO"
     return LevelCheck(
-        quant, users, ttft, tpot, failed, not reasons, every, "; ".join(reasons) or "meets the SLO"
+        quant, users, ttft, tpot, failed, verdict.meets, every, why, verdict.requests, verdict.sureness
     )
+
+
+def _why(counts: str, ttft: float | None, tpot: float | None) -> str:
+    """A miss in words: the percentiles the reader sees beside the counts that decided it."""
+    shown = [f"TTFT p99 is {fmt.duration(ttft)}" if ttft is not None else ""]
+    shown.append(f"TPOT p99 is {fmt.duration(tpot)}" if tpot is not None else "")
+    return f"{counts} ({', '.join(part for part in shown if part)})"
 
 
 def _sentence(quant: str, checks: Sequence[LevelCheck], best: LevelCheck | None, row: dict[str, Any]) -> str:
@@ -129,7 +127,12 @@ def _sentence(quant: str, checks: Sequence[LevelCheck], best: LevelCheck | None,
 
 
 def _latest(limits: Sequence[LimitLine], quant: str, experiment: str) -> LimitLine | None:
-    found = [line for line in limits if line.quant == quant and line.experiment == experiment]
+    """The latest search of `quant`'s server as the run configured it (not of a variant)."""
+    found = [
+        line
+        for line in limits
+        if line.quant == quant and line.experiment == experiment and line.variant is None
+    ]
     return max(found, key=lambda line: line.unix_s) if found else None
 
 

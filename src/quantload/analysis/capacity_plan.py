@@ -12,11 +12,17 @@ run did not measure. Per quantization:
 - cost per request and per million output tokens, at the limit and at the planned utilisation;
 - per-request limits at the measured load: the longest prompt whose TTFT stays within the SLO's
   p99 (a straight line through TTFT against prompt tokens plus the p99 of what the line misses),
-  and the longest context whose TPOT does, from the requests of the busiest level within the SLO.
+  and the longest context whose TPOT does, from the requests of the busiest level within the SLO;
+- the context a slot needs: from the conversations the run measured (multi-turn sessions and the
+  context experiment's, whose every turn ran; a dataset's where they came from one), the context
+  per slot that holds the p50, p95 and p99 conversation whole, the KV memory of one such slot per
+  KV-cache type (exact, quantload.kvcache) and how many such slots a memory budget holds beside
+  each file's weights and buffers: the slots-against-context trade-off of `-np` and `-c`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -27,6 +33,9 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict
 from quantload.analysis.run_data import RunData
+from quantload.analysis.stage_tables import USABLE
+from quantload.errors import ModelError
+from quantload.kvcache import KvShape, pad_cells, predict_kv
 from quantload.rundir.kv_file import KvResult
 from quantload.stats import percentile
 
@@ -274,6 +283,33 @@ def plan_quant(
     return QuantPlan(limit.quant, limit, by_rate, by_users, memory, priced, prompt_limit, context_limit)
 
 
+CONVERSATION_PERCENTILES = (50, 95, 99)
+CONVERSATION_EXPERIMENTS = ("sessions", "context")
+
+
+@dataclass(frozen=True)
+class SlotContext:
+    """The context per slot that holds one percentile's conversation, its KV memory for one
+    KV-cache type, and the slots of that context a budget holds beside each file."""
+
+    percentile: int
+    conversation_tokens: int
+    ctx_per_slot: int  # a multiple of 256, as llama.cpp pads a slot
+    cache_type: str
+    kv_bytes_per_slot: int
+    slots_in_budget: dict[str, int | None]  # by quantization; None without a budget or its memory
+
+
+@dataclass(frozen=True)
+class ContextNeed:
+    """The context a slot needs, from the conversations the run measured (see the module docstring)."""
+
+    conversations: int
+    source: str
+    rows: tuple[SlotContext, ...]
+    why_not: str | None = None  # why there are no rows
+
+
 @dataclass(frozen=True)
 class CapacityPlan:
     """The plan for every quantization, what the inputs left out, and which one to deploy."""
@@ -281,6 +317,7 @@ class CapacityPlan:
     inputs: PlanSettingsView
     quants: tuple[QuantPlan, ...]
     missing: tuple[str, ...]  # one sentence per unset input, naming the key that adds its lines
+    context: ContextNeed | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The whole plan (summary.json's `plan`)."""
@@ -290,6 +327,7 @@ class CapacityPlan:
             "quants": [item.to_dict() for item in self.quants],
             "missing": list(self.missing),
             "fewest_servers": best.quant if best is not None else None,
+            "context": asdict(self.context) if self.context is not None else None,
         }
 
     def cheapest(self) -> QuantPlan | None:
@@ -421,12 +459,93 @@ def limits_from_capacity(verdicts: Sequence[CapacityVerdict]) -> list[MeasuredLi
     return limits
 
 
+def conversation_lengths(records: pd.DataFrame, stages: pd.DataFrame) -> list[int]:
+    """The tokens each complete measured conversation held at its longest: its last turn's prompt
+    and reply, plus whatever a trim had left out of that prompt (as the client counted it)."""
+    if records.empty or stages.empty:
+        return []
+    usable = stages[stages["experiment"].isin(CONVERSATION_EXPERIMENTS) & stages["status"].isin(USABLE)]
+    chosen = records[
+        records["stage_id"].isin(usable["stage_id"]) & ~records["warmup"] & records["session_id"].notna()
+    ]
+    lengths = []
+    for _, group in chosen.groupby("session_id", sort=False):
+        if not group["ok"].all():
+            continue  # cut short: what it would have needed is unknown past its refusal
+        held = (
+            group["prompt_tokens"].astype(float)
+            + group["completion_tokens"].astype(float)
+            + pd.to_numeric(group["trimmed_tokens"], errors="coerce").fillna(0.0)
+        )
+        if held.notna().any():
+            lengths.append(int(held.max()))
+    return lengths
+
+
+def _shape(result: KvResult) -> KvShape | None:
+    if None in (result.n_layer, result.n_head_kv, result.head_dim_k, result.head_dim_v):
+        return None
+    assert result.n_layer is not None and result.n_head_kv is not None
+    assert result.head_dim_k is not None and result.head_dim_v is not None
+    return KvShape(
+        result.n_layer, tuple(result.n_head_kv), result.head_dim_k, result.head_dim_v, 0, "kv.json"
+    )
+
+
+def _conversation_source(run: RunData) -> str:
+    settings = run.settings
+    datasets = []
+    if settings is not None:
+        datasets = [path for path in (settings.sessions.dataset, settings.context.dataset) if path]
+    made = "from " + ", ".join(datasets) if datasets else "synthetic"
+    return f"the run's multi-turn conversations ({made}) that ran every turn"
+
+
+def context_need(run: RunData, stages: pd.DataFrame, budget_bytes: int | None) -> ContextNeed:
+    """The context a slot needs, its KV memory per cache type and the slots a budget holds."""
+    lengths = conversation_lengths(run.records, stages)
+    source = _conversation_source(run)
+    if not lengths:
+        return ContextNeed(0, source, (), "no complete multi-turn conversation was measured")
+    shape = next((s for r in run.kv_results.values() if r.error is None and (s := _shape(r))), None)
+    if shape is None:
+        return ContextNeed(len(lengths), source, (), "kv.json has no model shape to size the KV cache by")
+    memories = {
+        quant: memory
+        for quant in run.kv_results
+        if (memory := server_memory(run, quant, budget_bytes)) is not None
+    }
+    types: list[str] = []
+    if run.settings is not None:
+        types = [run.settings.server.cache_type_k, *run.settings.quality.kld_cache_types]
+    rows = []
+    for pct in CONVERSATION_PERCENTILES:
+        tokens = math.ceil(percentile(lengths, pct) or 0)
+        ctx = pad_cells(max(tokens, 1))
+        for cache_type in dict.fromkeys(types or ["f16"]):
+            try:
+                per_slot = predict_kv(shape, 1, ctx, cache_type, cache_type).total_bytes
+            except ModelError:
+                continue  # a cache type this model's rows do not divide into
+            slots: dict[str, int | None] = {}
+            for quant, memory in memories.items():
+                free = (
+                    None
+                    if budget_bytes is None
+                    else budget_bytes - memory.weights_bytes - (memory.buffers_bytes or 0)
+                )
+                slots[quant] = None if free is None else max(0, free // per_slot)
+            rows.append(SlotContext(pct, tokens, ctx, cache_type, per_slot, slots))
+    return ContextNeed(len(lengths), source, tuple(rows))
+
+
 def plan_from_run(
     run: RunData,
     verdicts: Sequence[CapacityVerdict],
     inputs: PlanSettingsView,
     slo_ttft_p99_s: float,
     slo_tpot_s: float,
+    stages: pd.DataFrame | None = None,
 ) -> CapacityPlan:
     """The plan of a run: its measured limits, memory and requests against the plan's inputs."""
     limits = limits_from_capacity(verdicts)
@@ -441,4 +560,7 @@ def plan_from_run(
         if verdict.max_users is not None
         and (sample := request_sample(run.records, verdict.quant, verdict.max_users)) is not None
     }
-    return build_plan(limits, memories, samples, inputs, slo_ttft_p99_s, slo_tpot_s)
+    plan = build_plan(limits, memories, samples, inputs, slo_ttft_p99_s, slo_tpot_s)
+    if stages is None:
+        return plan
+    return dataclasses.replace(plan, context=context_need(run, stages, inputs.memory_budget_bytes))

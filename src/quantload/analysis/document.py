@@ -95,8 +95,22 @@ _PREFIX = {"plain": "", "verdict": "**", "warning": "⚠ ", "muted": "_"}
 _SUFFIX = {"plain": "", "verdict": "**", "warning": "", "muted": "_"}
 
 
+_MD_ACTIVE = re.compile(r"([\\`*\[\]])")  # backslash, code, emphasis, links and images
+_MD_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # Q4_K_M stays as it is
+_MD_LINE_START = re.compile(r"^(#|>|[-+] |\d+[.)] )")
+_HTML_LIKE = re.compile(r"&(?=#?\w+;)|[<>]")
+
+
+def _md_text(text: str) -> str:
+    """Display text as Markdown that shows exactly that text, as report.html does: whatever a run's
+    labels, paths and messages hold, no HTML and no Markdown of theirs gets through."""
+    text = _HTML_LIKE.sub(lambda found: html.escape(found.group(0)), text.replace("\n", " "))
+    text = _MD_EDGE_UNDERSCORE.sub(r"\\_", _MD_ACTIVE.sub(r"\\\1", text))
+    return _MD_LINE_START.sub(r"\\\1", text)
+
+
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _md_text(text).replace("|", "\\|")
 
 
 def _md_table(table: Table) -> list[str]:
@@ -104,24 +118,24 @@ def _md_table(table: Table) -> list[str]:
     rule = "|" + "|".join("---:" if table.is_numeric(i) else "---" for i in range(len(table.columns))) + "|"
     lines = [head, rule] + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
     if table.caption:
-        lines += ["", f"_{table.caption}_"]
+        lines += ["", f"_{_md_text(table.caption)}_"]
     return lines
 
 
 def _md_block(block: Block, level: int) -> list[str]:
     if isinstance(block, Paragraph):
-        return [f"{_PREFIX[block.tone]}{block.text}{_SUFFIX[block.tone]}"]
+        return [f"{_PREFIX[block.tone]}{_md_text(block.text)}{_SUFFIX[block.tone]}"]
     if isinstance(block, Bullets):
         mark = "- ⚠ " if block.tone == "warning" else "- "
-        return [f"{mark}{item}" for item in block.items]
+        return [f"{mark}{_md_text(item)}" for item in block.items]
     if isinstance(block, Table):
         return _md_table(block)
     if isinstance(block, Image):
-        return [f"![{block.alt}]({block.file})"]
+        return [f"![{_md_text(block.alt)}]({block.file})"]
     if isinstance(block, Facts):
         return ["| | |", "|---|---|"] + [f"| **{_md_cell(k)}** | {_md_cell(v)} |" for k, v in block.items]
     if isinstance(block, Details):
-        lines = ["#" * min(level + 1, 6) + f" {block.summary}", ""]
+        lines = ["#" * min(level + 1, 6) + f" {_md_text(block.summary)}", ""]
         for inner in block.blocks:
             lines += [*_md_block(inner, level + 1), ""]
         return lines
@@ -130,9 +144,9 @@ def _md_block(block: Block, level: int) -> list[str]:
 
 def render_markdown(document: Document) -> str:
     """The whole report as Markdown text."""
-    lines = [f"# {document.title}", "", f"_{document.subtitle}_", ""]
+    lines = [f"# {_md_text(document.title)}", "", f"_{_md_text(document.subtitle)}_", ""]
     for section in document.sections:
-        lines += [f"## {section.title}", ""]
+        lines += [f"## {_md_text(section.title)}", ""]
         for block in section.blocks:
             lines += [*_md_block(block, 2), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -21,11 +21,11 @@ import pandas as pd
 from quantload.analysis.fmt import cell_float
 from quantload.analysis.run_data import RunData
 from quantload.errors import ModelError
+from quantload.experiments import kv_types
 from quantload.kvcache import MIB, KvShape, predict_kv
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, mean_error_nats
 from quantload.rundir.kv_file import KvResult
 
-EXPERIMENT = "kv_types"
 BASE_CACHE_TYPE = "f16"
 
 KV_TYPE_COLUMNS: tuple[str, ...] = (
@@ -93,7 +93,7 @@ def measured_cache_types(run: RunData, stages: pd.DataFrame) -> list[str]:
     if run.kv is not None:
         found += [t for per in run.kv.cache_types.values() for t in per]
     if not stages.empty and "kv_cache_type" in stages:
-        found += [str(t) for t in stages[stages["experiment"] == EXPERIMENT]["kv_cache_type"].dropna()]
+        found += [str(t) for t in stages[stages["experiment"] == kv_types.NAME]["kv_cache_type"].dropna()]
     return list(dict.fromkeys(found))
 
 
@@ -111,7 +111,7 @@ def _stage(stages: pd.DataFrame, quant: str, cache_type: str) -> dict[str, Any]:
     """The kv_types stage of `quant` on `cache_type`: the last complete one, else the last one."""
     if stages.empty or "kv_cache_type" not in stages:
         return {}
-    chosen = stages["experiment"].eq(EXPERIMENT) & stages["quant"].eq(quant)
+    chosen = stages["experiment"].eq(kv_types.NAME) & stages["quant"].eq(quant)
     mine = stages[chosen & stages["kv_cache_type"].eq(cache_type)]
     if mine.empty:
         return {}

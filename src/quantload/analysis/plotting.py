@@ -53,8 +53,15 @@ def save_figure(figure: Any, path: Path) -> Path:
 
 
 def colors(quants: Sequence[str]) -> dict[str, str]:
-    """One stable colour per quantization, in the run's order."""
-    return {quant: PALETTE[index % len(PALETTE)] for index, quant in enumerate(quants)}
+    """One colour per quantization, in the run's order: the eight of PALETTE, and for more files
+    matplotlib's 20-colour tab20 so no two files share one (up to 20)."""
+    if len(quants) <= len(PALETTE):
+        return {quant: PALETTE[index] for index, quant in enumerate(quants)}
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    many = [to_hex(color) for color in colormaps["tab20"].colors]  # type: ignore[attr-defined]
+    return {quant: many[index % len(many)] for index, quant in enumerate(quants)}
 
 
 def column_values(frame: pd.DataFrame, name: str) -> list[float]:

@@ -7,6 +7,7 @@ Document -> write it as Markdown and HTML, the quantization table as CSV and eve
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from quantload.analysis.document import Image, render_html, render_markdown
 from quantload.analysis.run_data import load_run
 from quantload.analysis.summary_json import ReportFiles, summary_file
 from quantload.config import PlanSettings, ReportSettings
-from quantload.errors import QuantloadError
+from quantload.errors import ConfigError, QuantloadError
+from quantload.paths import check_out_dir
 from quantload.rundir import (
     PLOTS_DIR,
     REPORT_HTML,
@@ -83,14 +85,45 @@ def build_report(
     """Write the report of `run_dir` (into `out_dir`, default the run directory itself).
 
     Missing inputs become "not measured" notes; only a folder that is not a run directory at
-    all raises (ReportError).
+    all raises (ReportError), or one the report cannot be written into (ConfigError before any
+    work; ReportError for what only the writing finds, such as a full disk).
     """
     check_run_dir(run_dir)
     out = out_dir or run_dir
-    out.mkdir(parents=True, exist_ok=True)
+    check_report_folder(out)
     analysis = analyze_run(
         load_run(run_dir), settings or ReportSettings(), prometheus_url, prometheus_binary, plan
     )
+    try:
+        return _write(analysis, out)
+    except OSError as error:  # what no check beforehand can see: a full disk, a file made meanwhile
+        where = error.filename or out
+        raise ReportError(
+            f"the report could not be written: {where}: {error.strerror or error}",
+            "free the disk or give another --out folder",
+        ) from None
+
+
+def check_report_folder(out: Path) -> None:
+    """ConfigError, before any work, when the report cannot be written into `out`: the folder (or
+    one of its files, or plots/) is not what it must be, or is not writable."""
+    check_out_dir(out, "the report folder")
+    hint = "move it away, or write the report elsewhere with --out"
+    for name in (REPORT_MD, REPORT_HTML, TABLE_CSV, SUMMARY_JSON):
+        path = out / name
+        if path.is_dir():
+            raise ConfigError(f"{path} is a folder, where the report writes its {name}", hint)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ConfigError(f"{path} is not writable, and the report writes its {name} there", hint)
+    plots = out / PLOTS_DIR
+    if plots.exists() and not plots.is_dir():
+        raise ConfigError(f"{plots} is a file, where the report keeps its plots", hint)
+    if plots.is_dir() and not os.access(plots, os.W_OK | os.X_OK):
+        raise ConfigError(f"{plots} is not writable, and the report keeps its plots there", hint)
+
+
+def _write(analysis: Analysis, out: Path) -> ReportPaths:
+    out.mkdir(parents=True, exist_ok=True)
     plots = draw_figures(analysis, out)
     document = build_document(analysis, plots)
     paths = ReportPaths(

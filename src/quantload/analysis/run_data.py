@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,10 +21,19 @@ from pydantic import BaseModel, ValidationError
 
 from quantload.config import Settings
 from quantload.errors import QuantloadError
-from quantload.load.limit_file import LimitLine, read_limits
-from quantload.load.records import RequestRecord, StageEvent
+from quantload.experiments import mixed
+from quantload.load import (
+    LimitLine,
+    RequestRecord,
+    StageEvent,
+    StageSummary,
+    iter_records,
+    iter_stage_events,
+    read_limits,
+)
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
+from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, load_sensitivity_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
 from quantload.rundir import (
     CONFIG_JSON,
@@ -36,9 +45,11 @@ from quantload.rundir import (
     RUN_JSON,
     SPEED_JSON,
     STAGES_JSONL,
+    SUMMARIES_JSONL,
     read_json,
 )
 from quantload.rundir.config_file import load_config_file
+from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
 from quantload.rundir.run_file import RunFile, StepRecord, load_run_file
 
@@ -133,6 +144,8 @@ class RunData:
     reading_notes: tuple[str, ...]
     limits: tuple[LimitLine, ...] = ()  # limits.jsonl: one line per limit search
     itl_by_request: dict[str, list[float]] | None = None  # mixed-experiment gaps, by request_key
+    summaries: Mapping[str, StageSummary] = field(default_factory=dict)  # summaries.jsonl, by stage id
+    sensitivity: SensitivityFile | None = None  # sensitivity.json: the tensor groups that resist
 
     @property
     def run_id(self) -> str:
@@ -149,16 +162,16 @@ class RunData:
         return dict(self.kv.results) if self.kv is not None else {}
 
     def configured_quants(self) -> tuple[str, ...]:
-        return tuple(self.settings.model.quants) if self.settings is not None else ()
+        return tuple(self.settings.prepare.quants) if self.settings is not None else ()
 
     def configured_users(self) -> tuple[int, ...]:
         return tuple(self.settings.load.users) if self.settings is not None else ()
 
     def quants(self) -> list[str]:
-        """Every quantization the run names anywhere, in the configured order first."""
-        candidates: list[str] = list(self.configured_quants())
-        if self.manifest is not None:
-            candidates += list(self.manifest.files)
+        """Every file the run names anywhere: the manifest's files largest first (the one order of
+        every table, figure, verdict and plan), then any other the configuration or a result names."""
+        candidates: list[str] = self.manifest.ordered_labels() if self.manifest is not None else []
+        candidates += list(self.configured_quants())
         candidates += list(self.quality.results) if self.quality else []
         candidates += list(self.speed.results) if self.speed else []
         candidates += list(self.kv_results)
@@ -214,13 +227,6 @@ def _step_trouble(name: str, step: StepRecord) -> str:
 # ----------------------------------------------------------------------------- reading
 
 
-def _jsonl_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        return [line for line in handle if line.strip()]
-
-
 def _frame(rows: list[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(columns))
 
@@ -234,7 +240,7 @@ def _record_row(record: RequestRecord) -> dict[str, Any]:
 
 
 # The experiments whose every inter-token gap the report pools (the frame keeps only a summary).
-GAP_EXPERIMENTS = frozenset({"mixed"})
+GAP_EXPERIMENTS = frozenset({mixed.NAME})
 
 
 def request_key(stage_id: object, sent_unix_s: float) -> str:
@@ -242,17 +248,14 @@ def request_key(stage_id: object, sent_unix_s: float) -> str:
     return f"{stage_id}/{sent_unix_s:.6f}"
 
 
-def read_records(path: Path, gaps: dict[str, list[float]] | None = None) -> tuple[pd.DataFrame, int]:
-    """The records as a frame (RECORD_COLUMNS) and how many lines could not be read; `gaps`, when
-    given, gets the inter-token gaps of every record of GAP_EXPERIMENTS by `request_key`."""
-    rows, bad = [], 0
-    for line in _jsonl_lines(path):
-        try:
-            record = RequestRecord.from_json_line(line)
-            rows.append(_record_row(record))
-        except (ValueError, TypeError, KeyError):
-            bad += 1
-            continue
+def read_records(
+    path: Path, gaps: dict[str, list[float]] | None = None, bad: BadLines | None = None
+) -> pd.DataFrame:
+    """The records as a frame (RECORD_COLUMNS); lines that cannot be read are counted in `bad`;
+    `gaps`, when given, gets the inter-token gaps of every record of GAP_EXPERIMENTS by `request_key`."""
+    rows = []
+    for record in iter_records(path, bad):
+        rows.append(_record_row(record))
         if gaps is not None and record.experiment in GAP_EXPERIMENTS and record.itl_s:
             gaps[request_key(record.stage_id, record.sent_unix_s)] = list(record.itl_s)
     frame = _frame(rows, RECORD_COLUMNS)
@@ -260,20 +263,19 @@ def read_records(path: Path, gaps: dict[str, list[float]] | None = None) -> tupl
         frame[column] = frame[column].astype(bool)
     for column in NUMERIC_RECORD_COLUMNS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
-    return frame, bad
+    return frame
 
 
-def read_stages(path: Path) -> tuple[pd.DataFrame, int]:
-    """The stage events as a frame (STAGE_COLUMNS) and how many lines could not be read."""
-    rows, bad = [], 0
-    for line in _jsonl_lines(path):
-        try:
-            event = StageEvent.from_json_line(line)
-        except (ValueError, TypeError, KeyError):
-            bad += 1
-            continue
-        rows.append({name: getattr(event, name) for name in STAGE_COLUMNS})
-    return _frame(rows, STAGE_COLUMNS), bad
+def read_stages(path: Path, bad: BadLines | None = None) -> pd.DataFrame:
+    """The stage events as a frame (STAGE_COLUMNS); lines that cannot be read are counted in `bad`."""
+    rows = [{name: getattr(event, name) for name in STAGE_COLUMNS} for event in iter_stage_events(path, bad)]
+    return _frame(rows, STAGE_COLUMNS)
+
+
+def read_summaries(path: Path, bad: BadLines | None = None) -> dict[str, StageSummary]:
+    """The stage summaries by stage id (a later line for the same stage wins); lines that cannot be
+    read are counted in `bad`."""
+    return {summary.stage_id: summary for summary in iter_jsonl(path, StageSummary.from_json_line, bad)}
 
 
 def _first_line(error: Exception) -> str:
@@ -331,13 +333,14 @@ def load_run(run_dir: Path) -> RunData:
     speed = read(SPEED_JSON, load_speed_file, "speed", f"speed ({SPEED_JSON})", "speed")
     kv = read(KV_JSON, load_kv_file, "kv", f"KV cache check ({KV_JSON})", "kv")
     itl: dict[str, list[float]] = {}
-    records, bad_records = read_records(run_dir / RECORDS_JSONL, itl)
-    stages, bad_stages = read_stages(run_dir / STAGES_JSONL)
+    bad = {name: BadLines(name) for name in (RECORDS_JSONL, STAGES_JSONL, LIMITS_JSONL, SUMMARIES_JSONL)}
+    records = read_records(run_dir / RECORDS_JSONL, itl, bad[RECORDS_JSONL])
+    stages = read_stages(run_dir / STAGES_JSONL, bad[STAGES_JSONL])
+    limits = tuple(read_limits(run_dir / LIMITS_JSONL, bad[LIMITS_JSONL]))
+    summaries = read_summaries(run_dir / SUMMARIES_JSONL, bad[SUMMARIES_JSONL])
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
-    for count, name in ((bad_records, RECORDS_JSONL), (bad_stages, STAGES_JSONL)):
-        if count:
-            notes.append(f"{count} line(s) of {name} could not be read (torn or foreign) and were left out")
+    notes += [note for tally in bad.values() if (note := tally.note()) is not None]
     return RunData(
         run_dir=run_dir,
         state=state,
@@ -350,6 +353,19 @@ def load_run(run_dir: Path) -> RunData:
         stages=stages,
         gaps=tuple(gaps),
         reading_notes=tuple(notes),
-        limits=tuple(read_limits(run_dir / LIMITS_JSONL)),
+        limits=limits,
         itl_by_request=itl,
+        summaries=summaries,
+        sensitivity=_read_sensitivity(run_dir / SENSITIVITY_JSON, notes),
     )
+
+
+def _read_sensitivity(path: Path, notes: list[str]) -> SensitivityFile | None:
+    """sensitivity.json when the run scanned (absent otherwise: the scan is optional)."""
+    if not path.is_file():
+        return None
+    try:
+        return load_sensitivity_file(path)
+    except (ValidationError, ValueError, OSError) as error:
+        notes.append(f"{path.name} could not be read ({_first_line(error)}); the scan is left out")
+        return None

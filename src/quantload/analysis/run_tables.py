@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -221,6 +222,19 @@ def _file_size(run: RunData, quant: str) -> int | None:
     return None
 
 
+def imatrix_text(metadata: dict[str, Any] | None) -> str:
+    """Which importance matrix a file was made with, from its own quantize.imatrix.* metadata:
+    'no', or the matrix's file name, calibration text and chunks."""
+    if not metadata:
+        return "no"
+    name = Path(str(metadata.get("file", "yes"))).name
+    dataset = metadata.get("dataset")
+    chunks = metadata.get("chunks_count")
+    details = [f"on {Path(str(dataset)).name}" if dataset else "", f"{chunks} chunks" if chunks else ""]
+    extra = ", ".join(d for d in details if d)
+    return f"{name} ({extra})" if extra else name
+
+
 def quant_table(run: RunData, levels: pd.DataFrame, quants: Sequence[str]) -> pd.DataFrame:
     """The quantization table (see the module docstring); quants in the run's order."""
     users = users_levels(run, levels)
@@ -232,9 +246,13 @@ def quant_table(run: RunData, levels: pd.DataFrame, quants: Sequence[str]) -> pd
         loss = losses.get(quant)
         speed = run.speed.results.get(quant) if run.speed else None
         repeated = speed is not None and speed.bench.reps > 1  # one repetition has no spread to show
+        entry = run.manifest.files.get(quant) if run.manifest is not None else None
         row: dict[str, Any] = {
             "quant": quant,
             "file_size_bytes": _file_size(run, quant),
+            "file_type": entry.file_type if entry else None,
+            "imatrix": imatrix_text(entry.imatrix) if entry else None,
+            "origin": entry.origin if entry else None,
             "perplexity": quality.perplexity if quality else None,
             "perplexity_error": quality.perplexity_error if quality else None,
             "kld_mean_nats": loss.kld_mean_nats if loss else None,

@@ -16,9 +16,10 @@ import pandas as pd
 
 from quantload.analysis.stage_tables import USABLE, sort_by_quant
 from quantload.analysis.stats import mean
+from quantload.experiments import sessions
 from quantload.stats import percentile
 
-SESSION_EXPERIMENTS = ("sessions",)
+SESSION_EXPERIMENTS = (sessions.NAME,)
 
 
 def session_records(records: pd.DataFrame, stages: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,8 @@
-"""From the records and stage events: one row per load stage, computed exactly from its measured
-(non-warm-up) records; the figures per level (users, rate or cache state) as the median of the
-repeats with their range; and the stages where the load generator itself lagged.
+"""From the stage summaries (and the records and stage events where a stage has none): one row per
+load stage, exact, from its measured (non-warm-up) records; the figures per level (users, rate or
+cache state) as the median of the repeats with their range, and the SLO counts of the repeats
+together (what the level's verdict rests on); and the stages where the load generator itself
+lagged.
 
 Only complete stages count towards a level (status "ok", or "unrecorded" when stages.jsonl is
 absent); failed, aborted and unfinished ones are named in the level's `excluded`, so the reader
@@ -9,6 +11,7 @@ sees what a figure leaves out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +19,11 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.run_data import RunData
-from quantload.analysis.stats import mean, spread
+from quantload.analysis.stats import spread
 from quantload.config import ReportSettings
-from quantload.stats import finite, percentile
+from quantload.load import StageEvent, StageSummary, new_figures, summarize
+from quantload.slo import Slo, SloCounts
+from quantload.slo import total as sum_counts
 
 UNFINISHED = "unfinished"  # records but no stage_end line: the run stopped inside the stage
 UNRECORDED = "unrecorded"  # stages.jsonl absent: completeness unknown, the records are used as they are
@@ -34,46 +39,76 @@ def _stage_events(stages: pd.DataFrame) -> tuple[dict[str, dict[str, Any]], dict
     return starts, ends
 
 
-def _good(frame: pd.DataFrame, slo: ReportSettings) -> int:
-    """Requests that succeeded within their deadline and met both SLO limits on their own.
-
-    Goodput in the DistServe sense. In open loop TTFT is judged from the intended send time, so a
-    client that fell behind its schedule cannot hide the wait (coordinated omission).
-    """
-    ok = frame[frame["ok"] & frame["within_deadline"]]
-    open_loop = ok["experiment"].eq("open_loop") & ok["ttft_from_intended_s"].notna()
-    ttft = ok["ttft_from_intended_s"].where(open_loop, ok["ttft_s"])
-    ttft_ok = ttft.le(slo.slo_ttft_p99_s)
-    tpot_ok = ok["tpot_s"].isna() | ok["tpot_s"].le(slo.slo_tpot_s)
-    return int((ttft_ok & tpot_ok).sum())
+def _value(row: Any, name: str) -> Any:
+    value = row.get(name) if isinstance(row, dict) else getattr(row, name, None)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def _latency(ok: pd.DataFrame) -> dict[str, float | None]:
-    return {
-        "ttft_p50_s": percentile(ok["ttft_s"], 50),
-        "ttft_p99_s": percentile(ok["ttft_s"], 99),
-        "tpot_p50_s": percentile(ok["tpot_s"], 50),
-        "tpot_p99_s": percentile(ok["tpot_s"], 99),
-        "e2e_p50_s": percentile(ok["e2e_s"], 50),
-        "e2e_mean_s": mean(ok["e2e_s"]),
-        "ttft_from_intended_p50_s": percentile(ok["ttft_from_intended_s"], 50),
-        "ttft_from_intended_p99_s": percentile(ok["ttft_from_intended_s"], 99),
-    }
+def stage_line(head: dict[str, Any], event: str) -> StageEvent:
+    """A stage line from what a frame row knows of it (a record's labels when no line exists)."""
+    users, rate = _value(head, "stage_users"), _value(head, "stage_rate_rps")
+    return StageEvent(
+        event=event,  # type: ignore[arg-type]
+        unix_s=_value(head, "unix_s") or 0.0,
+        run_id=str(_value(head, "run_id") or ""),
+        server=str(_value(head, "server") or ""),
+        quant=str(_value(head, "quant") or ""),
+        model=str(_value(head, "model") or ""),
+        experiment=str(_value(head, "experiment") or ""),
+        stage_id=str(_value(head, "stage_id") or ""),
+        stage_index=int(_value(head, "stage_index") or 0),
+        stage_users=int(users) if users is not None else None,
+        stage_rate_rps=float(rate) if rate is not None else None,
+        arrival=_value(head, "arrival"),
+        repeat=int(_value(head, "repeat") or 0),
+        cache_prompt=bool(_value(head, "cache_prompt")),
+        requests_planned=int(_value(head, "requests_planned") or 0),
+        **{
+            name: _value(head, name)
+            for name in (
+                "kv_cache_type", "status", "reason", "prefix_tokens", "server_state", "workload",
+                "phase", "server_args", "warning", "template_overhead_tokens", "client_cpu_frac",
+                "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated", "context_policy",
+                "slot_context_tokens",
+            )
+            if _value(head, name) is not None
+        },
+    )  # fmt: skip
 
 
-def _throughput(ok: pd.DataFrame, good: int) -> dict[str, float | None]:
-    sent, ended = finite(ok["sent_unix_s"]), finite(ok["end_unix_s"])
-    span = (max(ended) - min(sent)) if sent and ended else 0.0
-    tokens = float(sum(finite(ok["completion_tokens"])))
-    return {
-        "first_sent_unix_s": min(sent) if sent else None,
-        "last_end_unix_s": max(ended) if ended else None,
-        "span_s": span if span > 0 else None,
-        "output_tokens": tokens,
-        "output_tok_s": tokens / span if span > 0 else None,
-        "requests_per_s": len(ok) / span if span > 0 else None,
-        "goodput_rps": good / span if span > 0 else None,
-    }
+def summary_from_records(
+    frame: pd.DataFrame, end: StageEvent, slo: Slo, start: StageEvent | None = None
+) -> StageSummary:
+    """The stage's summary from its measured records in the frame: quantload.load.summary's own
+    computation (a frame keeps no inter-token gaps, so the ITL percentiles are left empty)."""
+    figures = new_figures(end, slo)
+    for row in frame.to_dict("records"):
+        tokens = _value(row, "completion_tokens")
+        prompt = _value(row, "prompt_tokens")
+        figures.add(
+            ok=bool(row["ok"]),
+            within_deadline=bool(row["within_deadline"]),
+            error_class=_value(row, "error_class"),
+            lag_s=_value(row, "lag_s"),
+            sent_unix_s=_value(row, "sent_unix_s"),
+            ttft_s=_value(row, "ttft_s"),
+            ttft_from_intended_s=_value(row, "ttft_from_intended_s"),
+            tpot_s=_value(row, "tpot_s"),
+            e2e_s=_value(row, "e2e_s"),
+            completion_tokens=int(tokens) if tokens is not None else None,
+            prompt_tokens=int(prompt) if prompt is not None else None,
+            cache_n=_value(row, "cache_n"),
+            itl_s=None,
+        )
+    return summarize(end, figures, start)
+
+
+def _row(summary: StageSummary) -> dict[str, Any]:
+    row = summary.model_dump(exclude={"schema_", "slo_counts"})
+    row.update({f"slo_{name}": count for name, count in summary.slo_counts.items()})
+    row["failed_frac"] = summary.failed_frac
+    row["good_frac"] = summary.good_frac
+    return row
 
 
 def _one_stage(
@@ -81,72 +116,46 @@ def _one_stage(
     frame: pd.DataFrame,
     start: dict[str, Any],
     end: dict[str, Any],
-    slo: ReportSettings,
+    stored: StageSummary | None,
+    slo: Slo,
     no_stage_lines: bool,
 ) -> dict[str, Any]:
+    """A stage's row: its stored summary where it was judged against this SLO, else the same
+    summary computed from its records."""
+    if stored is not None and stored.judged_with(slo) and end:
+        return _row(stored)
     head: dict[str, Any] = end or start or (frame.iloc[0].to_dict() if not frame.empty else {})
-    ok = frame[frame["ok"]]
-    failed = frame[~frame["ok"]]
-    errors = failed["error_class"].fillna("client_error").value_counts().to_dict()
-    good = _good(frame, slo)
-    requests = len(frame)
-    row: dict[str, Any] = {
-        "stage_id": stage_id,
-        "quant": head.get("quant"),
-        "server": head.get("server"),
-        "experiment": head.get("experiment"),
-        "users": head.get("stage_users"),
-        "rate_rps": head.get("stage_rate_rps"),
-        "repeat": head.get("repeat"),
-        "cache_prompt": bool(head.get("cache_prompt")),
-        "status": end.get("status") if end else (UNRECORDED if no_stage_lines else UNFINISHED),
-        "reason": end.get("reason")
-        if end
-        else "stages.jsonl is absent"
-        if no_stage_lines
-        else "no stage_end line: the run stopped inside this stage",
-        "started_unix_s": start.get("unix_s") if start else None,
-        "ended_unix_s": end.get("unix_s") if end else None,
-        "requests": requests,
-        "ok": len(ok),
-        "failed": len(failed),
-        "failed_frac": len(failed) / requests if requests else None,
-        "errors": {str(k): int(v) for k, v in errors.items()},
-        "good": good,
-        "good_frac": good / requests if requests else None,
-        "lag_p99_s": percentile(frame["lag_s"], 99),
-        "lag_max_s": max(finite(frame["lag_s"]), default=None),
-        "client_saturated": end.get("client_saturated") if end else None,
-        "loop_lag_p99_s": end.get("loop_lag_p99_s") if end else None,
-        "client_cpu_frac": end.get("client_cpu_frac") if end else None,
-        "cache_n_mean": mean(ok["cache_n"]),
-        "prompt_tokens_mean": mean(ok["prompt_tokens"]),
-        "prefix_tokens": head.get("prefix_tokens"),
-        "server_state": head.get("server_state"),
-        "kv_cache_type": head.get("kv_cache_type"),
-        "workload": head.get("workload"),
-        "phase": head.get("phase"),
-        "server_args": head.get("server_args"),
-        "warning": head.get("warning"),
-        "lag_p50_s": percentile(frame["lag_s"], 50),
-    }
-    row.update(_latency(ok))
-    row.update(_throughput(ok, good))
+    head = {**head, "stage_id": stage_id}
+    start_line = stage_line(start, "stage_start") if start else None
+    summary = summary_from_records(frame, stage_line(head, "stage_end"), slo, start_line)
+    row = _row(summary)
+    if not end:
+        row["ended_unix_s"] = None
+        row["status"] = UNRECORDED if no_stage_lines else UNFINISHED
+        row["reason"] = (
+            "stages.jsonl is absent"
+            if no_stage_lines
+            else "no stage_end line: the run stopped inside this stage"
+        )
     return row
 
 
 def stage_table(run: RunData, slo: ReportSettings) -> pd.DataFrame:
-    """Every stage that has measured records or a stage_end line, in the order they ran."""
+    """Every stage that has measured records or a stage_end line, in the order they ran: its
+    summary as the load wrote it (summaries.jsonl), or computed alike from its records."""
+    judged = Slo.of(slo)
     records = run.records
     measured = records[~records["warmup"] & records["experiment"].ne("warmup")]
     starts, ends = _stage_events(run.stages)
     ids: list[str] = list(dict.fromkeys([*ends, *measured["stage_id"].dropna().astype(str).tolist()]))
+    by_stage = dict(tuple(measured.groupby("stage_id", sort=False))) if not measured.empty else {}
     rows = []
     for stage_id in ids:
-        frame = measured[measured["stage_id"] == stage_id]
+        frame = by_stage.get(stage_id, measured.iloc[0:0])
         rows.append(
             _one_stage(
-                stage_id, frame, starts.get(stage_id, {}), ends.get(stage_id, {}), slo, run.stages.empty
+                stage_id, frame, starts.get(stage_id, {}), ends.get(stage_id, {}),
+                run.summaries.get(stage_id), judged, run.stages.empty,
             )
         )
     table = pd.DataFrame(rows)
@@ -184,8 +193,24 @@ def _excluded(group: pd.DataFrame) -> list[str]:
     ]
 
 
+SLO_COUNT_COLUMNS: tuple[str, ...] = tuple(f"slo_{name}" for name in SloCounts().to_dict())
+
+
+def stage_counts(row: Any) -> SloCounts:
+    """The SLO counts of one stage row (zeros where the row has none)."""
+    values = {name: _value(row, f"slo_{name}") for name in SloCounts().to_dict()}
+    return SloCounts(**{name: int(value or 0) for name, value in values.items()})
+
+
+def level_counts(row: Any) -> tuple[SloCounts, tuple[SloCounts, ...]]:
+    """A level row's SLO counts: its usable repeats together, and each repeat's own."""
+    repeats = tuple(SloCounts(**counts) for counts in (_value(row, "repeat_counts") or []))
+    return stage_counts(row), repeats
+
+
 def level_table(stages: pd.DataFrame, experiment: str, key: str, quant_order: Sequence[str]) -> pd.DataFrame:
-    """One row per (quant, `key`) of `experiment`: each metric's median, _min and _max over repeats."""
+    """One row per (quant, `key`) of `experiment`: each metric's median, _min and _max over repeats,
+    and the SLO counts of its usable repeats together (`slo_*`) and one by one (`repeat_counts`)."""
     if stages.empty:
         return pd.DataFrame()
     chosen = stages[stages["experiment"] == experiment]
@@ -200,6 +225,9 @@ def level_table(stages: pd.DataFrame, experiment: str, key: str, quant_order: Se
             "requests": int(used["requests"].sum()),
             "excluded": _excluded(group),
         }
+        repeats = [stage_counts(stage) for stage in used.to_dict("records")]
+        row.update({f"slo_{name}": count for name, count in sum_counts(repeats).to_dict().items()})
+        row["repeat_counts"] = [counts.to_dict() for counts in repeats]
         for metric in LEVEL_METRICS:
             found = spread(used[metric]) if metric in used else None
             row[metric] = found.median if found else None

@@ -16,15 +16,17 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from quantload import json_input
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import CapacityVerdict, slo_text
+from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.quality_verdict import QualityVerdict
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
 from quantload.config import ReportSettings
-from quantload.load.limit_file import LimitLine
+from quantload.load import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"
@@ -59,6 +61,7 @@ class PrometheusSummary(_SummaryPart):
     origin: str | None
     histogram_check: list[Row]  # prometheus_tables.histogram_check
     series_points: int
+    gpu_energy: list[Row] = []  # gpu_energy.gpu_energy_table: joules per output token and request
 
 
 class PlanSummary(_SummaryPart):
@@ -69,6 +72,7 @@ class PlanSummary(_SummaryPart):
     quants: list[Row]
     missing: list[str]
     fewest_servers: str | None
+    context: dict[str, Any] | None = None  # capacity_plan.ContextNeed: the context a slot needs
     scale_out: list[Row]
 
 
@@ -113,6 +117,8 @@ class SummaryFile(_SummaryPart):
     kv: list[KvRow]
     quality_loss: QualityLossSummary
     kv_cache_types: list[Row]  # kv_types.kv_type_table
+    imatrix_pairs: list[Row] = Field(default_factory=list)  # imatrix_pairs.imatrix_pair_table
+    sensitivity: dict[str, Any] | None = None  # sensitivity.json, when the run scanned
     roofline: list[Row]  # run_tables.roofline_frame
     littles_law: list[Row]  # littles_law.littles_law_table
     session_turns: list[Row]  # session_tables.turn_table
@@ -121,6 +127,11 @@ class SummaryFile(_SummaryPart):
     mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
+    context_policies: list[Row] = []  # context_tables.policy_table
+    context_turns: list[Row] = []  # context_tables.turn_table
+    tenants: list[Row] = []  # tenant_tables.tenant_table
+    noisy_neighbour: list[Row] = []  # tenant_tables.noisy_table
+    noisy_verdicts: list[Row] = []  # tenant_tables.NoisyVerdict.to_dict
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -176,6 +187,8 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "kv": [row.to_dict() for row in analysis.kv],
             "quality_loss": {**analysis.quality_loss.to_dict(), "rows": _rows(analysis.quality_loss.rows)},
             "kv_cache_types": _rows(analysis.kv_types),
+            "imatrix_pairs": _rows(imatrix_pair_table(analysis.run, analysis.quants)),
+            "sensitivity": analysis.run.sensitivity.to_json() if analysis.run.sensitivity else None,
             "roofline": _rows(analysis.roofline),
             "littles_law": _rows(analysis.littles_law),
             "session_turns": _rows(analysis.session_turns),
@@ -184,11 +197,17 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "mixed_verdict": analysis.mixed_verdict,
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
+            "context_policies": _rows(analysis.context_policies),
+            "context_turns": _rows(analysis.context_turns),
+            "tenants": _rows(analysis.tenants),
+            "noisy_neighbour": _rows(analysis.noisy),
+            "noisy_verdicts": [verdict.to_dict() for verdict in analysis.noisy_verdicts],
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,
                 "histogram_check": _rows(analysis.histogram_check),
                 "series_points": len(analysis.server_series),
+                "gpu_energy": _rows(analysis.gpu_energy),
             },
             "not_measured": [gap.to_dict() for gap in analysis.gaps],
             "notes": list(analysis.notes),
@@ -200,4 +219,4 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
 
 def load_summary_file(path: Path) -> SummaryFile:
     """Read a summary.json written by this version; ValueError when it is not one."""
-    return SummaryFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    return SummaryFile.model_validate(json_input.loads(path.read_bytes()))

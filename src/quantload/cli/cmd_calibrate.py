@@ -14,15 +14,17 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError
-from quantload.load.calibrate import (
+from quantload.load import (
     CALIBRATION_DIR,
     Calibration,
-    calibrate,
+    FakeScript,
     calibration_script,
+    choose_workers,
+    run_calibration,
+    serve_forever,
+    usable_cores,
     write_calibration,
 )
-from quantload.load.fakeserver import FakeScript, serve_forever
-from quantload.load.processes import choose_workers, usable_cores
 from quantload.urls import BadUrl, http_address
 
 
@@ -168,7 +170,7 @@ def register(app: typer.Typer) -> None:
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
         with progress_bar(cli.err_console, "calibrate") as progress:
-            result = calibrate(settings.calibrate, settings.load, progress)
+            result = run_calibration(settings.calibrate, settings.load, progress)
         folder = out if out is not None else settings.run.out / CALIBRATION_DIR
         path = write_calibration(result, folder)
         if as_json:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from quantload import json_input
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError, ModelError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, kv_shape_from_hf_config, predict_kv
@@ -20,7 +21,7 @@ from quantload.steps.serve import server_spec
 def _predict(model: Path, slots: int, ctx: int, type_k: str, type_v: str, unified: bool) -> KvPrediction:
     if model.suffix == ".json":
         try:
-            config = json.loads(model.read_text(encoding="utf-8"))
+            config = json_input.loads(model.read_bytes())
         except (OSError, ValueError) as error:
             raise ModelError(f"cannot read {model}: {error}", "give a Hugging Face config.json") from None
         shape = kv_shape_from_hf_config(config, model.name)

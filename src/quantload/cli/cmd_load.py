@@ -16,12 +16,21 @@ from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError, ServerError
-from quantload.load.processes import WORKERS_MISSING, choose_workers, master_listen_port, usable_cores
-from quantload.load.summary import StageSummary
+from quantload.experiments import registry
+from quantload.load import (
+    WORKERS_MISSING,
+    StageSummary,
+    choose_workers,
+    ignored_flags,
+    master_listen_port,
+    usable_cores,
+)
 from quantload.paths import check_out_dir
+from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
-from quantload.steps.load import check_experiments, run_experiment
+from quantload.steps.load import run_experiment
 
 SUMMARY_JSON = "load-summary.json"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -57,10 +66,10 @@ def _table(summaries: list[StageSummary]) -> Table:
             f"{s.server} {s.quant}",
             _stage(s),
             s.status if not s.reason else f"{s.status}: {s.reason[:60]}",
-            f"{s.requests_ok}/{s.requests_planned}",
+            f"{s.ok}/{s.requests_planned}",
             f"{_ms(s.ttft_p50_s)}/{_ms(s.ttft_p99_s)}",
             _ms(s.tpot_p50_s),
-            "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.1f}",
+            "-" if s.output_tok_s is None else f"{s.output_tok_s:.1f}",
             "-" if s.delivered_concurrency is None else f"{s.delivered_concurrency:.2f}",
             client,
         )
@@ -108,8 +117,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--experiment", "-e",
-                help="sweep, open_loop, prefix_cache, sessions, trace, mixed, limit_users, limit_rate;"
-                " repeatable.",
+                help=f"One of {', '.join(registry.for_any_server())}; repeatable.",
             ),
         ] = None,
         workload: Annotated[
@@ -223,8 +231,10 @@ def register(app: typer.Typer) -> None:
         }
         config = cli.config(flags)
         settings = config.settings
+        for line in ignored_flags(settings, flags):
+            cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         check_out_dir(out)
-        experiments = check_experiments(experiment or ["sweep"])
+        experiments = registry.against_any_server(experiment or ["sweep"])
         names, quants = list(name or []), list(quant or [])
         if len(names) > len(url) or len(quants) > len(url):
             raise ConfigError("more --name/--quant than --url", "give one per --url, in order")
@@ -245,7 +255,7 @@ def register(app: typer.Typer) -> None:
             for i, address in enumerate(url)
         ]
         most_users = max(*settings.load.users, settings.limit.max_users if any(
-            kind == "limit_users" for kind in experiments) else 1)
+            kind.name == "limit_users" for kind in experiments) else 1)
         choice = choose_workers(settings.load.workers, most_users, usable_cores())
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
@@ -256,20 +266,23 @@ def register(app: typer.Typer) -> None:
         limits = []
         searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command
         unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
+        unmeasured: list[str] = []  # limit searches none of whose trials measured anything
         absent: str | None = None  # workers that did not join: no later plan would fare better
         with progress_bar(cli.err_console, "load") as progress:
+            context = RunContext(
+                RunDir(out), run, settings, progress,
+                warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
+                cwd=cli.cwd, environ=cli.environ,
+            )  # fmt: skip
             for target in targets:
                 if absent:
                     break
                 for kind in experiments:
-                    # observe.grafana_url: stage annotations; no restarts: these servers are not ours
+                    # observe.grafana_url: stage annotations; no server control: these servers are not ours
                     try:
-                        done = run_experiment(
-                            kind, target, settings, out, run, progress,
-                            warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
-                        )
+                        done = run_experiment(kind.name, target, context)
                     except ServerError as error:
-                        unreachable.append(f"{target.name} ({target.quant}) {kind}: {error.one_line()}")
+                        unreachable.append(f"{target.name} ({target.quant}) {kind.name}: {error.one_line()}")
                         break
                     summaries += done.summaries
                     absent = workers_absent(done.summaries)
@@ -278,6 +291,8 @@ def register(app: typer.Typer) -> None:
                     if done.limit is not None:
                         limits.append(done.limit)
                         searched.update(s.stage_id for s in done.summaries)
+                        if done.problem is not None:  # nothing measured: fails like a sweep
+                            unmeasured.append(f"{target.name} ({target.quant}) {kind.name}: {done.problem}")
         write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
         if as_json:
             typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
@@ -314,5 +329,8 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
-        if absent or unreachable or any(s.status != "ok" for s in summaries if s.stage_id not in searched):
+        for failure in unmeasured:
+            cli.err_console.print(f"error: {failure}", highlight=False, soft_wrap=True)
+        failed_stages = any(s.status != "ok" for s in summaries if s.stage_id not in searched)
+        if absent or unreachable or unmeasured or failed_stages:
             raise typer.Exit(1)

@@ -10,8 +10,7 @@ import typer
 
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
-from quantload.load.processes import LOCUST_MASTER_PORT
-from quantload.load.remote_worker import WorkerLoop, worker_argv
+from quantload.load import LOCUST_MASTER_PORT, WorkerLoop, worker_argv
 
 LOG_NAME = "load-worker.log"
 

@@ -7,9 +7,12 @@ from pathlib import Path
 import typer
 
 from quantload.cli.context import cli_context
+from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
-from quantload.paths import check_out_dir
+from quantload.llamacpp.toolchain import find_toolchain
+from quantload.paths import cache_root, check_out_dir
 from quantload.stack.native import NativeRun
+from quantload.steps.prepare import preflight
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +33,20 @@ def register(app: typer.Typer) -> None:
             None, "--servers-at-once/--one-server-at-a-time",
             help="Start every quantization's server together (the compose layout).",
         ),
+        files: list[str] | None = typer.Option(
+            None, "--files", help="GGUF files, a folder or hf:OWNER/REPO[:GLOB] to measure instead."
+        ),
+        reference: Path | None = typer.Option(
+            None, "--reference", help="With --files: the F16/BF16/F32 file KLD is measured against."
+        ),
+        imatrix: str | None = typer.Option(
+            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) \\[off]."
+        ),
+        more_files: list[str] | None = typer.Argument(None, hidden=True, metavar="[FILE]..."),
     ) -> None:
         """Prepare, measure quality and speed, serve each quantization under load, and report."""
         cli = cli_context(ctx)
+        files = given_files(files, more_files)
         config = cli.config(
             {
                 "model.source": model,
@@ -40,12 +54,18 @@ def register(app: typer.Typer) -> None:
                 "run.out": out,
                 "run.servers_at_once": servers_at_once,
                 "quality.dataset": dataset,
+                "prepare.files": tuple(files) if files else None,
+                "prepare.reference": reference,
+                "prepare.imatrix": imatrix,
             }
         )
         settings = config.settings
         check_out_dir(settings.run.out)
+        cache = cache_root(settings.toolchain.cache_dir, cli.environ)
+        built = find_toolchain(settings.toolchain, cli.environ)  # no build yet: only what is there
+        preflight(settings.prepare, settings.quality, cache, built)
         with RichRunView(cli.err_console) as view:
-            native = NativeRun(config, cli.environ, settings.run.out, view)
+            native = NativeRun(config, cli.environ, settings.run.out, view, cwd=cli.cwd)
             view.message(f"run directory: {native.run_dir}")
             outcome = native.execute()
         if outcome.report is not None:

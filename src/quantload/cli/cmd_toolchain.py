@@ -1,4 +1,4 @@
-"""`quantload toolchain`: find or build llama-server, llama-quantize, llama-bench, llama-perplexity."""
+"""`quantload toolchain`: find or build the llama.cpp tools quantload runs."""
 
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ it fetch another URL.
 
 llama-server's throughput gauges reset on every read of its `/metrics`, so the exporter must be
 the only reader: Prometheus scrapes the exporter, never the servers directly.
+
+Where NVML finds an NVIDIA GPU, it also serves each GPU's utilisation, memory, power and energy
+counter (`gpu`); elsewhere those series are absent.
 """
 
 from __future__ import annotations

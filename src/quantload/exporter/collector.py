@@ -24,7 +24,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from quantload.exporter import names
-from quantload.exporter.fetch import ERROR_CLASSES, PARSE, Fetched, Fetcher, TargetRequest
+from quantload.exporter.fetch import ERROR_CLASSES, LOADING_DETAIL, PARSE, Fetched, Fetcher, TargetRequest
 from quantload.exporter.labels import UNKNOWN, discover
 from quantload.exporter.names import MetricSpec
 from quantload.exporter.ratelimit import RateLimitedLog
@@ -39,6 +39,17 @@ from quantload.exporter.slots import (
 from quantload.exporter.targets import ExporterTarget, check_unique
 
 LOG_HEAD_BYTES = 1024 * 1024
+MODELS_PATH = "/v1/models"
+
+
+def model_size(body: str | None) -> float | None:
+    """The model's size in bytes from llama-server's /v1/models (`data[0].meta.size`), or None."""
+    try:
+        data = json.loads(body or "")
+        size = data["data"][0]["meta"]["size"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return float(size) if isinstance(size, int | float) and not isinstance(size, bool) and size > 0 else None
 COUNTED_ENDPOINTS = ("metrics", "slots")
 
 _log = logging.getLogger(__name__)
@@ -56,6 +67,8 @@ class _TargetState:
     kv_from_log: KvCapacity | None = None
     log_done: bool = False
     was_up: bool | None = None
+    model_bytes: float | None = None  # /v1/models' meta.size: the file's tensors, for the dashboard's order
+    model_asked: bool = False  # /v1/models is read once, whatever it answers
 
     @property
     def labels(self) -> dict[str, str]:
@@ -182,6 +195,8 @@ class LlamaServerCollector(Collector):
         kv = self._kv_capacity(state, reading.slots)
         info = {"url": state.target.url, "kv_cells_source": kv.source if kv else "none"}
         out.add(names.TARGET_INFO, {**state.labels, **info}, 1.0)
+        if state.model_bytes is not None:
+            out.add(names.TARGET_MODEL_BYTES, state.labels, state.model_bytes)
         if reading.slots is not None:
             _add_slots(out, state.labels, reading.slots, kv)
 
@@ -193,6 +208,8 @@ class LlamaServerCollector(Collector):
         requests: list[TargetRequest] = []
         for state in self._states:
             paths = ["/metrics", "/slots"] if state.labels_known else ["/metrics", "/slots", "/props"]
+            if not state.model_asked:
+                paths.append(MODELS_PATH)
             target = state.target
             requests.append(TargetRequest(target.name, target.url, paths, state.headers()))
         return requests
@@ -202,15 +219,20 @@ class LlamaServerCollector(Collector):
         props = results.get((name, "/props"))
         if props is not None and props.ok:
             self._learn_labels(state, props)
+        models = results.get((name, MODELS_PATH))
+        if models is not None and (models.ok or models.error != "timeout"):
+            state.model_asked = True
+            state.model_bytes = model_size(models.body) if models.ok else None
         metrics, metrics_result = _parsed(results[(name, "/metrics")], parse_server_metrics)
         slots, slots_result = _parsed(results[(name, "/slots")], _slots_from_body)
         for endpoint, result in (("metrics", metrics_result), ("slots", slots_result)):
             if result.error is not None:
                 key = (endpoint, result.error)
                 state.errors[key] = state.errors.get(key, 0) + 1
+                loading = result.detail == LOADING_DETAIL
                 self._ratelimited.log(
-                    logging.WARNING,
-                    f"{name}/{endpoint}/{result.error}",
+                    logging.INFO if loading else logging.WARNING,
+                    f"{name}/{endpoint}/{result.error}" + ("/loading" if loading else ""),
                     f"exporter target {name} /{endpoint}: {result.error}: {result.detail}",
                 )
         self._note_transition(state, metrics is not None)

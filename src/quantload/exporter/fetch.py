@@ -27,6 +27,10 @@ PROTOCOL = "protocol"
 PARSE = "parse"
 ERROR_CLASSES: tuple[str, ...] = (TIMEOUT, CONNECT, AUTH, HTTP_STATUS, PROTOCOL, PARSE)
 
+# llama-server answers 503 {"error": {"message": "Loading model", ...}} while it starts: a planned
+# restart, not trouble (logged at INFO, still counted as an http_status error and up 0)
+LOADING_MARK = b"Loading model"
+LOADING_DETAIL = "HTTP 503: the server is loading its model"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 GRACE_S = 0.05
@@ -135,6 +139,8 @@ class _Connection:
             self.close()
         if response.status in (401, 403):
             raise _Failure(AUTH, f"HTTP {response.status}: check the API key")
+        if response.status == 503 and LOADING_MARK in body[:4096]:
+            raise _Failure(HTTP_STATUS, LOADING_DETAIL)
         if response.status != 200:
             raise _Failure(HTTP_STATUS, f"HTTP {response.status}")
         try:

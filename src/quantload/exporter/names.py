@@ -1,6 +1,8 @@
 """The metrics the exporter makes itself (llama-server's own are in server_metrics.RENAMES).
 
-Every series carries `server`, `quant` and `model` labels except the exporter's scrape duration.
+Every series carries `server`, `quant` and `model` labels except the exporter's scrape duration and
+the GPU series (`quantload_gpu_*`, from NVML when the exporter's machine has one), which carry
+`gpu` (the NVML index), `uuid` and `gpu_name` instead: a GPU is not one server's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ TARGET_SCRAPE_ERRORS = MetricSpec(  # + endpoint, error
 TARGET_INFO = MetricSpec(  # + url, kv_cells_source
     "quantload_target_info", "gauge", "Where the server is and how its KV cells are known (1)"
 )
+TARGET_MODEL_BYTES = MetricSpec(
+    "quantload_target_model_bytes", "gauge", "Bytes of the served model's tensors (/v1/models meta.size)"
+)
 SLOTS = MetricSpec("quantload_server_slots", "gauge", "Slots the server runs")
 SLOTS_BUSY = MetricSpec("quantload_server_slots_busy", "gauge", "Slots processing a request")
 SLOT_TOKENS = MetricSpec(  # + slot
@@ -56,4 +61,20 @@ EXPORTER_SCRAPE_DURATION = MetricSpec(
     "quantload_exporter_scrape_duration_seconds",
     "gauge",
     "Seconds the exporter took to read every target for this scrape",
+)
+
+# Per GPU, read from NVML on every scrape (exporter/gpu.py); absent where NVML or a GPU is missing.
+GPU_PREFIX = "quantload_gpu_"
+GPU_UTILIZATION_RATIO = MetricSpec(
+    "quantload_gpu_utilization_ratio",
+    "gauge",
+    "Fraction of the last sample period in which a kernel ran on the GPU (NVML utilization.gpu / 100)",
+)
+GPU_MEMORY_USED = MetricSpec("quantload_gpu_memory_used_bytes", "gauge", "GPU memory in use, bytes")
+GPU_MEMORY_TOTAL = MetricSpec("quantload_gpu_memory_total_bytes", "gauge", "GPU memory installed, bytes")
+GPU_POWER = MetricSpec("quantload_gpu_power_watts", "gauge", "Power the GPU draws now, watts (NVML)")
+GPU_ENERGY = MetricSpec(
+    "quantload_gpu_energy_joules_total",
+    "counter",
+    "Energy the GPU consumed since its driver was loaded, joules (NVML total energy consumption)",
 )

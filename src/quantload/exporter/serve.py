@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from quantload.errors import QuantloadError
 from quantload.exporter.collector import LlamaServerCollector
+from quantload.exporter.gpu import GpuCollector, NvmlLoader, open_gpu_telemetry, system_nvml
 from quantload.exporter.targets import ExporterTarget
 
 
@@ -26,6 +27,7 @@ class ExporterHandle:
     port: int
     registry: CollectorRegistry
     collector: LlamaServerCollector
+    gpu: GpuCollector | None  # None: no NVML or no GPU here, so no quantload_gpu_* series
     _server: WSGIServer
     _thread: threading.Thread
 
@@ -49,6 +51,8 @@ class ExporterHandle:
         self._server.server_close()
         self._thread.join(timeout=5)
         self.collector.close()
+        if self.gpu is not None:
+            self.gpu.close()
 
 
 def start_exporter(
@@ -56,18 +60,30 @@ def start_exporter(
     port: int = 9646,
     timeout_s: float = 0.5,
     host: str = "127.0.0.1",
+    nvml: NvmlLoader | None = system_nvml,
 ) -> ExporterHandle:
-    """Serve the metrics of `targets` at http://host:port/metrics (port 0 picks a free one)."""
+    """Serve the metrics of `targets` at http://host:port/metrics (port 0 picks a free one).
+
+    With `nvml` (the system's NVML by default; None turns it off), every GPU NVML sees adds its
+    `quantload_gpu_*` series, read within half of `timeout_s` after the servers' reads, so that a
+    hung NVML and hung servers together keep a scrape within 1.5 x `timeout_s` (under Prometheus's
+    1 s scrape timeout at the default 0.5 s).
+    """
     collector = LlamaServerCollector(targets, timeout_s)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    gpu = open_gpu_telemetry(nvml, timeout_s / 2) if nvml is not None else None
+    if gpu is not None:
+        registry.register(gpu)
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as error:
         collector.close()
+        if gpu is not None:
+            gpu.close()
         raise ExporterError(
             f"exporter cannot listen on {host}:{port}: {error.strerror or error}",
             "choose another port with --port (0 = any free port)",
         ) from None
     bound_port = int(server.server_address[1])
-    return ExporterHandle(host, bound_port, registry, collector, server, thread)
+    return ExporterHandle(host, bound_port, registry, collector, gpu, server, thread)

@@ -1,4 +1,10 @@
-"""Building the four llama.cpp tools from the pinned source tree, once, into the cache."""
+"""Building the llama.cpp tools from the pinned source tree, once, into the cache.
+
+A build is complete when its marker is written and every tool of TOOL_NAMES is in bin/. A cache
+built before a tool was added (the four tools without llama-imatrix) is completed in place: the
+configured tree is kept and `cmake --build` compiles only the missing target, reusing the
+libraries already built.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,9 @@ from quantload.errors import ToolchainError
 from quantload.llamacpp.sdist import PINNED_SDIST, SdistPin
 from quantload.progress import ProgressCallback, no_progress
 
-TOOL_NAMES: tuple[str, ...] = ("llama-server", "llama-quantize", "llama-bench", "llama-perplexity")
+TOOL_NAMES: tuple[str, ...] = (
+    "llama-server", "llama-quantize", "llama-bench", "llama-perplexity", "llama-imatrix",
+)  # fmt: skip
 BUILD_MARKER = "quantload-build.json"
 GUARD_MODULE = "quantload.groupguard"
 CMAKE_FLAGS: tuple[str, ...] = (
@@ -56,6 +64,15 @@ def read_build_record(tree: Path) -> dict[str, object]:
     """What the build marker says: sdist, flags, seconds."""
     data: dict[str, object] = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
     return data
+
+
+def _earlier_record(build: Path) -> dict[str, object] | None:
+    """The marker of an earlier, smaller build in `build` (None when there is none)."""
+    try:
+        data = json.loads((build / BUILD_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def check_build_prerequisites() -> None:
@@ -112,7 +129,8 @@ def build_tools(
     progress: ProgressCallback = no_progress,
     pin: SdistPin = PINNED_SDIST,
 ) -> Path:
-    """Configure and build the four tools; return the bin folder. Reuses a finished build.
+    """Configure and build the tools; return the bin folder. Reuses a finished build, and
+    completes one that lacks a tool added since (only that target is compiled).
 
     A lock file serializes builds: a second process waits for the first and then reuses its work.
     """
@@ -149,12 +167,16 @@ def _build_locked(
         log,
         on_line=progress,
     )
+    earlier = _earlier_record(build)
     record = {
         "sdist": pin.requirement,
+        "targets": list(TOOL_NAMES),
         "cmake_flags": list(CMAKE_FLAGS),
         "jobs": n_jobs,
         "build_seconds": round(time.monotonic() - started, 1),
     }
+    if earlier is not None:  # an earlier build completed with the targets it lacked
+        record["completed_from"] = earlier
     (build / BUILD_MARKER).write_text(json.dumps(record, indent=2) + "\n")
     bins = built_bin_dir(tree)
     if bins is None:

@@ -33,10 +33,14 @@ from quantload.errors import MeasurementError
 from quantload.llamacpp.kld_base import BaseHeader, check_base_file, partial_name
 from quantload.llamacpp.perplexity import PerplexityRun, run_perplexity, tokens_scored_per_chunk
 from quantload.llamacpp.tool_run import (
+    LOST_OUTPUT_ATTEMPTS,
     ChunkProgress,
+    OutputCutShort,
     ToolRun,
     logged_output,
+    lost_output_line,
     raise_for_load_failure_or_exit,
+    raise_for_uncaught_exception,
     run_tool,
 )
 from quantload.llamacpp.toolchain import Toolchain
@@ -190,7 +194,7 @@ def parse_statistics(text: str, tokens_scored: int) -> KldStatistics:
                 f" it needs at least {MIN_TOKENS_FOR_STATISTICS}",
                 "use more chunks (quality.kld_chunks) or a larger context (quality.ctx)",
             )
-        raise MeasurementError(
+        raise OutputCutShort(
             f"llama-perplexity's KLD statistics are incomplete ({len(absent)} of {len(required)}"
             f" lines missing, first '{absent[0]}'): output truncated?",
             "run it again",
@@ -232,7 +236,7 @@ def parse_kld_output(stdout: str, stderr: str) -> KldOutput:
     both = f"{stderr}\n{stdout}"
     plan = PLAN.search(both)
     if plan is None:
-        raise MeasurementError(
+        raise OutputCutShort(
             "llama-perplexity output has no 'kl_divergence: computing over N chunks' line",
             "the run stopped before scoring started; see its stderr",
         )
@@ -241,7 +245,8 @@ def parse_kld_output(stdout: str, stderr: str) -> KldOutput:
     indices = [row.chunk for row in rows]
     if indices != list(range(1, n_chunks + 1)):
         tail = " ".join(stdout.split()[-12:])
-        raise MeasurementError(
+        garbled = indices != list(range(1, len(indices) + 1))
+        raise (MeasurementError if garbled else OutputCutShort)(
             f"llama-perplexity planned {n_chunks} KLD chunks but printed rows for {len(indices)}"
             f" (chunks {indices[:3]}...{indices[-3:]}; stdout ends '{tail[-160:]}')",
             "the output is truncated or garbled; run it again",
@@ -327,6 +332,7 @@ def diagnose_kld_failure(run: ToolRun, model_path: Path, base_path: Path) -> Non
     _raise_for_cache_type_problem(run, model_path)
     if DECODE_FAILED.search(run.stderr) is not None:
         raise MeasurementError(f"llama-perplexity failed to decode a chunk with {model_path}", "run it again")
+    raise_for_uncaught_exception(run, "llama-perplexity --kl-divergence")
     if run.signal_name is not None:
         raise MeasurementError(
             f"llama-perplexity --kl-divergence was killed by {run.signal_name} after {done} chunks;"
@@ -419,11 +425,21 @@ def run_compare(
     command = compare_command(
         toolchain.path("llama-perplexity"), model_path, base_path, ctx_tokens, cache_type, threads
     )
-    chunk_progress = ChunkProgress(progress, PLAN, "comparing", _compare_rows)
-    with logged_output(log_path, command, chunk_progress) as on_output:
-        run = runner(command, on_output=on_output, timeout_s=timeout_s)
-    diagnose_kld_failure(run, model_path, base_path)
-    output = parse_kld_output(run.stdout, run.stderr)
+    for attempt in range(1, LOST_OUTPUT_ATTEMPTS + 1):
+        chunk_progress = ChunkProgress(progress, PLAN, "comparing", _compare_rows)
+        with logged_output(log_path, command, chunk_progress) as on_output:
+            run = runner(command, on_output=on_output, timeout_s=timeout_s)
+        diagnose_kld_failure(run, model_path, base_path)
+        try:
+            output = parse_kld_output(run.stdout, run.stderr)
+            break
+        except OutputCutShort as error:
+            if attempt == LOST_OUTPUT_ATTEMPTS:
+                raise MeasurementError(
+                    f"{lost_output_line('llama-perplexity --kl-divergence', attempt)}: {error.problem}",
+                    "run it again on a quieter machine; its log keeps every run",
+                ) from None
+            progress(0, None, f"output cut short ({error.problem[:60]}): running it again")
     return KldRun(
         output=output,
         command=run.command,

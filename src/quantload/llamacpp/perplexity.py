@@ -17,10 +17,14 @@ from pathlib import Path
 
 from quantload.errors import MeasurementError
 from quantload.llamacpp.tool_run import (
+    LOST_OUTPUT_ATTEMPTS,
     ChunkProgress,
+    OutputCutShort,
     ToolRun,
     logged_output,
+    lost_output_line,
     raise_for_load_failure_or_exit,
+    raise_for_uncaught_exception,
     run_tool,
 )
 from quantload.llamacpp.toolchain import Toolchain
@@ -89,26 +93,28 @@ def parse_perplexity_output(stdout: str, stderr: str) -> PerplexityOutput:
     both = f"{stderr}\n{stdout}"
     plan = PLAN.search(both)
     if plan is None:
-        raise MeasurementError(
+        raise OutputCutShort(
             "llama-perplexity output has no 'calculating perplexity over N chunks' line",
             "the run stopped before scoring started; see its stderr",
         )
     n_chunks, ctx_tokens, batch_tokens, n_seq = (int(group) for group in plan.groups())
     final = FINAL_ESTIMATE.search(both)
     if final is None:
-        problem = (
-            "log-probabilities had a negative variance"
-            if NEGATIVE_VARIANCE in both
-            else "no 'Final estimate' line (output truncated?)"
+        if NEGATIVE_VARIANCE in both:
+            raise MeasurementError(
+                "llama-perplexity gave no result: log-probabilities had a negative variance", "run it again"
+            )
+        raise OutputCutShort(
+            "llama-perplexity gave no result: no 'Final estimate' line (output truncated?)", "run it again"
         )
-        raise MeasurementError(f"llama-perplexity gave no result: {problem}", "run it again")
     perplexity, error = float(final.group(1)), float(final.group(2))
     _check_finite("perplexity", perplexity)
     _check_finite("the perplexity error", error)
     running = parse_running_values(stdout) or parse_running_values(stderr)
     indices = [index for index, _ in running]
     if indices != list(range(1, n_chunks + 1)):
-        raise MeasurementError(
+        garbled = indices != list(range(1, len(indices) + 1))
+        raise (MeasurementError if garbled else OutputCutShort)(
             f"llama-perplexity planned {n_chunks} chunks but printed values for {len(indices)}"
             f" (indices {indices[:3]}...{indices[-3:]})",
             "the output is truncated or garbled; run it again",
@@ -139,6 +145,7 @@ def diagnose_failure(run: ToolRun, model_path: Path, dataset_path: Path) -> None
             " it was stopped and no result was recorded",
             "raise quality.timeout_s or use fewer --chunks",
         )
+    raise_for_uncaught_exception(run, "llama-perplexity", dataset_path)
     if run.signal_name is not None:
         raise MeasurementError(
             f"llama-perplexity was killed by {run.signal_name} after {done} chunks; no result was recorded",
@@ -225,11 +232,21 @@ def run_perplexity(
         toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads,
         extra_args,
     )
-    chunk_progress = ChunkProgress(progress, PLAN, "scoring", _running_rows)
-    with logged_output(log_path, command, chunk_progress) as on_output:
-        run = runner(command, on_output=on_output, timeout_s=timeout_s)
-    diagnose_failure(run, model_path, dataset_path)
-    output = parse_perplexity_output(run.stdout, run.stderr)
+    for attempt in range(1, LOST_OUTPUT_ATTEMPTS + 1):
+        chunk_progress = ChunkProgress(progress, PLAN, "scoring", _running_rows)
+        with logged_output(log_path, command, chunk_progress) as on_output:
+            run = runner(command, on_output=on_output, timeout_s=timeout_s)
+        diagnose_failure(run, model_path, dataset_path)
+        try:
+            output = parse_perplexity_output(run.stdout, run.stderr)
+            break
+        except OutputCutShort as error:
+            if attempt == LOST_OUTPUT_ATTEMPTS:
+                raise MeasurementError(
+                    f"{lost_output_line('llama-perplexity', attempt)}: {error.problem}",
+                    "run it again on a quieter machine; its log keeps every run",
+                ) from None
+            progress(0, None, f"output cut short ({error.problem[:60]}): running it again")
     if output.ctx_tokens != ctx_tokens:
         raise MeasurementError(
             f"llama-perplexity used a context of {output.ctx_tokens}, not {ctx_tokens} as asked",

@@ -61,6 +61,51 @@ class ToolRun:
         return " | ".join(line[-200:] for line in tail) or "no output on stderr"
 
 
+class OutputCutShort(MeasurementError):
+    """A tool that exited 0 but whose output stops before its result.
+
+    llama.cpp's tools print through a logging thread and do not wait for it at exit (common/log.cpp
+    leaks its logger on purpose, "logs may be lost if not flushed before the program exits"):
+    when that thread is behind, as on a busy machine, the last lines, the result among them,
+    never come. Running the tool again is the remedy (`LOST_OUTPUT_ATTEMPTS`).
+    """
+
+
+# Runs of one measurement when the output was cut short: the tool's work is deterministic, so a
+# second run gives the same figures; three in a row cut short is a machine that needs a look.
+LOST_OUTPUT_ATTEMPTS = 3
+
+
+def lost_output_line(tool_name: str, attempts: int) -> str:
+    """What to say when every attempt's output was cut short."""
+    return (
+        f"{tool_name} exited 0 but its output ended before its result in {attempts} runs in a row"
+        " (llama.cpp's logging thread had not written its last lines when the tool ended; a"
+        " busy machine makes this likelier)"
+    )
+
+
+UNCAUGHT = re.compile(r"terminate called after throwing an instance of '([^']+)'\s*what\(\):\s*([^\n]*)")
+
+
+def raise_for_uncaught_exception(run: ToolRun, tool_name: str, text_path: Path | None = None) -> None:
+    """MeasurementError quoting the C++ exception a tool died of (it then aborts: SIGABRT, which
+    is not running out of memory); llama.cpp's tokenizer throws `invalid codepoint` on text that
+    is not UTF-8."""
+    found = UNCAUGHT.search(run.stderr)
+    if found is None:
+        return
+    kind, what = found.group(1), found.group(2).strip() or "no message"
+    if "invalid codepoint" in what and text_path is not None:
+        raise MeasurementError(
+            f"{tool_name} could not tokenize {text_path}: it is not UTF-8 text (llama.cpp: {what})",
+            "give a UTF-8 text file, such as WikiText-2's wiki.test.raw; the tool's log is kept",
+        )
+    raise MeasurementError(
+        f"{tool_name} stopped on an error it did not catch: {what} ({kind})", "see the tool's log"
+    )
+
+
 def raise_for_load_failure_or_exit(run: ToolRun, tool_name: str, model_path: Path) -> None:
     """Raise the errors every measuring tool shares: the model did not load, or a non-zero exit."""
     if MODEL_LOAD_FAILURE.search(run.stderr):

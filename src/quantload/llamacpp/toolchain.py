@@ -1,4 +1,9 @@
-"""Finding the llama.cpp tools: a configured folder, PATH, or our own cached build."""
+"""Finding the llama.cpp tools: a configured folder, PATH, or our own cached build.
+
+Our own build always has every tool of TOOL_NAMES. A folder of the user's (QUANTLOAD_LLAMA_BIN,
+PATH) needs the four REQUIRED_TOOLS; llama-imatrix is used when it is there, and a step that needs
+it without it stops in one line naming the folder (`Toolchain.path`).
+"""
 
 from __future__ import annotations
 
@@ -18,11 +23,13 @@ from quantload.paths import cache_root
 from quantload.progress import ProgressCallback, no_progress
 
 Origin = Literal["QUANTLOAD_LLAMA_BIN", "PATH", "cache"]
+IMATRIX_TOOL = "llama-imatrix"
+REQUIRED_TOOLS: tuple[str, ...] = tuple(name for name in TOOL_NAMES if name != IMATRIX_TOOL)
 
 
 @dataclass(frozen=True)
 class Toolchain:
-    """The four llama.cpp tools and which llama.cpp they are."""
+    """The llama.cpp tools and which llama.cpp they are."""
 
     tools: Mapping[str, Path]
     origin: Origin
@@ -31,7 +38,14 @@ class Toolchain:
     build: Mapping[str, object] = field(default_factory=dict)
 
     def path(self, name: str) -> Path:
-        """Path of one tool, e.g. `llama-server`."""
+        """Path of one tool, e.g. `llama-server`; ToolchainError when this llama.cpp lacks it."""
+        if name not in self.tools:
+            folder = self.tools["llama-server"].parent
+            raise ToolchainError(
+                f"the llama.cpp tools in {folder} ({self.origin}) have no {name}",
+                f"build {name} there (cmake --build BUILD --target {name}), or unset"
+                " QUANTLOAD_LLAMA_BIN to let quantload build every tool it uses",
+            )
         return self.tools[name]
 
     def version_record(self) -> dict[str, object]:
@@ -106,22 +120,31 @@ def _tools_in(folder: Path) -> dict[str, Path] | None:
     return found if all(os.access(p, os.X_OK) for p in found.values()) else None
 
 
+def _with_optional(folder: Path, tools: dict[str, Path]) -> dict[str, Path]:
+    """`tools` and llama-imatrix beside them when it is there."""
+    imatrix = folder / IMATRIX_TOOL
+    return {**tools, IMATRIX_TOOL: imatrix} if os.access(imatrix, os.X_OK) else tools
+
+
 def _from_configured(folder: Path) -> dict[str, Path]:
     folder = folder.expanduser()
-    missing = [name for name in TOOL_NAMES if not os.access(folder / name, os.X_OK)]
+    missing = [name for name in REQUIRED_TOOLS if not os.access(folder / name, os.X_OK)]
     if missing:
         raise ToolchainError(
             f"QUANTLOAD_LLAMA_BIN={folder} lacks {', '.join(missing)}",
-            "point it at a folder holding all four tools, or unset it to let quantload build them",
+            f"point it at a folder holding {', '.join(REQUIRED_TOOLS)} (and {IMATRIX_TOOL} for an"
+            " importance matrix), or unset it to let quantload build them",
         )
-    return {name: folder / name for name in TOOL_NAMES}
+    return _with_optional(folder, {name: folder / name for name in REQUIRED_TOOLS})
 
 
 def _from_path(environ: Mapping[str, str]) -> dict[str, Path] | None:
     search = environ.get("PATH", "")
-    found = {name: shutil.which(name, path=search) for name in TOOL_NAMES}
+    found = {name: shutil.which(name, path=search) for name in REQUIRED_TOOLS}
     if all(found.values()):
-        return {name: Path(p) for name, p in found.items() if p}
+        tools = {name: Path(p) for name, p in found.items() if p}
+        imatrix = shutil.which(IMATRIX_TOOL, path=search)
+        return {**tools, IMATRIX_TOOL: Path(imatrix)} if imatrix else tools
     return None
 
 

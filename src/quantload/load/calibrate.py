@@ -46,17 +46,19 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from quantload.config import CalibrateSettings, LoadSettings
+from quantload.config import CalibrateSettings, LoadSettings, Settings
 from quantload.errors import QuantloadError
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
-from quantload.load.plan import sweep_plan
+from quantload.load.plan import LoadPlan, PlannedRequest, assemble_plan, stage_plan
 from quantload.load.processes import choose_workers, usable_cores
-from quantload.load.prompts import Prompt
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.load.summary import StageSummary
 from quantload.load.supervisor import run_plan
+from quantload.load.workloads import StageRequests
 from quantload.progress import ProgressCallback, no_progress
+from quantload.run_context import RunContext
 from quantload.rundir import RECORDS_JSONL, STAGES_JSONL, write_json_atomic
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.stats import percentile
 
@@ -286,6 +288,18 @@ def _count_settings(load: LoadSettings, streams: int, seconds: float) -> LoadSet
     )
 
 
+def _count_plan(settings: LoadSettings, target: ServedTarget, requests: int, streams: int) -> LoadPlan:
+    """One closed-loop stage of `streams` users sending `requests` short prompts."""
+    drawn = StageRequests(
+        tuple(PlannedRequest(prompt_id=f"c{i}") for i in range(requests)),
+        {f"c{i}": f"calibration request {i}" for i in range(requests)},
+        "prompts",
+    )
+    invocation = f"calibrate-{streams}"
+    stage = stage_plan(settings, invocation, 0, "sweep", streams, drawn)
+    return assemble_plan(settings, target, "calibration", invocation, [drawn], [stage])
+
+
 def _measure_count(
     fake: CalibrationFake,
     load: LoadSettings,
@@ -298,12 +312,12 @@ def _measure_count(
     requests = requests_for(streams, seconds)
     settings = _count_settings(load, streams, seconds)
     workers = choose_workers(settings.workers, streams, usable_cores()).workers
-    prompts = [Prompt(f"c{i}", f"calibration request {i}", 3) for i in range(requests)]
     target = ServedTarget(name="calibration-fake", quant="none", model="fake", url=fake.url)
     run_dir = work_dir / f"streams-{streams}"
-    plan = sweep_plan(settings, target, prompts, "calibration", f"calibrate-{streams}")
+    plan = _count_plan(settings, target, requests, streams)
     fake.stats(reset=True)
-    summaries = run_plan(plan, settings, run_dir, progress=progress)
+    context = RunContext(RunDir(run_dir), "calibration", Settings(load=settings), progress)
+    summaries = run_plan(plan, context).summaries
     late = fake.stats(reset=True)["token_late_ms"]["p99"]
     records = list(iter_records(run_dir / RECORDS_JSONL))
     ends = [e for e in iter_stage_events(run_dir / STAGES_JSONL) if e.event == "stage_end"]
@@ -336,7 +350,7 @@ class _Overall:
         self.progress(self.before + completed, self.total, note)
 
 
-def calibrate(
+def run_calibration(
     settings: CalibrateSettings,
     load: LoadSettings,
     progress: ProgressCallback = no_progress,

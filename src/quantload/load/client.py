@@ -39,9 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from quantload.load.arrival import enable_kernel_stamps, read_stamped
+from quantload.load.arrival import SWITCH_WAIT_S, StampSwitch, enable_kernel_stamps, read_stamped
 from quantload.load.http1 import ProtocolError, ResponseHead
-from quantload.load.openai_chunks import classify_payload, classify_stream
+from quantload.load.openai_chunks import classify_payload, classify_stream, context_exceeded
 from quantload.load.sse import EventStreamParser
 from quantload.load.stream_result import StreamResult
 from quantload.urls import BadUrl, header_safe, http_address
@@ -122,6 +122,8 @@ class ConnectionPool:
         self.reuse = reuse
         self.server_closes_streams = False  # learned in "auto" mode
         self.kernel_stamps = False  # reads stamped with the kernel's receive time (see arrival)
+        self._stamps = StampSwitch()  # keeps that stamping on, and waits until it is
+        self._stamps_lock = threading.Lock()
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self._ssl = ssl_context  # None: the system's trust store (SSL_CERT_FILE, SSL_CERT_DIR)
@@ -169,6 +171,9 @@ class ConnectionPool:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.endpoint.scheme == "http":
             self.kernel_stamps = enable_kernel_stamps(sock)
+            if self.kernel_stamps and not self._stamps.on:
+                with self._stamps_lock:  # once per pool: later connections find it on
+                    self._stamps.wait_on(min(SWITCH_WAIT_S, max(timeout_s, 0.001)))
         else:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
@@ -181,6 +186,7 @@ class ConnectionPool:
             idle, self._idle = self._idle, []
         for sock in idle:
             _close(sock)
+        self._stamps.close()
 
 
 def _close(sock: socket.socket) -> None:
@@ -223,7 +229,8 @@ def stream_request(
 
     `timeout_s` bounds the whole request (connect included); the pool's `first_byte_timeout_s`
     the wait for the first response byte. Errors come back as `error_class`: connect_refused,
-    connect_error, http_4xx, http_5xx, not_streamed, timeout, stream_cut, malformed_chunk,
+    connect_error, context_exceeded (llama-server's 400 for a prompt that fills the slot, with
+    its two counts), http_4xx, http_5xx, not_streamed, timeout, stream_cut, malformed_chunk,
     server_error_event, protocol_error.
 
     With `socket_deadline=False` the reads block without a socket timeout and the caller must
@@ -319,8 +326,13 @@ def _exchange(
             elif waiting_first is not None:
                 sock.settimeout(None)
                 waiting_first = None
-            count, arrived = read_stamped(sock, view, kernel_stamps)
+            count, arrived, from_kernel = read_stamped(sock, view, kernel_stamps)
             now = arrived - sent
+            if count:
+                if from_kernel:
+                    result.reads_kernel_stamped += 1
+                else:
+                    result.reads_read_stamped += 1
             if count == 0:
                 payloads = parser.feed_eof()
                 if not parser.complete:
@@ -342,7 +354,12 @@ def _exchange(
         assert head is not None
         keep = head.keep_alive and head.reusable_framing and not parser.leftover
         if not parser.streaming:
-            return result.fail(*_not_a_stream(head, bytes(parser.kept_body)))
+            body = bytes(parser.kept_body)
+            refused = context_exceeded(head.status, body)
+            if refused is not None:
+                result.n_prompt_tokens, result.n_ctx = refused.n_prompt_tokens, refused.n_ctx
+                return result.fail("context_exceeded", f"HTTP 400: {refused.message}")
+            return result.fail(*_not_a_stream(head, body))
         return result
     except TimeoutError:
         if waiting_first and result.bytes_received == 0:
@@ -359,7 +376,7 @@ def _exchange(
             return result.fail("connect_error", str(error) or repr(error))
         return result.fail("stream_cut", str(error) or repr(error))
     finally:
-        if keep and result.error_class in (None, "http_4xx", "http_5xx", "not_streamed"):
+        if keep and result.error_class in (None, "http_4xx", "http_5xx", "not_streamed", "context_exceeded"):
             pool.give(sock)
         else:
             _close(sock)

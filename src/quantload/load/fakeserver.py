@@ -30,7 +30,9 @@ others wait their turn (as llama-server defers requests when every slot is busy)
 once more than N users stream; `slowdown_per_stream` stretches a stream's TTFT and gaps by that
 fraction for every other stream it shares the server with; `rate_limit_rps=R` starts requests at
 most R a second on average, in bursts of at most one second's worth (a token bucket), so queueing
-grows without bound once arrivals come faster. Reasoning:
+grows without bound once arrivals come faster. `enforce_context=True` refuses a prompt of `n_ctx`
+tokens or more with llama-server's HTTP 400 `exceed_context_size_error` (and its two counts) and
+cuts a reply at the slot's end. Reasoning:
 `reasoning_tokens=K` (or the directive `reasoning=K`) sends a stream's first K tokens as
 `delta.reasoning_content`, the rest as content.
 
@@ -92,6 +94,7 @@ class FakeScript:
     slowdown_per_stream: float = 0.0
     rate_limit_rps: float = 0.0  # 0 = no limit
     reasoning_tokens: int = 0
+    enforce_context: bool = False  # a prompt of n_ctx tokens or more is refused, as llama-server does
 
 
 @dataclass
@@ -355,6 +358,11 @@ class _Handler:
             return await self._json(writer, code, _error(code, "scripted failure"))
         if plan.fault == "reset":
             return False
+        if self.script.enforce_context:
+            prompt_tokens = count_tokens(chat_prompt(body.get("messages")))
+            if prompt_tokens >= self.script.n_ctx:
+                return await self._json(writer, 400, _exceeded(prompt_tokens, self.script.n_ctx))
+            plan.tokens = min(plan.tokens, self.script.n_ctx - prompt_tokens)  # the slot fills: truncated
         received = await self._admit(received)
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
@@ -507,6 +515,13 @@ class _Handler:
 
 def _error(code: int, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "type": "fake_error"}}
+
+
+def _exceeded(prompt_tokens: int, n_ctx: int) -> dict[str, Any]:
+    """llama-server's refusal of a prompt that does not fit the slot, with its two counts."""
+    message = f"request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens)"
+    error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+    return {"error": {**error, "n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}
 
 
 async def _sleep_until(when: float) -> None:

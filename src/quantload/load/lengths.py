@@ -10,7 +10,9 @@ on the command line:
                                     standard deviation of the log (0.8 = a long right tail)
   buckets:128x0.5,512x0.3,2048x0.2  weighted values (value x weight; weights are normalized)
 
-Samples are reproducible from a seed and always within [minimum, maximum] tokens.
+Samples are reproducible from a seed and always within [minimum, maximum] tokens. A parameter
+that is not a finite number, a length above `MAX_LENGTH_TOKENS` (which a sample could never reach)
+or a spread too wide to draw from is refused when the text is read, never clipped in silence.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import Literal
 from quantload.errors import ConfigError
 
 Kind = Literal["fixed", "uniform", "normal", "lognormal", "buckets"]
+MAX_LENGTH_TOKENS = 1_000_000  # the most tokens a drawn length may be (prompt or output)
+MAX_LOG_SPREAD = 5.0  # a lognormal spread beyond this draws lengths over 10**6 times the mean
+MAX_WEIGHT = 1e9
 EXAMPLES = (
     "fixed:128, uniform:100-400, normal:mean=500,sd=120, lognormal:mean=500,spread=0.8,"
     " buckets:128x0.5,2048x0.5"
@@ -52,7 +57,7 @@ class LengthDistribution:
         total = sum(weight for _, weight in self.buckets)
         return sum(tokens * weight for tokens, weight in self.buckets) / total
 
-    def sample(self, count: int, seed: int, minimum: int = 1, maximum: int = 1_000_000) -> list[int]:
+    def sample(self, count: int, seed: int, minimum: int = 1, maximum: int = MAX_LENGTH_TOKENS) -> list[int]:
         """`count` token counts, the same for the same seed, each within [minimum, maximum]."""
         rng = random.Random(seed)
         return [min(max(round(self._draw(rng)), minimum), maximum) for _ in range(count)]
@@ -89,13 +94,21 @@ def _bad(text: str, why: str) -> ConfigError:
     return ConfigError(f"length distribution {text!r}: {why}", f"e.g. {EXAMPLES}")
 
 
-def _number(text: str, value: str, what: str, positive: bool = True) -> float:
+def _number(
+    text: str, value: str, what: str, positive: bool = True, most: float = MAX_LENGTH_TOKENS
+) -> float:
     try:
         number = float(value)
     except ValueError:
         raise _bad(text, f"{what} {value!r} is not a number") from None
-    if not math.isfinite(number) or (positive and number <= 0) or number < 0:
-        raise _bad(text, f"{what} must be {'positive' if positive else 'at least 0'}, got {value}")
+    if not math.isfinite(number):
+        raise _bad(text, f"{what} {value.strip()} is not a finite number")
+    if (positive and number <= 0) or number < 0:
+        raise _bad(text, f"{what} must be {'positive' if positive else 'at least 0'}, got {value.strip()}")
+    if number > most:
+        lengths = most == MAX_LENGTH_TOKENS
+        why = f" (a request asks for at most {MAX_LENGTH_TOKENS:,} tokens)" if lengths else ""
+        raise _bad(text, f"{what} {value.strip()} is above {most:,.0f}{why}")
     return number
 
 
@@ -136,6 +149,9 @@ def parse_length_distribution(text: str) -> LengthDistribution:
         return LengthDistribution("normal", mean=mean, spread=sd)
     if kind == "lognormal":
         mean, spread = _named(text, body, ("mean", "spread"))
+        if spread > MAX_LOG_SPREAD:
+            why = f"spread {spread:g} is above {MAX_LOG_SPREAD:g} (the sd of the log: 0.8 is a long tail)"
+            raise _bad(text, why)
         return LengthDistribution("lognormal", mean=mean, spread=spread)
     if kind == "buckets":
         buckets = []
@@ -144,6 +160,6 @@ def parse_length_distribution(text: str) -> LengthDistribution:
             if not x:
                 raise _bad(text, f"bucket {part.strip()!r} is not TOKENSxWEIGHT")
             value = int(_number(text, tokens, "a bucket's tokens"))
-            buckets.append((value, _number(text, weight, "a weight")))
+            buckets.append((value, _number(text, weight, "a weight", most=MAX_WEIGHT)))
         return LengthDistribution("buckets", buckets=tuple(buckets))
     raise _bad(text, f"unknown kind {kind!r}")

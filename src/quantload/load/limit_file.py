@@ -1,11 +1,11 @@
 """limits.jsonl: one line per limit search (schema `quantload.limit/1`), what it found and how.
 
-Written by `quantload.load.limit_runner` when a search ends, read by the report. Each line names
+Written by `quantload.experiments.limit_trials` when a search ends, read by the report. Each line names
 the server and quantization, the search (`limit_users` or `limit_rate`), the workload it sent, the
 SLO it judged against, the limit found (null: none held), whether a majority of repeats confirmed
 it, how the search ended (found, capped, max_level, never_held), the lowest level that broke, the
 time it took, its one-sentence verdict and every trial (level, held, hard failure, seconds, why,
-stage id).
+stage id, the requests its verdict rests on and how sure it is).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from quantload.rundir.jsonl import BadLines, iter_jsonl
 
 LIMIT_SCHEMA = "quantload.limit/1"
 SearchExperiment = Literal["limit_users", "limit_rate"]
@@ -30,6 +32,8 @@ class TrialLine(BaseModel):
     seconds: float
     why: str
     stage_id: str | None = None
+    requests: int = 0  # the requests its verdict rests on (0: written before trials said)
+    sureness: str = ""  # how sure its verdict is (quantload.slo.Verdict.sureness)
 
 
 class LimitLine(BaseModel):
@@ -54,21 +58,13 @@ class LimitLine(BaseModel):
     sentence: str
     trials: list[TrialLine]
     unix_s: float
+    variant: str | None = None  # the server flags searched, when not the run's own (e.g. "-np 4")
 
     @classmethod
     def from_json_line(cls, line: str) -> LimitLine:
         return cls.model_validate_json(line)
 
 
-def read_limits(path: Path) -> list[LimitLine]:
-    """Every search of a run; unreadable lines are skipped."""
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.strip():
-            try:
-                found.append(LimitLine.from_json_line(line))
-            except ValueError:
-                continue
-    return found
+def read_limits(path: Path, bad: BadLines | None = None) -> list[LimitLine]:
+    """Every search of a run; a line that cannot be read is counted in `bad` (the report says so)."""
+    return list(iter_jsonl(path, LimitLine.from_json_line, bad))

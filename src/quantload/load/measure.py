@@ -6,6 +6,11 @@ TPOT = (e2e - TTFT) / (completion tokens - 1), tokens from the server's `usage`.
 between consecutive chunks of generated text as they arrived. e2e = send to the last byte of the
 stream. A request counts for goodput (`within_deadline`) when it succeeded and its latency from the
 *intended* send time is within the per-request deadline.
+
+A reply is `truncated` when it ended with finish_reason "length" before the asked max_tokens (the
+slot's context was full: llama-server stops there unless it may shift); `context_shifted` when it
+came whole although prompt + reply went past the slot's context (only a server shifting its
+context gets there).
 """
 
 from __future__ import annotations
@@ -49,6 +54,13 @@ def build_record(
     if e2e is not None and ttft is not None and completion is not None and completion >= 2:
         tpot = (e2e - ttft) / (completion - 1)
     sent_unix = result.sent_unix_s or 0.0
+    prompt_tokens = _int(usage.get("prompt_tokens"))
+    truncated = shifted = None
+    if result.ok:
+        short = completion is not None and completion < ticket.asked_max_tokens
+        truncated = bool(result.finish_reason == "length" and short)
+        if stage.slot_context_tokens is not None and prompt_tokens is not None and completion is not None:
+            shifted = prompt_tokens + completion > stage.slot_context_tokens
     within = bool(result.ok and e2e is not None and e2e + lag_s <= stage.request_timeout_s)
     return RequestRecord(
         run_id=stage.run_id,
@@ -56,7 +68,7 @@ def build_record(
         quant=stage.quant,
         model=stage.model,
         url=stage.url,
-        experiment=stage.experiment,  # type: ignore[arg-type]
+        experiment=stage.experiment,
         stage_id=stage.stage_id,
         stage_users=stage.users,
         stage_rate_rps=stage.rate_rps,
@@ -65,19 +77,23 @@ def build_record(
         cache_prompt=stage.cache_prompt,
         prompt_id=ticket.prompt_id,
         max_tokens=ticket.asked_max_tokens,
-        ignore_eos=stage.ignore_eos,
+        ignore_eos=ticket.sends_ignore_eos,
         prompt_tokens_asked=ticket.prompt_tokens_asked,
         workload=stage.workload,
         request_class=ticket.request_class,
         session_id=ticket.session_id,
         turn=ticket.turn,
         id_slot=ticket.id_slot,
+        tenant=ticket.tenant,
+        trimmed_turns=ticket.trimmed_turns,
+        trimmed_tokens=ticket.trimmed_tokens,
         worker=worker,
         intended_unix_s=sent_unix - lag_s,
         sent_unix_s=sent_unix,
         lag_s=lag_s,
         connect_s=result.connect_s,
         connection_reused=result.connection_reused,
+        arrival_clock=result.arrival_clock,
         ttfb_s=result.ttfb_s,
         ttft_s=ttft,
         ttft_content_s=result.answer_s,
@@ -93,11 +109,15 @@ def build_record(
         itl_p99_s=percentile(gaps, 99),
         itl_max_s=max(gaps) if gaps else None,
         content_chunks=len(times),
-        prompt_tokens=_int(usage.get("prompt_tokens")),
+        prompt_tokens=prompt_tokens,
         completion_tokens=completion,
         cached_tokens=cached,
         timings=_timings(result.timings),
         finish_reason=result.finish_reason,
+        truncated=truncated,
+        context_shifted=shifted,
+        n_prompt_tokens=result.n_prompt_tokens,
+        n_ctx=result.n_ctx,
         ok=result.ok,
         within_deadline=within,
         http_status=result.status,

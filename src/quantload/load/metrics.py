@@ -3,15 +3,17 @@
 Names (the dashboards and recording rules are written against them):
 
   quantload_ttft_seconds, quantload_tpot_seconds, quantload_itl_seconds,
-  quantload_e2e_seconds, quantload_client_lag_seconds       histograms {server, quant, experiment}
+  quantload_e2e_seconds, quantload_client_lag_seconds       histograms {server, quant, experiment,
+                                                             tenant}
   quantload_requests_total                                  counter {server, quant, experiment,
-                                                             outcome}
-  quantload_output_tokens_total, quantload_prompt_tokens_total   counters {server, quant}
+                                                             tenant, outcome}
+  quantload_output_tokens_total, quantload_prompt_tokens_total   counters {server, quant, tenant}
   quantload_active_users                                    gauge {server, quant}
   quantload_stage_info                                      gauge {server, quant, experiment, users,
                                                              repeat, rate_rps}: 1 while a stage runs
 
-`outcome` is "ok" or the record's error class. `client_lag` is how late each request was sent
+`outcome` is "ok" or the record's error class; `tenant` the request's tenant ([[tenants]]), ""
+for traffic of no tenant. `client_lag` is how late each request was sent
 against its intended time (open loop: the Poisson schedule; closed loop: the moment the user took
 the request), so a saturated client shows up as a growing lag. Warm-up requests are not counted.
 `rate_rps` is "" for closed-loop stages.
@@ -54,7 +56,7 @@ HISTOGRAMS: dict[str, str] = {
     "quantload_e2e_seconds": "Time from sending a request to the end of its stream.",
     "quantload_client_lag_seconds": "How late the client sent a request against its intended time.",
 }
-REQUEST_LABELS = ("server", "quant", "experiment")
+REQUEST_LABELS = ("server", "quant", "experiment", "tenant")
 STAGE_LABELS = ("server", "quant", "experiment", "users", "repeat", "rate_rps")
 
 
@@ -84,14 +86,14 @@ class LoadMetrics(Collector):
         self._lock = threading.Lock()
         self._hist: dict[str, dict[tuple[str, ...], _Histogram]] = {name: {} for name in HISTOGRAMS}
         self._requests: dict[tuple[str, ...], int] = {}
-        self._output_tokens: dict[tuple[str, str], int] = {}
-        self._prompt_tokens: dict[tuple[str, str], int] = {}
+        self._output_tokens: dict[tuple[str, str, str], int] = {}
+        self._prompt_tokens: dict[tuple[str, str, str], int] = {}
         self._active_users: dict[tuple[str, str], int] = {}
         self._stage: tuple[str, ...] | None = None
 
     def observe_request(
         self,
-        labels: tuple[str, str, str],
+        labels: tuple[str, str, str, str],
         outcome: str,
         ttft_s: float | None,
         tpot_s: float | None,
@@ -101,7 +103,7 @@ class LoadMetrics(Collector):
         prompt_tokens: int | None,
         completion_tokens: int | None,
     ) -> None:
-        """Count one finished request; `labels` = (server, quant, experiment)."""
+        """Count one finished request; `labels` = (server, quant, experiment, tenant)."""
         with self._lock:
             for name, value in (
                 ("quantload_ttft_seconds", ttft_s),
@@ -116,7 +118,7 @@ class LoadMetrics(Collector):
                 itl.setdefault(labels, _Histogram()).observe(gap)
             key = (*labels, outcome)
             self._requests[key] = self._requests.get(key, 0) + 1
-            pair = (labels[0], labels[1])
+            pair = (labels[0], labels[1], labels[3])
             if completion_tokens:
                 self._output_tokens[pair] = self._output_tokens.get(pair, 0) + completion_tokens
             if prompt_tokens:
@@ -159,9 +161,9 @@ class LoadMetrics(Collector):
                     self._prompt_tokens,
                 ),
             ):
-                counter = CounterMetricFamily(name, doc, labels=("server", "quant"))
-                for pair, count in sorted(values.items()):
-                    counter.add_metric(list(pair), count)
+                counter = CounterMetricFamily(name, doc, labels=("server", "quant", "tenant"))
+                for key, count in sorted(values.items()):
+                    counter.add_metric(list(key), count)
                 yield counter
             users = GaugeMetricFamily(
                 "quantload_active_users", "Users running now.", labels=("server", "quant")

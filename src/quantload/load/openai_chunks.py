@@ -154,11 +154,46 @@ def classify_stream(result: StreamResult) -> StreamResult:
         if info.timings is not None:
             result.timings = info.timings
     result.events = []
-    if payload_error is not None and result.error_class not in ("http_4xx", "http_5xx"):
+    if payload_error is not None and result.error_class not in ("http_4xx", "http_5xx", "context_exceeded"):
         return result.fail(*payload_error)
     if result.error_class is None and not result.done_seen and result.finish_reason is None:
         return result.fail("stream_cut", "stream ended without [DONE] or finish_reason")
     return result
+
+
+@dataclass(frozen=True)
+class ContextExceeded:
+    """llama-server's refusal of a prompt at or above the slot's context (HTTP 400,
+    `exceed_context_size_error`), with the two counts it sends."""
+
+    message: str
+    n_prompt_tokens: int | None
+    n_ctx: int | None
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def context_exceeded(status: int, body: bytes) -> ContextExceeded | None:
+    """The refusal an error answer's JSON body holds when it is `exceed_context_size_error`
+    (the object itself or under `error`, as llama-server nests it), else None."""
+    if status != 400 or not body.strip().startswith(b"{"):
+        return None
+    try:
+        obj = _parse(body.strip())
+    except (ValueError, RecursionError):
+        return None
+    error = obj.get("error") if type(obj) is dict else None
+    found = error if type(error) is dict else obj
+    if type(found) is not dict or found.get("type") != "exceed_context_size_error":
+        return None
+    message = found.get("message")
+    return ContextExceeded(
+        str(message)[:240] if message else "the request exceeds the slot's context",
+        _count(found.get("n_prompt_tokens")),
+        _count(found.get("n_ctx")),
+    )
 
 
 def _delta_content(choice: Any) -> str:

@@ -1,32 +1,29 @@
 """The load plan: what every stage sends, built in the parent and handed to the Locust process.
 
 A plan is data (JSON): the target, the request parameters, the prompt texts by id, and an
-ordered list of stages. Each stage names its users, its warm-up requests and its measured
-requests (prompt ids, plus the intended send offset for open-loop arrivals). Three builders
-cover the protocol:
-
-- `sweep_plan`: closed loop, the same prompts at each user level (1, 2, 4, 8 by default), the
-  whole sweep repeated `repeats` times (repeat-major, so slow drift spreads over all levels);
-  every request sends `cache_prompt` as configured (off by default, so repeated prompts are not
-  served from the prompt cache).
-- `open_loop_plan`: one stage per rate, Poisson arrivals (seeded exponential gaps) served by a
-  pool of `open_loop_users`; latency counts from the intended send time.
-- `prefix_cache_plan`: a shared system prompt on every request, one stage with `cache_prompt`
-  off, then one with it on whose warm-up requests (one per user) put the prefix in the slots.
+ordered list of stages. Each stage names its users, its arrival process (closed loop, Poisson or
+a trace: quantload.slo.Arrival), its warm-up requests and its measured requests (prompt ids,
+plus the intended send offset for open-loop arrivals). Every experiment builds its stages with
+`stage_plan` from a workload's `StageRequests` and puts them together with `assemble_plan`
+(quantload.experiments); each stage is bounded in requests and in time (`timeout_s`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.config import LoadSettings
-from quantload.load.prompts import Prompt, warmup_prompt
-from quantload.load.records import Experiment, StageEvent
+from quantload.load.prompts import warmup_prompt
+from quantload.load.records import Experiment, StageEvent, TenantLoad
 from quantload.served import ServedTarget
+from quantload.slo import Arrival
+
+if TYPE_CHECKING:
+    from quantload.load.workloads import StageRequests
 
 API_KEY_ENV = "QL_TARGET_API_KEY"  # how the load processes get the key: never in a plan file
 
@@ -62,9 +59,10 @@ class PlannedRequest(_Frozen):
     """One request of a stage: which prompt, and (open loop) when relative to the stage start.
 
     A workload may set the request's own output length (`max_tokens`, else the plan's), the
-    prompt length it asked for, its class (the mixed experiment) and, for a multi-turn
-    conversation, the session id, the slot it is pinned to and the turns that follow this one:
-    the user who takes it sends them in order, each with the whole history so far.
+    prompt length it asked for, its class (the mixed experiment), its tenant (a stage shared by
+    tenants) and, for a multi-turn conversation, the session id, the slot it is pinned to and the
+    turns that follow this one: the user who takes it sends them in order, each with the whole
+    history so far.
     """
 
     prompt_id: str
@@ -72,6 +70,8 @@ class PlannedRequest(_Frozen):
     max_tokens: int | None = None
     prompt_tokens_asked: int | None = None
     request_class: str | None = None
+    tenant: str | None = None
+    ignore_eos: bool | None = None  # overrides the stage's (a tenant's workload among others)
     session_id: str | None = None
     id_slot: int | None = None
     later_turns: tuple[PlannedTurn, ...] = ()
@@ -82,13 +82,27 @@ class PlannedRequest(_Frozen):
         return 1 + len(self.later_turns)
 
 
+ContextPolicy = Literal["fail", "trim", "shift"]
+
+
 class StagePlan(_Frozen):
-    """One stage: its users, warm-up and measured requests, and its bounds."""
+    """One stage: its users, warm-up and measured requests, and its bounds.
+
+    A stage shared by tenants lists each one's load (`tenants`): a tenant's requests are never more
+    at once than its users (the ticket book holds the rest back), so each keeps its own
+    concurrency within the stage's `users` (their sum). A conversation stage of the context
+    experiment says how a history beyond the slot is met (`context_policy`): fail (the server's
+    default: the turn is refused), trim (the client drops the earliest turns that do not fit, the
+    system prompt kept, counted with the server's tokenizer) or shift (the server's
+    `--context-shift`); `slot_context_tokens` is the slot's context, and `breaker_ignores` the
+    error classes the stage expects (they do not count towards its circuit breaker).
+    """
 
     stage_id: str
     index: int
     experiment: Experiment
     users: int
+    arrival: Arrival = "closed"
     rate_rps: float | None = None
     repeat: int = 0
     cache_prompt: bool
@@ -106,6 +120,15 @@ class StagePlan(_Frozen):
     server_args: str | None = None
     warning: str | None = None
     template_overhead_tokens: int | None = None
+    tenants: tuple[TenantLoad, ...] = ()
+    context_policy: ContextPolicy | None = None
+    slot_context_tokens: int | None = None
+    breaker_ignores: tuple[str, ...] = ()
+
+    @property
+    def tenant_users(self) -> dict[str, int]:
+        """Each tenant's most requests at once."""
+        return {tenant.name: tenant.users for tenant in self.tenants}
 
     @property
     def measured_records(self) -> int:
@@ -155,6 +178,7 @@ class LoadPlan(_Frozen):
                 "stage_index": stage.index,
                 "stage_users": stage.users,
                 "stage_rate_rps": stage.rate_rps,
+                "arrival": stage.arrival,
                 "repeat": stage.repeat,
                 "kv_cache_type": stage.kv_cache_type,
                 "cache_prompt": stage.cache_prompt,
@@ -166,6 +190,9 @@ class LoadPlan(_Frozen):
                 "server_args": stage.server_args,
                 "warning": stage.warning,
                 "template_overhead_tokens": stage.template_overhead_tokens,
+                "tenants": [tenant.model_dump() for tenant in stage.tenants] or None,
+                "context_policy": stage.context_policy,
+                "slot_context_tokens": stage.slot_context_tokens,
                 **fields,
             }
         )
@@ -185,13 +212,6 @@ def request_params(settings: LoadSettings) -> RequestParams:
     )
 
 
-def _prompt_table(prompts: Sequence[Prompt], extra: dict[str, str] | None = None) -> dict[str, str]:
-    table = {warmup_prompt().id: warmup_prompt().text}
-    table.update({prompt.id: prompt.text for prompt in prompts})
-    table.update(extra or {})
-    return table
-
-
 def crowding_warning(users: int, tickets: int, what: str = "requests") -> str | None:
     """The warning for a closed-loop stage with more users than requests to hand out, else None."""
     if users <= tickets:
@@ -204,60 +224,8 @@ def crowding_warning(users: int, tickets: int, what: str = "requests") -> str | 
 
 
 def warmup_requests(count: int) -> tuple[PlannedRequest, ...]:
+    """`count` warm-up requests of the warm-up prompt (left out of every figure)."""
     return tuple(PlannedRequest(prompt_id=warmup_prompt().id) for _ in range(count))
-
-
-def assemble_plan(
-    settings: LoadSettings,
-    target: ServedTarget,
-    run_id: str,
-    invocation: str,
-    prompts: dict[str, str],
-    stages: list[StagePlan],
-) -> LoadPlan:
-    return LoadPlan(
-        run_id=run_id,
-        invocation=invocation,
-        target=target,
-        params=request_params(settings),
-        prompts=prompts,
-        stages=tuple(stages),
-        max_consecutive_errors=settings.max_consecutive_errors,
-        saturation_cpu_frac=settings.saturation_cpu_frac,
-        saturation_lag_s=settings.saturation_lag_s,
-    )
-
-
-def sweep_plan(
-    settings: LoadSettings,
-    target: ServedTarget,
-    prompts: Sequence[Prompt],
-    run_id: str,
-    invocation: str,
-) -> LoadPlan:
-    """Closed loop: every prompt at each user level, the whole sweep repeated."""
-    requests = tuple(PlannedRequest(prompt_id=p.id) for p in prompts)
-    stages: list[StagePlan] = []
-    for repeat in range(settings.repeats):
-        for users in settings.users:
-            index = len(stages)
-            stages.append(
-                StagePlan(
-                    stage_id=f"{invocation}-{index}",
-                    index=index,
-                    experiment="sweep",
-                    users=users,
-                    repeat=repeat,
-                    cache_prompt=settings.cache_prompt,
-                    warmup=warmup_requests(settings.warmup_requests),
-                    requests=requests,
-                    first_round_jitter_s=settings.first_round_jitter_s,
-                    timeout_s=settings.stage_timeout_s,
-                    workload="prompts",
-                    warning=crowding_warning(users, len(requests)),
-                )
-            )
-    return assemble_plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
 
 
 def poisson_offsets(rate_rps: float, count: int, seed: int) -> list[float]:
@@ -270,80 +238,89 @@ def poisson_offsets(rate_rps: float, count: int, seed: int) -> list[float]:
     return offsets
 
 
-def open_loop_plan(
+def poisson_requests(drawn: StageRequests, rate_rps: float, seed: int) -> tuple[PlannedRequest, ...]:
+    """The drawn requests sent as Poisson arrivals at `rate_rps`."""
+    offsets = poisson_offsets(rate_rps, len(drawn.requests), seed)
+    return tuple(r.model_copy(update={"offset_s": o}) for r, o in zip(drawn.requests, offsets, strict=True))
+
+
+def stage_plan(
+    settings: LoadSettings,
+    invocation: str,
+    index: int,
+    experiment: Experiment,
+    users: int,
+    drawn: StageRequests,
+    *,
+    arrival: Arrival = "closed",
+    rate_rps: float | None = None,
+    repeat: int = 0,
+    cache_prompt: bool | None = None,
+    requests: Sequence[PlannedRequest] | None = None,
+    warmup: Sequence[PlannedRequest] | None = None,
+    timeout_s: float | None = None,
+    warning: str | None = None,
+    **labels: Any,
+) -> StagePlan:
+    """One stage of `drawn`'s requests (or `requests`, e.g. with send offsets).
+
+    Closed loop: users start within `load.first_round_jitter_s` of each other and a stage with
+    more users than requests gets its warning; open loop (`arrival` poisson or trace): the pool of
+    `users` serves the scheduled arrivals at `rate_rps`. `labels` are further StagePlan fields
+    (phase, server_args, system_prompt_id, prefix_tokens, server_state, kv_cache_type, tenants,
+    context_policy, slot_context_tokens, breaker_ignores).
+    """
+    chosen = tuple(requests if requests is not None else drawn.requests)
+    closed = arrival == "closed"
+    crowded = crowding_warning(
+        users, len(chosen), "conversations" if drawn.workload == "sessions" else "requests"
+    )
+    return StagePlan(
+        stage_id=f"{invocation}-{index}",
+        index=index,
+        experiment=experiment,
+        users=users,
+        arrival=arrival,
+        rate_rps=rate_rps,
+        repeat=repeat,
+        cache_prompt=settings.cache_prompt if cache_prompt is None else cache_prompt,
+        warmup=tuple(warmup) if warmup is not None else warmup_requests(settings.warmup_requests),
+        requests=chosen,
+        first_round_jitter_s=settings.first_round_jitter_s if closed else 0.0,
+        timeout_s=timeout_s if timeout_s is not None else settings.stage_timeout_s,
+        ignore_eos=drawn.ignore_eos,
+        workload=drawn.workload,
+        warning="; ".join(w for w in (warning, crowded if closed else None) if w) or None,
+        template_overhead_tokens=drawn.template_overhead_tokens,
+        **labels,
+    )
+
+
+def assemble_plan(
     settings: LoadSettings,
     target: ServedTarget,
-    prompts: Sequence[Prompt],
     run_id: str,
     invocation: str,
-    rates_rps: Sequence[float] | None = None,
+    parts: Sequence[StageRequests],
+    stages: Sequence[StagePlan],
+    texts: dict[str, str] | None = None,
 ) -> LoadPlan:
-    """Open loop: one stage per rate, Poisson arrivals cycling through the prompts."""
-    rates = tuple(rates_rps if rates_rps is not None else settings.rates_rps)
-    stages: list[StagePlan] = []
-    for index, rate in enumerate(rates):
-        offsets = poisson_offsets(rate, settings.open_loop_requests, settings.seed + index)
-        requests = tuple(
-            PlannedRequest(prompt_id=prompts[i % len(prompts)].id, offset_s=offset)
-            for i, offset in enumerate(offsets)
-        )
-        stages.append(
-            StagePlan(
-                stage_id=f"{invocation}-{index}",
-                index=index,
-                experiment="open_loop",
-                users=settings.open_loop_users,
-                rate_rps=rate,
-                cache_prompt=settings.cache_prompt,
-                warmup=warmup_requests(settings.warmup_requests),
-                requests=requests,
-                timeout_s=settings.stage_timeout_s,
-                workload="prompts",
-            )
-        )
-    return assemble_plan(settings, target, run_id, invocation, _prompt_table(prompts), stages)
-
-
-SYSTEM_PROMPT_ID = "system-prefix"
-
-
-def prefix_cache_plan(
-    settings: LoadSettings,
-    target: ServedTarget,
-    prompts: Sequence[Prompt],
-    system_prompt: str,
-    system_tokens: int,
-    run_id: str,
-    invocation: str,
-    server_state: str,
-) -> LoadPlan:
-    """The shared-prefix experiment: cache_prompt off, then on (primed by warm-ups), repeated."""
-    chosen = [prompts[i % len(prompts)] for i in range(settings.prefix_requests)]
-    requests = tuple(PlannedRequest(prompt_id=p.id) for p in chosen)
-    # priming uses the warm-up prompt, so no measured request finds its whole prompt cached
-    priming = warmup_requests(settings.prefix_users)
-    stages: list[StagePlan] = []
-    for repeat in range(settings.repeats):
-        for cache_on in (False, True):
-            index = len(stages)
-            stages.append(
-                StagePlan(
-                    stage_id=f"{invocation}-{index}",
-                    index=index,
-                    experiment="prefix_cache",
-                    users=settings.prefix_users,
-                    repeat=repeat,
-                    cache_prompt=cache_on,
-                    system_prompt_id=SYSTEM_PROMPT_ID,
-                    warmup=priming if cache_on else (),
-                    requests=requests,
-                    first_round_jitter_s=settings.first_round_jitter_s,
-                    timeout_s=settings.stage_timeout_s,
-                    prefix_tokens=system_tokens,
-                    server_state=server_state if cache_on else "cache_prompt off: no reuse",
-                    workload="prompts",
-                    warning=crowding_warning(settings.prefix_users, len(requests)),
-                )
-            )
-    table = _prompt_table(chosen, {SYSTEM_PROMPT_ID: system_prompt})
-    return assemble_plan(settings, target, run_id, invocation, table, stages)
+    """The plan of `stages`, with the texts of every part they draw from (and `texts`, e.g. a
+    shared system prompt) and the parts' notes."""
+    table = {warmup_prompt().id: warmup_prompt().text}
+    for part in parts:
+        table.update(part.texts)
+    table.update(texts or {})
+    notes = tuple(dict.fromkeys(note for part in parts for note in part.notes))
+    return LoadPlan(
+        run_id=run_id,
+        invocation=invocation,
+        target=target,
+        params=request_params(settings),
+        prompts=table,
+        stages=tuple(stages),
+        notes=notes,
+        max_consecutive_errors=settings.max_consecutive_errors,
+        saturation_cpu_frac=settings.saturation_cpu_frac,
+        saturation_lag_s=settings.saturation_lag_s,
+    )

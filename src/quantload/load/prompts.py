@@ -9,12 +9,13 @@ llama-server's /tokenize); other files are estimated at four characters per toke
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from quantload import json_input
 from quantload.errors import ConfigError
 
 BUILTIN = "builtin"
@@ -100,54 +101,60 @@ def _row_text(row: Any) -> str | None:
     return None
 
 
-def load_sharegpt(path: Path) -> list[Prompt]:
-    """First human turn of every conversation in a ShareGPT-format JSON file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot read ShareGPT file {path}: {error}", "give a JSON list") from None
-    if not isinstance(data, list):
-        raise ConfigError(f"{path} is not a ShareGPT list of conversations", "give a JSON list")
+def _prompt_of(index: int, row: Any) -> Prompt | None:
+    text = _row_text(row)
+    if text is None:
+        return None
+    if not isinstance(row, Mapping):
+        return Prompt(str(index), text, estimate_tokens(text), "")
+    tokens = row.get("tokens")
+    count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
+    return Prompt(
+        str(row.get("id", index)), text, count or estimate_tokens(text), str(row.get("category", ""))
+    )
+
+
+def _read(path: Path, rows: Callable[[IO[str]], Iterator[tuple[int, Any]]], sharegpt: bool) -> list[Prompt]:
     prompts = []
-    for index, row in enumerate(data):
-        text = _row_text(row)
-        if text is None:
-            continue
-        ident = str(row.get("id", index)) if isinstance(row, Mapping) else str(index)
-        prompts.append(Prompt(ident, text, estimate_tokens(text), "sharegpt"))
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for index, (line, row) in enumerate(rows(handle)):
+                found = _prompt_of(index if sharegpt else line, row)
+                if found is not None:
+                    prompts.append(
+                        found if not sharegpt else Prompt(found.id, found.text, found.tokens, "sharegpt")
+                    )
+    except json_input.JsonInputError as error:
+        hint = "give a JSON list" if sharegpt else "one JSON value per line"
+        raise ConfigError(f"{path}:{error.line} is not JSON ({error})", hint) from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"prompt file {path} is not UTF-8 text ({error.reason})", "check load.prompts"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read prompt file {path}: {error}", "check load.prompts") from None
     return prompts
+
+
+def _jsonl_rows(handle: IO[str]) -> Iterator[tuple[int, Any]]:
+    for number, line in json_input.iter_lines(handle):
+        yield number, json_input.loads(line, number)
+
+
+def load_sharegpt(path: Path) -> list[Prompt]:
+    """First human turn of every conversation in a ShareGPT-format JSON file (read linearly)."""
+    return _read(path, json_input.iter_array, sharegpt=True)
 
 
 def load_jsonl(path: Path) -> list[Prompt]:
     """One prompt per line: a string, or an object with prompt/text/content or messages."""
-    prompts = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise ConfigError(f"cannot read prompt file {path}: {error}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise ConfigError(f"{path}:{number} is not JSON", "one JSON value per line") from None
-        text = _row_text(row)
-        if text is None:
-            continue
-        ident = str(row.get("id", number)) if isinstance(row, Mapping) else str(number)
-        tokens = row.get("tokens") if isinstance(row, Mapping) else None
-        count = int(tokens) if isinstance(tokens, int) else estimate_tokens(text)
-        prompts.append(
-            Prompt(ident, text, count, str(row.get("category", "")) if isinstance(row, Mapping) else "")
-        )
-    return prompts
+    return _read(path, _jsonl_rows, sharegpt=False)
 
 
 def load_prompt_file(path: Path) -> list[Prompt]:
     """A ShareGPT JSON list or a JSONL file, told apart by the first character."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8", errors="replace") as handle:
             start = handle.read(1024).lstrip()
     except OSError as error:
         raise ConfigError(f"cannot read prompt file {path}: {error}", "check load.prompts") from None

@@ -24,11 +24,9 @@ Request record fields
   schema              "quantload.record/1"
   run_id              the run this belongs to
   server, quant, model, url
-  experiment          "sweep" (closed loop), "open_loop" (Poisson rate), "prefix_cache",
-                      "sessions" (multi-turn conversations), "trace" (a trace replayed open loop),
-                      "mixed" (decode-heavy traffic with and without long prompts),
-                      "limit_users" / "limit_rate" (a trial of the limit search),
-                      "interactive" (users set in the Locust web UI); "warmup" is accepted on read
+  experiment          the name of the experiment that sent it (quantload.experiments.registry:
+                      each module there says what its stages send), or "interactive" (users set
+                      in the Locust web UI); "warmup" is accepted on read
   stage_id            joins the record to its stage lines in stages.jsonl
   stage_users         concurrent users of the stage (closed loop; open loop: the user pool)
   stage_rate_rps      target arrival rate (open loop), else null
@@ -45,12 +43,21 @@ Request record fields
   request_class       the mixed experiment's class of request: "decode" or "long_prompt"
   session_id, turn    a multi-turn conversation and the turn within it (from 0)
   id_slot             the llama-server slot the request asked for (session affinity), else null
+  tenant              the tenant ([[tenants]]) whose traffic this request is, else null
+  trimmed_turns       the client's history trim (context experiment, policy trim): how many of
+                      the conversation's earliest turns this request's history left out (0: none),
+                      null where the stage does not trim
+  trimmed_tokens      the tokens those left-out turns held, as counted with the server's tokenizer
   worker              who sent it: "<host>:<pid>" (distinguishes Locust workers)
   intended_unix_s     when it was scheduled to be sent
   sent_unix_s         when it was actually sent
   lag_s               sent - intended (client schedule lag; > 0 means the client fell behind)
   connect_s           time to open the TCP connection (not part of TTFT); null when reused
   connection_reused   whether a kept-alive connection carried the request
+  arrival_clock       where the client's arrival times come from: "kernel" (the kernel's receive
+                      time of every read), "read" (when each read returned: no kernel stamps on
+                      this platform or connection, or the kernel's stamping was not on yet),
+                      "mixed", null when nothing arrived
   ttfb_s              send -> response head
   ttft_s              send -> first chunk with generated text of any kind (reasoning counts)
   ttft_content_s      send -> first chunk of answer content (not reasoning); equals ttft_s for
@@ -66,23 +73,34 @@ Request record fields
   prompt_tokens, completion_tokens, cached_tokens          from the server's `usage`
   timings             the server's `timings` object as sent (prompt_ms, predicted_ms, cache_n, ...)
   finish_reason       "stop", "length", ... or null
+  truncated           true when the reply stopped because the slot's context was full: finish
+                      "length" before the asked max_tokens (llama-server's `truncated`; a chat
+                      stream does not carry the flag, so it is read from these two)
+  context_shifted     true when prompt + reply reached the slot's context and the reply still
+                      came whole: the server shifted its context (`--context-shift`); null where
+                      the stage does not know the slot's context
+  n_prompt_tokens, n_ctx   a `context_exceeded` refusal's two counts as llama-server sent them:
+                      the whole prompt's tokens and the slot's context
   ok                  true when the request completed with a full stream and HTTP 200
-  within_deadline     ok and e2e_from_intended_s within the per-request deadline (goodput)
+  within_deadline     ok and e2e_from_intended_s within the per-request deadline (one half of
+                      goodput: the other is the SLO, quantload.slo)
   http_status         status code, null when none arrived
   error_class         null, or one of ERROR_CLASSES
   error               short error text
 
 Stage event fields (stages.jsonl): see `StageEvent`.
-Experiment "kv_types": one decode-heavy closed-loop stage per KV-cache type on a server of that
-type; its stage lines name the type (`kv_cache_type`, both K and V).
-
 Changes within quantload.record/1 (additive, readers ignore what they do not know): stage_id,
 max_tokens, ignore_eos, connection_reused, ttfb_s, itl_s, content_chunks; experiment
 "interactive"; error classes protocol_error and aborted; ttft_content_s, reasoning_chunks,
-prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; experiments sessions,
-trace, mixed, limit_users, limit_rate; error class session_cut. Stage lines within
+prompt_tokens_asked, workload, request_class, session_id, turn, id_slot; the experiments added
+since; error class session_cut; arrival_clock; tenant, trimmed_turns, trimmed_tokens, truncated,
+context_shifted, n_prompt_tokens, n_ctx, error class context_exceeded. Stage lines within
 quantload.stage/1: client_cpu_total_frac, workload, phase, server_args, warning,
-template_overhead_tokens.
+template_overhead_tokens, arrival ("closed", "poisson" or "trace": how the stage's requests were
+sent, which decides whether latency counts from the intended send time; older lines have none and
+are read as open loop when they have a rate), tenants, context_policy, slot_context_tokens.
+Experiment names are read as text: any experiment of quantload.experiments.registry, and names a
+later quantload adds.
 """
 
 from __future__ import annotations
@@ -96,23 +114,16 @@ from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quantload.rundir.jsonl import BadLines, iter_jsonl
+
 SCHEMA = "quantload.record/1"
 STAGE_SCHEMA = "quantload.stage/1"
-Experiment = Literal[
-    "sweep",
-    "open_loop",
-    "prefix_cache",
-    "sessions",
-    "trace",
-    "mixed",
-    "limit_users",
-    "limit_rate",
-    "kv_types",
-    "interactive",
-    "warmup",
-]
+# An experiment's name (quantload.experiments.registry), "interactive" (users set in the Locust web
+# UI) or "warmup" (accepted on read). Any name is read: a record outlives the code that wrote it.
+Experiment = str
 StageStatus = Literal["ok", "failed", "aborted"]
 ERROR_CLASSES: tuple[str, ...] = (
+    "context_exceeded",  # HTTP 400 exceed_context_size_error: the prompt fills the slot's context
     "http_4xx",  # the server refused the request (400, 401, 404, ...)
     "http_5xx",  # 500, 503 ...
     "not_streamed",  # an answer that is not an event stream: a JSON reply, a 204, a redirect
@@ -169,12 +180,16 @@ class RequestRecord(_JsonLine):
     session_id: str | None = None
     turn: int | None = None
     id_slot: int | None = None
+    tenant: str | None = None
+    trimmed_turns: int | None = None
+    trimmed_tokens: int | None = None
     worker: str
     intended_unix_s: float
     sent_unix_s: float
     lag_s: float
     connect_s: float | None = None
     connection_reused: bool | None = None
+    arrival_clock: str | None = None
     ttfb_s: float | None = None
     ttft_s: float | None = None
     ttft_content_s: float | None = None
@@ -195,6 +210,10 @@ class RequestRecord(_JsonLine):
     cached_tokens: int | None = None
     timings: dict[str, float] | None = None
     finish_reason: str | None = None
+    truncated: bool | None = None
+    context_shifted: bool | None = None
+    n_prompt_tokens: int | None = None
+    n_ctx: int | None = None
     ok: bool
     within_deadline: bool
     http_status: int | None = None
@@ -217,6 +236,18 @@ class RecordOutcome(_JsonLine):
     error_class: str | None = None
 
 
+class TenantLoad(BaseModel):
+    """One tenant's share of a stage: its closed-loop users or its open-loop rate (and the users
+    serving it), and the requests it was given."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    users: int
+    rate_rps: float | None = None
+    requests: int = 0
+
+
 class StageEvent(_JsonLine):
     """One line of stages.jsonl: a stage started or ended.
 
@@ -229,7 +260,9 @@ class StageEvent(_JsonLine):
     experiment they are (`phase`, e.g. the mixed experiment's "alone" and "mixed"), the server flags
     they ran under (`server_args`, e.g. "-b 256 -ub 256"), what was wrong with them before they
     started (`warning`, e.g. more users than requests) and the chat template's own tokens around a
-    user turn (`template_overhead_tokens`).
+    user turn (`template_overhead_tokens`). A stage shared by tenants lists each one's load
+    (`tenants`); the context experiment's stages say how a history beyond the slot was met
+    (`context_policy`: fail, trim or shift) and the slot's context (`slot_context_tokens`).
     """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -250,6 +283,7 @@ class StageEvent(_JsonLine):
     repeat: int = 0
     cache_prompt: bool
     kv_cache_type: str | None = None  # the server's K and V cache type (the kv_types experiment)
+    arrival: str | None = None  # "closed", "poisson" or "trace" (quantload.slo.Arrival); None: older run
     requests_planned: int
     requests_done: int = 0
     requests_ok: int = 0
@@ -264,6 +298,9 @@ class StageEvent(_JsonLine):
     server_args: str | None = None
     warning: str | None = None
     template_overhead_tokens: int | None = None
+    tenants: list[TenantLoad] | None = None
+    context_policy: str | None = None
+    slot_context_tokens: int | None = None
     client_cpu_frac: float | None = None
     client_cpu_total_frac: float | None = None
     loop_lag_p99_s: float | None = None
@@ -315,25 +352,17 @@ class JsonlAppender:
 _LineT = TypeVar("_LineT", bound=_JsonLine)
 
 
-def _iter_json_lines(path: Path, line_type: type[_LineT]) -> Iterator[_LineT]:
-    """Objects of `line_type` from a JSONL file; blank lines and a torn last line are skipped."""
-    if not path.is_file():
-        return
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                yield line_type.from_json_line(line)
-            except ValueError:
-                continue
+def _iter_json_lines(path: Path, line_type: type[_LineT], bad: BadLines | None = None) -> Iterator[_LineT]:
+    """Objects of `line_type` from a JSONL file; a line that does not parse (a torn last line) is
+    counted in `bad` (`quantload.rundir.jsonl`, the rule every run file is read by)."""
+    return iter_jsonl(path, line_type.from_json_line, bad)
 
 
-def iter_records(path: Path) -> Iterator[RequestRecord]:
-    """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
-    return _iter_json_lines(path, RequestRecord)
+def iter_records(path: Path, bad: BadLines | None = None) -> Iterator[RequestRecord]:
+    """Records from a JSONL file; a torn last line (crash mid-write) is counted in `bad`."""
+    return _iter_json_lines(path, RequestRecord, bad)
 
 
-def iter_stage_events(path: Path) -> Iterator[StageEvent]:
-    """Stage events from stages.jsonl; torn lines are skipped."""
-    return _iter_json_lines(path, StageEvent)
+def iter_stage_events(path: Path, bad: BadLines | None = None) -> Iterator[StageEvent]:
+    """Stage events from stages.jsonl; torn lines are counted in `bad`."""
+    return _iter_json_lines(path, StageEvent, bad)

@@ -34,7 +34,11 @@ class StreamResult:
     comments: int = 0
     error_class: str | None = None
     error: str | None = None
+    n_prompt_tokens: int | None = None  # a context_exceeded refusal: the prompt's tokens
+    n_ctx: int | None = None  # and the slot's context, as the server counted them
     bytes_received: int = 0
+    reads_kernel_stamped: int = 0  # reads whose time is the kernel's receive time
+    reads_read_stamped: int = 0  # reads whose time is when the read returned (see load.arrival)
     events: list[tuple[float, bytes]] = field(default_factory=list, repr=False)
     classified: bool = False
 
@@ -45,6 +49,16 @@ class StreamResult:
     @property
     def ttft_s(self) -> float | None:
         return self.content_times_s[0] if self.content_times_s else None
+
+    @property
+    def arrival_clock(self) -> str | None:
+        """Where the arrival times came from: "kernel" (every read's receive time), "read" (the
+        time each read returned), "mixed", or None when nothing was read."""
+        if self.reads_kernel_stamped and self.reads_read_stamped:
+            return "mixed"
+        if self.reads_kernel_stamped:
+            return "kernel"
+        return "read" if self.reads_read_stamped else None
 
     def fail(self, error_class: str, message: str) -> StreamResult:
         """Mark the request failed with `error_class` (see records.ERROR_CLASSES); returns self."""

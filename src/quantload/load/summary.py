@@ -1,59 +1,29 @@
-"""Per-stage summaries computed exactly from the raw records (no histograms involved)."""
+"""A stage's summary, computed in one place from its measured records and written with its end.
+
+`StageFigures` takes a stage's measured (non-warm-up) requests one at a time as they are recorded
+and keeps only the numbers the summary needs; `summarize` turns them and the stage's lines into a
+`StageSummary`: counts, errors by class, the SLO counts and goodput (quantload.slo), exact
+percentiles (quantload.stats), throughput and the delivered concurrency. The load supervisor
+appends one summary per stage to `summaries.jsonl` as soon as the stage's end line appears; the
+report reads them (and computes the same summary from records.jsonl, with the same code, for a
+stage that has none: a run from before summaries, Locust's web UI, or a report judged against
+another SLO).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from quantload.load.records import RequestRecord, StageEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from quantload.load.records import RequestRecord, StageEvent, TenantLoad
+from quantload.slo import Slo, SloCounter, SloCounts, arrival_of, is_open_loop
 from quantload.stats import percentile
 
-
-@dataclass(frozen=True)
-class StageSummary:
-    """One stage of one target: what was asked, what happened, the headline latencies."""
-
-    run_id: str
-    server: str
-    quant: str
-    experiment: str
-    stage_id: str
-    stage_index: int
-    users: int | None
-    rate_rps: float | None
-    repeat: int
-    cache_prompt: bool
-    status: str
-    reason: str | None
-    requests_planned: int
-    requests_done: int
-    requests_ok: int
-    goodput_requests: int
-    errors: dict[str, int]
-    ttft_p50_s: float | None
-    ttft_p99_s: float | None
-    ttft_from_intended_p99_s: float | None
-    tpot_p50_s: float | None
-    tpot_p99_s: float | None
-    itl_p50_s: float | None
-    itl_p95_s: float | None
-    itl_p99_s: float | None
-    e2e_p50_s: float | None
-    output_tokens_per_s: float | None
-    delivered_concurrency: float | None
-    lag_p99_s: float | None
-    prefix_tokens: int | None
-    client_cpu_frac: float | None
-    loop_lag_p99_s: float | None
-    client_saturated: bool | None
-    workload: str | None = None
-    phase: str | None = None
-    server_args: str | None = None
-    warning: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+SUMMARY_SCHEMA = "quantload.stage_summary/1"
 
 
 def delivered_concurrency(intervals: Sequence[tuple[float, float]], users: int | None = None) -> float | None:
@@ -75,60 +45,297 @@ def delivered_concurrency(intervals: Sequence[tuple[float, float]], users: int |
     return busy / (stop - start)
 
 
-def summarize_stage(end: StageEvent, records: Iterable[RequestRecord]) -> StageSummary:
-    """The summary of the stage that `end` closed, from its (non-warm-up) records."""
-    measured = [r for r in records if r.stage_id == end.stage_id and not r.warmup]
-    ok = [r for r in measured if r.ok]
-    errors: dict[str, int] = {}
-    for record in measured:
-        if not record.ok:
-            key = record.error_class or "client_error"
-            errors[key] = errors.get(key, 0) + 1
-    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-    gaps = [gap for r in ok for gap in (r.itl_s or ())]
-    intervals = [(r.sent_unix_s, r.sent_unix_s + r.e2e_s) for r in ok if r.e2e_s is not None]
-    tokens = sum(r.completion_tokens or 0 for r in ok)
-    span = (max(e for _, e in intervals) - min(s for s, _ in intervals)) if intervals else 0.0
+def _mean(values: array[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass
+class StageFigures:
+    """The numbers of one stage's measured requests, added as they are recorded."""
+
+    slo: Slo
+    open_loop: bool
+    counter: SloCounter = field(init=False)
+    errors: dict[str, int] = field(default_factory=dict)
+    ttft_s: array[float] = field(default_factory=lambda: array("d"))
+    ttft_from_intended_s: array[float] = field(default_factory=lambda: array("d"))
+    tpot_s: array[float] = field(default_factory=lambda: array("d"))
+    e2e_s: array[float] = field(default_factory=lambda: array("d"))
+    itl_s: array[float] = field(default_factory=lambda: array("d"))
+    lag_s: array[float] = field(default_factory=lambda: array("d"))
+    sent_unix_s: array[float] = field(default_factory=lambda: array("d"))
+    end_unix_s: array[float] = field(default_factory=lambda: array("d"))
+    cache_n: array[float] = field(default_factory=lambda: array("d"))
+    prompt_tokens: array[float] = field(default_factory=lambda: array("d"))
+    output_tokens: int = 0
+    itl_known: bool = True  # every ok request brought its gaps (records.jsonl does; a table may not)
+
+    def __post_init__(self) -> None:
+        self.counter = SloCounter(self.slo, self.open_loop)
+
+    def add(
+        self,
+        *,
+        ok: bool,
+        within_deadline: bool,
+        error_class: str | None,
+        lag_s: float | None,
+        sent_unix_s: float | None,
+        ttft_s: float | None = None,
+        ttft_from_intended_s: float | None = None,
+        tpot_s: float | None = None,
+        e2e_s: float | None = None,
+        completion_tokens: int | None = None,
+        prompt_tokens: int | None = None,
+        cache_n: float | None = None,
+        itl_s: Sequence[float] | None = None,
+    ) -> None:
+        """One measured request."""
+        self.counter.add(ok, within_deadline, ttft_s, ttft_from_intended_s, tpot_s)
+        if lag_s is not None:
+            self.lag_s.append(lag_s)
+        if not ok:
+            key = error_class or "client_error"
+            self.errors[key] = self.errors.get(key, 0) + 1
+            return
+        for values, value in (
+            (self.ttft_s, ttft_s),
+            (self.ttft_from_intended_s, ttft_from_intended_s),
+            (self.tpot_s, tpot_s),
+            (self.cache_n, cache_n),
+            (self.prompt_tokens, prompt_tokens),
+        ):
+            if value is not None:
+                values.append(value)
+        if e2e_s is not None and sent_unix_s is not None:
+            self.e2e_s.append(e2e_s)
+            self.sent_unix_s.append(sent_unix_s)
+            self.end_unix_s.append(sent_unix_s + e2e_s)
+        self.output_tokens += completion_tokens or 0
+        if itl_s is None:
+            self.itl_known = False
+        else:
+            self.itl_s.extend(itl_s)
+
+    def add_record(self, record: RequestRecord) -> None:
+        """One measured request, as records.jsonl holds it."""
+        self.add(
+            ok=record.ok,
+            within_deadline=record.within_deadline,
+            error_class=record.error_class,
+            lag_s=record.lag_s,
+            sent_unix_s=record.sent_unix_s,
+            ttft_s=record.ttft_s,
+            ttft_from_intended_s=record.ttft_from_intended_s,
+            tpot_s=record.tpot_s,
+            e2e_s=record.e2e_s,
+            completion_tokens=record.completion_tokens,
+            prompt_tokens=record.prompt_tokens,
+            cache_n=(record.timings or {}).get("cache_n"),
+            itl_s=record.itl_s if record.itl_s is not None else [],
+        )
+
+
+class StageSummary(BaseModel):
+    """One stage of one target: what was asked, what happened, every figure the report shows.
+
+    One line of `summaries.jsonl`. Figures are exact, from the stage's measured records; the SLO
+    counts (`slo_counts`) and `good` were judged against `slo_ttft_p99_s` / `slo_tpot_s`.
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    schema_: str = Field(default=SUMMARY_SCHEMA, alias="schema")
+    run_id: str
+    server: str
+    quant: str
+    model: str = ""
+    experiment: str
+    stage_id: str
+    stage_index: int
+    users: int | None
+    rate_rps: float | None
+    arrival: str
+    repeat: int
+    cache_prompt: bool
+    kv_cache_type: str | None = None
+    status: str
+    reason: str | None
+    started_unix_s: float | None
+    ended_unix_s: float | None
+    requests_planned: int
+    requests: int  # measured requests recorded (a conversation's turns each count)
+    ok: int
+    failed: int
+    good: int  # goodput: met the SLO on their own (quantload.slo)
+    errors: dict[str, int]
+    slo_ttft_p99_s: float
+    slo_tpot_s: float
+    slo_counts: dict[str, int]  # quantload.slo.SloCounts
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    ttft_from_intended_p50_s: float | None
+    ttft_from_intended_p99_s: float | None
+    tpot_p50_s: float | None
+    tpot_p99_s: float | None
+    itl_p50_s: float | None
+    itl_p95_s: float | None
+    itl_p99_s: float | None
+    e2e_p50_s: float | None
+    e2e_mean_s: float | None
+    first_sent_unix_s: float | None
+    last_end_unix_s: float | None
+    span_s: float | None
+    output_tokens: float
+    output_tok_s: float | None
+    requests_per_s: float | None
+    goodput_rps: float | None
+    delivered_concurrency: float | None
+    lag_p50_s: float | None
+    lag_p99_s: float | None
+    lag_max_s: float | None
+    cache_n_mean: float | None
+    prompt_tokens_mean: float | None
+    prefix_tokens: int | None = None
+    server_state: str | None = None
+    workload: str | None = None
+    phase: str | None = None
+    server_args: str | None = None
+    warning: str | None = None
+    template_overhead_tokens: int | None = None
+    tenants: list[TenantLoad] | None = None
+    context_policy: str | None = None
+    slot_context_tokens: int | None = None
+    client_cpu_frac: float | None = None
+    client_cpu_total_frac: float | None = None
+    loop_lag_p99_s: float | None = None
+    client_saturated: bool | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return is_open_loop(self.arrival, self.rate_rps)
+
+    @property
+    def counts(self) -> SloCounts:
+        """The SLO counts as the judge takes them."""
+        return SloCounts(**self.slo_counts)
+
+    @property
+    def failed_frac(self) -> float | None:
+        return self.failed / self.requests if self.requests else None
+
+    @property
+    def good_frac(self) -> float | None:
+        return self.good / self.requests if self.requests else None
+
+    def judged_with(self, slo: Slo) -> bool:
+        """Whether its SLO counts were judged against `slo`."""
+        return (self.slo_ttft_p99_s, self.slo_tpot_s) == (slo.ttft_p99_s, slo.tpot_p99_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+    def to_json_line(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_json_line(cls, line: str) -> StageSummary:
+        return cls.model_validate_json(line)
+
+
+def new_figures(stage: StageEvent, slo: Slo) -> StageFigures:
+    """Empty figures for the stage a line names (its arrival process decides how TTFT is judged)."""
+    return StageFigures(slo, is_open_loop(stage.arrival, stage.stage_rate_rps))
+
+
+def summarize(
+    end: StageEvent,
+    figures: StageFigures,
+    start: StageEvent | None = None,
+) -> StageSummary:
+    """The summary of the stage `end` closed, from its figures (and its start line, when it has one)."""
+    counts = figures.counter.counts()
+    sent, ended = list(figures.sent_unix_s), list(figures.end_unix_s)
+    first, last = (min(sent), max(ended)) if sent else (None, None)
+    span = (last - first) if first is not None and last is not None else 0.0
+    per_s = (lambda n: n / span) if span > 0 else (lambda n: None)
+    users = end.stage_users if end.stage_rate_rps is None else None
+    itl = figures.itl_s if figures.itl_known else None
     return StageSummary(
         run_id=end.run_id,
         server=end.server,
         quant=end.quant,
+        model=end.model,
         experiment=end.experiment,
         stage_id=end.stage_id,
         stage_index=end.stage_index,
         users=end.stage_users,
         rate_rps=end.stage_rate_rps,
+        arrival=arrival_of(end.arrival, end.stage_rate_rps),
         repeat=end.repeat,
         cache_prompt=end.cache_prompt,
+        kv_cache_type=end.kv_cache_type,
         status=end.status,
         reason=end.reason,
+        started_unix_s=start.unix_s if start is not None else None,
+        ended_unix_s=end.unix_s if end.event == "stage_end" else None,
         requests_planned=end.requests_planned,
-        requests_done=len(measured),
-        requests_ok=len(ok),
-        goodput_requests=sum(1 for r in ok if r.within_deadline),
-        errors=errors,
-        ttft_p50_s=percentile(ttft, 50),
-        ttft_p99_s=percentile(ttft, 99),
-        ttft_from_intended_p99_s=percentile(
-            [r.ttft_from_intended_s for r in ok if r.ttft_from_intended_s is not None], 99
-        ),
-        tpot_p50_s=percentile([r.tpot_s for r in ok if r.tpot_s is not None], 50),
-        tpot_p99_s=percentile([r.tpot_s for r in ok if r.tpot_s is not None], 99),
-        itl_p50_s=percentile(gaps, 50),
-        itl_p95_s=percentile(gaps, 95),
-        itl_p99_s=percentile(gaps, 99),
-        e2e_p50_s=percentile([r.e2e_s for r in ok if r.e2e_s is not None], 50),
-        output_tokens_per_s=tokens / span if span > 0 else None,
-        delivered_concurrency=delivered_concurrency(
-            intervals, end.stage_users if end.stage_rate_rps is None else None
-        ),
-        lag_p99_s=percentile([r.lag_s for r in measured], 99),
+        requests=counts.requests,
+        ok=counts.ok,
+        failed=counts.failed,
+        good=counts.good,
+        errors=dict(figures.errors),
+        slo_ttft_p99_s=figures.slo.ttft_p99_s,
+        slo_tpot_s=figures.slo.tpot_p99_s,
+        slo_counts=counts.to_dict(),
+        ttft_p50_s=percentile(figures.ttft_s, 50),
+        ttft_p99_s=percentile(figures.ttft_s, 99),
+        ttft_from_intended_p50_s=percentile(figures.ttft_from_intended_s, 50),
+        ttft_from_intended_p99_s=percentile(figures.ttft_from_intended_s, 99),
+        tpot_p50_s=percentile(figures.tpot_s, 50),
+        tpot_p99_s=percentile(figures.tpot_s, 99),
+        itl_p50_s=percentile(itl, 50) if itl is not None else None,
+        itl_p95_s=percentile(itl, 95) if itl is not None else None,
+        itl_p99_s=percentile(itl, 99) if itl is not None else None,
+        e2e_p50_s=percentile(figures.e2e_s, 50),
+        e2e_mean_s=_mean(figures.e2e_s),
+        first_sent_unix_s=first,
+        last_end_unix_s=last,
+        span_s=span if span > 0 else None,
+        output_tokens=float(figures.output_tokens),
+        output_tok_s=per_s(figures.output_tokens),
+        requests_per_s=per_s(counts.ok),
+        goodput_rps=per_s(counts.good),
+        delivered_concurrency=delivered_concurrency(list(zip(sent, ended, strict=True)), users),
+        lag_p50_s=percentile(figures.lag_s, 50),
+        lag_p99_s=percentile(figures.lag_s, 99),
+        lag_max_s=max(figures.lag_s) if figures.lag_s else None,
+        cache_n_mean=_mean(figures.cache_n),
+        prompt_tokens_mean=_mean(figures.prompt_tokens),
         prefix_tokens=end.prefix_tokens,
-        client_cpu_frac=end.client_cpu_frac,
-        loop_lag_p99_s=end.loop_lag_p99_s,
-        client_saturated=end.client_saturated,
+        server_state=end.server_state,
         workload=end.workload,
         phase=end.phase,
         server_args=end.server_args,
         warning=end.warning,
+        template_overhead_tokens=end.template_overhead_tokens,
+        tenants=end.tenants,
+        context_policy=end.context_policy,
+        slot_context_tokens=end.slot_context_tokens,
+        client_cpu_frac=end.client_cpu_frac,
+        client_cpu_total_frac=end.client_cpu_total_frac,
+        loop_lag_p99_s=end.loop_lag_p99_s,
+        client_saturated=end.client_saturated,
     )
+
+
+def summarize_stage(
+    end: StageEvent, records: Sequence[RequestRecord], slo: Slo, start: StageEvent | None = None
+) -> StageSummary:
+    """The summary of the stage `end` closed, from records (those of other stages and warm-ups
+    are left out)."""
+    figures = new_figures(end, slo)
+    for record in records:
+        if record.stage_id == end.stage_id and not record.warmup:
+            figures.add_record(record)
+    return summarize(end, figures, start)

@@ -1,10 +1,13 @@
 """Run one plan in Locust processes of its own, watch them, and summarize its stages.
 
-`run_plan` writes the plan to `<run_dir>/load-plans/<invocation>.json`, starts the processes of
-its layout (`quantload.load.processes`: one local process, or a master and workers, here or on
-other hosts), which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and returns one
-`StageSummary` per stage computed from those records. Locust never runs in the caller's process:
-`import locust` monkey-patches the interpreter.
+`run_plan(plan, context)` writes the plan to `<run_dir>/load-plans/<invocation>.json`, starts the
+processes of its layout (`quantload.load.processes`: one local process, or a master and workers,
+here or on other hosts), which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`,
+and follows both files' new lines as they come: each stage's measured records feed its figures
+(quantload.load.summary), and when the stage's end line appears its summary is appended to
+`summaries.jsonl` at once. It returns the summaries and the stage lines it read, so no caller
+reads a file again. Locust never runs in the caller's process: `import locust` monkey-patches the
+interpreter.
 
 Robust by construction: the target URL is checked before any process starts; the whole
 invocation is bounded in time; if any process fails (exits with an error: the driver, or a worker
@@ -16,8 +19,7 @@ a dead target costs at most a few failed requests, never a hang. A /metrics port
 process holds costs one warning line (this load's series would be missing from Prometheus).
 
 Progress: `progress(done, total, note)` with measured requests done out of planned, read twice a
-second from the new lines of records.jsonl and stages.jsonl (parsed, as `RecordOutcome` and
-`StageEvent`).
+second from those new lines.
 
 Grafana: given `observe=` settings with a `grafana_url`, the plan's stages are pushed as
 annotations once they have all ended (quantload.observe.annotations); a Grafana that does not
@@ -28,13 +30,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 from quantload.childproc import die_with_parent
 from quantload.config import LoadSettings, ObserveSettings
@@ -49,19 +52,16 @@ from quantload.load.processes import (
     choose_workers,
     usable_cores,
 )
-from quantload.load.records import (
-    JsonlAppender,
-    RecordOutcome,
-    StageEvent,
-    iter_records,
-    iter_stage_events,
-)
-from quantload.load.summary import StageSummary, summarize_stage
-from quantload.progress import ProgressCallback, no_progress
-from quantload.rundir import LOGS_DIR, RECORDS_JSONL, STAGES_JSONL, write_json_atomic
+from quantload.load.records import JsonlAppender, RequestRecord, StageEvent
+from quantload.load.summary import StageFigures, StageSummary, summarize
+from quantload.rundir import write_json_atomic
+from quantload.rundir.handle import RunDir
+from quantload.slo import Slo, is_open_loop
 from quantload.urls import EXAMPLE
 
-LOAD_PLANS_DIR = "load-plans"
+if TYPE_CHECKING:
+    from quantload.run_context import RunContext
+
 POLL_S = 0.5
 STARTUP_ALLOWANCE_S = 120.0
 STOP_GRACE_S = 10.0
@@ -74,8 +74,9 @@ class LoadError(QuantloadError):
     """The load generator could not run (not: the target failed requests)."""
 
 
-def default_layout(plan: LoadPlan, settings: LoadSettings) -> LocustProcesses:
-    """The Locust processes `settings` ask for, the worker count chosen for this machine.
+def default_layout(plan: LoadPlan, settings: LoadSettings, metrics_port: int) -> LocustProcesses:
+    """The Locust processes `settings` ask for, the worker count chosen for this machine, the
+    driver's /metrics on `metrics_port`.
 
     The warning of a count the machine cannot run is the caller's to show (the CLI prints it
     once per command, before any load starts).
@@ -83,7 +84,7 @@ def default_layout(plan: LoadPlan, settings: LoadSettings) -> LocustProcesses:
     max_users = max((stage.users for stage in plan.stages), default=1)
     choice = choose_workers(settings.workers, max_users, usable_cores())
     return LocustProcesses(
-        choice.workers, settings.metrics_host, settings.metrics_port,
+        choice.workers, settings.metrics_host, metrics_port,
         remote_workers=settings.remote_workers, master_host=settings.master_host,
         master_port=settings.master_port, workers_timeout_s=settings.workers_timeout_s,
     )  # fmt: skip
@@ -109,40 +110,98 @@ class NewLines:
         return parts
 
 
-_Line = TypeVar("_Line", RecordOutcome, StageEvent)
+_Line = TypeVar("_Line", RequestRecord, StageEvent)
 
 
-def _parsed(lines: Sequence[str], kind: type[_Line]) -> Iterator[_Line]:
+def _parsed(lines: Sequence[str], kind: type[_Line], head: str) -> Iterator[_Line]:
+    """The lines of stages whose id starts with `head`, parsed (a cheap text test first, which
+    any writer's JSON spacing passes)."""
+    marker = re.compile(r'"stage_id"\s*:\s*"' + re.escape(head))
     for line in lines:
-        if line.strip():
+        if marker.search(line):
             try:
                 yield kind.from_json_line(line)
-            except ValueError:  # not one of ours (a line from an older or foreign writer)
+            except ValueError:  # a torn line, or one from an older or foreign writer
                 continue
 
 
-class Progress:
-    """Measured requests done and the running stage of one invocation, from its files' new lines."""
+@dataclass
+class PlanOutcome:
+    """What a plan's run produced: one summary per stage that ended, and every stage line read."""
 
-    def __init__(self, plan: LoadPlan, run_dir: Path) -> None:
+    summaries: list[StageSummary]
+    events: list[StageEvent]
+
+    @property
+    def busy_s(self) -> float:
+        """Wall time spent inside the stages (from their start to their end lines)."""
+        return sum(
+            (s.ended_unix_s - s.started_unix_s)
+            for s in self.summaries
+            if s.started_unix_s is not None and s.ended_unix_s is not None
+        )
+
+
+class InvocationWatch:
+    """One invocation's new lines: its measured records feed each stage's figures; each stage's
+    end line turns them into its summary, appended to summaries.jsonl at once."""
+
+    def __init__(self, plan: LoadPlan, run_dir: RunDir, slo: Slo) -> None:
         self.plan = plan
+        self.run_dir = run_dir
+        self.slo = slo
         self.head = f"{plan.invocation}-"
-        self.records = NewLines(run_dir / RECORDS_JSONL)
-        self.stages = NewLines(run_dir / STAGES_JSONL)
+        self.records = NewLines(run_dir.records_path)
+        self.stages = NewLines(run_dir.stages_path)
+        self.figures: dict[str, StageFigures] = {
+            stage.stage_id: StageFigures(slo, is_open_loop(stage.arrival, stage.rate_rps))
+            for stage in plan.stages
+        }
+        self.starts: dict[str, StageEvent] = {}
+        self.events: list[StageEvent] = []
+        self.summaries: dict[str, StageSummary] = {}
         self.done = 0
         self.note = "starting"
 
     def poll(self) -> None:
         """Read what was appended since the last poll."""
-        for outcome in _parsed(self.records.lines(), RecordOutcome):
-            if not outcome.warmup and (outcome.stage_id or "").startswith(self.head):
+        for record in _parsed(self.records.lines(), RequestRecord, self.head):
+            figures = self.figures.get(record.stage_id or "")
+            if figures is not None and not record.warmup:
+                figures.add_record(record)
                 self.done += 1
-        for event in _parsed(self.stages.lines(), StageEvent):
-            if event.event == "stage_start" and event.stage_id.startswith(self.head):
+        for event in _parsed(self.stages.lines(), StageEvent, self.head):
+            self.events.append(event)
+            if event.event == "stage_start":
+                self.starts[event.stage_id] = event
                 self.note = (
                     f"{self.plan.target.name} {event.experiment}"
                     f" stage {event.stage_index + 1}/{len(self.plan.stages)}"
                 )
+            elif event.stage_id in self.figures and event.stage_id not in self.summaries:
+                summary = summarize(event, self.figures[event.stage_id], self.starts.get(event.stage_id))
+                self.summaries[event.stage_id] = summary
+                self.run_dir.append_summary(summary)
+
+    def close_stages(self, reason: str) -> None:
+        """An aborted end line (and its summary) for every stage of the plan that has none."""
+        self.poll()
+        missing = [stage for stage in self.plan.stages if stage.stage_id not in self.summaries]
+        if not missing:
+            return
+        appender = JsonlAppender(self.run_dir.stages_path)
+        try:
+            for stage in missing:
+                appender.append(
+                    self.plan.stage_event(stage, "stage_end", time.time(), status="aborted", reason=reason)
+                )
+        finally:
+            appender.close()
+        self.poll()
+
+    def outcome(self) -> PlanOutcome:
+        ordered = [self.summaries[s.stage_id] for s in self.plan.stages if s.stage_id in self.summaries]
+        return PlanOutcome(ordered, list(self.events))
 
 
 def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
@@ -234,38 +293,33 @@ def _time_bound_s(plan: LoadPlan) -> float:
 
 
 def run_plan(
-    plan: LoadPlan,
-    settings: LoadSettings,
-    run_dir: Path,
-    api_key: str | None = None,
-    progress: ProgressCallback = no_progress,
-    *,
-    observe: ObserveSettings | None = None,
-    layout: ProcessLayout | None = None,
-) -> list[StageSummary]:
+    plan: LoadPlan, context: RunContext, *, layout: ProcessLayout | None = None
+) -> PlanOutcome:
     """Run a plan and summarize its stages (see the module docstring).
 
-    `api_key` reaches the Locust processes through their environment only. `layout` replaces
-    the Locust processes `settings` ask for (tests run a stand-in process through it).
+    The target's API key (`plan.target`) reaches the Locust processes through their environment
+    only. `layout` replaces the Locust processes the settings ask for (tests run a stand-in
+    process through it).
     """
     check_target(plan)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plan_path = run_dir / LOAD_PLANS_DIR / f"{plan.invocation}.json"
+    settings, run_dir, progress = context.settings.load, context.run_dir, context.progress
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    plan_path = run_dir.plan_path(plan.invocation)
     write_json_atomic(plan_path, plan.model_dump(mode="json"))
-    logs = run_dir / LOGS_DIR
-    logs.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+    logs = run_dir.logs
+    env = {k: v for k, v in (context.environ or os.environ).items() if k != API_KEY_ENV}
     env["PYTHONUNBUFFERED"] = "1"
+    api_key = plan.target.api_key_text
     if api_key:
         env[API_KEY_ENV] = api_key
-    chosen = layout if layout is not None else default_layout(plan, settings)
-    watch = Progress(plan, run_dir)
+    chosen = layout if layout is not None else default_layout(plan, settings, context.metrics_port)
+    watch = InvocationWatch(plan, run_dir, context.slo)
     total = plan.total_requests
     started: list[_Started] = []
     handles: list[IO[bytes]] = []
     exit_note = ""
     failure: LoadError | None = None
-    specs = chosen.processes(plan_path, run_dir, plan.invocation)
+    specs = chosen.processes(plan_path, run_dir.path, plan.invocation)
     warn_taken_metrics_ports(specs)
     try:
         for spec in specs:
@@ -312,53 +366,23 @@ def run_plan(
         _stop([s.process for s in started])
         for handle in handles:
             handle.close()
-        # every stage of the plan ends with a line, even when the load was interrupted
-        _close_stages(plan, run_dir, exit_note or "load process ended before this stage")
+        # every stage of the plan ends with a line (and a summary), even when the load was interrupted
+        watch.close_stages(exit_note or "load process ended before this stage")
     if failure is not None:
         raise failure
-    summaries = summarize_invocation(plan, run_dir)
-    done = sum(s.requests_done for s in summaries)
-    if observe is not None and observe.grafana_url:
+    outcome = watch.outcome()
+    done = sum(s.requests for s in outcome.summaries)
+    observe = context.settings.observe
+    if observe.grafana_url:
         progress(done, total, "annotating stages in Grafana")
         _push_annotations(plan, run_dir, observe)
     progress(done, total, "done")
-    return summaries
+    return outcome
 
 
-def _push_annotations(plan: LoadPlan, run_dir: Path, observe: ObserveSettings) -> int:
+def _push_annotations(plan: LoadPlan, run_dir: RunDir, observe: ObserveSettings) -> int:
     """This invocation's stages as Grafana annotations; 0 when Grafana is unset or unreachable."""
     # Imported here: grafana-client costs ~0.4 s at import, which no run without Grafana should pay.
     from quantload.observe.annotations import push_invocation_annotations
 
-    return push_invocation_annotations(run_dir / STAGES_JSONL, observe, plan.invocation)
-
-
-def _close_stages(plan: LoadPlan, run_dir: Path, reason: str) -> None:
-    """Write an aborted stage_end for every stage of the plan that has none."""
-    ended = {
-        event.stage_id
-        for event in iter_stage_events(run_dir / STAGES_JSONL)
-        if event.event == "stage_end" and event.stage_id.startswith(f"{plan.invocation}-")
-    }
-    missing = [stage for stage in plan.stages if stage.stage_id not in ended]
-    if not missing:
-        return
-    appender = JsonlAppender(run_dir / STAGES_JSONL)
-    try:
-        for stage in missing:
-            appender.append(
-                plan.stage_event(stage, "stage_end", time.time(), status="aborted", reason=reason)
-            )
-    finally:
-        appender.close()
-
-
-def summarize_invocation(plan: LoadPlan, run_dir: Path) -> list[StageSummary]:
-    """One summary per stage of `plan`, from run_dir's records and stage lines."""
-    head = f"{plan.invocation}-"
-    ends: dict[str, StageEvent] = {}
-    for event in iter_stage_events(run_dir / STAGES_JSONL):
-        if event.event == "stage_end" and event.stage_id.startswith(head):
-            ends[event.stage_id] = event
-    records = [r for r in iter_records(run_dir / RECORDS_JSONL) if (r.stage_id or "").startswith(head)]
-    return [summarize_stage(ends[s.stage_id], records) for s in plan.stages if s.stage_id in ends]
+    return push_invocation_annotations(run_dir.stages_path, observe, plan.invocation)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from quantload import json_input
 from quantload.errors import ServerError
 
 PROBE_TEXT = "Hello there, how are you today?"
@@ -44,22 +45,33 @@ class ServerTokenizer:
     def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._sends_key = bool(api_key)
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
 
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             response = self._client.post(f"{self.url}{path}", json=body)
         except httpx.HTTPError as error:
             raise ServerError(f"cannot reach {self.url}{path}: {error}", "is the server up?") from None
+        if response.status_code in (401, 403):
+            raise ServerError(
+                f"{self.url}{path} answered HTTP {response.status_code}: the server "
+                + ("refused the API key quantload sent" if self._sends_key else "wants an API key"),
+                "give the server's key: QUANTLOAD_SERVER__API_KEY, or --api-key-env VARIABLE naming"
+                " the environment variable that holds it",
+            )
         if response.status_code != 200:
             raise ServerError(
                 f"{self.url}{path} answered HTTP {response.status_code}",
                 "synthetic prompts need llama-server's /tokenize, /detokenize and /apply-template",
             )
         try:
-            return response.json()
+            answer = json_input.loads(response.content)
         except ValueError:
             raise ServerError(f"{self.url}{path} did not answer JSON") from None
+        if not isinstance(answer, dict):
+            raise ServerError(f"{self.url}{path} answered JSON that is not an object")
+        return answer
 
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
         tokens = self._post("/tokenize", {"content": text, "add_special": add_special}).get("tokens")
@@ -83,7 +95,7 @@ class ServerTokenizer:
         """The server's slot count and per-slot context from /props; None where it does not say."""
         try:
             response = self._client.get(f"{self.url}/props")
-            props = response.json() if response.status_code == 200 else {}
+            props = json_input.loads(response.content) if response.status_code == 200 else {}
         except (httpx.HTTPError, ValueError):
             return None, None
         slots = props.get("total_slots") if isinstance(props, dict) else None

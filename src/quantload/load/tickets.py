@@ -1,7 +1,10 @@
 """Tickets (one request to send), the book that hands them to waiting users, and stage bookkeeping.
 
 The process that drives the stages fills a `TicketBook`; every user asks it for the next ticket and
-is served in arrival order, at once if a ticket is there, else when one arrives. The same book
+is served in arrival order, at once if a ticket is there, else when one arrives. In a stage shared
+by tenants a ticket of a tenant that already has as many requests in flight as it has users waits
+(the next ticket that may go goes instead), and a user asking again says whose ticket it has just
+finished (`Ticket.lane`), so each tenant keeps its own concurrency. The same book
 serves local users (the waiter is a gevent result) and users on Locust workers (the waiter is a
 worker id and request number; the ticket goes back as a message). Closing the book answers every
 waiter with None. All of it is plain Python: no Locust, no gevent, no clock.
@@ -50,6 +53,9 @@ class StageContext:
     first_byte_timeout_s: float = 60.0
     extra_body: dict[str, Any] = field(default_factory=dict)
     workload: str | None = None
+    tenant_users: dict[str, int] = field(default_factory=dict)  # each tenant's most in flight
+    context_policy: str | None = None  # fail, trim or shift (the context experiment)
+    slot_context_tokens: int | None = None
 
     @classmethod
     def of(cls, plan: LoadPlan, stage: StagePlan) -> StageContext:
@@ -80,6 +86,9 @@ class StageContext:
             first_byte_timeout_s=params.first_byte_timeout_s,
             extra_body=dict(params.extra_body),
             workload=stage.workload,
+            tenant_users=stage.tenant_users,
+            context_policy=stage.context_policy,
+            slot_context_tokens=stage.slot_context_tokens,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -118,7 +127,9 @@ class Ticket:
 
     A workload may give the request its own output length and labels (see `PlannedRequest`); a
     conversation's ticket also carries the turns that follow (`later_turns`), which the user who
-    takes it sends one after another (`next_turn`).
+    takes it sends one after another (`next_turn`). Where the client trims the history
+    (context policy trim), `history_tokens` holds each message's own tokens as the server
+    counted them, and `trimmed_turns`/`trimmed_tokens` what the trim has left out so far.
     """
 
     stage: StageContext
@@ -134,6 +145,23 @@ class Ticket:
     turn: int | None = None
     id_slot: int | None = None
     later_turns: tuple[TurnTicket, ...] = ()
+    tenant: str | None = None
+    ignore_eos: bool | None = None  # overrides the stage's
+    history_tokens: tuple[int, ...] = ()
+    trimmed_turns: int | None = None
+    trimmed_tokens: int | None = None
+
+    @property
+    def lane(self) -> str | None:
+        """Whose concurrency this ticket counts against: its stage phase and tenant (None: nobody's)."""
+        if self.tenant is None:
+            return None
+        return f"{self.stage.stage_id}/{'w' if self.warmup else 'm'}/{self.tenant}"
+
+    @property
+    def sends_ignore_eos(self) -> bool:
+        """Whether this request asks the server to ignore end-of-generation."""
+        return self.stage.ignore_eos if self.ignore_eos is None else self.ignore_eos
 
     @property
     def asked_max_tokens(self) -> int:
@@ -158,21 +186,23 @@ class Ticket:
             "seed": stage.seed,
             "cache_prompt": stage.cache_prompt,
         }
-        if stage.ignore_eos:
+        if self.sends_ignore_eos:
             payload["ignore_eos"] = True
         if self.id_slot is not None:
             payload["id_slot"] = self.id_slot
         payload.update(stage.extra_body)
         return orjson.dumps(payload)
 
-    def next_turn(self, reply: str) -> Ticket:
-        """The conversation's next turn: the history, the server's actual `reply`, the next user text."""
+    def next_turn(self, reply: str, counted: tuple[int, int] | None = None) -> Ticket:
+        """The conversation's next turn: the history, the server's actual `reply`, the next user
+        text; `counted` is the tokens of those two where the history is counted (trim)."""
         following = self.later_turns[0]
         messages = [
             *self.messages,
             {"role": "assistant", "content": reply},
             {"role": "user", "content": following.text},
         ]
+        counts = (*self.history_tokens, *counted) if counted is not None and self.history_tokens else ()
         return Ticket(
             stage=self.stage,
             seq=self.seq,
@@ -186,6 +216,11 @@ class Ticket:
             turn=(self.turn or 0) + 1,
             id_slot=self.id_slot,
             later_turns=self.later_turns[1:],
+            tenant=self.tenant,
+            ignore_eos=self.ignore_eos,
+            history_tokens=counts,
+            trimmed_turns=self.trimmed_turns,
+            trimmed_tokens=self.trimmed_tokens,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -203,6 +238,11 @@ class Ticket:
             "turn": self.turn,
             "id_slot": self.id_slot,
             "later_turns": [turn.to_wire() for turn in self.later_turns],
+            "tenant": self.tenant,
+            "ignore_eos": self.ignore_eos,
+            "history_tokens": list(self.history_tokens),
+            "trimmed_turns": self.trimmed_turns,
+            "trimmed_tokens": self.trimmed_tokens,
         }
 
     @classmethod
@@ -221,6 +261,11 @@ class Ticket:
             turn=data.get("turn"),
             id_slot=data.get("id_slot"),
             later_turns=tuple(TurnTicket.from_wire(t) for t in data.get("later_turns") or ()),
+            tenant=data.get("tenant"),
+            ignore_eos=data.get("ignore_eos"),
+            history_tokens=tuple(int(n) for n in data.get("history_tokens") or ()),
+            trimmed_turns=data.get("trimmed_turns"),
+            trimmed_tokens=data.get("trimmed_tokens"),
         )
 
 
@@ -257,6 +302,10 @@ def stage_tickets(
                 turn=0 if request.session_id is not None else None,
                 id_slot=request.id_slot,
                 later_turns=turns,
+                tenant=request.tenant,
+                ignore_eos=request.ignore_eos,
+                trimmed_turns=0 if stage.context_policy == "trim" and turns else None,
+                trimmed_tokens=0 if stage.context_policy == "trim" and turns else None,
             )
         )
     return tickets
@@ -269,6 +318,7 @@ class TicketBook(Generic[W]):
         self._deliver = deliver
         self._tickets: deque[Ticket] = deque()
         self._waiters: deque[W] = deque()
+        self._busy: dict[str, int] = {}  # tickets in flight per lane (a stage phase's tenant)
         self.closed = False
         self.handed_out = 0
         self.handed_records = 0  # records the handed-out tickets yield (one per turn)
@@ -283,11 +333,21 @@ class TicketBook(Generic[W]):
         """Users waiting for a ticket."""
         return len(self._waiters)
 
-    def want(self, waiter: W) -> None:
-        """A user asks for its next ticket; it is delivered now or when one arrives."""
-        if self._tickets:
-            ticket = self._tickets.popleft()
-            self._count_out(ticket, 1)
+    def in_flight(self, lane: str) -> int:
+        """Tickets of `lane` handed out and not yet finished."""
+        return self._busy.get(lane, 0)
+
+    def want(self, waiter: W, done: str | None = None) -> None:
+        """A user asks for its next ticket, having finished one of lane `done` (None: none, or
+        one of no tenant); it is delivered now or when one may go."""
+        if done is not None:
+            self._release(done)
+        if self._waiters and not self.closed:  # users who waited longer go first
+            self._waiters.append(waiter)
+            self._serve()
+            return
+        ticket = self._take_next()
+        if ticket is not None:
             self._deliver(waiter, ticket)
         elif self.closed:
             self._deliver(waiter, None)
@@ -310,6 +370,8 @@ class TicketBook(Generic[W]):
     def put_back(self, ticket: Ticket) -> None:
         """A ticket that reached a user who had gone: it goes to the front again."""
         self._count_out(ticket, -1)
+        if ticket.lane is not None:
+            self._release(ticket.lane)
         self._tickets.appendleft(ticket)
         self._serve()
 
@@ -328,10 +390,41 @@ class TicketBook(Generic[W]):
 
     def _serve(self) -> None:
         while self._tickets and self._waiters:
-            waiter = self._waiters.popleft()
-            ticket = self._tickets.popleft()
-            self._count_out(ticket, 1)
-            self._deliver(waiter, ticket)
+            ticket = self._take_next()
+            if ticket is None:  # every ticket left waits for its tenant's requests in flight
+                return
+            self._deliver(self._waiters.popleft(), ticket)
+
+    def _may_go(self, ticket: Ticket) -> bool:
+        lane = ticket.lane
+        if lane is None:
+            return True
+        limit = ticket.stage.tenant_users.get(ticket.tenant or "")
+        return limit is None or self._busy.get(lane, 0) < limit
+
+    def _take_next(self) -> Ticket | None:
+        """The first ticket that may go now (counted out), or None."""
+        tickets = self._tickets
+        if not tickets:
+            return None
+        index = 0
+        if tickets[0].lane is not None:
+            index = next((i for i, ticket in enumerate(tickets) if self._may_go(ticket)), -1)
+            if index < 0:
+                return None
+        ticket = tickets[index]
+        del tickets[index]
+        self._count_out(ticket, 1)
+        if ticket.lane is not None:
+            self._busy[ticket.lane] = self._busy.get(ticket.lane, 0) + 1
+        return ticket
+
+    def _release(self, lane: str) -> None:
+        left = self._busy.get(lane, 0) - 1
+        if left > 0:
+            self._busy[lane] = left
+        else:
+            self._busy.pop(lane, None)
 
     def _count_out(self, ticket: Ticket, sign: int) -> None:
         self.handed_out += sign
@@ -346,6 +439,7 @@ class StageTracker:
     planned: int
     warmup: bool
     max_consecutive_errors: int
+    ignored: tuple[str, ...] = ()  # error classes the stage expects: they never trip it
     done: int = 0
     ok: int = 0
     consecutive_errors: int = 0
@@ -364,6 +458,8 @@ class StageTracker:
         if ok:
             self.ok += 1
             self.consecutive_errors = 0
+        elif error in self.ignored:  # expected (a conversation outgrowing its slot): not counted
+            self.last_error = error
         else:
             self.consecutive_errors += 1
             self.last_error = error

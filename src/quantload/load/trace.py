@@ -13,12 +13,13 @@ relative to the first one and sorted. Every problem is a one-line error naming t
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from quantload import json_input
 from quantload.errors import ConfigError
 
 ARRIVAL_FIELDS: tuple[tuple[str, float], ...] = (
@@ -82,34 +83,43 @@ def _arrival(path: Path, number: int, row: dict[str, Any]) -> float:
     )
 
 
-def read_trace(path: Path) -> list[TraceRequest]:
-    """Every request of a trace file, sorted by arrival, arrivals relative to the first."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"trace file {path} does not exist", "check the trace path") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read trace file {path}: {error}") from None
-    requests = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+def _rows(path: Path, handle: IO[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in json_input.iter_lines(handle):
         try:
-            row = json.loads(line)
-        except ValueError:
-            raise ConfigError(f"{path}:{number} is not JSON", "one JSON object per line") from None
+            row = json_input.loads(line, number)
+        except json_input.JsonInputError as error:
+            raise ConfigError(f"{path}:{number} is not JSON ({error})", "one JSON object per line") from None
         if not isinstance(row, dict):
             raise ConfigError(f"{path}:{number} is not a JSON object", "one JSON object per line")
-        known = {name for name, _ in ARRIVAL_FIELDS} | set(INPUT_FIELDS) | set(OUTPUT_FIELDS)
-        requests.append(
-            TraceRequest(
-                arrival_s=_arrival(path, number, row),
-                input_tokens=_tokens(path, number, row, INPUT_FIELDS, "input"),
-                output_tokens=_tokens(path, number, row, OUTPUT_FIELDS, "output"),
-                line=number,
-                extra={k: v for k, v in row.items() if k not in known},
-            )
-        )
+        yield number, row
+
+
+def read_trace(path: Path) -> list[TraceRequest]:
+    """Every request of a trace file, sorted by arrival, arrivals relative to the first."""
+    known = {name for name, _ in ARRIVAL_FIELDS} | set(INPUT_FIELDS) | set(OUTPUT_FIELDS)
+    requests = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, row in _rows(path, handle):
+                requests.append(
+                    TraceRequest(
+                        arrival_s=_arrival(path, number, row),
+                        input_tokens=_tokens(path, number, row, INPUT_FIELDS, "input"),
+                        output_tokens=_tokens(path, number, row, OUTPUT_FIELDS, "output"),
+                        line=number,
+                        extra={k: v for k, v in row.items() if k not in known},
+                    )
+                )
+    except FileNotFoundError:
+        raise ConfigError(f"trace file {path} does not exist", "check the trace path") from None
+    except json_input.JsonInputError as error:
+        raise ConfigError(f"{path}:{error.line}: {error}", "one JSON object per line") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"trace file {path} is not UTF-8 text ({error.reason})", "one JSON object per line"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read trace file {path}: {error}") from None
     if not requests:
         raise ConfigError(f"trace file {path} holds no request", "one JSON object per line")
     requests.sort(key=lambda request: request.arrival_s)

@@ -8,8 +8,10 @@ synthetic prompts, the target's tokenizer, chat-template overhead, slot count an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
@@ -26,6 +28,7 @@ from quantload.load.workloads import (
     TraceWorkload,
     Workload,
 )
+from quantload.progress import ProgressCallback, no_progress
 from quantload.served import ServedTarget
 
 ALL_PROMPTS = 1_000_000
@@ -36,13 +39,45 @@ def _path(text: str, cwd: Path) -> Path:
     return path if path.is_absolute() else cwd / path
 
 
+def ignored_flags(settings: Settings, given: Mapping[str, Any]) -> list[str]:
+    """A warning line for each setting in `given` (dotted keys of the flags a user set) that the
+    chosen workload does not read, naming the setting it reads instead."""
+    kind = settings.workload.kind
+    lines = []
+    if kind != "prompts" and given.get("load.prompt_count") is not None:
+        key, value, what = (
+            ("sessions.count", settings.sessions.count, "conversations")
+            if kind == "sessions"
+            else ("workload.requests", settings.workload.requests, "requests")
+        )
+        variable = "QUANTLOAD_" + key.upper().replace(".", "__")
+        lines.append(
+            f"--prompt-count sets a stage of the prompts workload; the {kind} workload's stages send"
+            f" {key} = {value} {what} each (set it in quantload.toml or {variable})"
+        )
+    for key, flag, reader in (
+        ("workload.input_lengths", "--input-lengths", "lengths"),
+        ("workload.dataset", "--dataset", "dataset"),
+    ):
+        if kind != reader and given.get(key) is not None:
+            lines.append(f"{flag} is read by the {reader} workload only, not by {kind} (--workload {reader})")
+    return lines
+
+
 class WorkloadBuilder:
     """Every workload kind for one target (see the module docstring). Close it when done."""
 
-    def __init__(self, settings: Settings, target: ServedTarget, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        target: ServedTarget,
+        cwd: Path | None = None,
+        progress: ProgressCallback = no_progress,
+    ) -> None:
         self.settings = settings
         self.target = target
         self.cwd = cwd or Path.cwd()
+        self.progress = progress  # hears how the reading of a big dataset file goes
         self._tokenizer: ServerTokenizer | None = None
 
     # ------------------------------------------------------------------ the server's side
@@ -91,7 +126,7 @@ class WorkloadBuilder:
                 f"no dataset given for this workload ({key} is unset)",
                 f"set {key} to a ShareGPT JSON or JSONL file",
             )
-        return read_dataset(_path(text, self.cwd))
+        return read_dataset(_path(text, self.cwd), self.progress)
 
     @cached_property
     def trace(self) -> list[TraceRequest]:

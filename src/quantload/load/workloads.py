@@ -26,9 +26,10 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from quantload.config import CONTEXT_MARGIN_TOKENS
 from quantload.errors import ConfigError
 from quantload.load.datasets import Conversation, Dataset
 from quantload.load.lengths import LengthDistribution
@@ -36,8 +37,6 @@ from quantload.load.plan import PlannedRequest, PlannedTurn
 from quantload.load.prompts import Prompt, estimate_tokens
 from quantload.load.synthetic import PromptMaker
 from quantload.load.trace import TraceRequest
-
-CONTEXT_MARGIN_TOKENS = 8  # room left in a slot beyond prompt + output (llama-server's own needs)
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,12 @@ class StageRequests:
     ignore_eos: bool | None = None
     template_overhead_tokens: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of_prompts(cls, prompts: Sequence[Prompt], workload: str = "prompts") -> StageRequests:
+        """A stage of these prompts in order (one request each), as the prompt set sends them."""
+        requests = tuple(PlannedRequest(prompt_id=p.id) for p in prompts)
+        return cls(requests, {p.id: p.text for p in prompts}, workload)
 
     @property
     def tickets(self) -> int:
@@ -83,12 +88,7 @@ class PromptSetWorkload:
             raise ConfigError("the prompt set is empty", "check load.prompts")
         chosen = cycle_prompts(self.prompts, count)
         notes = () if count <= len(self.prompts) else (cycling_note(self.source, len(self.prompts), count),)
-        return StageRequests(
-            tuple(PlannedRequest(prompt_id=p.id) for p in chosen),
-            {p.id: p.text for p in chosen},
-            self.name,
-            notes=notes,
-        )
+        return replace(StageRequests.of_prompts(chosen, self.name), notes=notes)
 
 
 def cycle_prompts(prompts: Sequence[Prompt], count: int) -> list[Prompt]:
@@ -279,6 +279,8 @@ class SessionWorkload:
     max_output_tokens: int = 1024
     slots: int | None = None  # set: every turn of conversation i asks for slot i % slots
     context_tokens: int | None = None
+    max_turn_tokens: int = 1_000_000  # a synthetic user turn's most tokens (a longer draw is clipped)
+    warn_overflow: bool = True  # say when conversations may outgrow the slot (unless they are meant to)
     name: str = "sessions"
 
     def stage_requests(self, count: int, seed: int, tag: str) -> StageRequests:
@@ -312,7 +314,9 @@ class SessionWorkload:
             )
         notes = []
         overhead = self.maker.overhead_tokens if self.maker is not None else 0
-        if self.context_tokens is not None and longest + overhead + 8 * self.turns > self.context_tokens:
+        if self.warn_overflow and self.context_tokens is not None and (
+            longest + overhead + 8 * self.turns > self.context_tokens
+        ):
             notes.append(
                 f"the longest conversation reaches about {longest + overhead} tokens, near or beyond"
                 f" the {self.context_tokens}-token slot context: its last turns may be refused"
@@ -335,7 +339,8 @@ class SessionWorkload:
             users = [turn.user for turn in chosen]
             return users, [self.count_tokens(text) for text in users], [max(r, 1) for r in replies]
         assert self.maker is not None and self.turn_tokens is not None
-        lengths = self.turn_tokens.sample(self.turns, seed + 2 * index, minimum=1)
+        longest = self.max_turn_tokens
+        lengths = self.turn_tokens.sample(self.turns, seed + 2 * index, minimum=1, maximum=longest)
         replies = self.reply_tokens.sample(self.turns, seed + 2 * index + 1, minimum=1)
         made = [self.maker.user_text(n, base + index * self.turns + k) for k, n in enumerate(lengths)]
         return (

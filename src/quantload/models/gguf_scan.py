@@ -41,6 +41,8 @@ class TensorInfo:
     n_elements: int
     n_bytes: int
     data_end: int
+    dims: tuple[int, ...] = ()  # in GGUF order (the row length first)
+    type_id: int = -1  # ggml_type (gguf.GGMLQuantizationType)
 
 
 @dataclass(frozen=True)
@@ -120,20 +122,21 @@ def _scan(cursor: _Cursor) -> GgufScan:
         if keep:
             metadata[key] = value
     sizes = _block_sizes()
-    layout: list[tuple[str, int, int, int]] = []
+    layout: list[tuple[str, int, int, int, tuple[int, ...], int]] = []
     for _ in range(n_tensors):
         name = cursor.string()
-        elements = math.prod(cursor.uint(8) for _ in range(cursor.uint(4)))
+        dims = tuple(cursor.uint(8) for _ in range(cursor.uint(4)))
+        elements = math.prod(dims)
         kind, offset = cursor.uint(4), cursor.uint(8)
         if kind not in sizes:
             raise ModelError(f"{path}: tensor {name} has an unknown type {kind}")
         block, block_bytes = sizes[kind]
-        layout.append((name, elements, elements // block * block_bytes, offset))
+        layout.append((name, elements, elements // block * block_bytes, offset, dims, kind))
     alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
     data_start = -(-cursor.pos // alignment) * alignment
     tensors = {
-        name: TensorInfo(elements, n_bytes, data_start + offset + n_bytes)
-        for name, elements, n_bytes, offset in layout
+        name: TensorInfo(elements, n_bytes, data_start + offset + n_bytes, dims, kind)
+        for name, elements, n_bytes, offset, dims, kind in layout
     }
     return GgufScan(metadata=metadata, tensors=tensors)
 

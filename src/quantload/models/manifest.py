@@ -4,10 +4,15 @@
   "schema": "quantload.manifest/1",
   "source": {kind, name, origin, base_path, base_file_type, note},
   "llama_cpp": {origin, sdist, binary_version, bin_dir},
-  "files": {
-     "<QUANT>": {quant, file (name relative to the manifest's folder), path (absolute when made),
-                 size_bytes, sha256, n_params, tensor_bytes, architecture, file_type,
-                 made_from, seconds}
+  "reference": "<LABEL>" | null,  # the file every KLD is measured against (F16, BF16 or F32)
+  "imatrix": ImatrixRecord | null,  # the importance matrix used (quantload.models.imatrix_file)
+  "files": {                        # largest file first: the order of every table and figure
+     "<LABEL>": {quant (the label: a type, TYPE-imatrix or a mix's name), file (name relative to
+                 the manifest's folder), path (absolute when made), size_bytes, sha256, n_params,
+                 tensor_bytes, architecture, file_type (the GGUF's own general.file_type),
+                 made_from, seconds, made_with, recipe (type and llama-quantize flags),
+                 imatrix (the file's own quantize.imatrix.* metadata, null when made without),
+                 origin (where the file came from)}
   }
 }
 """
@@ -44,6 +49,13 @@ class ManifestEntry(BaseModel):
     # the llama.cpp that wrote this file (a reused file keeps the one that made it); None in
     # manifests written before it was recorded
     made_with: str | None = None
+    recipe: str | None = None  # e.g. "Q4_K_M --tensor-type attn_v=q8_0", for made files
+    imatrix: dict[str, Any] | None = None  # the file's quantize.imatrix.* keys; None: made without
+    origin: str | None = None  # "made from F16", or the given file's path or Hugging Face repo
+
+    def recipe_changes_tensors(self) -> bool:
+        """Whether the recipe overrides some tensors' types (a mix, not a plain type)."""
+        return bool(self.recipe and " --" in f" {self.recipe}")
 
 
 class Manifest(BaseModel):
@@ -55,6 +67,29 @@ class Manifest(BaseModel):
     source: dict[str, Any]
     llama_cpp: dict[str, Any]
     files: dict[str, ManifestEntry]
+    reference: str | None = None
+    imatrix: dict[str, Any] | None = None
+
+    def ordered_labels(self) -> list[str]:
+        """Every file's label, largest file first: the one order every table, figure and plan
+        uses (ties keep the manifest's order)."""
+        return sorted(self.files, key=lambda label: -self.files[label].size_bytes)
+
+    def sorted_by_size(self) -> Manifest:
+        """A copy whose files are in `ordered_labels` order."""
+        ordered = {label: self.files[label] for label in self.ordered_labels()}
+        return self.model_copy(update={"files": ordered})
+
+    def reference_label(self) -> str | None:
+        """The file every KLD is measured against: the recorded one, else the F16/BF16/F32 among
+        the files (best precision first); None when there is none."""
+        if self.reference is not None and self.reference in self.files:
+            return self.reference
+        for kind in ("F32", "BF16", "F16"):
+            for label, entry in self.files.items():
+                if entry.file_type == kind and not entry.recipe_changes_tensors():
+                    return label
+        return None
 
     def path_of(self, quant: str, folder: Path) -> Path:
         """Absolute path of a prepared file, looked up relative to the manifest's folder."""
@@ -102,5 +137,5 @@ def source_note_of(model: Path) -> str | None:
 
 
 def save_manifest(path: Path, manifest: Manifest) -> None:
-    """Write the manifest atomically."""
-    write_json_atomic(path, manifest.to_json())
+    """Write the manifest atomically, largest file first."""
+    write_json_atomic(path, manifest.sorted_by_size().to_json())

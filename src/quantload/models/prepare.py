@@ -1,30 +1,46 @@
-"""Preparing F16, Q8_0 and Q4_K_M files of one model, idempotently.
+"""Preparing the files of one model, idempotently: the reference (the best precision the source
+has), then every type and mix of the plan, with the importance matrix where asked.
 
-Each file is written under a `.partial` name, checked (GGUF header, tensors within the file),
-then renamed, so a final name never holds half a file. A file already listed in the manifest with
-the same size and sha256 is reused; anything else under a final name is rebuilt.
+Everything that can be checked is checked before any file is made (`plan_files`: each type
+against the built llama-quantize's own list, each mix, each file's need of an importance matrix;
+the imatrix file or calibration text). Each file is written under a `.partial` name, checked
+(GGUF header, tensors within the file), then renamed, so a final name never holds half a file;
+the manifest is saved after each one, so a failure later loses nothing made before it. A file
+already listed in the manifest with the same size, sha256 and recipe is reused; anything else
+under a final name is rebuilt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from quantload.config import PrepareSettings
 from quantload.errors import ModelError
-from quantload.llamacpp.quantize import quantize
+from quantload.llamacpp.quant_types import REFERENCE_TYPES, quant_types
+from quantload.llamacpp.quantize import QuantizeOptions, quantize
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.models.calibration import calibration_path, check_calibration_file, resolve_calibration
+from quantload.models.file_plan import FilePlan, PlannedFile, plan_files
 from quantload.models.gguf_meta import read_gguf
+from quantload.models.imatrix_file import ImatrixRecord, computed_imatrix, given_imatrix, imatrix_metadata
 from quantload.models.manifest import Manifest, ManifestEntry, load_manifest, save_manifest, sha256_of
 from quantload.models.sources import ResolvedSource, resolve_source
 from quantload.models.synthetic import write_tiny_model
 from quantload.progress import ProgressCallback, no_progress
 from quantload.rundir import LOGS_DIR, MANIFEST_JSON
 
-BASE_QUANT = "F16"
+BASE_QUANT = "F16"  # the reference of a source that is quantized (or synthetic)
+
+
+def reference_type_of(resolved: ResolvedSource) -> str:
+    """The best precision the source has: its own F32/BF16/F16, else F16 (rebuilt from it)."""
+    return resolved.base_file_type if resolved.base_file_type in REFERENCE_TYPES else BASE_QUANT
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -34,19 +50,22 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _entry_still_valid(path: Path, entry: ManifestEntry | None, made_from: str) -> bool:
+def _entry_still_valid(path: Path, entry: ManifestEntry | None, made_from: str, recipe: str) -> bool:
     if entry is None or entry.made_from != made_from or not path.is_file():
+        return False
+    if (entry.recipe or entry.quant) != recipe:  # manifests from before recipes: the plain type
         return False
     return path.stat().st_size == entry.size_bytes and sha256_of(path) == entry.sha256
 
 
 def _finish(
-    partial: Path, target: Path, quant: str, made_from: str, started: float, made_with: str
-) -> ManifestEntry:
+    partial: Path, target: Path, label: str, made_from: str, started: float, made_with: str,
+    recipe: str, origin: str,
+) -> ManifestEntry:  # fmt: skip
     summary = read_gguf(partial)  # raises on a truncated or corrupt result
     partial.replace(target)
     return ManifestEntry(
-        quant=quant,
+        quant=label,
         file=target.name,
         path=str(target.resolve()),
         size_bytes=summary.size_bytes,
@@ -58,11 +77,15 @@ def _finish(
         made_from=made_from,
         seconds=round(time.monotonic() - started, 2),
         made_with=made_with,
+        recipe=recipe,
+        imatrix=imatrix_metadata(summary.metadata),
+        origin=origin,
     )
 
 
-def _make_base(
+def _make_reference(
     resolved: ResolvedSource,
+    reference_type: str,
     partial: Path,
     toolchain: Toolchain,
     llama_tree: Callable[[], Path],
@@ -74,13 +97,14 @@ def _make_base(
         write_tiny_model(llama_tree(), partial, seed=tiny_seed)
     elif resolved.base_path is None:
         raise ModelError(f"source {resolved.name} has no file")
-    elif resolved.base_file_type == BASE_QUANT:
+    elif resolved.base_file_type == reference_type:
         _link_or_copy(resolved.base_path, partial)
     else:
         quantize(
-            toolchain, resolved.base_path, partial, BASE_QUANT, log_dir / f"quantize-{BASE_QUANT}.log",
-            allow_requantize=resolved.base_file_type not in ("F32", "BF16"), progress=progress,
-        )
+            toolchain, resolved.base_path, partial, reference_type,
+            log_dir / f"quantize-{reference_type}.log",
+            allow_requantize=resolved.base_file_type not in REFERENCE_TYPES, progress=progress,
+        )  # fmt: skip
 
 
 class _StepProgress:
@@ -94,6 +118,46 @@ class _StepProgress:
         self.overall(self.index + fraction, self.steps, f"{self.quant} {note}".strip())
 
 
+def check_imatrix_inputs(
+    prepare: PrepareSettings, plan: FilePlan, cache: Path, scored_text: Path | None
+) -> None:
+    """Before any work: a calibration text on disk is checked now (one that must be downloaded
+    is checked once it is there)."""
+    if not plan.needs_imatrix or plan.imatrix != "computed":
+        return
+    on_disk = calibration_path(prepare, cache)
+    if on_disk is not None:
+        check_calibration_file(on_disk, prepare.imatrix_ctx, scored_text)
+
+
+def _imatrix(
+    prepare: PrepareSettings, plan: FilePlan, toolchain: Toolchain, reference: Path, cache: Path,
+    environ: Mapping[str, str], log_dir: Path, scored_text: Path | None, progress: ProgressCallback,
+) -> ImatrixRecord | None:  # fmt: skip
+    if not plan.needs_imatrix:
+        return None
+    if plan.imatrix != "computed":
+        return given_imatrix(Path(plan.imatrix))
+    calibration = resolve_calibration(prepare, cache, environ, scored_text)
+    log = log_dir / "llama-imatrix.log"
+    return computed_imatrix(toolchain, reference, calibration, prepare, cache, log, progress)
+
+
+def _options(item: PlannedFile, imatrix: ImatrixRecord | None) -> QuantizeOptions:
+    if not item.imatrix:
+        return item.options
+    assert imatrix is not None
+    return QuantizeOptions(**{**item.options.__dict__, "imatrix": Path(imatrix.path)})
+
+
+def _quantize_one(
+    toolchain: Toolchain, reference: Path, item: PlannedFile, options: QuantizeOptions, log_dir: Path,
+    partial: Path, progress: ProgressCallback,
+) -> None:  # fmt: skip
+    log = log_dir / f"quantize-{item.label}.log"
+    quantize(toolchain, reference, partial, item.quant_type, log, progress=progress, options=options)
+
+
 def prepare_models(
     source: str,
     out_dir: Path,
@@ -101,12 +165,20 @@ def prepare_models(
     cache: Path,
     environ: Mapping[str, str],
     llama_tree: Callable[[], Path],
-    quants: Sequence[str] = ("F16", "Q8_0", "Q4_K_M"),
+    prepare: PrepareSettings | None = None,
     tiny_seed: int = 0,
     progress: ProgressCallback = no_progress,
+    scored_text: Path | None = None,
 ) -> Manifest:
-    """Make (or reuse) one GGUF per quantization in `out_dir` and write `manifest.json` there."""
+    """Make (or reuse) the reference and one GGUF per planned file in `out_dir`, and write
+    `manifest.json` there (largest file first). `scored_text` is the text quality is scored on,
+    which the importance matrix's calibration text must not be."""
+    prepare = prepare or PrepareSettings()
+    full_plan = plan_files(prepare, quant_types(toolchain))  # bad types fail before anything is made
+    check_imatrix_inputs(prepare, full_plan, cache, scored_text)
     resolved = resolve_source(source, cache, environ)  # a bad source fails before any folder is made
+    reference_type = reference_type_of(resolved)
+    plan = full_plan.without(reference_type)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / LOGS_DIR
     manifest_path = out_dir / MANIFEST_JSON
@@ -114,34 +186,58 @@ def prepare_models(
     source_label = f"{resolved.origin}{seed_text}"
     old = load_manifest(manifest_path)
     old_files = old.files if old is not None else {}
-    manifest = Manifest(source=resolved.as_dict(), llama_cpp=toolchain.version_record(), files={})
-    ordered = [BASE_QUANT, *[q for q in quants if q != BASE_QUANT]]
-    for index, quant in enumerate(ordered):
-        target = out_dir / f"{resolved.name}-{quant}.gguf"
-        made_from = source_label if quant == BASE_QUANT else (
-            f"{BASE_QUANT} sha256:{manifest.files[BASE_QUANT].sha256[:16]}"
-        )
+    manifest = Manifest(
+        source=resolved.as_dict(), llama_cpp=toolchain.version_record(), files={}, reference=reference_type
+    )
+    steps = 1 + len(plan.files) + (1 if plan.needs_imatrix else 0)
+    made_with = f"{toolchain.label} ({toolchain.binary_version})"
 
-        step = _StepProgress(progress, index, len(ordered), quant)
+    def make(
+        index: int, label: str, made_from: str, recipe: str,
+        build: Callable[[Path, ProgressCallback], None], origin: str,
+    ) -> None:  # fmt: skip
+        target = out_dir / f"{resolved.name}-{label}.gguf"
+        step = _StepProgress(progress, index, steps, label)
         step(0, None, "checking")
-        if _entry_still_valid(target, old_files.get(quant), made_from):
-            manifest.files[quant] = old_files[quant]
-            continue
+        if _entry_still_valid(target, old_files.get(label), made_from, recipe):
+            manifest.files[label] = old_files[label]
+            return
         partial = target.with_name(target.name + ".partial")
         started = time.monotonic()
         try:
-            if quant == BASE_QUANT:
-                _make_base(resolved, partial, toolchain, llama_tree, tiny_seed, log_dir, step)
-            else:
-                base = out_dir / manifest.files[BASE_QUANT].file
-                quantize(toolchain, base, partial, quant, log_dir / f"quantize-{quant}.log", progress=step)
-            made_with = f"{toolchain.label} ({toolchain.binary_version})"
-            manifest.files[quant] = _finish(partial, target, quant, made_from, started, made_with)
+            build(partial, step)
+            manifest.files[label] = _finish(
+                partial, target, label, made_from, started, made_with, recipe, origin
+            )
         finally:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
         save_manifest(manifest_path, manifest)
         step(1, 1, "done")
+
+    make(
+        0, reference_type, source_label, reference_type,
+        lambda partial, step: _make_reference(
+            resolved, reference_type, partial, toolchain, llama_tree, tiny_seed, log_dir, step
+        ),
+        origin=source_label,
+    )  # fmt: skip
+    reference = out_dir / manifest.files[reference_type].file
+    reference_from = f"{reference_type} sha256:{manifest.files[reference_type].sha256[:16]}"
+    imatrix = _imatrix(
+        prepare, plan, toolchain, reference, cache, environ, log_dir, scored_text,
+        _StepProgress(progress, 1, steps, "importance matrix"),
+    )  # fmt: skip
+    if imatrix is not None:
+        manifest.imatrix = imatrix.model_dump(mode="json")
+    first = 2 if plan.needs_imatrix else 1
+    for index, item in enumerate(plan.files, start=first):
+        with_matrix = f"; imatrix sha256:{imatrix.sha256[:16]}" if item.imatrix and imatrix else ""
+        made_from = reference_from + with_matrix
+        options = _options(item, imatrix)
+        build = functools.partial(_quantize_one, toolchain, reference, item, options, log_dir)
+        origin = f"made from {reference_type} by llama-quantize"
+        make(index, item.label, made_from, item.recipe, build, origin)
     save_manifest(manifest_path, manifest)
-    progress(len(ordered), len(ordered), "done")
-    return manifest
+    progress(steps, steps, "done")
+    return manifest.sorted_by_size()

@@ -11,6 +11,7 @@ missing file or a wrong archive is one OfflineError line saying how to provide t
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import zipfile
 from collections.abc import Mapping
@@ -26,7 +27,9 @@ DATASET_REPO = "ggml-org/ci"
 ARCHIVE_FILE = "wikitext-2-raw-v1.zip"
 ARCHIVE_PATH = f"datasets/{DATASET_REPO}/resolve/main/{ARCHIVE_FILE}"
 ARCHIVE_MEMBER = "wikitext-2-raw/wiki.test.raw"
+TRAIN_MEMBER = "wikitext-2-raw/wiki.train.raw"  # the importance matrix's calibration text
 DATASET_NAME = "WikiText-2 raw, test split"
+TRAIN_NAME = "WikiText-2 raw, train split"
 # The real file is about 1.3 MB; anything far smaller is not the test split.
 MIN_TEXT_BYTES = 100_000
 
@@ -53,15 +56,16 @@ def archive_url(environ: Mapping[str, str]) -> str:
     return f"{hub_endpoint(environ)}/{ARCHIVE_PATH}"
 
 
-def cached_text_path(cache_dir: Path) -> Path:
-    """Where the downloaded test text lives in quantload's cache."""
-    return cache_dir / "datasets" / ARCHIVE_MEMBER
+def cached_text_path(cache_dir: Path, member: str = ARCHIVE_MEMBER) -> Path:
+    """Where a downloaded text of the archive (the test split by default) lives in the cache."""
+    return cache_dir / "datasets" / member
 
 
 def describe_dataset(path: Path) -> DatasetInfo:
     """Name, size and SHA-256 of a text file (named WikiText-2 when it is `wiki.test.raw`)."""
     data = path.read_bytes()
-    name = DATASET_NAME if path.name == Path(ARCHIVE_MEMBER).name else path.name
+    names = {Path(ARCHIVE_MEMBER).name: DATASET_NAME, Path(TRAIN_MEMBER).name: TRAIN_NAME}
+    name = names.get(path.name, path.name)
     return DatasetInfo(
         name=name, path=str(path), size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
     )
@@ -97,33 +101,56 @@ def _download_archive(cache_dir: Path, environ: Mapping[str, str], hint: str) ->
     return Path(str(path))
 
 
-def _extract(archive: Path, url: str, hint: str) -> bytes:
+def _extract(archive: Path, url: str, hint: str, member: str = ARCHIVE_MEMBER) -> bytes:
     try:
         with zipfile.ZipFile(archive) as bundle:
-            text = bundle.read(ARCHIVE_MEMBER)
+            text = bundle.read(member)
     except (zipfile.BadZipFile, KeyError, OSError) as error:
         raise OfflineError(f"{url} is not the wikitext-2-raw-v1 archive ({error})", hint) from None
     if len(text) < MIN_TEXT_BYTES:
-        raise OfflineError(f"{ARCHIVE_MEMBER} in {url} has only {len(text)} bytes", hint)
+        raise OfflineError(f"{member} in {url} has only {len(text)} bytes", hint)
     return text
 
 
-def download_wikitext2(cache_dir: Path, environ: Mapping[str, str]) -> Path:
-    """Download the archive, keep its test text in the cache, and return the text's path."""
+def download_wikitext2(
+    cache_dir: Path, environ: Mapping[str, str], member: str = ARCHIVE_MEMBER, hint: str | None = None
+) -> Path:
+    """Download the archive, keep one of its texts (the test split by default) in the cache, and
+    return the text's path."""
     url = archive_url(environ)
-    hint = _offline_hint(cache_dir, url)
+    hint = hint or _offline_hint(cache_dir, url)
     archive = _download_archive(cache_dir, environ, hint)
     try:
-        text = _extract(archive, url, hint)
+        text = _extract(archive, url, hint, member)
     except OfflineError:
         archive.unlink(missing_ok=True)  # not the archive: the next try downloads it again
         raise
-    target = cached_text_path(cache_dir)
+    target = cached_text_path(cache_dir, member)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
     partial.write_bytes(text)
     partial.replace(target)
     return target
+
+
+def check_utf8_text(path: Path, piece_bytes: int = 1 << 20) -> None:
+    """ConfigError unless the whole file is UTF-8 text (llama.cpp's tokenizer dies on anything
+    else with `invalid codepoint`); read in pieces, so any size is checked in bounded memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as handle:
+        while True:
+            piece = handle.read(piece_bytes)
+            try:
+                decoder.decode(piece, final=not piece)
+            except UnicodeDecodeError as error:
+                raise ConfigError(
+                    f"dataset {path} is not UTF-8 text ({error.reason} at byte {offset + error.start:,})",
+                    "pass a text file, such as WikiText-2's wiki.test.raw",
+                ) from None
+            if not piece:
+                return
+            offset += len(piece)
 
 
 def resolve_dataset(configured: Path | None, cache_dir: Path, environ: Mapping[str, str]) -> Path:
@@ -137,6 +164,7 @@ def resolve_dataset(configured: Path | None, cache_dir: Path, environ: Mapping[s
             )
         if path.stat().st_size == 0:
             raise ConfigError(f"dataset {path} is empty", "pass the WikiText-2 test text")
+        check_utf8_text(path)
         return path
     cached = cached_text_path(cache_dir)
     if cached.is_file() and cached.stat().st_size >= MIN_TEXT_BYTES:

@@ -59,6 +59,7 @@ from quantload.rundir import MANIFEST_JSON
 
 BASE_FOLDER = "kld"
 REFERENCE_QUANT = "F16"
+NO_REFERENCE = "no F16, BF16 or F32 file among the run's files to measure KLD against"
 LOWER_CHUNKS_WITH = "quality.kld_chunks (--kld-chunks)"
 
 T = TypeVar("T")
@@ -399,18 +400,20 @@ def measure_manifest_kld(
     attempt: RunAttempt = attempt_quietly,
     log_dir: Path | None = None,
 ) -> KldSet | None:
-    """`measure_kld_set` for a prepared model: its F16 is the reference, `quants` are compared.
+    """`measure_kld_set` for a prepared model: its reference (the F16, BF16 or F32 file) is the
+    base, `quants` are compared.
 
     The manifest's source note (e.g. SmolLM2's F16 rebuilt from Q4_1) is carried into the base
-    record: every KLD measures loss relative to that file. No F16 is a ConfigError raised inside
-    the base's attempt (an attempt that records failures makes this return None).
+    record: every KLD measures loss relative to that file. No reference is a ConfigError raised
+    inside the base's attempt (an attempt that records failures makes this return None).
     """
-    if REFERENCE_QUANT not in manifest.files:
+    reference = manifest.reference_label()
+    if reference is None:
 
         def no_reference(progress: ProgressCallback) -> None:
             raise ConfigError(
-                "the prepared files have no F16, the reference every KLD is measured against",
-                "add F16 to model.quants, or set quality.kld = false",
+                f"{NO_REFERENCE}: quality is perplexity only",
+                "add F16 to prepare.quants, give prepare.reference (--reference), or set quality.kld = false",
             )
 
         attempt("KLD base", None, no_reference)
@@ -418,23 +421,26 @@ def measure_manifest_kld(
     files = [KldFile(quant, Path(manifest.files[quant].path)) for quant in quants if quant in manifest.files]
     note = manifest.source.get("note")
     return measure_kld_set(
-        toolchain, Path(manifest.files[REFERENCE_QUANT].path), files, dataset, cache_dir, quality,
+        toolchain, Path(manifest.files[reference].path), files, dataset, cache_dir, quality,
         out_path, str(note) if note else None, attempt, log_dir,
     )  # fmt: skip
 
 
 def find_reference(models: Sequence[Path], file_types: Sequence[str], explicit: Path | None) -> Path | None:
-    """The F16 to compare `models` with: `explicit`, else an F16 among them, else the F16 the
-    manifest beside one of them lists; None when there is none."""
+    """The reference to compare `models` with: `explicit`, else the best precision among them
+    (F32, BF16, then F16), else the reference the manifest beside one of them lists; None when
+    there is none."""
     if explicit is not None:
         return explicit
-    for model, file_type in zip(models, file_types, strict=True):
-        if file_type == REFERENCE_QUANT:
-            return model
+    for kind in ("F32", "BF16", REFERENCE_QUANT):
+        for model, file_type in zip(models, file_types, strict=True):
+            if file_type == kind:
+                return model
     for model in models:
         manifest = load_manifest(model.parent / MANIFEST_JSON)
-        if manifest is not None and REFERENCE_QUANT in manifest.files:
-            candidate = manifest.path_of(REFERENCE_QUANT, model.parent)
+        label = manifest.reference_label() if manifest is not None else None
+        if manifest is not None and label is not None:
+            candidate = manifest.path_of(label, model.parent)
             if candidate.is_file():
                 return candidate
     return None

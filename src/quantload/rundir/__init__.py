@@ -10,7 +10,8 @@ each file is read and written through:
   kv.json              KV cache predicted vs reported per file (rundir.kv_file)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
-  limits.jsonl         one line per finished limit search (quantload.load.limit_runner)
+  summaries.jsonl      one line per load stage: its summary, written when it ends (quantload.load.summary)
+  limits.jsonl         one line per finished limit search (quantload.experiments.limit_search_run)
   logs/                every child process's log (llama-server-<quant>.log, prometheus.log, ...)
   prometheus/          Prometheus data folder (native mode)
   report.md, report.html, table.csv, summary.json (quantload.analysis.summary_json), plots/*.png
@@ -25,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from quantload import json_input
+
 CONFIG_JSON = "config.json"
 RUN_JSON = "run.json"
 MANIFEST_JSON = "manifest.json"
@@ -34,6 +37,7 @@ KV_JSON = "kv.json"
 RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
 LIMITS_JSONL = "limits.jsonl"
+SUMMARIES_JSONL = "summaries.jsonl"
 LOGS_DIR = "logs"
 PROMETHEUS_DIR = "prometheus"
 REPORT_MD = "report.md"
@@ -74,5 +78,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file."""
-    return json.loads(path.read_text(encoding="utf-8"))
+    """Parse a JSON file; ValueError (json_input.JsonInputError) for text that is not JSON within
+    the bounds every reader keeps (nested too deep, not UTF-8)."""
+    return json_input.loads(path.read_bytes())

@@ -2,7 +2,8 @@
 
   toolchain -> prepare -> quality (per file) -> machine probe -> speed (per file)
   -> Prometheus (when installed) -> per quantization: llama-server, KV check, the load
-  experiments (the last, kv_types, with a server per other KV-cache type), stop
+  experiments of `load.experiments` (quantload.experiments.registry; those that vary the server's
+  flags run its variants), stop
   -> run.json "finished" -> report
 
 The steps are quantload.steps, reached through `RunSteps` (bound to the run's settings), which
@@ -30,13 +31,16 @@ from typing import Protocol, TypeVar
 from quantload.analysis import ReportPaths
 from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
+from quantload.experiments import registry
+from quantload.experiments.base import ExperimentRun, ServerControl
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load.processes import most_workers
+from quantload.load import most_workers
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
+from quantload.run_context import RunContext
 from quantload.rundir import (
     CONFIG_JSON,
     LOGS_DIR,
@@ -44,11 +48,11 @@ from quantload.rundir import (
     write_json_atomic,
 )
 from quantload.rundir.config_file import ConfigFile
+from quantload.rundir.handle import RunDir
 from quantload.rundir.run_file import RunStatus
-from quantload.served import server_alias, server_name
+from quantload.served import ServedTarget, server_alias, server_name
 from quantload.stack.run_state import RunState
 from quantload.stack.run_steps import RunSteps, Served
-from quantload.steps.load import Experiment, ExperimentRun, planned_experiments
 from quantload.steps.prepare import PreparedModels
 
 T = TypeVar("T")
@@ -142,6 +146,7 @@ class NativeRun:
         out: Path,
         view: RunView,
         steps: RunSteps | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.settings: Settings = config.settings
         self.view = view
@@ -157,6 +162,10 @@ class NativeRun:
         write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
         self.ports = RunPorts.pick(self.settings)
         self.dead_quants: set[str] = set()
+        self.context = RunContext(
+            RunDir(self.run_dir), self.run_id, self.settings, warn=view.message,
+            loadgen_port=self.ports.loadgen, cwd=cwd or Path.cwd(), environ=environ,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ the sequence
 
@@ -172,8 +181,9 @@ class NativeRun:
                     lambda progress: self.steps.prepare(toolchain, self.run_dir, progress),
                     account=lambda prepared, _: (prepared.busy_s, None),
                 )  # fmt: skip
-                quants = models.quants(self.settings.model.quants)
+                quants = models.quants()  # the manifest's order: largest file first
                 self._quality(toolchain, models, quants)
+                self._sensitivity(toolchain, models)
                 self._speed(toolchain, models, quants)
                 prometheus = self._prometheus(children)
                 self._serve_and_load(toolchain, models, quants, prometheus)
@@ -255,6 +265,23 @@ class NativeRun:
 
         self.steps.kld(toolchain, models, quants, text, self.run_dir, attempt)
 
+    def _sensitivity(self, toolchain: Toolchain, models: PreparedModels) -> None:
+        """The sensitivity scan from the run's reference (sensitivity.in_run; needs KLD)."""
+        if not (self.settings.sensitivity.in_run and self.settings.quality.kld):
+            return
+        reference = models.reference
+        if reference is None:
+            self.state.skip("sensitivity", None, "no F16, BF16 or F32 file to scan from")
+            return
+        try:
+            text = self.steps.quality_text()
+        except QuantloadError as error:
+            self.state.skip("sensitivity", None, error.one_line())
+            return
+        reference_path = models.path(reference)
+        scan = functools.partial(self.steps.sensitivity, toolchain, reference_path, text, self.run_dir)
+        self._attempt("sensitivity", None, "sensitivity scan", scan, measuring)
+
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         limits = self._attempt(
             "roofline_probe", None, "machine limits probe", lambda _: self.steps.probe(), measuring
@@ -329,7 +356,7 @@ class NativeRun:
         started = self._attempt("serve", quant, f"start llama-server {quant}", lambda _: server.start())
         if isinstance(started, Failed):
             self.state.server(quant, log=log, status="failed_to_start")
-            for name in ("kv", *(EXPERIMENT_STEPS[e][0] for e in planned_experiments(self.settings))):
+            for name in ("kv", *(e.step for e in registry.planned(self.settings))):
                 self.state.fail_unrun(name, quant, "llama-server did not start")
             return started
         self.state.server(quant, url=server.url, log=log, pid=server.pid, status="running")
@@ -352,20 +379,17 @@ class NativeRun:
 
     def _load(self, item: Served, toolchain: Toolchain) -> None:
         """Every planned experiment against one server; a server that dies fails the rest."""
-        kv_types = self.steps.kv_types(toolchain, item, self.run_dir)
-        for experiment in planned_experiments(self.settings):
-            target = item.load_target()  # afresh: an experiment may have restarted the server
-            name, title = EXPERIMENT_STEPS[experiment]
+        # a server running alone is restarted in place for a variant; beside the others, a second one
+        in_place = not self.settings.run.servers_at_once
+        servers = self.steps.server_variants(toolchain, item, self.run_dir, in_place)
+        for experiment in registry.planned(self.settings):
+            target = item.load_target()
+            name, title = experiment.step, experiment.title.format(quant=item.quant)
             if item.quant in self.dead_quants:
                 self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")
                 continue
-            # only a server running alone may be restarted (the mixed experiment's batch sizes)
-            restarts = item.restarts() if not self.settings.run.servers_at_once else None
-            run = functools.partial(
-                self.steps.experiment, experiment, target, self.run_dir, self.run_id, self.ports.loadgen,
-                restarts=restarts, warn=self.view.message, kv_types=kv_types,
-            )  # fmt: skip
-            self._attempt(name, item.quant, title.format(quant=item.quant), run, experiment_account)
+            run = functools.partial(self._experiment, experiment.name, target, servers)
+            self._attempt(name, item.quant, title, run, experiment_account)
             if not item.server.alive():
                 self.dead_quants.add(item.quant)
                 self.state.server(item.quant, status="died", exit_code=item.server.stop())
@@ -373,21 +397,12 @@ class NativeRun:
         if item.quant not in self.dead_quants:
             self.state.server(item.quant, status="ok")
 
+    def _experiment(
+        self, name: str, target: ServedTarget, servers: ServerControl, progress: ProgressCallback
+    ) -> ExperimentRun:
+        return self.steps.experiment(name, target, self.context.with_progress(progress), servers)
+
     def _report(self, prometheus: PrometheusProcess | None) -> ReportPaths | None:
         url = prometheus.url if prometheus is not None else None
         written = self._attempt("report", None, "report", lambda _: self.steps.report(self.run_dir, url))
         return None if isinstance(written, Failed) else written
-
-
-# Each experiment's step in run.json, and its title in the run's view.
-EXPERIMENT_STEPS: dict[Experiment, tuple[str, str]] = {
-    "sweep": ("load", "load sweep {quant}"),
-    "prefix_cache": ("prefix_cache", "prompt cache {quant}"),
-    "open_loop": ("open_loop", "open loop {quant}"),
-    "kv_types": ("kv_types", "KV-cache types {quant}"),
-    "sessions": ("sessions", "multi-turn sessions {quant}"),
-    "trace": ("trace", "trace replay {quant}"),
-    "mixed": ("mixed", "mixed traffic {quant}"),
-    "limit_users": ("limit_users", "limit search, users {quant}"),
-    "limit_rate": ("limit_rate", "limit search, rate {quant}"),
-}

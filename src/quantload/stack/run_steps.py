@@ -2,14 +2,13 @@
 
 `RunSteps` turns the run's settings into the arguments of each named step (quantload.steps) and
 of each child the run starts (llama-server, the exporter, Prometheus), with run-directory file
-names filled in. Tests of the orchestrator subclass it with fakes.
+names filled in, and hands out the control of each started server's variants (other flags, for
+the experiments that vary them). Tests of the orchestrator subclass it with fakes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,26 +16,34 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
-from quantload.errors import QuantloadError, ServerError
+from quantload.experiments.base import ExperimentRun, ServerControl
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck
+from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
-from quantload.load.experiments import ServerRestarts, log_warning
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
 from quantload.quality.kld_results import KldSet
 from quantload.quality.results import QualityResult
+from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
+from quantload.run_context import RunContext
 from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
 from quantload.served import ServedTarget
-from quantload.steps.load import Experiment, ExperimentRun, KvTypesRun, run_experiment
-from quantload.steps.prepare import PreparedModels, prepare_model_files, prepared_folder
+from quantload.stack.server_variants import ServerVariants
+from quantload.steps.load import run_experiment
+from quantload.steps.prepare import (
+    PreparedModels,
+    prepare_model_files,
+    prepared_folder,
+    scored_text_on_disk,
+)
 from quantload.steps.quality import measure_file_quality, quality_text
 from quantload.steps.report import write_report
-from quantload.steps.serve import cache_type_spec, check_cache_type_kv, check_kv, server_spec
+from quantload.steps.serve import check_kv, server_spec
 from quantload.steps.speed import measure_file_speed, probe
 
 SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
@@ -54,10 +61,13 @@ class RunSteps:
         return ensure_toolchain(self.settings.toolchain, self.environ, progress)
 
     def prepare(self, toolchain: Toolchain, run_dir: Path, progress: ProgressCallback) -> PreparedModels:
-        source = self.settings.model.source
+        prepare = self.settings.prepare
+        # the user's own files stay where they are: their manifest is the run's
+        folder = run_dir if prepare.files else prepared_folder(self.cache, self.settings.model.source)
         return prepare_model_files(
             self.settings.model, self.settings.toolchain, toolchain, self.cache, self.environ,
-            prepared_folder(self.cache, source), progress, run_dir=run_dir,
+            folder, progress, run_dir=run_dir, prepare=prepare,
+            scored_text=scored_text_on_disk(self.settings.quality, self.cache),
         )  # fmt: skip
 
     def quality_text(self) -> Path:
@@ -79,6 +89,15 @@ class RunSteps:
         return measure_manifest_kld(
             toolchain, models.manifest, quants, text, self.cache, self.settings.quality,
             run_dir / QUALITY_JSON, attempt, run_dir / LOGS_DIR,
+        )  # fmt: skip
+
+    def sensitivity(
+        self, toolchain: Toolchain, reference: Path, text: Path, run_dir: Path, progress: ProgressCallback
+    ) -> SensitivityFile:
+        settings = self.settings
+        return scan_sensitivity(
+            toolchain, reference, text, self.cache, settings.quality, settings.sensitivity,
+            settings.report.max_kld_mean_nats, quant_types(toolchain), run_dir, progress, run_dir / LOGS_DIR,
         )  # fmt: skip
 
     def probe(self) -> MachineLimits:
@@ -111,25 +130,6 @@ class RunSteps:
     def check_kv(self, toolchain: Toolchain, server: LlamaServer, quant: str, run_dir: Path) -> KvCheck:
         return check_kv(server, quant, run_dir / KV_JSON, toolchain.version_record())
 
-    def cache_type_server(
-        self, toolchain: Toolchain, served: Served, cache_type: str, run_dir: Path
-    ) -> LlamaServer:
-        """A server of `served`'s file with `cache_type` K and V caches (the kv_types experiment)."""
-        spec = cache_type_spec(served.server.spec, cache_type)
-        log_path = run_dir / LOGS_DIR / f"llama-server-{served.quant}-kv-{cache_type}.log"
-        return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
-
-    def check_cache_type_kv(self, server: LlamaServer, quant: str, cache_type: str, run_dir: Path) -> KvCheck:
-        return check_cache_type_kv(server, quant, cache_type, run_dir / KV_JSON)
-
-    def kv_types(self, toolchain: Toolchain, served: Served, run_dir: Path) -> KvTypesRun:
-        """The kv_types experiment's inputs for one served quantization."""
-        return KvTypesRun(
-            servers=CacheTypeServing(self, toolchain, served, run_dir),
-            cache_types=tuple(self.settings.quality.kld_cache_types),
-            settings=self.settings.kv_types,
-        )
-
     def exporter(self, port: int) -> ExporterHandle:
         observe = self.settings.observe
         return start_exporter(
@@ -137,16 +137,15 @@ class RunSteps:
         )
 
     def experiment(
-        self, experiment: Experiment, target: ServedTarget, run_dir: Path, run_id: str, loadgen_port: int,
-        progress: ProgressCallback, restarts: ServerRestarts | None = None,
-        warn: Callable[[str], None] = log_warning, kv_types: KvTypesRun | None = None,
-    ) -> ExperimentRun:  # fmt: skip
-        load = self.settings.load.model_copy(update={"metrics_port": loadgen_port})
-        settings = self.settings.model_copy(update={"load": load})
-        return run_experiment(
-            experiment, target, settings, run_dir, run_id, progress, restarts=restarts, warn=warn,
-            kv_types=kv_types,
-        )  # fmt: skip
+        self, experiment: str, target: ServedTarget, context: RunContext, servers: ServerControl | None
+    ) -> ExperimentRun:
+        return run_experiment(experiment, target, context, servers)
+
+    def server_variants(
+        self, toolchain: Toolchain, served: Served, run_dir: Path, in_place: bool
+    ) -> ServerControl:
+        """Variants of `served`'s server with other flags (restarted in place when it runs alone)."""
+        return ServerVariants(served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place)
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
         return write_report(run_dir, self.settings, prometheus_url)
@@ -170,66 +169,3 @@ class Served:
 
     def exporter_target(self) -> ExporterTarget:
         return ExporterTarget.of(self.load_target(), log_path=self.server.log_path)
-
-    def restarts(self) -> ServerRestarts:
-        """Restarts of this server with extra flags, on its port, under its names."""
-        return ServerRestart(self)
-
-
-class ServerRestart:
-    """Stops a served llama-server and starts it again with flags added to its spec's own.
-
-    The same process handle is reused (so whoever stops it at the end stops the new process), on
-    the same port (so the exporter's target stays valid), logging to the same file.
-    """
-
-    def __init__(self, served: Served) -> None:
-        self.served = served
-        self.base_args: tuple[str, ...] | None = None  # the spec's own flags, read at the first restart
-
-    def restart(self, extra_args: Sequence[str]) -> ServedTarget:
-        server = self.served.server
-        if self.base_args is None:
-            self.base_args = tuple(server.spec.extra_args)
-        port = server.port
-        server.stop()
-        server.spec = dataclasses.replace(server.spec, port=port, extra_args=(*self.base_args, *extra_args))
-        server.start()
-        if server.port != port:  # the port was taken meanwhile: the exporter's target is stale now
-            raise ServerError(
-                f"llama-server restarted on port {server.port}, not {port} (the port was taken)",
-                "the exporter watches the old address; rerun the mixed experiment",
-            )
-        return self.served.load_target()
-
-
-class CacheTypeServing:
-    """`CacheTypeServers` for one served quantization: its own server for the cache type it serves
-    (K and V alike), else a llama-server of the same file started for the stage, KV-checked into
-    kv.json's `cache_types` and stopped afterwards."""
-
-    def __init__(self, steps: RunSteps, toolchain: Toolchain, served: Served, run_dir: Path) -> None:
-        self.steps = steps
-        self.toolchain = toolchain
-        self.served = served
-        self.run_dir = run_dir
-
-    @contextlib.contextmanager
-    def serve(self, cache_type: str) -> Iterator[ServedTarget]:
-        spec = self.served.server.spec
-        if spec.cache_type_k == spec.cache_type_v == cache_type:
-            yield self.served.load_target()
-            return
-        server = self.steps.cache_type_server(self.toolchain, self.served, cache_type, self.run_dir)
-        try:
-            server.start()
-            # a failed check is filed in kv.json as this type's error; the decode stage still measures
-            with contextlib.suppress(QuantloadError):
-                self.steps.check_cache_type_kv(server, self.served.quant, cache_type, self.run_dir)
-            key = spec.api_key
-            yield ServedTarget(
-                name=f"{self.served.name}-kv-{cache_type}", quant=self.served.quant,
-                model=self.served.model, url=server.url, api_key=SecretStr(key) if key else None,
-            )  # fmt: skip
-        finally:
-            server.stop()

@@ -8,10 +8,9 @@ from pathlib import Path
 from quantload.config import ServerSettings
 from quantload.errors import QuantloadError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, predict_kv
-from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_cache_type, merge_kv_file
+from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_file
 from quantload.llamacpp.kld import needs_flash_attention
 from quantload.llamacpp.server import LlamaServer, ServerSpec
-from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.gguf_meta import read_gguf
 
 
@@ -33,11 +32,6 @@ def cache_type_spec(spec: ServerSpec, cache_type: str) -> ServerSpec:
     return dataclasses.replace(
         spec, cache_type_k=cache_type, cache_type_v=cache_type, port=0, extra_args=extra
     )
-
-
-def serve(toolchain: Toolchain, spec: ServerSpec, log_path: Path, startup_timeout_s: float) -> LlamaServer:
-    """A started llama-server answering /health; ServerError when it does not come up."""
-    return LlamaServer(toolchain, spec, log_path, startup_timeout_s).start()
 
 
 def kv_prediction(spec: ServerSpec) -> KvPrediction:
@@ -67,15 +61,4 @@ def check_kv(
         raise
     if out is not None:
         merge_kv_file(out, label, check, llama_cpp)
-    return check
-
-
-def check_cache_type_kv(server: LlamaServer, label: str, cache_type: str, out: Path) -> KvCheck:
-    """`check_kv` for a server of the kv_types experiment: filed under kv.json's `cache_types`."""
-    try:
-        check = kv_check_from_log(kv_prediction(server.spec), server.log_text(), server.log_path)
-    except QuantloadError as error:
-        merge_kv_cache_type(out, label, cache_type, error.one_line())
-        raise
-    merge_kv_cache_type(out, label, cache_type, check)
     return check

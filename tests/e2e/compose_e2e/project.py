@@ -30,6 +30,8 @@ class Compose:
     environ: dict[str, str]  # DOCKER_HOST of the engine, without the developer's QL_/COMPOSE_ settings
     client: object  # Docker SDK client of the same engine
     files: Sequence[Path] = field(default_factory=lambda: (BASE_FILE, OVERRIDE_FILE))
+    # the whole output of every one-shot job (`run`), kept whatever its end: {label: text}
+    job_outputs: dict[str, str] = field(default_factory=dict)
 
     def argv(self, *args: str) -> list[str]:
         command = ["docker-compose", "--project-name", self.project, "--env-file", str(self.env_file)]
@@ -49,6 +51,7 @@ class Compose:
         """Run one docker-compose command; on failure or timeout, StackFailure with the logs of
         `services` (or of every service in trouble)."""
         environ = {**self.environ, **(env or {})}
+        label = job_label(args) if args and args[0] == "run" else None
         try:
             result = subprocess.run(
                 self.argv(*args), cwd=REPO, env=environ, input=input_bytes, capture_output=True,
@@ -56,6 +59,8 @@ class Compose:
             )  # fmt: skip
         except subprocess.TimeoutExpired as expired:
             output = _text(expired.stdout) + _text(expired.stderr)
+            if label is not None:
+                self.keep_job_output(label, output + f"\n[timed out after {timeout_s:.0f} s]")
             raise StackFailure(
                 self.explain(
                     f"docker-compose {' '.join(args)} did not finish within {timeout_s:.0f} s",
@@ -63,6 +68,10 @@ class Compose:
                     services,
                 )
             ) from None
+        if label is not None and "tar" not in args:  # a tar stream is data, not a log
+            self.keep_job_output(
+                label, _text(result.stdout) + _text(result.stderr) + f"\n[exit {result.returncode}]"
+            )
         if check and result.returncode != 0:
             output = _text(result.stdout) + _text(result.stderr)
             raise StackFailure(
@@ -71,6 +80,19 @@ class Compose:
                 )
             )
         return result
+
+    def keep_job_output(self, label: str, text: str) -> None:
+        """Keep one job's whole output (a second run of the same job gets a numbered label)."""
+        taken = sum(1 for name in self.job_outputs if name == label or name.startswith(f"{label} #"))
+        self.job_outputs[label if not taken else f"{label} #{taken + 1}"] = text
+
+    def all_logs(self, service: str) -> str:
+        """The whole `docker-compose logs` of a service (e.g. the prepare job's container)."""
+        result = subprocess.run(
+            self.argv("logs", "--no-color", "--timestamps", service),
+            cwd=REPO, env=self.environ, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return (result.stdout + result.stderr).strip()
 
     def states(self) -> list[ContainerState]:
         return [state for state, _ in project_containers(self.client, self.project)]
@@ -123,6 +145,19 @@ class Compose:
                     "", concerned,
                 ))  # fmt: skip
             time.sleep(1.0)
+
+
+VALUED_RUN_OPTIONS = frozenset({"-e", "--env", "-u", "--user", "-w", "--workdir", "--name", "--entrypoint", "-v"})
+
+
+def job_label(args: Sequence[str]) -> str:
+    """The service a `run ...` command runs (and its command when one is given), e.g. 'load'."""
+    rest = list(args[1:])
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option in VALUED_RUN_OPTIONS and rest:
+            rest.pop(0)
+    return " ".join(rest[:2]) if rest else "run"
 
 
 def _text(data: bytes | str | None) -> str:

@@ -35,9 +35,12 @@ def test_serves_until_sigterm(fake_servers: Callable[[], FakeLlamaServer]) -> No
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
-        line = process.stderr.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+", line)
-        assert match, line
+        lines = [process.stderr.readline() for _ in range(2)]  # the GPU telemetry line, then this
+        serving = [line for line in lines if line.startswith("exporter serving")]
+        assert serving, lines
+        assert "GPU telemetry" in lines[0]  # said once, whether a GPU is there or not
+        match = re.search(r"http://127\.0\.0\.1:\d+", serving[0])
+        assert match, serving
         body = httpx.get(f"{match[0]}/metrics", timeout=10).text
         # quant and model were not given: learnt from the fake server's /props
         assert 'quantload_target_up{model="tiny",quant="Q8_0",server="tiny"} 1.0' in body

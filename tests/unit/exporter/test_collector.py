@@ -55,6 +55,19 @@ def test_server_metrics_are_renamed_and_labelled(fake_servers: MakeFake, registr
     assert "/props" not in fake.reads  # labels were configured: no discovery
 
 
+def test_the_model_size_is_read_once_from_v1_models(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+    sized, unsized = fake_servers(), fake_servers()
+    sized.model_size_bytes = 38_547_392
+    registry, _ = registry_for([_target(sized.url)])
+    for _ in range(3):
+        assert Scrape(registry)("quantload_target_model_bytes", Q8) == 38_547_392
+    assert sized.reads["/v1/models"] == 1  # known after the first scrape
+    other, _ = registry_for([_target(unsized.url)])
+    for _ in range(2):
+        assert Scrape(other)("quantload_target_model_bytes", Q8) is None  # a 404: no gauge, asked once
+    assert unsized.reads["/v1/models"] == 1
+
+
 def test_slot_usage_and_kv_ratio_from_slots(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     fake = fake_servers()
     fake.slots = slots_payload(n_slots=8, busy=3, tokens=1000, n_ctx=4096)
@@ -264,3 +277,23 @@ def test_retargeting_swaps_the_servers_read(
     assert sum(first.reads.values()) > reads_of_a
     collector.set_targets([])
     assert Scrape(registry)("quantload_target_up", q4) is None
+
+
+def test_a_server_loading_its_model_is_down_and_counted_but_no_warning(
+    fake_servers: MakeFake, registry_for: MakeRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A planned restart (kv_types, mixed) answers 503 "Loading model" for a while: the series say
+    so, the console does not (INFO, not WARNING: a run that ends ok prints no exporter lines)."""
+    fake = fake_servers()
+    fake.mode = "loading"
+    registry, _ = registry_for([_target(fake.url)])
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 0
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "http_status"}) == 1
+    assert caplog.records and all(record.levelno == logging.INFO for record in caplog.records)
+    assert any("loading its model" in record.getMessage() for record in caplog.records)
+    fake.mode = "http500"
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        Scrape(registry)
+    assert any(record.levelno == logging.WARNING for record in caplog.records)

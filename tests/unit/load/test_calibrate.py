@@ -23,10 +23,10 @@ from quantload.load.calibrate import (
     CalibrationError,
     CountResult,
     RemoteFake,
-    calibrate,
     calibration_script,
     count_result,
     requests_for,
+    run_calibration,
     trusted_streams,
     write_calibration,
 )
@@ -105,7 +105,7 @@ def test_requests_cover_the_time_asked_with_a_floor() -> None:
 def test_calibrate_against_the_fake_writes_a_linkable_result(tmp_path: Path) -> None:
     settings = CalibrateSettings(streams=(4, 16), seconds_per_count=0.5, max_error_p99_s=10.0)
     seen: list[tuple[float, float | None]] = []
-    result = calibrate(settings, LoadSettings(workers=0), lambda d, t, n="": seen.append((d, t)))
+    result = run_calibration(settings, LoadSettings(workers=0), lambda d, t, n="": seen.append((d, t)))
     assert [c.streams for c in result.counts] == [4, 16]
     for found in result.counts:
         assert found.requests >= MIN_REQUESTS and found.ok == found.requests
@@ -163,7 +163,7 @@ def test_calibrate_drives_a_fake_another_host_serves(tmp_path: Path) -> None:
     settings = CalibrateSettings(streams=(4,), seconds_per_count=0.3, max_error_p99_s=10.0)
     with FakeServerProcess(calibration_script(settings)) as fake:
         remote = settings.model_copy(update={"fake_url": fake.url})
-        result = calibrate(remote, LoadSettings(workers=0))
+        result = run_calibration(remote, LoadSettings(workers=0))
         served = fake.stats()["requests"]
     assert result.fake_url == fake.url
     (found,) = result.counts

@@ -5,24 +5,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from quantload.config import KvTypeSettings, LoadSettings, load_config
+from load_api import context
+from quantload.config import LoadSettings, load_config
 from quantload.errors import ConfigError, ServerError
+from quantload.experiments import kv_types, registry
+from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.experiments.kv_types import decode_requests, kv_type_plan
 from quantload.llamacpp.server import ServerSpec
 from quantload.load.fakeserver import FakeScript, FakeServer
-from quantload.load.kv_types import kv_type_plan, run_kv_types, short_prompts
-from quantload.load.prompts import Prompt, load_builtin
+from quantload.load.prompts import load_builtin
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError
 from quantload.served import ServedTarget
-from quantload.steps.load import check_experiments, planned_experiments, run_experiment
+from quantload.stack.server_variants import variant_spec
+from quantload.steps.load import run_experiment
 from quantload.steps.serve import cache_type_spec
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
+SCRIPT = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=True)
 
 
 def load_settings(**changes: object) -> LoadSettings:
@@ -34,68 +40,74 @@ def load_settings(**changes: object) -> LoadSettings:
     return LoadSettings.model_validate(base)
 
 
-def test_the_plan_is_one_decode_heavy_stage_naming_its_cache_type() -> None:
-    kv = KvTypeSettings(users=8, requests=5, max_tokens=64, prompt_max_tokens=20)
-    prompts = short_prompts(load_settings(), kv)
-    assert len(prompts) == 5 and all(p.tokens <= 20 for p in prompts)
-    plan = kv_type_plan(load_settings(), kv, TARGET, prompts, "run", "kv_types-x", "q4_0")
+def test_the_plan_is_one_decode_heavy_stage_naming_its_cache_type(tmp_path: Path) -> None:
+    run = context(tmp_path, load_settings(), kv_types={"users": 8, "requests": 5, "max_tokens": 64,
+                                                       "prompt_max_tokens": 20})  # fmt: skip
+    drawn = decode_requests(run.settings, tmp_path)
+    assert len(drawn.requests) == 5 and all(len(drawn.texts[r.prompt_id].split()) <= 20 for r in drawn.requests)
+    plan = kv_type_plan(run.settings, TARGET, drawn, "run", "kv_types-x", "q4_0")
     (stage,) = plan.stages
     assert (stage.experiment, stage.users, stage.kv_cache_type, stage.cache_prompt) == ("kv_types", 8, "q4_0", False)
-    assert [r.prompt_id for r in stage.requests] == [p.id for p in prompts]
-    assert len(stage.warmup) == 1
-    assert (plan.params.max_tokens, plan.params.ignore_eos) == (64, True)  # not the sweep's max_tokens
+    assert [r.prompt_id for r in stage.requests] == [r.prompt_id for r in drawn.requests]
+    assert len(stage.warmup) == 1 and stage.arrival == "closed"
+    assert stage.ignore_eos is True and {r.max_tokens for r in stage.requests} == {64}  # not the sweep's 99
     line = plan.stage_event(stage, "stage_start", 1.0)
     assert line.kv_cache_type == "q4_0" and "q4_0" in (line.server_state or "")
 
 
 def test_short_prompts_cycle_when_too_few_are_short_and_name_the_key_when_none_are(tmp_path: Path) -> None:
     shortest = min(p.tokens for p in load_builtin())
-    few = short_prompts(load_settings(), KvTypeSettings(requests=7, prompt_max_tokens=shortest))
-    assert len(few) == 7 and len({p.id for p in few}) < 7
+    few = decode_requests(context(tmp_path, kv_types={"requests": 7, "prompt_max_tokens": shortest}).settings,
+                          tmp_path)  # fmt: skip
+    assert len(few.requests) == 7 and len({r.prompt_id for r in few.requests}) < 7
     long_only = tmp_path / "long.jsonl"
     long_only.write_text('{"prompt": "%s"}\n' % ("word " * 200), encoding="utf-8")
+    settings = context(tmp_path, load_settings(prompts=str(long_only)), kv_types={"prompt_max_tokens": 10})
     with pytest.raises(ConfigError) as caught:
-        short_prompts(load_settings(prompts=str(long_only)), KvTypeSettings(prompt_max_tokens=10))
+        decode_requests(settings.settings, tmp_path)
     assert caught.value.hint == "raise kv_types.prompt_max_tokens"
 
 
 def test_run_plans_kv_types_last_only_with_two_cache_types_and_requests(tmp_path: Path) -> None:
     def planned(**flags: object) -> list[str]:
-        return list(planned_experiments(load_config(tmp_path, {}, flags).settings))
+        return [e.name for e in registry.planned(load_config(tmp_path, {}, flags).settings)]
 
     assert planned()[-1] == "kv_types"
     assert "kv_types" not in planned(**{"quality.kld_cache_types": ["f16"]})
     assert "kv_types" not in planned(**{"kv_types.requests": 0})
-    with pytest.raises(ConfigError, match="one per KV-cache type"):
-        check_experiments(["kv_types"])  # `quantload load` cannot serve other cache types
     with pytest.raises(ConfigError, match="starts llama-servers of its own"):
-        run_experiment("kv_types", TARGET, load_config(tmp_path, {}).settings, tmp_path, "r")
+        registry.against_any_server(["kv_types"])  # `quantload load` cannot serve other cache types
+    with pytest.raises(ConfigError, match="starts llama-servers of its own"):
+        run_experiment("kv_types", TARGET, context(tmp_path))
 
 
-class FakeCacheTypes:
-    """A fake server per cache type; `missing` types raise as a llama-server that would not start."""
+class FakeVariants:
+    """A fake server per cache-type variant; `missing` types raise as a llama-server that would not start."""
 
     def __init__(self, missing: tuple[str, ...] = ()) -> None:
         self.missing = missing
         self.served: list[str] = []
 
     @contextlib.contextmanager
-    def serve(self, cache_type: str) -> Iterator[ServedTarget]:
-        if cache_type in self.missing:
-            raise ServerError(f"llama-server with a {cache_type} cache did not become ready")
-        script = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=True)
-        with FakeServer(script) as fake:
-            self.served.append(cache_type)
-            yield ServedTarget(name=f"llama-q8_0-kv-{cache_type}", quant="Q8_0", model="m", url=fake.url)
+    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
+        if flags.cache_type in self.missing:
+            raise ServerError(f"llama-server with a {flags.cache_type} cache did not become ready")
+        with FakeServer(SCRIPT) as fake:
+            self.served.append(str(flags.cache_type))
+            target = ServedTarget(name=f"llama-q8_0-{flags.label}", quant="Q8_0", model="m", url=fake.url)
+            yield ServedVariant(target, flags, None, "the fake logs no KV line")
 
 
 @pytest.mark.slow
 def test_every_cache_type_gets_its_stage_and_a_missing_server_fails_after_the_others(tmp_path: Path) -> None:
-    servers = FakeCacheTypes(missing=("q4_0",))
-    kv = KvTypeSettings(users=2, requests=4, max_tokens=6)
-    with pytest.raises(LoadError, match=r"measured 2 of 3 KV-cache types; q4_0: llama-server with a q4_0"):
-        run_kv_types(servers, ("f16", "q4_0", "q8_0"), load_settings(), kv, tmp_path, "run-1")
-    assert servers.served == ["f16", "q8_0"]
+    servers = FakeVariants(missing=("q4_0",))
+    run = context(tmp_path, load_settings(), kv_types={"users": 2, "requests": 4, "max_tokens": 6},
+                  quality={"kld_cache_types": ["f16", "q4_0", "q8_0"]})  # fmt: skip
+    with FakeServer(SCRIPT) as own:  # the quantization's own server serves its own cache type, f16
+        target = TARGET.model_copy(update={"url": own.url})
+        with pytest.raises(LoadError, match=r"measured 2 of 3 KV-cache types; q4_0: llama-server with a q4_0"):
+            kv_types.run(ExperimentContext(run, target, servers))
+    assert servers.served == ["q8_0"]
     ends = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
     assert [(e.kv_cache_type, e.status, e.requests_done, e.stage_users) for e in ends] == [
         ("f16", "ok", 4, 2), ("q8_0", "ok", 4, 2),
@@ -103,14 +115,20 @@ def test_every_cache_type_gets_its_stage_and_a_missing_server_fails_after_the_ot
     measured = [r for r in iter_records(tmp_path / "records.jsonl") if not r.warmup]
     assert len(measured) == 8 and all(r.experiment == "kv_types" and r.ok for r in measured)
     assert all((r.max_tokens, r.ignore_eos, r.cache_prompt) == (6, True, False) for r in measured)
-    assert {r.server for r in measured} == {"llama-q8_0-kv-f16", "llama-q8_0-kv-q8_0"}
+    assert {r.server for r in measured} == {"llama-q8_0", "llama-q8_0-kv-q8_0"}
+    kv = json.loads((tmp_path / "kv.json").read_text())
+    assert kv["cache_types"]["Q8_0"]["q8_0"]["error"] == "the fake logs no KV line"
 
 
-def test_no_requests_means_no_stage(tmp_path: Path) -> None:
-    prompts: list[Prompt] = []
-    assert run_kv_types(FakeCacheTypes(), ("f16", "q8_0"), load_settings(), KvTypeSettings(requests=0),
-                        tmp_path, "run") == [] == prompts  # fmt: skip
-    assert not (tmp_path / "stages.jsonl").exists()
+def test_a_variant_is_the_servers_spec_with_the_flags_applied() -> None:
+    spec = ServerSpec(model_path=Path("m.gguf"), alias="m-Q8_0", port=8080, extra_args=("-t", "2"))
+    flags = ServerFlags(slots=2, ctx_per_slot=1024, cache_type="q8_0", extra_args=("-nocb",))
+    made = variant_spec(spec, flags)
+    assert (made.slots, made.ctx_per_slot, made.cache_type_k, made.cache_type_v, made.port) == (
+        2, 1024, "q8_0", "q8_0", 8080,
+    )  # fmt: skip
+    assert made.extra_args == ("-t", "2", "-fa", "on", "-nocb")
+    assert variant_spec(spec, ServerFlags()) == spec
 
 
 def test_a_cache_type_server_is_the_same_spec_with_its_types_and_flash_attention_where_needed() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from load_api import settings_context
 from quantload.config import LimitSettings, LoadSettings, ReportSettings, Settings
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.load.limit_file import read_limits
@@ -40,7 +41,7 @@ def search_settings(**limit: object) -> Settings:
 def test_the_search_finds_the_scripted_number_of_streams(tmp_path: Path) -> None:
     with FakeServerProcess(CAPACITY) as fake:
         target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
-        done = run_experiment("limit_users", target, search_settings(), tmp_path, "search")
+        done = run_experiment("limit_users", target, settings_context(tmp_path, search_settings(), "search"))
     assert done.limit is not None and done.problem is None
     assert done.limit.limit == 3.0 and done.limit.confirmed and done.limit.ending == "found"
     assert done.limit.lowest_broken == 4.0
@@ -55,7 +56,8 @@ def test_the_search_finds_the_scripted_number_of_streams(tmp_path: Path) -> None
 def test_the_time_cap_ends_a_search_early(tmp_path: Path) -> None:
     with FakeServerProcess(CAPACITY) as fake:
         target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
-        done = run_experiment("limit_users", target, search_settings(time_cap_s=1.0), tmp_path, "capped")
+        capped = settings_context(tmp_path, search_settings(time_cap_s=1.0), "capped")
+        done = run_experiment("limit_users", target, capped)
     assert done.limit is not None and done.limit.ending == "capped" and len(done.limit.trials) == 1
     assert "time cap" in done.limit.sentence
 
@@ -69,7 +71,7 @@ def test_the_rate_search_finds_the_scripted_rate_limit(tmp_path: Path) -> None:
                                rate_resolution=0.2)  # fmt: skip
     with FakeServerProcess(script) as fake:
         target = ServedTarget(name="fake", quant="Q8_0", model="m", url=fake.url)
-        done = run_experiment("limit_rate", target, settings, tmp_path, "rate")
+        done = run_experiment("limit_rate", target, settings_context(tmp_path, settings, "rate"))
     found = done.limit
     assert found is not None and found.kind == "rate_rps" and found.limit is not None
     # above 8 req/s the queue grows for the whole trial; at or below it TTFT stays near 10 ms

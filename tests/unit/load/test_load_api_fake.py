@@ -17,12 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from load_api import context, run_open_loop, run_sweep, sweep_of
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import free_port
-from quantload.load.experiments import run_open_loop, run_sweep
 from quantload.load.fakeserver import FakeScript, FakeServer
-from quantload.load.plan import sweep_plan
 from quantload.load.processes import LoadProcess
 from quantload.load.prompts import Prompt
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
@@ -97,8 +96,8 @@ def test_sweep_records_every_request_and_fault(fake: FakeServer, tmp_path: Path)
         ("stage_start", 1, "ok"), ("stage_end", 1, "ok"), ("stage_start", 2, "ok"), ("stage_end", 2, "ok"),
     ]  # fmt: skip
     assert all(e.requests_planned == 6 for e in events)
-    assert [s.requests_ok for s in summaries] == [2, 2]
-    assert [s.goodput_requests for s in summaries] == [2, 2]
+    assert [s.ok for s in summaries] == [2, 2]
+    assert [s.good for s in summaries] == [2, 2]
     assert summaries[0].errors == {
         "http_5xx": 1,
         "stream_cut": 1,
@@ -179,9 +178,9 @@ class CrashingProcess:
 
 
 def test_a_load_process_that_dies_leaves_aborted_stages(fake: FakeServer, tmp_path: Path) -> None:
-    plan = sweep_plan(settings(), served("fake", "F16", fake.url), PROMPTS, "run-7", "inv")
+    plan = sweep_of(settings(), served("fake", "F16", fake.url), PROMPTS, "run-7", "inv")
     with pytest.raises(LoadError, match="exit code 3"):
-        run_plan(plan, settings(), tmp_path, layout=CrashingProcess())
+        run_plan(plan, context(tmp_path, settings()), layout=CrashingProcess())
     ends = [e for e in stages_of(tmp_path) if e.event == "stage_end"]
     assert [e.status for e in ends] == ["aborted", "aborted"]
     assert all("exit code 3" in (e.reason or "") for e in ends)
@@ -195,7 +194,7 @@ def test_cli_load_headless(fake: FakeServer, tmp_path: Path) -> None:
     ])  # fmt: skip
     assert code == 0
     summary = json.loads((tmp_path / "load-summary.json").read_text())
-    assert [(s["users"], s["status"], s["requests_ok"]) for s in summary] == [(1, "ok", 3), (2, "ok", 3)]
+    assert [(s["users"], s["status"], s["ok"]) for s in summary] == [(1, "ok", 3), (2, "ok", 3)]
     assert {r.run_id for r in records_of(tmp_path)} == {"cli-run"}
 
 

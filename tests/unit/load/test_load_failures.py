@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from load_api import context, sweep_of
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError
 from quantload.load.client import Endpoint, EndpointError
 from quantload.load.fakeserver import FakeScript, FakeServer
-from quantload.load.plan import LoadPlan, sweep_plan
+from quantload.load.plan import LoadPlan
 from quantload.load.processes import LoadProcess, LocustProcesses
 from quantload.load.prompts import Prompt
 from quantload.load.records import StageEvent, iter_records, iter_stage_events
@@ -90,13 +91,13 @@ def test_quantload_load_refuses_a_bad_url_before_any_process_starts(url: str, tm
 def test_an_exception_in_the_load_process_ends_the_stage_at_once_with_its_cause(
     fake: FakeServer, tmp_path: Path
 ) -> None:
-    plan = sweep_plan(settings(), ServedTarget(name="fake", url=fake.url), PROMPTS, "run", "inv")
+    plan = sweep_of(settings(), ServedTarget(name="fake", url=fake.url), PROMPTS, "run", "inv")
     # A request body the client cannot write (orjson refuses integers beyond 64 bits): the
     # exception is raised inside the Locust process, in the user's greenlet.
     params = plan.params.model_copy(update={"extra_body": {"n_probs": 2**70}})
     broken = plan.model_copy(update={"params": params})
     started = time.monotonic()
-    summaries = run_plan(broken, settings(), tmp_path)
+    summaries = run_plan(broken, context(tmp_path, settings())).summaries
     took_s = time.monotonic() - started
     assert took_s < STAGE_TIMEOUT_S / 3, f"the stage waited {took_s:.0f} s"
     assert [s.status for s in summaries] == ["failed"]
@@ -120,13 +121,13 @@ class _WithArgs:
 
 
 def test_a_load_process_that_cannot_read_its_plan_says_why(fake: FakeServer, tmp_path: Path) -> None:
-    plan = sweep_plan(settings(), ServedTarget(name="fake", url=fake.url), PROMPTS, "run", "inv")
+    plan = sweep_of(settings(), ServedTarget(name="fake", url=fake.url), PROMPTS, "run", "inv")
     broken_plan = tmp_path / "broken-plan.json"
     broken_plan.write_text('{"run_id": "run"}')
     layout = _WithArgs(0, "local", ("--plan", str(broken_plan)))  # the last --plan wins
     started = time.monotonic()
     with pytest.raises(LoadError) as failed:
-        run_plan(plan, settings(), tmp_path, layout=layout)
+        run_plan(plan, context(tmp_path, settings()), layout=layout)
     assert time.monotonic() - started < STAGE_TIMEOUT_S / 3
     message = failed.value.one_line()
     assert "ValidationError" in message and "locust-inv-local.log" in message, message
@@ -135,11 +136,11 @@ def test_a_load_process_that_cannot_read_its_plan_says_why(fake: FakeServer, tmp
 
 
 def test_a_worker_that_dies_ends_the_load_at_once(fake: FakeServer, tmp_path: Path) -> None:
-    plan = sweep_plan(settings(), ServedTarget(name="fake", url=fake.url), PROMPTS, "run", "inv")
+    plan = sweep_of(settings(), ServedTarget(name="fake", url=fake.url), PROMPTS, "run", "inv")
     layout = _WithArgs(1, "worker", ("--metrics-port", "not-a-port"))
     started = time.monotonic()
     with pytest.raises(LoadError) as failed:
-        run_plan(plan, settings(workers=1), tmp_path, layout=layout)
+        run_plan(plan, context(tmp_path, settings(workers=1)), layout=layout)
     took_s = time.monotonic() - started
     assert took_s < 40, f"took {took_s:.0f} s (the master waits 60 s for its workers)"
     assert "(worker)" in failed.value.one_line() and "not-a-port" in failed.value.one_line()
@@ -166,9 +167,9 @@ def test_a_taken_metrics_port_is_said_on_the_console(fake: FakeServer, tmp_path:
 
 
 def test_the_plan_target_is_checked_before_any_process(tmp_path: Path) -> None:
-    plan = sweep_plan(settings(), ServedTarget(name="s", url="http://127.0.0.1:8080"), PROMPTS, "run", "inv")
+    plan = sweep_of(settings(), ServedTarget(name="s", url="http://127.0.0.1:8080"), PROMPTS, "run", "inv")
     target = ServedTarget.model_construct(name="s", quant="", model="", url="http://127.0.0.1:99999")
     broken = LoadPlan.model_construct(**{**dict(plan), "target": target})
     with pytest.raises(LoadError, match="99999"):
-        run_plan(broken, settings(), tmp_path)
+        run_plan(broken, context(tmp_path, settings()))
     assert not (tmp_path / "logs").exists()

@@ -8,16 +8,11 @@ import statistics
 
 import pytest
 
+from load_api import open_loop_of, sweep_of
 from quantload.config import LoadSettings
+from quantload.experiments.prefix_cache import SYSTEM_PROMPT_ID, prefix_cache_plan
 from quantload.load.client_health import ClientHealth
-from quantload.load.plan import (
-    SYSTEM_PROMPT_ID,
-    LoadPlan,
-    open_loop_plan,
-    poisson_offsets,
-    prefix_cache_plan,
-    sweep_plan,
-)
+from quantload.load.plan import LoadPlan, poisson_offsets
 from quantload.load.prompts import WARMUP_PROMPT_ID, Prompt
 from quantload.load.tickets import (
     StageTracker,
@@ -25,6 +20,7 @@ from quantload.load.tickets import (
     TicketBook,
     stage_tickets,
 )
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 from quantload.stats import percentile
 
@@ -34,7 +30,7 @@ PROMPTS = [Prompt(f"p{i}", f"prompt {i}", 3) for i in range(5)]
 
 def test_sweep_runs_every_prompt_at_each_user_level_repeat_major() -> None:
     settings = LoadSettings(users=(1, 2, 4), repeats=2, warmup_requests=2, cache_prompt=False)
-    plan = sweep_plan(settings, TARGET, PROMPTS, "run", "inv")
+    plan = sweep_of(settings, TARGET, PROMPTS, "run", "inv")
     assert [(s.users, s.repeat) for s in plan.stages] == [(1, 0), (2, 0), (4, 0), (1, 1), (2, 1), (4, 1)]
     assert [s.stage_id for s in plan.stages] == [f"inv-{i}" for i in range(6)]
     for stage in plan.stages:
@@ -55,8 +51,9 @@ def test_poisson_offsets_are_seeded_and_have_the_asked_rate() -> None:
 
 def test_open_loop_has_one_stage_per_rate_with_absolute_intended_times() -> None:
     settings = LoadSettings(open_loop_requests=7, open_loop_users=16, warmup_requests=0)
-    plan = open_loop_plan(settings, TARGET, PROMPTS, "run", "inv", rates_rps=[1.0, 2.5])
+    plan = open_loop_of(settings, TARGET, PROMPTS, [1.0, 2.5], "run", "inv")
     assert [(s.rate_rps, s.users, len(s.requests)) for s in plan.stages] == [(1.0, 16, 7), (2.5, 16, 7)]
+    assert {s.arrival for s in plan.stages} == {"poisson"} and {s.first_round_jitter_s for s in plan.stages} == {0.0}
     tickets = stage_tickets(plan, plan.stages[1], warmup=False, start_unix_s=1000.0)
     offsets = [r.offset_s for r in plan.stages[1].requests]
     assert [t.intended_unix_s for t in tickets] == [1000.0 + (o or 0.0) for o in offsets]
@@ -65,7 +62,8 @@ def test_open_loop_has_one_stage_per_rate_with_absolute_intended_times() -> None
 
 def test_prefix_plan_alternates_cache_off_then_on_and_primes_the_on_stage() -> None:
     settings = LoadSettings(prefix_requests=4, prefix_users=2, repeats=2)
-    plan = prefix_cache_plan(settings, TARGET, PROMPTS, "SYSTEM", 1500, "run", "inv", "2 slots erased")
+    turns = StageRequests.of_prompts(PROMPTS[:4])
+    plan = prefix_cache_plan(settings, TARGET, turns, "SYSTEM", 1500, "run", "inv", "2 slots erased")
     assert [(s.cache_prompt, s.repeat) for s in plan.stages] == [(False, 0), (True, 0), (False, 1), (True, 1)]
     off, on = plan.stages[0], plan.stages[1]
     assert off.warmup == () and len(on.warmup) == 2
@@ -78,7 +76,7 @@ def test_prefix_plan_alternates_cache_off_then_on_and_primes_the_on_stage() -> N
 
 def test_ticket_body_is_the_streaming_request() -> None:
     settings = LoadSettings(max_tokens=17, ignore_eos=True, seed=5, cache_prompt=True)
-    plan = sweep_plan(settings, TARGET, PROMPTS, "run", "inv")
+    plan = sweep_of(settings, TARGET, PROMPTS, "run", "inv")
     ticket = stage_tickets(plan, plan.stages[0], warmup=False)[0]
     sent = json.loads(ticket.body())
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
@@ -89,7 +87,7 @@ def test_ticket_body_is_the_streaming_request() -> None:
 
 
 def make_tickets(n: int) -> list[Ticket]:
-    plan = sweep_plan(LoadSettings(), TARGET, PROMPTS * 4, "run", "inv")
+    plan = sweep_of(LoadSettings(), TARGET, PROMPTS * 4, "run", "inv")
     return stage_tickets(plan, plan.stages[0], warmup=False)[:n]
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from load_api import sweep_of
 from quantload.config import LoadSettings
 from quantload.load.measure import aborted_record, build_record
 from quantload.load.metrics import HISTOGRAMS, LoadMetrics, new_registry
-from quantload.load.plan import sweep_plan
 from quantload.load.prompts import Prompt
 from quantload.load.records import (
     ERROR_CLASSES,
@@ -24,13 +24,14 @@ from quantload.load.stream_result import StreamResult
 from quantload.load.summary import delivered_concurrency, summarize_stage
 from quantload.load.tickets import Ticket, stage_tickets
 from quantload.served import ServedTarget
+from quantload.slo import Slo
 
 TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 
 
 def ticket(timeout_s: float = 10.0) -> Ticket:
     settings = LoadSettings(users=(2,), request_timeout_s=timeout_s, max_tokens=4)
-    plan = sweep_plan(settings, TARGET, [Prompt("p1", "hi", 1)], "run", "inv")
+    plan = sweep_of(settings, TARGET, [Prompt("p1", "hi", 1)], "run", "inv")
     return stage_tickets(plan, plan.stages[0], warmup=False)[0]
 
 
@@ -126,8 +127,11 @@ def test_stage_summary_from_records() -> None:
     failed = build_record(ticket(), StreamResult(sent_unix_s=100.0, error_class="timeout"), 0.0, "h:1")
     warm = ok.model_copy(update={"warmup": True, "ttft_s": 9.0})
     other = ok.model_copy(update={"stage_id": "inv-1"})
-    summary = summarize_stage(end_event(), [ok, ok, failed, warm, other])
-    assert (summary.requests_done, summary.requests_ok, summary.goodput_requests) == (3, 2, 2)
+    summary = summarize_stage(end_event(), [ok, ok, failed, warm, other], Slo(1.0, 0.1))
+    assert (summary.requests, summary.ok, summary.good) == (3, 2, 2)
+    assert summary.counts.failed == 1 and summary.arrival == "closed"
+    strict = summarize_stage(end_event(), [ok, ok, failed], Slo(0.05, 0.1))  # TTFT 100 ms misses 50 ms
+    assert (strict.good, strict.counts.ttft_over) == (0, 2)
     assert summary.errors == {"timeout": 1}
     assert summary.ttft_p50_s == pytest.approx(0.1)
     assert summary.tpot_p50_s == pytest.approx(0.07 / 3)
@@ -142,14 +146,16 @@ def test_delivered_concurrency() -> None:
 
 def test_collector_names_labels_and_no_created_series() -> None:
     metrics = LoadMetrics()
-    labels = ("srv", "Q4_K_M", "sweep")
+    labels = ("srv", "Q4_K_M", "sweep", "")
     metrics.observe_request(labels, "ok", 0.1, 0.02, 0.5, [0.01, 0.03], 0.001, 12, 5)
     metrics.observe_request(labels, "http_5xx", None, None, None, [], 0.0, None, None)
+    metrics.observe_request(("srv", "Q4_K_M", "sweep", "acme"), "context_exceeded", None, None, None, [], 0.0,
+                            None, None)  # fmt: skip
     metrics.set_active_users("srv", "Q4_K_M", 4)
     metrics.set_stage(["srv", "Q4_K_M", "sweep", "4", "1", ""])
     registry = new_registry(metrics)
     value = registry.get_sample_value
-    base = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep"}
+    base = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep", "tenant": ""}
     assert value("quantload_ttft_seconds_count", base) == 1
     assert value("quantload_ttft_seconds_bucket", {**base, "le": "0.1"}) == 1
     assert value("quantload_ttft_seconds_bucket", {**base, "le": "0.075"}) == 0
@@ -157,10 +163,11 @@ def test_collector_names_labels_and_no_created_series() -> None:
     assert value("quantload_client_lag_seconds_count", base) == 2
     assert value("quantload_requests_total", {**base, "outcome": "ok"}) == 1
     assert value("quantload_requests_total", {**base, "outcome": "http_5xx"}) == 1
-    assert value("quantload_output_tokens_total", {"server": "srv", "quant": "Q4_K_M"}) == 5
-    assert value("quantload_prompt_tokens_total", {"server": "srv", "quant": "Q4_K_M"}) == 12
+    assert value("quantload_requests_total", {**base, "tenant": "acme", "outcome": "context_exceeded"}) == 1
+    assert value("quantload_output_tokens_total", {"server": "srv", "quant": "Q4_K_M", "tenant": ""}) == 5
+    assert value("quantload_prompt_tokens_total", {"server": "srv", "quant": "Q4_K_M", "tenant": ""}) == 12
     assert value("quantload_active_users", {"server": "srv", "quant": "Q4_K_M"}) == 4
-    stage = {**base, "users": "4", "repeat": "1", "rate_rps": ""}
+    stage = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep", "users": "4", "repeat": "1", "rate_rps": ""}
     assert value("quantload_stage_info", stage) == 1
     text = generate_latest(registry).decode()
     assert "_created" not in text

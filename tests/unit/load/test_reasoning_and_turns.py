@@ -3,13 +3,13 @@ read back for its next turn, and the records of turns never sent say why."""
 
 from __future__ import annotations
 
-from quantload.config import LoadSettings
+from quantload.config import LoadSettings, SessionSettings, Settings
+from quantload.experiments.sessions import sessions_plan
 from quantload.load.measure import build_record, cut_turn_records
 from quantload.load.openai_chunks import answer_text, classify_payload, classify_stream
 from quantload.load.plan import PlannedRequest, PlannedTurn
 from quantload.load.stream_result import StreamResult
 from quantload.load.tickets import stage_tickets
-from quantload.load.traffic_plans import sessions_plan
 from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
@@ -53,7 +53,8 @@ def session_ticket_plan() -> tuple[object, object]:
     )
     drawn = StageRequests((request,), {"t0": "a", "t1": "b", "t2": "c"}, "sessions", True)
     target = ServedTarget(name="srv", quant="Q8_0", model="m", url="http://127.0.0.1:1")
-    plan = sessions_plan(LoadSettings(max_tokens=9), target, [(True, drawn)], 1, "run", "inv")
+    settings = Settings(load=LoadSettings(max_tokens=9), sessions=SessionSettings(users=1))
+    plan = sessions_plan(settings, target, [(True, drawn)], "run", "inv")
     return plan, plan.stages[0]
 
 

@@ -6,25 +6,33 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from quantload.config import LoadSettings, MixedSettings
-from quantload.load.plan import LoadPlan, PlannedRequest, PlannedTurn, sweep_plan
+from load_api import sweep_of
+from quantload.config import (
+    LimitSettings,
+    LoadSettings,
+    MixedSettings,
+    SessionSettings,
+    Settings,
+    TraceSettings,
+)
+from quantload.experiments.limit_trials import trial_plan
+from quantload.experiments.mixed import interleave, long_request_count, mixed_plan
+from quantload.experiments.open_loop import open_loop_plan
+from quantload.experiments.sessions import sessions_plan
+from quantload.experiments.sweep import sweep_plan
+from quantload.experiments.trace import trace_plan
+from quantload.load.plan import LoadPlan, PlannedRequest, PlannedTurn
 from quantload.load.prompts import Prompt
 from quantload.load.tickets import StageContext, Ticket, TicketBook, stage_tickets
-from quantload.load.traffic_plans import (
-    interleave,
-    long_request_count,
-    mixed_plan,
-    sessions_plan,
-    trace_plan,
-    trial_plan,
-    workload_open_loop_plan,
-    workload_sweep_plan,
-)
 from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 SETTINGS = LoadSettings(warmup_requests=1, repeats=2, users=(1, 4), seed=3)
+
+
+def with_sessions(users: int) -> Settings:
+    return Settings(load=SETTINGS, sessions=SessionSettings(users=users))
 
 
 def conversation(index: int, turns: int = 3) -> tuple[PlannedRequest, dict[str, str]]:
@@ -49,7 +57,7 @@ def single_drawn(count: int, tag: str = "r") -> StageRequests:
 
 
 def test_sessions_plan_has_a_stage_per_cache_mode_and_counts_every_turn() -> None:
-    plan = sessions_plan(SETTINGS, TARGET, [(False, sessions_drawn(2)), (True, sessions_drawn(2))], 2, "run", "inv")
+    plan = sessions_plan(with_sessions(2), TARGET, [(False, sessions_drawn(2)), (True, sessions_drawn(2))], "run", "inv")
     assert [(s.cache_prompt, s.phase, s.experiment) for s in plan.stages] == [
         (False, "cache off", "sessions"),
         (True, "cache on", "sessions"),
@@ -62,7 +70,7 @@ def test_sessions_plan_has_a_stage_per_cache_mode_and_counts_every_turn() -> Non
 
 
 def test_a_conversation_ticket_sends_its_turns_with_the_servers_replies() -> None:
-    plan = sessions_plan(SETTINGS, TARGET, [(True, sessions_drawn(1))], 1, "run", "inv")
+    plan = sessions_plan(with_sessions(1), TARGET, [(True, sessions_drawn(1))], "run", "inv")
     (ticket,) = stage_tickets(plan, plan.stages[0], warmup=False)
     assert (ticket.session_id, ticket.turn, ticket.record_count, ticket.asked_max_tokens) == ("c0", 0, 3, 4)
     body = orjson.loads(ticket.body())
@@ -80,7 +88,7 @@ def test_a_conversation_ticket_sends_its_turns_with_the_servers_replies() -> Non
 
 
 def test_the_ticket_book_counts_the_records_its_tickets_yield() -> None:
-    plan = sessions_plan(SETTINGS, TARGET, [(True, sessions_drawn(2))], 1, "run", "inv")
+    plan = sessions_plan(with_sessions(1), TARGET, [(True, sessions_drawn(2))], "run", "inv")
     tickets = stage_tickets(plan, plan.stages[0], warmup=False)
     delivered: list[Ticket | None] = []
     book: TicketBook[int] = TicketBook(lambda _, ticket: delivered.append(ticket))
@@ -95,25 +103,26 @@ def test_the_ticket_book_counts_the_records_its_tickets_yield() -> None:
 
 def test_a_stage_with_more_users_than_requests_says_so_before_it_starts() -> None:
     prompts = [Prompt(f"p{i}", "x", 1) for i in range(3)]
-    plan = sweep_plan(LoadSettings(users=(2, 8), repeats=1), TARGET, prompts, "run", "inv")
+    plan = sweep_of(LoadSettings(users=(2, 8), repeats=1), TARGET, prompts, "run", "inv")
     assert plan.stages[0].warning is None
     warning = plan.stages[1].warning
     assert warning is not None and "8 users but only 3 requests" in warning
     assert plan.warnings() == [f"stage inv-1: {warning}"]
-    drawn = workload_sweep_plan(LoadSettings(users=(5,), repeats=1), TARGET, sessions_drawn(2), "run", "inv2")
+    drawn = sweep_plan(LoadSettings(users=(5,), repeats=1), TARGET, sessions_drawn(2), "run", "inv2")
     assert "5 users but only 2 conversations" in (drawn.stages[0].warning or "")
     assert drawn.notes == ()
 
 
 def test_workload_plans_carry_the_per_request_lengths_and_notes() -> None:
-    plan = workload_sweep_plan(SETTINGS, TARGET, single_drawn(4), "run", "inv")
+    plan = sweep_plan(SETTINGS, TARGET, single_drawn(4), "run", "inv")
     assert [s.users for s in plan.stages] == [1, 4, 1, 4] and plan.notes == ("a note",)
     tickets = stage_tickets(plan, plan.stages[0], warmup=False)
     assert [t.asked_max_tokens for t in tickets] == [10, 11, 12, 13]
     assert all(t.prompt_tokens_asked == 40 and t.stage.workload == "lengths" and t.stage.ignore_eos for t in tickets)
-    open_loop = workload_open_loop_plan(SETTINGS, TARGET, single_drawn(5), "run", "inv", [2.0])
+    open_loop = open_loop_plan(SETTINGS, TARGET, single_drawn(5), "run", "inv", [2.0])
     offsets = [r.offset_s for r in open_loop.stages[0].requests]
     assert offsets[0] == 0.0 and offsets == sorted(offsets) and open_loop.stages[0].rate_rps == 2.0
+    assert open_loop.stages[0].arrival == "poisson" and plan.stages[0].arrival == "closed"
 
 
 def test_trace_plan_replays_the_offsets_as_one_open_loop_stage() -> None:
@@ -122,9 +131,10 @@ def test_trace_plan_replays_the_offsets_as_one_open_loop_stage() -> None:
         tuple(r.model_copy(update={"offset_s": o}) for r, o in zip(drawn.requests, (0.0, 1.0, 4.0), strict=True)),
         drawn.texts, "trace", True,
     )  # fmt: skip
-    plan = trace_plan(SETTINGS, TARGET, timed, 2.0, "run", "inv")
+    plan = trace_plan(Settings(load=SETTINGS, trace=TraceSettings(speed=2.0)), TARGET, timed, "run", "inv")
     (stage,) = plan.stages
     assert stage.experiment == "trace" and stage.rate_rps == pytest.approx(0.5) and stage.phase == "speed x2"
+    assert stage.arrival == "trace"  # open loop: judged from the intended send time
     tickets = stage_tickets(plan, stage, warmup=False, start_unix_s=100.0)
     assert [t.intended_unix_s for t in tickets] == [100.0, 101.0, 104.0]
     assert stage.timeout_s >= 4.0 + SETTINGS.request_timeout_s
@@ -142,7 +152,8 @@ def test_long_prompts_are_spread_among_the_decode_requests() -> None:
 
 def test_mixed_plan_runs_decode_alone_then_with_long_prompts() -> None:
     mixed = MixedSettings(users=3, decode_requests=4, long_fraction=0.34, repeats=1)
-    plan = mixed_plan(SETTINGS, mixed, TARGET, single_drawn(4, "d"), single_drawn(2, "l"), "-b 256 -ub 256", "run", "inv")
+    settings = Settings(load=SETTINGS, mixed=mixed)
+    plan = mixed_plan(settings, TARGET, single_drawn(4, "d"), single_drawn(2, "l"), "-b 256 -ub 256", "run", "inv")
     alone, together = plan.stages
     assert (alone.phase, together.phase) == ("alone", "mixed")
     assert {r.request_class for r in alone.requests} == {"decode"} and len(alone.requests) == 4
@@ -153,20 +164,22 @@ def test_mixed_plan_runs_decode_alone_then_with_long_prompts() -> None:
 
 
 def test_trials_are_one_stage_at_their_level() -> None:
-    users = trial_plan(SETTINGS, TARGET, single_drawn(8), "limit_users", 4.0, "run", "inv", 2, 60.0)
+    settings = Settings(load=SETTINGS, limit=LimitSettings(trial_timeout_s=60.0))
+    users = trial_plan(settings, TARGET, single_drawn(8), "limit_users", 4.0, "run", "inv", 2)
     (stage,) = users.stages
     assert (stage.experiment, stage.users, stage.rate_rps, stage.timeout_s, stage.phase) == (
         "limit_users", 4, None, 60.0, "trial 2"
     )
-    rate = trial_plan(SETTINGS, TARGET, single_drawn(8), "limit_rate", 3.0, "run", "inv", 0, 60.0)
+    rate = trial_plan(settings, TARGET, single_drawn(8), "limit_rate", 3.0, "run", "inv", 0)
     offsets = [r.offset_s for r in rate.stages[0].requests]
     assert rate.stages[0].rate_rps == 3.0 and offsets[0] == 0.0 and offsets == sorted(offsets)
     assert rate.stages[0].warning is None  # open loop: the user pool is not a crowding problem
+    assert (stage.arrival, rate.stages[0].arrival) == ("closed", "poisson")
 
 
 def test_stage_context_keeps_the_stages_own_ignore_eos() -> None:
-    plan = workload_sweep_plan(LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, single_drawn(1), "r", "i")
+    plan = sweep_plan(LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, single_drawn(1), "r", "i")
     assert StageContext.of(plan, plan.stages[0]).ignore_eos is True
     prompts = [Prompt("p", "x", 1)]
-    plain = sweep_plan(LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, prompts, "r", "i")
+    plain = sweep_of(LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, prompts, "r", "i")
     assert StageContext.of(plain, plain.stages[0]).ignore_eos is False

@@ -115,8 +115,19 @@ def test_every_panel_query_is_per_quant_and_substitutes(path: Path) -> None:
     for query in dashboard_queries(dashboard):
         expr = substitute(query.expr, variables, 2.0, 1.0, 600.0)
         assert "$" not in expr, query.where
-        if query.kind == "panel" and "exporter_scrape_duration" not in expr:
+        if query.kind == "panel" and "exporter_scrape_duration" not in expr and not query.needs_gpu:
             assert "quant" in expr, query.where
+
+
+def test_the_gpu_panels_show_power_energy_utilisation_and_memory_per_gpu() -> None:
+    queries = [q for q in dashboard_queries(load_dashboard(OVERVIEW)) if q.needs_gpu]
+    exprs = " ".join(q.expr for q in queries)
+    for spec in (names.GPU_POWER, names.GPU_ENERGY, names.GPU_UTILIZATION_RATIO, names.GPU_MEMORY_USED):
+        assert spec.name in exprs, spec.name
+    assert {q.where.split("'")[1] for q in queries} == {
+        "GPU power and energy per output token",
+        "GPU utilisation and memory",
+    }
 
 
 def test_substitute_like_grafana() -> None:

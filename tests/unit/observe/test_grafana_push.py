@@ -19,11 +19,12 @@ import pytest
 from pydantic import SecretStr
 
 from fake_grafana import FakeGrafana
+from load_api import context, open_loop_of, sweep_of
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings, ObserveSettings, load_config
 from quantload.llamacpp.server import free_port
 from quantload.load.fakeserver import FakeScript, FakeServer
-from quantload.load.plan import LoadPlan, open_loop_plan, sweep_plan
+from quantload.load.plan import LoadPlan
 from quantload.load.processes import LoadProcess
 from quantload.load.prompts import Prompt
 from quantload.load.records import iter_stage_events
@@ -83,7 +84,7 @@ def basic_grafana() -> Iterator[FakeGrafana]:
 
 
 def _sweep(invocation: str) -> LoadPlan:
-    return sweep_plan(LOAD, TARGET, PROMPTS, "run-1", invocation)
+    return sweep_of(LOAD, TARGET, PROMPTS, "run-1", invocation)
 
 
 def test_run_plan_pushes_its_stages_with_a_token(
@@ -99,7 +100,9 @@ def test_run_plan_pushes_its_stages_with_a_token(
         encoding="utf-8",
     )
     observe = ObserveSettings(grafana_url=token_grafana.url, grafana_token=SecretStr("glsa_abc"))
-    summaries = run_plan(_sweep("sweep-new"), LOAD, tmp_path, observe=observe, layout=fake_locust)
+    summaries = run_plan(
+        _sweep("sweep-new"), context(tmp_path, LOAD, observe=observe.model_dump()), layout=fake_locust
+    ).summaries
     assert [s.status for s in summaries] == ["ok", "ok"]
     posts = token_grafana.annotations
     assert [p.auth for p in posts] == ["Bearer glsa_abc"] * 2
@@ -121,10 +124,10 @@ def test_each_invocation_pushes_only_its_own_stages_with_basic_auth(
     observe = ObserveSettings(
         grafana_url=basic_grafana.url, grafana_user="ops", grafana_password=SecretStr("p,1=x")
     )
-    run_plan(_sweep("sweep-a"), LOAD, tmp_path, observe=observe, layout=fake_locust)
+    run_plan(_sweep("sweep-a"), context(tmp_path, LOAD, observe=observe.model_dump()), layout=fake_locust)
     assert len(basic_grafana.annotations) == 2
-    rates = open_loop_plan(LOAD, TARGET, PROMPTS, "run-1", "open_loop-b", rates_rps=(0.5, 1.0, 2.0))
-    run_plan(rates, LOAD, tmp_path, observe=observe, layout=fake_locust)
+    rates = open_loop_of(LOAD, TARGET, PROMPTS, (0.5, 1.0, 2.0), "run-1", "open_loop-b")
+    run_plan(rates, context(tmp_path, LOAD, observe=observe.model_dump()), layout=fake_locust)
     posts = basic_grafana.annotations
     assert len(posts) == 2 + 3
     assert {p.auth for p in posts} == {_basic("ops", "p,1=x")}
@@ -140,8 +143,8 @@ def test_no_grafana_url_means_no_request(
     tmp_path: Path, grafana: FakeGrafana, fake_locust: StageLinesOnly
 ) -> None:
     observe = ObserveSettings(grafana_token=SecretStr("glsa_abc"))
-    run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe, layout=fake_locust)
-    run_plan(_sweep("sweep-2"), LOAD, tmp_path, layout=fake_locust)
+    run_plan(_sweep("sweep-1"), context(tmp_path, LOAD, observe=observe.model_dump()), layout=fake_locust)
+    run_plan(_sweep("sweep-2"), context(tmp_path, LOAD), layout=fake_locust)
     assert grafana.seen == []
 
 
@@ -159,7 +162,9 @@ def test_an_unreachable_grafana_costs_one_line_not_the_load(
 ) -> None:
     observe = ObserveSettings(grafana_url=url.format(closed=free_port()))
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        summaries = run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe, layout=fake_locust)
+        summaries = run_plan(
+            _sweep("sweep-1"), context(tmp_path, LOAD, observe=observe.model_dump()), layout=fake_locust
+        ).summaries
     assert [s.status for s in summaries] == ["ok", "ok"]
     lines = [r for r in caplog.records if r.name == LOGGER]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING and lines[0].exc_info is None
@@ -176,7 +181,9 @@ def test_a_grafana_that_refuses_or_babbles_costs_one_line(
         password = SecretStr("wrong" if fake == "wrong password" else "right")
         observe = ObserveSettings(grafana_url=grafana.url, grafana_user="admin", grafana_password=password)
         with caplog.at_level(logging.INFO, logger=LOGGER):
-            summaries = run_plan(_sweep("sweep-1"), LOAD, tmp_path, observe=observe, layout=fake_locust)
+            summaries = run_plan(
+                _sweep("sweep-1"), context(tmp_path, LOAD, observe=observe.model_dump()), layout=fake_locust
+            ).summaries
     finally:
         grafana.close()
     assert [s.status for s in summaries] == ["ok", "ok"]

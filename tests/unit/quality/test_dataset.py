@@ -227,3 +227,24 @@ def test_the_test_split_is_named(tmp_path: Path) -> None:
     text = tmp_path / "wiki.test.raw"
     text.write_bytes(b"x")
     assert describe_dataset(text).name == "WikiText-2 raw, test split"
+
+
+def test_the_importance_matrix_calibrates_on_the_train_split_from_the_same_archive(tmp_path: Path) -> None:
+    from quantload.config import PrepareSettings
+    from quantload.models.calibration import resolve_calibration
+    from quantload.quality.dataset import TRAIN_MEMBER
+
+    train = b" = Valkyria Chronicles III = \n" * (MIN_TEXT_BYTES // 28 + 1)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        bundle.writestr(ARCHIVE_MEMBER, TEXT)
+        bundle.writestr(TRAIN_MEMBER, train)
+    with StandInHub(buffer.getvalue()) as server:
+        scored = resolve_dataset(None, tmp_path, {"QUANTLOAD_HF_ENDPOINT": server.url})
+        calibration = resolve_calibration(PrepareSettings(), tmp_path, {"QUANTLOAD_HF_ENDPOINT": server.url}, scored)
+    assert calibration == cached_text_path(tmp_path, TRAIN_MEMBER) and calibration.read_bytes() == train
+    assert describe_dataset(calibration).name == "WikiText-2 raw, train split"
+    # offline with nothing cached: one line saying how to give a calibration text instead
+    with pytest.raises(OfflineError) as caught:
+        resolve_calibration(PrepareSettings(), tmp_path / "empty", {"QUANTLOAD_HF_ENDPOINT": closed_endpoint()}, None)
+    assert "prepare.calibration" in caught.value.one_line()

@@ -292,8 +292,16 @@ def test_vocabulary_size_is_the_embeddings_rows(models: dict[str, Path]) -> None
 
 def test_a_manifest_without_f16_is_a_config_error(fake_toolchain: Toolchain, text: Path, tmp_path: Path) -> None:
     manifest = Manifest(source={}, llama_cpp={}, files={})
-    with pytest.raises(ConfigError, match=r"no F16, the reference"):
+    with pytest.raises(ConfigError, match=r"no F16, BF16 or F32 file .*: quality is perplexity only"):
         measure_manifest_kld(fake_toolchain, manifest, ["Q8_0"], text, tmp_path, settings())
+
+
+def test_the_reference_of_a_manifest_is_its_best_precision_file(tmp_path: Path) -> None:
+    files = {q: _entry(tmp_path / f"{q}.gguf", q) for q in ("Q8_0", "F16", "BF16")}
+    assert Manifest(source={}, llama_cpp={}, files=files).reference_label() == "BF16"
+    assert Manifest(source={}, llama_cpp={}, files=files, reference="F16").reference_label() == "F16"
+    del files["BF16"], files["F16"]
+    assert Manifest(source={}, llama_cpp={}, files=files).reference_label() is None
 
 
 def _entry(path: Path, quant: str) -> ManifestEntry:

@@ -4,9 +4,12 @@ with the figures it shows (see `parts.Chapter`).
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
                search (1 figure); open loop
-  plan         the capacity plan (servers, memory, cost, request limits); when to add a server
+  plan         the capacity plan (servers, memory, cost, request limits); the context a slot
+               needs; when to add a server
   traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
                delivered lengths; which TTFT a reasoning model gets
+  contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
+  tenants      tenants sharing a server; the noisy neighbour (1 figure)
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -21,10 +24,12 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters import (
     appendix,
     checks,
+    contexts,
     load,
     model_files,
     plan,
     server,
+    tenants,
     traffic,
     ttft,
     verdict,
@@ -38,6 +43,8 @@ CHAPTERS: tuple[Chapter, ...] = (
     load.CHAPTER,
     plan.CHAPTER,
     traffic.CHAPTER,
+    contexts.CHAPTER,
+    tenants.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,

@@ -22,6 +22,7 @@ from quantload.analysis.plotting import (
     save_figure,
     users_axis,
 )
+from quantload.experiments.registry import REGISTRY
 
 
 def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
@@ -116,41 +117,56 @@ def _latency_vs_throughput(analysis: Analysis, path: Path) -> Path | None:
     return save_figure(figure, path)
 
 
+PANELS_PER_ROW = 4
+SEARCHES = tuple(experiment.name for experiment in REGISTRY if experiment.searches)
+
+
 def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
-    """Each search's trials in order: the level tried, held (dot) or broke (cross)."""
+    """Each search's trials in order, one panel per quantization and kind of search (none hides
+    another): the level tried, held (dot) or broke (cross), the limit found dotted."""
     searches = [line for line in analysis.limits if line.trials]
     if not searches:
         return None
-    kinds = list(dict.fromkeys(line.kind for line in searches))
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
-    figure, axes = new_figure(max(6.5, 5.2 * len(kinds)), 4.0, 1, len(kinds))
+    order = {quant: index for index, quant in enumerate(analysis.quants)}
+    searches.sort(key=lambda line: (line.kind != "users", order.get(line.quant, len(order)), line.unix_s))
+    columns = min(len(searches), PANELS_PER_ROW)
+    rows = math.ceil(len(searches) / columns)
+    figure, axes = new_figure(max(6.5, 3.4 * columns), 3.0 * rows + 0.6, rows, columns)
     palette = colors(analysis.quants)
-    for column, kind in enumerate(kinds):
-        axis = axes[0][column]
-        for line in (found for found in searches if found.kind == kind):
-            color = palette.get(line.quant)
-            steps = list(range(1, len(line.trials) + 1))
-            axis.plot(steps, [t.level for t in line.trials], "-", color=color, alpha=0.5)
-            held = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if t.held]
-            broke = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if not t.held]
-            if held:
-                axis.plot(*zip(*held, strict=True), "o", color=color, label=f"{line.quant} held")
-            if broke:
-                marks = zip(*broke, strict=True)
-                axis.plot(*marks, "x", color=color, markersize=8, label=f"{line.quant} broke")
-            if line.limit is not None:
-                axis.axhline(line.limit, color=color, linestyle=":", linewidth=1)
+    bounds: dict[str, tuple[float, float]] = {}
+    for line in searches:
+        levels = [t.level for t in line.trials] + ([line.limit] if line.limit is not None else [])
+        low, high = bounds.get(line.kind, (min(levels), max(levels)))
+        bounds[line.kind] = (min(low, *levels), max(high, *levels))
+    for index, line in enumerate(searches):
+        axis = axes[index // columns][index % columns]
+        color = palette.get(line.quant)
+        steps = list(range(1, len(line.trials) + 1))
+        axis.plot(steps, [t.level for t in line.trials], "-", color=color, alpha=0.5)
+        held = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if t.held]
+        broke = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if not t.held]
+        if held:
+            axis.plot(*zip(*held, strict=True), "o", color=color, label="held")
+        if broke:
+            axis.plot(*zip(*broke, strict=True), "x", color=color, markersize=8, label="broke")
+        if line.limit is not None:
+            axis.axhline(line.limit, color=color, linestyle=":", linewidth=1, label="limit found")
+        low, high = bounds[line.kind]
         axis.set_yscale("log", base=2)
+        axis.set_ylim(low / 1.3, high * 1.3)
         axis.yaxis.set_major_formatter(ScalarFormatter())
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("trial")
-        axis.set_ylabel("concurrent users" if kind == "users" else "arrival rate (requests/s)")
+        axis.set_ylabel("concurrent users" if line.kind == "users" else "arrival rate (requests/s)")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=7)
-        title = "closed loop: most users" if kind == "users" else "open loop: highest rate"
-        axis.set_title(title, fontsize=9)
-    figure.suptitle("Limit search trials (dot: held, cross: broke; dotted: the limit found)")
+        search = "most users" if line.kind == "users" else "highest rate"
+        axis.set_title(f"{line.quant}: {search}", fontsize=9)
+    for index in range(len(searches), rows * columns):
+        axes[index // columns][index % columns].set_visible(False)
+    figure.suptitle("Limit search trials, one panel per search (dot: held, cross: broke; dotted: the limit)")
     return save_figure(figure, path)
 
 
@@ -182,6 +198,8 @@ def capacity_section(analysis: Analysis) -> Section:
             judged = fmt.DASH if check.meets is None else ("meets" if check.meets else f"misses: {check.why}")
             if check.meets and check.every_repeat_meets is False:
                 judged += " (not every repeat)"
+            if check.sureness:
+                judged += f"; {check.sureness}"
             rows.append(
                 (
                     verdict.quant,
@@ -197,10 +215,15 @@ def capacity_section(analysis: Analysis) -> Section:
             )
     blocks: list[Block] = [
         Paragraph(
-            f"SLO: {slo_text(analysis.slo)}. A level meets it when the median of its repeats does;"
-            " the capacity is the highest level met with every lower level met too. Goodput counts the"
-            " requests that succeeded within their deadline and met both limits on their own, per"
-            " second of the stage (open loop: TTFT from the intended send time)."
+            f"SLO: {slo_text(analysis.slo)}. A level is judged on the requests of its repeats together:"
+            " it misses the SLO when more of them failed, or were over the TTFT or TPOT limit, than a"
+            " level within it shows by chance (one-sided binomial test against the 1 % a p99 allows,"
+            " p < 5 %), so one slow request among few is not taken for a broken level; each row says"
+            " how many requests it rests on and how sure it is. The capacity is the highest level met"
+            " with every lower level met too; the limit search judges each trial the same way."
+            " Goodput counts the requests that succeeded within their deadline and met both limits on"
+            " their own, per second of the stage (open loop, Poisson or trace: TTFT from the intended"
+            " send time)."
         ),
         Bullets(tuple(v.sentence for v in analysis.capacity), "verdict"),
     ]
@@ -227,7 +250,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
         return Section(
             "limit",
             title,
-            (Paragraph("Not run: no limit search in this run (limit_users, limit_rate).", "muted"),),
+            (Paragraph(f"Not run: no limit search in this run ({', '.join(SEARCHES)}).", "muted"),),
         )
     def level(found: float | None, kind: str) -> str:
         return fmt.DASH if found is None else fmt.number(found, 0 if kind == "users" else 2)
@@ -270,6 +293,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
             fmt.number(trial.level, 0 if line.kind == "users" else 2),
             "held" if trial.held else ("broke hard" if trial.hard_failure else "broke"),
             trial.why,
+            trial.sureness or (f"rests on {trial.requests} requests" if trial.requests else fmt.DASH),
             fmt.duration(trial.seconds),
         )
         for line in analysis.limits
@@ -278,7 +302,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     blocks.append(
         Details(
             f"{len(trial_rows)} trial(s)",
-            (Table(("quant", "search", "trial", "level", "verdict", "why", "took"), trial_rows),),
+            (Table(("quant", "search", "trial", "level", "verdict", "why", "how sure", "took"), trial_rows),),
         )
     )
     return Section("limit", title, tuple(blocks))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
@@ -14,6 +15,7 @@ from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, gap_blocks_about, shown, value
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
+from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.quality_loss import KLD_DIGITS
 from quantload.roofline.speed_file import busy_note
@@ -234,8 +236,54 @@ def quality_loss_section(analysis: Analysis) -> Section:
         )
     elif loss.missing:
         blocks.append(Paragraph(f"not measured: quality loss against F16: {loss.missing}", "warning"))
+    manifest = analysis.run.manifest
+    if manifest is not None and manifest.files and manifest.reference_label() is None:
+        blocks.append(
+            Paragraph(
+                "Perplexity only: none of the run's files is F16, BF16 or F32, so there is no reference"
+                " to measure KL divergence against (give one with prepare.reference, --reference).",
+                "warning",
+            )
+        )
+    blocks += imatrix_pair_blocks(analysis)
     blocks += gap_blocks_about(analysis, "KL divergence")
-    return Section("quality_loss", "Quality loss against F16 (KL divergence)", tuple(blocks))
+    kld = analysis.run.quality.kld if analysis.run.quality is not None else None
+    against = kld.base.quant if kld is not None else "the reference"
+    return Section("quality_loss", f"Quality loss against {against} (KL divergence)", tuple(blocks))
+
+
+def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
+    """The same type with and without an importance matrix, as row pairs."""
+    table = imatrix_pair_table(analysis.run, analysis.quants)
+    if table.empty:
+        return []
+    rows = tuple(
+        (
+            str(r["quant"]),
+            str(r["imatrix"] or fmt.DASH),
+            fmt.mib(value(r["size_bytes"])),
+            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
+            _pct(value(r["same_top_p_pct"])),
+            fmt.DASH if value(r["perplexity"]) is None
+            else f"{value(r['perplexity']):.3f} ± {value(r['perplexity_error']) or 0:.3f}",
+            fmt.percent(value(r["kld_change_frac"]), 1, signed=True),
+            fmt.DASH if r["beyond_uncertainty"] is None else ("yes" if r["beyond_uncertainty"] else "no"),
+        )
+        for r in table.to_dict("records")
+    )
+    return [
+        Table(
+            ("quant", "importance matrix", "size", "mean KLD ± s.e. (nats)", "same top token",
+             "perplexity ± s.e.", "KLD change", "beyond uncertainty"),
+            rows,
+            (False, False, True, True, True, True, True, False),
+            "The importance matrix's effect: each type measured without and with one (row pairs; the"
+            " matrix is read from each file's own quantize.imatrix.* metadata). KLD change is the"
+            " with-row's mean KLD against the without-row's; beyond uncertainty = more than two combined"
+            " standard errors apart.",
+            "imatrix-pairs",
+        )
+    ]
 
 
 def _plus(number: float | None, error: float | None) -> str:
@@ -332,13 +380,99 @@ def kv_types_section(analysis: Analysis, plots: Plots) -> Section:
     return Section("kv_types", "KV-cache type trade-off", tuple(blocks))
 
 
+def _sensitivity_plot(analysis: Analysis, path: Path) -> Path | None:
+    """KLD per MiB of every tensor group: what raising it buys, what lowering it costs."""
+    scan = analysis.run.sensitivity
+    if scan is None or not scan.variants:
+        return None
+    directions: list[Literal["raise", "lower"]] = [d for d in ("raise", "lower") if scan.ranking(d)]
+    figure, axes = new_figure(5.5 * len(directions), 4.2, 1, len(directions))
+    titles = {
+        "raise": f"raised to {scan.raise_to}: nats of KLD removed per MiB added",
+        "lower": f"lowered to {scan.lower_to}: nats of KLD added per MiB saved",
+    }
+    for axis, direction in zip(axes[0], directions, strict=True):
+        ranked = scan.ranking(direction)
+        axis.barh([str(v.group) for v in ranked][::-1], [v.kld_per_mib or 0.0 for v in ranked][::-1],
+                  color="#1f77b4" if direction == "raise" else "#d62728")  # fmt: skip
+        axis.set_title(titles[direction], fontsize=9)
+        axis.grid(True, axis="x", alpha=0.3)
+    figure.suptitle(f"Which tensors resist: one group at a time from {scan.base_type}")
+    return save_figure(figure, path)
+
+
+SENSITIVITY_PLOT = Figure("sensitivity", "Tensor groups ranked by KLD per MiB", _sensitivity_plot)
+
+
+def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
+    """The sensitivity scan: the ranking, the proposed mix and what it measured."""
+    scan = analysis.run.sensitivity
+    if scan is None:
+        return None
+    blocks: list[Block] = [*shown(plots, SENSITIVITY_PLOT)]
+    base = scan.base
+    rows = []
+    listed = [*([base] if base else []), *scan.ranking("raise"), *scan.ranking("lower")]
+    for v in listed + ([scan.mix] if scan.mix else []):
+        rows.append(
+            (
+                v.name,
+                v.direction,
+                str(v.tensors) if v.group else fmt.DASH,
+                fmt.mib(v.size_bytes),
+                _plus(v.kld_mean_nats, v.kld_mean_error_nats),
+                _pct(v.same_top_p_pct),
+                fmt.DASH if v.kld_change_nats is None else f"{v.kld_change_nats:+.6f}",
+                fmt.DASH if v.size_change_mib is None else f"{v.size_change_mib:+.2f}",
+                fmt.DASH if v.kld_per_mib is None else f"{v.kld_per_mib:.6f}",
+                f"{v.seconds:.1f} s",
+            )
+        )
+    blocks.append(
+        Table(
+            ("variant", "direction", "tensors", "size", "mean KLD ± s.e. (nats)", "same top token",
+             "Δ KLD", "Δ MiB", "KLD per MiB", "time"),
+            tuple(rows),
+            (False, False, True, True, True, True, True, True, True, True),
+            f"From {scan.base_type}, one tensor group at a time; {scan.chunks_scored} chunk(s) scored."
+            " Raised rows: KLD per MiB = nats removed per MiB added (higher pays more); lowered rows:"
+            " nats added per MiB saved (lower costs less). Skipped groups (no tensor of the model):"
+            f" {', '.join(scan.skipped_groups) or 'none'}.",
+            "sensitivity",
+        )
+    )
+    proposal = scan.proposal
+    if proposal is not None:
+        text = (
+            f"Within {scan.limit_kld_mean_nats:g} nats (report.max_kld_mean_nats) {proposal.why}:"
+            f" {', '.join(proposal.groups) or 'no group'}; predicted mean KLD"
+            f" {fmt.number(proposal.predicted_kld_mean_nats, KLD_DIGITS)} nats at"
+            f" {fmt.mib(proposal.predicted_size_bytes)}"
+        )
+        if scan.mix is not None and base is not None:
+            text += (
+                f"; built and measured: {fmt.number(scan.mix.kld_mean_nats, KLD_DIGITS)} nats at"
+                f" {fmt.mib(scan.mix.size_bytes)}, against {scan.base_type}'s"
+                f" {fmt.number(base.kld_mean_nats, KLD_DIGITS)} nats at {fmt.mib(base.size_bytes)}"
+            )
+        if proposal.tensor_type_file and proposal.overrides:
+            text += (
+                f". Build it in a run as a mix of prepare.mixes with base {scan.base_type} and"
+                f" tensor_type_file {Path(proposal.tensor_type_file).name}"
+            )
+        blocks.append(Paragraph(text + f". The scan took {scan.seconds:.0f} s.", "verdict"))
+    return Section("sensitivity", "The tensors that resist (sensitivity scan)", tuple(blocks))
+
+
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
+    scan = sensitivity_section(analysis, plots)
     return (
         quality_loss_section(analysis),
+        *((scan,) if scan is not None else ()),
         quality_speed_section(analysis, plots),
         kv_section(analysis),
         kv_types_section(analysis, plots),
     )
 
 
-CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE, KV_TYPES_PLOT))
+CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE, KV_TYPES_PLOT, SENSITIVITY_PLOT))

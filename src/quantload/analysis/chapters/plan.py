@@ -1,5 +1,5 @@
 """The capacity plan: servers for the target load, memory per server, cost, per-request limits;
-then the signal that tells when to add a server."""
+the context a slot needs; then the signal that tells when to add a server."""
 
 from __future__ import annotations
 
@@ -163,6 +163,52 @@ def plan_section(analysis: Analysis) -> Section:
     return Section("plan", "Capacity plan", tuple(blocks))
 
 
+def slot_context_section(analysis: Analysis) -> Section:
+    """The context per slot that holds the p50/p95/p99 conversation, its KV memory per cache type,
+    and how many such slots a memory budget holds beside each file."""
+    need = analysis.plan.context
+    title = "The context a slot needs"
+    if need is None or not need.rows:
+        why = need.why_not if need is not None else "no conversations were read"
+        return Section("slot-context", title, (Paragraph(f"Not measured: {why}.", "muted"),))
+    quants = [q for q in analysis.quants if any(q in row.slots_in_budget for row in need.rows)]
+    budget = analysis.plan.inputs.memory_budget_bytes
+    rows = tuple(
+        (
+            f"p{row.percentile}",
+            f"{row.conversation_tokens:,}",
+            f"{row.ctx_per_slot:,}",
+            row.cache_type,
+            fmt.mib(row.kv_bytes_per_slot),
+            *(DASH if row.slots_in_budget.get(q) is None else f"{row.slots_in_budget[q]:,}" for q in quants),
+        )
+        for row in need.rows
+    )
+    columns = (
+        "conversation", "its tokens", "context per slot", "KV cache type", "KV per slot",
+        *(f"slots in budget, {q}" for q in quants),
+    )  # fmt: skip
+    caption = (
+        f"From {need.conversations} conversations: {need.source}. A conversation's tokens are its"
+        " longest turn's prompt and reply (plus what a trim left out); the context per slot is that"
+        " rounded up to llama.cpp's multiple of 256, so `-np N -c N × context` holds it whole. KV per"
+        " slot is exact (quantload.kvcache, K and V of the type named); slots in budget ="
+        " (budget − the file's weights − its buffers) / KV per slot"
+        + ("." if budget else "; set plan.memory_budget_gib for them.")
+    )
+    smallest = min(need.rows, key=lambda row: (row.percentile != 99, row.kv_bytes_per_slot))
+    blocks: list[Block] = [
+        Table(columns, rows, (False, True, True, False, *[True] * (1 + len(quants))), caption, "slot-ctx"),
+        Paragraph(
+            f"Holding the p99 conversation whole takes {smallest.ctx_per_slot:,} tokens a slot"
+            f" ({fmt.mib(smallest.kv_bytes_per_slot)} of {smallest.cache_type} KV cache each): fewer,"
+            " longer slots serve fewer users at once, shorter ones cut long conversations (see the"
+            " context policies)."
+        ),
+    ]
+    return Section("slot-context", title, tuple(blocks))
+
+
 def scale_out_section(analysis: Analysis) -> Section:
     """Which server signal showed the limit coming, and the alert rules that watch for it."""
     blocks: list[Block] = [
@@ -190,7 +236,7 @@ def scale_out_section(analysis: Analysis) -> Section:
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    return plan_section(analysis), scale_out_section(analysis)
+    return plan_section(analysis), slot_context_section(analysis), scale_out_section(analysis)
 
 
 CHAPTER = Chapter(_sections)

@@ -1,6 +1,6 @@
 """The servers' side, from Prometheus: busy slots, KV use, requests processing and deferred over the
-load phase with the stages marked (one figure), and the histogram cross-check of the exact TTFT
-percentiles."""
+load phase with the stages marked (one figure), the histogram cross-check of the exact TTFT
+percentiles, and the GPUs' energy per output token and per request (NVML, when there is a GPU)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
+from quantload.analysis.gpu_energy import SECTION as GPU_SECTION
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.prometheus_tables import MIN_SCRAPES, QUANTILES, SERVER_SERIES
 
@@ -180,8 +181,59 @@ def server_section(analysis: Analysis, plots: Plots) -> Section:
     return Section("server", "Server side (Prometheus)", tuple(blocks))
 
 
+def gpu_energy_section(analysis: Analysis) -> Section | None:
+    """Energy per output token and per request per quantization, or why it is missing."""
+    table = analysis.gpu_energy
+    notes = gap_blocks(analysis, GPU_SECTION)
+    if table.empty and not notes:
+        return None
+    blocks: list[Block] = []
+    if not table.empty:
+        blocks.append(
+            Paragraph(
+                "From the exporter's NVML series: the increase of each GPU's energy counter over a"
+                " quantization's load window (its first request sent to its last one's end, warm-ups"
+                " and failures included), summed over every GPU the exporter saw, then divided by"
+                " the output tokens and the requests of that window. Servers idling on the same GPUs"
+                " are in the figure."
+            )
+        )
+        rows = tuple(
+            (
+                str(r["quant"]),
+                fmt.duration(value(r["window_s"])),
+                str(r["gpus"]),
+                fmt.number(value(r["energy_j"]), 0),
+                fmt.number(value(r["mean_power_w"]), 1),
+                str(r["requests"]),
+                str(r["output_tokens"]),
+                fmt.number(value(r["j_per_output_token"]), 3),
+                fmt.number(value(r["j_per_request"]), 1),
+                str(r["source"]),
+            )
+            for r in table.to_dict("records")
+        )
+        columns = (
+            "quant",
+            "load window",
+            "GPUs",
+            "energy (J)",
+            "mean power (W)",
+            "requests",
+            "output tokens",
+            "J / output token",
+            "J / request",
+            "from",
+        )
+        numeric = (False, True, True, True, True, True, True, True, True, False)
+        blocks.append(Table(columns, rows, numeric, name="gpu_energy"))
+    blocks += notes
+    return Section("gpu", "GPU energy (NVML)", tuple(blocks))
+
+
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    return (server_section(analysis, plots),)
+    energy = gpu_energy_section(analysis)
+    return (server_section(analysis, plots), *([energy] if energy is not None else []))
 
 
 CHAPTER = Chapter(_sections, (SERVER_TIMESERIES,))

@@ -51,8 +51,8 @@ def quant_table_section(analysis: Analysis) -> Section:
     """The quantization table, one row per quantization."""
     levels = users_levels(analysis.run, analysis.levels)
     columns = [
-        "quant", "file size", "perplexity ± s.e.", "mean KLD ± s.e. (nats)", "same top token",
-        "prefill tok/s ± sd", "decode tok/s ± sd",
+        "quant", "type", "file size", "imatrix", "perplexity ± s.e.", "mean KLD ± s.e. (nats)",
+        "same top token", "prefill tok/s ± sd", "decode tok/s ± sd",
     ]  # fmt: skip
     for users in levels:
         columns += [f"TTFT p50 @{users}u", f"TTFT p99 @{users}u", f"output tok/s @{users}u"]
@@ -61,7 +61,9 @@ def quant_table_section(analysis: Analysis) -> Section:
         ppl, err = value(row["perplexity"]), value(row["perplexity_error"])
         cells = [
             str(row["quant"]),
+            str(row["file_type"] or fmt.DASH),
             fmt.mib(value(row["file_size_bytes"])),
+            str(row["imatrix"] or fmt.DASH),
             _plus_minus(ppl, err, 3),
             _plus_minus(value(row["kld_mean_nats"]), value(row["kld_mean_error_nats"]), KLD_DIGITS),
             _pct(value(row["same_top_p_pct"])),
@@ -76,7 +78,9 @@ def quant_table_section(analysis: Analysis) -> Section:
             ]
         rows.append(tuple(cells))
     caption = (
-        "Load figures: concurrency sweep, median of the complete repeats with the min–max range in"
+        "Rows largest file first. Type: the file's own general.file_type (a mix shows its base type);"
+        " imatrix: the importance matrix it was made with, from its own quantize.imatrix.* metadata."
+        " Load figures: concurrency sweep, median of the complete repeats with the min–max range in"
         " brackets; percentiles exact from the records. Perplexity ± one standard error"
         " (llama-perplexity). Quality loss against F16 (f16 KV cache; F16's own row is the floor): mean KL"
         " divergence ± the larger of its per-token and per-chunk standard errors, and the share of tokens"
@@ -85,7 +89,13 @@ def quant_table_section(analysis: Analysis) -> Section:
     )
     blocks: list[Block] = [*cache_state_block(analysis, "concurrency sweep")]
     blocks.append(
-        Table(tuple(columns), tuple(rows), (False, *([True] * (len(columns) - 1))), caption, "quant-table")
+        Table(
+            tuple(columns),
+            tuple(rows),
+            (False, False, True, False, *([True] * (len(columns) - 4))),
+            caption,
+            "quant-table",
+        )
     )
     blocks += gap_blocks(analysis, "model files", "quality", "speed", "load")
     return Section("table", "The table: one row per quantization", tuple(blocks))

@@ -50,7 +50,7 @@ class EndlessPrompts:
         self.run_id = run_id
         self._counter = itertools.count()
 
-    def take(self) -> Ticket | None:
+    def take(self, done: str | None = None) -> Ticket | None:
         host = self.environment.host
         runner = self.environment.runner
         if not host or runner is None:

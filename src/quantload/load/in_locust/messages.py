@@ -22,17 +22,20 @@ from quantload.load.tickets import Ticket
 
 @dataclass(frozen=True)
 class TicketWant:
-    """A worker's user asks for a ticket; `want` numbers the request within the worker."""
+    """A worker's user asks for a ticket; `want` numbers the request within the worker, `done`
+    is the lane of the ticket it has just finished (a tenant's; None for none)."""
 
     NAME: ClassVar[str] = "ql_want"
     want: int
+    done: str | None = None
 
     def to_data(self) -> dict[str, Any]:
-        return {"want": self.want}
+        return {"want": self.want, "done": self.done}
 
     @classmethod
     def from_data(cls, data: Any) -> TicketWant:
-        return cls(int(data["want"]))
+        done = data.get("done")
+        return cls(int(data["want"]), str(done) if done is not None else None)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import Event
-from locust.env import Environment
 
+from quantload.errors import QuantloadError
 from quantload.load.client import ConnectionPool, Endpoint, stream_request
+from quantload.load.history_trim import HistoryTrimmer, history_budget_tokens
 from quantload.load.in_locust.sinks import RecordSink
 from quantload.load.in_locust.ticket_sources import TicketSource
 from quantload.load.measure import aborted_record, build_record, cut_turn_records
@@ -37,7 +39,11 @@ from quantload.load.metrics import LoadMetrics
 from quantload.load.openai_chunks import answer_text, classify_stream
 from quantload.load.records import RequestRecord
 from quantload.load.stream_result import StreamResult
+from quantload.load.synthetic import ServerTokenizer
 from quantload.load.tickets import StageContext, Ticket
+
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.env import Environment
 
 RECORD_WAIT_MAX_S = 0.05
 REQUEST_TYPE = "POST"
@@ -57,10 +63,12 @@ class LoadRequestError(Exception):
 
 @dataclass
 class UserState:
-    """Per-user memory: the last stage it sent in (for the first-request offset) and its dice."""
+    """Per-user memory: the last stage it sent in (for the first-request offset), its dice, and
+    the lane of the ticket it is sending (a tenant's: it is given back when the user asks again)."""
 
     stage_id: str | None = None
     rng: random.Random = field(default_factory=random.Random)
+    holding: str | None = None
 
 
 _PoolKey = tuple[str, str, float, str, float]
@@ -98,13 +106,21 @@ class LoadRuntime:
         self.on_fatal = on_fatal
         self.worker = process_name()
         self._pools: dict[_PoolKey, tuple[Endpoint, ConnectionPool]] = {}
+        self._trimmers: dict[str, HistoryTrimmer] = {}
         self._finished: deque[_Finished] = deque()
         self._wake = Event()
         self._recorder = gevent.spawn(self._record_loop)
 
-    def take(self) -> Ticket | None:
-        """The next ticket for a user (blocks); None when there will be no more."""
-        return self.tickets.take()
+    def take(self, state: UserState | None = None) -> Ticket | None:
+        """The next ticket for a user (blocks); None when there will be no more. With the user's
+        state, the ticket it held is given back first (its tenant may send another)."""
+        done = state.holding if state is not None else None
+        if state is not None:
+            state.holding = None
+        ticket = self.tickets.take(done)
+        if state is not None and ticket is not None:
+            state.holding = ticket.lane
+        return ticket
 
     def _pool(self, stage: StageContext) -> tuple[Endpoint, ConnectionPool]:
         key = (
@@ -137,7 +153,8 @@ class LoadRuntime:
         Never raises, except to let the user's greenlet be killed.
 
         A conversation's ticket is sent turn after turn by this user: after each reply it waits the
-        next turn's think time and sends the whole history with the server's actual reply. A turn
+        next turn's think time and sends the whole history with the server's actual reply (where
+        the stage trims histories, the part of it that fits: quantload.load.history_trim). A turn
         that fails ends the conversation; its later turns are recorded as `session_cut`.
         """
         try:
@@ -178,7 +195,43 @@ class LoadRuntime:
             think_s = current.later_turns[0].think_s
             if think_s > 0:
                 gevent.sleep(think_s)
-            current = current.next_turn(reply)
+            if current.stage.context_policy != "trim":
+                current = current.next_turn(reply)
+                continue
+            trimmed = self._trimmed_turn(current, reply, result)
+            if isinstance(trimmed, StreamResult):  # the history could not be counted
+                turn = current.next_turn(reply)
+                self._finish(turn, trimmed, 0.0)
+                why = f"turn {turn.turn} failed ({trimmed.error_class})"
+                for record in cut_turn_records(turn, self.worker, time.time(), why):
+                    self.sink.put(record)
+                return
+            current = trimmed
+
+    def _trimmed_turn(self, current: Ticket, reply: str, result: StreamResult) -> Ticket | StreamResult:
+        """The next turn with its history trimmed to the slot, or the failure of counting it."""
+        stage = current.stage
+        trimmer = self._trimmers.get(stage.url)
+        if trimmer is None:
+            trimmer = self._trimmers[stage.url] = HistoryTrimmer(ServerTokenizer(stage.url, self.api_key))
+        usage = result.usage or {}
+        completion = usage.get("completion_tokens")
+        try:
+            turn = trimmer.next_turn(current, reply, completion if isinstance(completion, int) else None)
+            if stage.slot_context_tokens is None:
+                return turn
+            budget = history_budget_tokens(stage.slot_context_tokens, turn.asked_max_tokens)
+            return trimmer.fit(turn, budget).ticket
+        except QuantloadError as error:
+            failed = StreamResult(
+                sent_unix_s=time.time(),
+                sent_perf_s=time.perf_counter(),
+                end_s=0.0,
+                error_class="connect_error",
+                error=f"the history trim could not count tokens: {error.one_line()}",
+            )
+            failed.classified = True
+            return failed
 
     def _send(self, ticket: Ticket, state: UserState) -> tuple[StreamResult, float]:
         """Wait until `ticket` is due, stream it; what the client saw and the schedule lag."""
@@ -288,7 +341,7 @@ class LoadRuntime:
                     context={},
                 )
         self.metrics.observe_request(
-            (record.server, record.quant, record.experiment),
+            (record.server, record.quant, record.experiment, record.tenant or ""),
             "ok" if record.ok else (record.error_class or "client_error"),
             record.ttft_s if record.ok else None,
             record.tpot_s,

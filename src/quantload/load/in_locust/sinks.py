@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
-
-from locust.runners import WorkerRunner
+from typing import TYPE_CHECKING, Protocol
 
 from quantload.load.in_locust.messages import RecordLine
 from quantload.load.records import JsonlAppender, RecordOutcome, RequestRecord
 from quantload.load.tickets import StageTracker
+
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.runners import WorkerRunner
 
 
 class RecordSink(Protocol):

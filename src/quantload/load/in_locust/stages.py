@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
-from locust.env import Environment
-from locust.runners import MasterRunner
 
 from quantload.load.client_health import ClientHealth
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
@@ -26,6 +24,9 @@ from quantload.load.plan import LoadPlan, StagePlan
 from quantload.load.processes import WORKERS_MISSING, WORKERS_TIMEOUT_S
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
+
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.env import Environment
 
 POLL_S = 0.02
 SPAWN_TIMEOUT_S = 60.0
@@ -47,8 +48,10 @@ class StageController:
         metrics: LoadMetrics,
         expect_workers: int = 0,
         workers_timeout_s: float = WORKERS_TIMEOUT_S,
+        master: bool = False,
     ) -> None:
         self.environment = environment
+        self.master = master  # a Locust master: its users run on workers, which it waits for
         self.plan = plan
         self.book = book
         self.sink = sink
@@ -113,7 +116,7 @@ class StageController:
             self.runner.quit()
 
     def _wait_for_workers(self) -> None:
-        if not isinstance(self.runner, MasterRunner):
+        if not self.master:
             return
         deadline = time.monotonic() + self.workers_timeout_s
         while self.runner.worker_count < self.expect_workers:
@@ -147,14 +150,16 @@ class StageController:
             "" if stage.rate_rps is None else f"{stage.rate_rps:g}",
         )
         self.metrics.set_stage(labels)
-        if isinstance(self.runner, MasterRunner):
+        if self.master:
             self.runner.send_message(StageStarted.NAME, StageStarted(labels).to_data())
         freeze_heap(self.monitor)
 
     def _run_phase(self, stage: StagePlan, warmup: bool, start_unix_s: float | None) -> StageTracker:
         tickets = stage_tickets(self.plan, stage, warmup, start_unix_s)
         planned = sum(ticket.record_count for ticket in tickets)
-        tracker = StageTracker(stage.stage_id, planned, warmup, self.plan.max_consecutive_errors)
+        tracker = StageTracker(
+            stage.stage_id, planned, warmup, self.plan.max_consecutive_errors, stage.breaker_ignores
+        )
         self.sink.tracker = tracker
         if not tickets:
             return tracker
@@ -174,7 +179,7 @@ class StageController:
                     f"stage timeout after {stage.timeout_s:g} s ({tracker.done} of {tracker.planned} done)"
                 )
                 break
-            if isinstance(self.runner, MasterRunner) and self.runner.worker_count == 0:
+            if self.master and self.runner.worker_count == 0:
                 reason = "every worker is gone"
                 break
             gevent.sleep(POLL_S)
@@ -243,7 +248,7 @@ class StageController:
     ) -> None:
         plan = self.plan
         runner = self.runner
-        workers = int(runner.worker_count) if isinstance(runner, MasterRunner) else 0
+        workers = int(runner.worker_count) if self.master else 0
         line = plan.stage_event(
             stage,
             event,

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 from gevent.event import AsyncResult
-from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
 
 from quantload.load.in_locust.messages import TicketReply, TicketReturn, TicketWant
 from quantload.load.tickets import Ticket, TicketBook
 
+if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
+    from locust.env import Environment
+    from locust.runners import MasterRunner, WorkerRunner
+
 
 class TicketSource(Protocol):
-    """Where a user gets its next request; `take` blocks the user's greenlet."""
+    """Where a user gets its next request; `take` blocks the user's greenlet. `done` is the lane
+    of the ticket the user has just finished (`Ticket.lane`), so a tenant's next one may go."""
 
-    def take(self) -> Ticket | None: ...
+    def take(self, done: str | None = None) -> Ticket | None: ...
 
 
 class LocalTickets:
@@ -25,9 +28,9 @@ class LocalTickets:
     def __init__(self) -> None:
         self.book: TicketBook[AsyncResult] = TicketBook(lambda waiter, ticket: waiter.set(ticket))
 
-    def take(self) -> Ticket | None:
+    def take(self, done: str | None = None) -> Ticket | None:
         waiter = AsyncResult()
-        self.book.want(waiter)
+        self.book.want(waiter, done)
         try:
             ticket: Ticket | None = waiter.get()
         except gevent.GreenletExit:
@@ -51,7 +54,8 @@ class MasterTickets:
         self.runner.send_message(TicketReply.NAME, TicketReply(want, ticket).to_data(), client_id)
 
     def _on_want(self, environment: Environment, msg: Any, **_: Any) -> None:
-        self.book.want((str(msg.node_id), TicketWant.from_data(msg.data).want))
+        want = TicketWant.from_data(msg.data)
+        self.book.want((str(msg.node_id), want.want), want.done)
 
     def _on_return(self, environment: Environment, msg: Any, **_: Any) -> None:
         self.book.put_back(TicketReturn.from_data(msg.data).ticket)
@@ -66,12 +70,12 @@ class WorkerTickets:
         self._next = 0
         runner.register_message(TicketReply.NAME, self._on_reply)
 
-    def take(self) -> Ticket | None:
+    def take(self, done: str | None = None) -> Ticket | None:
         self._next += 1
         want = self._next
         waiter = AsyncResult()
         self._waiting[want] = waiter
-        self.runner.send_message(TicketWant.NAME, TicketWant(want).to_data())
+        self.runner.send_message(TicketWant.NAME, TicketWant(want, done).to_data())
         try:
             ticket: Ticket | None = waiter.get()
         finally:
@@ -91,5 +95,5 @@ class WorkerTickets:
 class NoTickets:
     """The master sends no requests itself."""
 
-    def take(self) -> Ticket | None:
+    def take(self, done: str | None = None) -> Ticket | None:
         return None

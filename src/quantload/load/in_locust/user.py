@@ -39,7 +39,7 @@ class StreamingChatUser(User):
         """
         runtime = type(self).runtime
         while runtime is not None:
-            ticket = runtime.take()
+            ticket = runtime.take(self.state)
             if ticket is None:
                 break
             runtime.execute(ticket, self.state)

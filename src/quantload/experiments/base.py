@@ -1,0 +1,133 @@
+"""What an experiment is, what it is given, and what it gives back.
+
+An experiment (one module of this package, listed once in `registry`) declares:
+
+  name, title     its name in settings, records and `quantload load -e`; its line in the run's view
+  step, chapter   its step in run.json, and the report chapter that reads its stages
+  missing         the input it needs: a function of the settings returning the one-line reason
+                  it cannot run (None when it can)
+  run             how it runs against one served target: plans its stages and runs them through
+                  the load supervisor, returning an `ExperimentRun`
+  server_flags    whether it restarts the server with other flags (`ServerControl`): those run
+                  only where quantload started the server (`quantload run`); with `optional`
+                  they run once on the server as it is elsewhere
+
+Run context: `ExperimentContext` holds the run (quantload.run_context.RunContext), the served
+target, and the server control where quantload started the server (None for a URL it was given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from quantload.config import Settings
+from quantload.kvcheck import KvCheck
+from quantload.load import LimitLine, StageSummary
+from quantload.run_context import RunContext
+from quantload.served import ServedTarget
+
+ServerFlagsUse = Literal["none", "optional", "required"]
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """What a variant of the served llama-server changes; None keeps the run's own setting."""
+
+    slots: int | None = None
+    ctx_per_slot: int | None = None
+    cache_type: str | None = None  # K and V alike (flash attention on where a quantized V needs it)
+    extra_args: tuple[str, ...] = ()  # added to the run's own flags
+    label: str = ""  # how stages and logs name the variant, e.g. "-b 256 -ub 256"
+
+
+@dataclass(frozen=True)
+class ServedVariant:
+    """A llama-server of the same file running with other flags, and its KV cache as checked."""
+
+    target: ServedTarget
+    flags: ServerFlags
+    kv: KvCheck | None = None
+    kv_error: str | None = None  # why the KV cache could not be checked
+
+
+class ServerControl(Protocol):
+    """Variants of a served llama-server quantload started (same file, other flags)."""
+
+    def variant(self, flags: ServerFlags) -> AbstractContextManager[ServedVariant]:
+        """The server running with `flags` for the length of the context, KV-checked; the served
+        target as it was afterwards. ServerError when the variant does not start."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExperimentContext:
+    """What one experiment run is handed: the run, the target, and control of its server."""
+
+    run: RunContext
+    target: ServedTarget
+    servers: ServerControl | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.run.settings
+
+
+@dataclass(frozen=True)
+class ExperimentRun:
+    """The stages one experiment ran, and how long they took (the time spent measuring)."""
+
+    experiment: str
+    summaries: tuple[StageSummary, ...]
+    busy_s: float
+    limit: LimitLine | None = None  # what a limit search found
+
+    @property
+    def problem(self) -> str | None:
+        """Why the experiment counts as failed (stages that did not end ok); None when all did.
+
+        A limit search's trials may fail on purpose (a level breaking is how it finds the limit):
+        the search fails only when no trial ran at all, or when no level held and every trial
+        failed hard (a server answering 503 to everything, a closed port: nothing was measured).
+        """
+        if self.limit is not None:
+            trials = self.limit.trials
+            if not trials:
+                return "the limit search ran no trial"
+            if self.limit.limit is None and all(trial.hard_failure for trial in trials):
+                return f"no trial of the limit search could be measured ({trials[0].why})"
+            return None
+        failed = [s for s in self.summaries if s.status != "ok"]
+        if not failed:
+            return None
+        first = failed[0]
+        return f"{len(failed)} of {len(self.summaries)} stages {first.status}: {first.reason}"
+
+
+def experiment_run(
+    name: str, summaries: Sequence[StageSummary], limit: LimitLine | None = None
+) -> ExperimentRun:
+    """The run of `name` that produced `summaries`, its busy time from their start and end lines."""
+    busy = sum(
+        s.ended_unix_s - s.started_unix_s
+        for s in summaries
+        if s.started_unix_s is not None and s.ended_unix_s is not None
+    )
+    return ExperimentRun(name, tuple(summaries), busy, limit)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment's declaration (see the module docstring)."""
+
+    name: str
+    title: str  # "load sweep {quant}"
+    step: str
+    chapter: str
+    summary: str  # one line for help texts and docs
+    missing: Callable[[Settings], str | None]
+    run: Callable[[ExperimentContext], ExperimentRun]
+    server_flags: ServerFlagsUse = "none"
+    searches: bool = False  # its stages are trials that may fail on purpose (a limit search)

@@ -1,0 +1,255 @@
+"""Conversations that outgrow the slot context, under three policies (the context experiment).
+
+Every conversation starts with a system prompt (`context.system_prompt_tokens`) and goes on turn
+after turn (`context.turns`; by default enough for the history to reach 1.5 times the slot) with
+its whole history, so it outgrows the slot somewhere along the way. One closed-loop stage per
+policy of `context.policies`, each with conversations of its own, at `context.users` at once, on a
+llama-server whose slots hold `context.ctx_per_slot` tokens (a variant: `ServerControl`; fail
+and trim share one, shift has its own; every stage's conversations and system prompt are its own,
+so no policy finds another's history in the cache):
+
+  fail   the server's default: a turn whose prompt reaches the slot's context is refused (HTTP 400
+         `exceed_context_size_error`, recorded as `context_exceeded` with its two counts) and the
+         conversation ends there; a reply that fills the slot stops short (`truncated`)
+  trim   the client keeps the system prompt and the most recent turns that fit beside the turn's
+         reply, counted with the server's tokenizer (quantload.load.history_trim); every record
+         says what the trim left out (`trimmed_turns`, `trimmed_tokens`)
+  shift  the server runs with `--context-shift --keep N` (N = `context.keep_tokens`, else the
+         system prompt's whole length): a reply that fills the slot goes on after the server
+         drops half of what follows the kept tokens (`context_shifted`); a prompt at or beyond the
+         slot is still refused, as llama.cpp refuses it whatever the flag
+
+The stages send cache_prompt (`context.cache_prompt`), and llama-server places each turn in the
+slot sharing the longest prefix with it (`context.affinity = "id_slot"` pins conversation i to slot
+i % slots instead), so each turn's `timings.cache_n` says how much of the history the server still
+had: the report compares the hit rate before and after a
+conversation's refusal, trim or shift. Refusals and the turns they cut are expected here: they do
+not count towards the stage's circuit breaker.
+
+Where quantload did not start the server, fail and trim run on the server as it is (its own slot
+context, read from /props) and shift is left out (it needs a restart with other flags); a warning
+says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from quantload.config import CONTEXT_MARGIN_TOKENS, ContextSettings, Settings
+from quantload.errors import ConfigError
+from quantload.experiments.base import (
+    Experiment,
+    ExperimentContext,
+    ExperimentRun,
+    ServerFlags,
+    experiment_run,
+)
+from quantload.experiments.running import invocation_id, run_stages, workloads
+from quantload.load import (
+    LoadPlan,
+    SessionWorkload,
+    StageRequests,
+    StageSummary,
+    WorkloadBuilder,
+    assemble_plan,
+    parse_length_distribution,
+    stage_plan,
+    whole_prompt_tokens,
+)
+from quantload.served import ServedTarget
+
+NAME = "context"
+EXPECTED_ERRORS = ("context_exceeded", "session_cut")
+HISTORY_MULTIPLE = 1.5  # the default turns take the mean conversation to this many slots
+SHIFT_ARGS = "--context-shift"
+
+
+def missing(settings: Settings) -> str | None:
+    return None if settings.context.conversations > 0 else "context.conversations is 0"
+
+
+@dataclass(frozen=True)
+class SystemPrompt:
+    """The system prompt of one stage's conversations, and its tokens as the server counts them."""
+
+    prompt_id: str
+    text: str
+    whole_tokens: int  # the system message alone, as the chat template renders it
+
+
+def default_turns(settings: ContextSettings, slot_tokens: int, system_tokens: int, overhead: int) -> int:
+    """`context.turns`, or enough turns for the mean conversation to reach 1.5 slots."""
+    if settings.turns:
+        return settings.turns
+    growth = (
+        parse_length_distribution(settings.turn_tokens).expected_tokens
+        + parse_length_distribution(settings.reply_tokens).expected_tokens
+        + overhead
+    )
+    return max(2, min(200, math.ceil((HISTORY_MULTIPLE * slot_tokens - system_tokens) / max(growth, 1.0))))
+
+
+def keep_tokens(settings: ContextSettings, system: SystemPrompt) -> int:
+    """--keep of the shift policy's server: as set, else the whole system prompt."""
+    return settings.keep_tokens if settings.keep_tokens is not None else system.whole_tokens
+
+
+def system_prompt(builder: WorkloadBuilder, settings: ContextSettings, index: int, tag: str) -> SystemPrompt:
+    """A system prompt of `context.system_prompt_tokens` tokens of its own for one stage."""
+    text, _ = builder.maker.user_text(settings.system_prompt_tokens, 9_000_000 + index)
+    whole = whole_prompt_tokens(builder.tokenizer, [{"role": "system", "content": text}])
+    return SystemPrompt(f"{tag}system", text, whole)
+
+
+def conversations(
+    builder: WorkloadBuilder, settings: Settings, system: SystemPrompt, slot_tokens: int, seed: int, tag: str
+) -> StageRequests:
+    """The stage's conversations: each user turn clipped so that the system prompt, the turn and
+    its reply always fit the slot (what the trim keeps at least); ConfigError when not even one
+    token of user turn would."""
+    context = settings.context
+    reply = parse_length_distribution(context.reply_tokens)
+    longest_reply = max(reply.sample(256, seed, minimum=1))
+    overhead = builder.maker.overhead_tokens
+    room = slot_tokens - system.whole_tokens - overhead - longest_reply - CONTEXT_MARGIN_TOKENS
+    if room < 1:
+        raise ConfigError(
+            f"the trim policy cannot keep even the system prompt: its {system.whole_tokens} tokens, the"
+            f" template's {overhead} and a {longest_reply}-token reply fill the server's"
+            f" {slot_tokens}-token slot",
+            "shorten context.system_prompt_tokens or context.reply_tokens, or raise context.ctx_per_slot",
+        )
+    dataset = builder.dataset(context.dataset, "context.dataset") if context.dataset else None
+    workload = SessionWorkload(
+        turns=default_turns(context, slot_tokens, system.whole_tokens, overhead),
+        think_time_s=context.think_time_s,
+        reply_tokens=reply,
+        maker=builder.maker,
+        turn_tokens=parse_length_distribution(context.turn_tokens) if dataset is None else None,
+        dataset=dataset,
+        count_tokens=builder.count_tokens,
+        max_output_tokens=settings.workload.max_output_tokens,
+        slots=builder.slots_and_context[0] if context.affinity == "id_slot" else None,
+        context_tokens=slot_tokens,
+        max_turn_tokens=room,
+        warn_overflow=False,
+    )
+    return workload.stage_requests(context.conversations, seed, tag)
+
+
+def policy_plan(
+    settings: Settings,
+    target: ServedTarget,
+    drawn: StageRequests,
+    system: SystemPrompt,
+    run_id: str,
+    invocation: str,
+    policy: str,
+    slot_tokens: int,
+    server_args: str,
+) -> LoadPlan:
+    """One closed-loop stage of the conversations under `policy`."""
+    context = settings.context
+    cache = "on" if context.cache_prompt else "off"
+    stage = stage_plan(
+        settings.load, invocation, 0, NAME, context.users, drawn,
+        cache_prompt=context.cache_prompt, phase=policy, system_prompt_id=system.prompt_id,
+        context_policy=policy, slot_context_tokens=slot_tokens, breaker_ignores=EXPECTED_ERRORS,
+        server_args=server_args, server_state=f"slots of {slot_tokens:,} tokens; cache_prompt {cache}",
+    )  # fmt: skip
+    return assemble_plan(
+        settings.load, target, run_id, invocation, [drawn], [stage], {system.prompt_id: system.text}
+    )
+
+
+def _slot_tokens(builder: WorkloadBuilder, target: ServedTarget) -> int:
+    slot_tokens = builder.slots_and_context[1]
+    if slot_tokens is None:
+        raise ConfigError(
+            f"{target.url}/props does not say the server's slot context",
+            "the context experiment needs llama-server's /props",
+        )
+    return slot_tokens
+
+
+def _one_policy(
+    context: ExperimentContext, target: ServedTarget, policy: str, index: int, server_args: str
+) -> list[StageSummary]:
+    settings = context.settings
+    invocation = f"{invocation_id(NAME, target)}-{policy}"
+    with workloads(context, target) as builder:
+        slot_tokens = _slot_tokens(builder, target)
+        system = system_prompt(builder, settings.context, index, f"{invocation}-")
+        seed = settings.load.seed + index
+        drawn = conversations(builder, settings, system, slot_tokens, seed, f"{invocation}-")
+    plan = policy_plan(
+        settings, target, drawn, system, context.run.run_id, invocation, policy, slot_tokens, server_args
+    )
+    return run_stages(context, plan).summaries
+
+
+def server_flags(settings: ContextSettings, policy: str, keep: int) -> ServerFlags:
+    """The variant a policy runs on: the experiment's slots, and the shift flags for shift."""
+    shift = (SHIFT_ARGS, "--keep", str(keep)) if policy == "shift" else ()
+    label = f"-np {settings.slots} ctx {settings.ctx_per_slot}" + (" " + " ".join(shift) if shift else "")
+    slots, ctx = settings.slots, settings.ctx_per_slot
+    return ServerFlags(slots=slots, ctx_per_slot=ctx, extra_args=shift, label=label)
+
+
+def _measured_keep(context: ExperimentContext) -> int:
+    """--keep for the shift policy, from the served model's own tokenizer (before any restart)."""
+    settings = context.settings.context
+    if settings.keep_tokens is not None:
+        return settings.keep_tokens
+    with workloads(context) as builder:
+        return keep_tokens(settings, system_prompt(builder, settings, 0, "keep-"))
+
+
+@contextlib.contextmanager
+def _served(context: ExperimentContext, flags: ServerFlags) -> Iterator[ServedTarget]:
+    assert context.servers is not None
+    context.run.progress(0, None, f"{context.target.name}: llama-server {flags.label}")
+    with context.servers.variant(flags) as variant:
+        yield variant.target
+
+
+def run(context: ExperimentContext) -> ExperimentRun:
+    settings = context.settings.context
+    policies = list(settings.policies)
+    summaries: list[StageSummary] = []
+    if context.servers is None:
+        if "shift" in policies:
+            policies.remove("shift")
+            context.run.warn(
+                "context: the server was not started by quantload, so it cannot be restarted with"
+                f" {SHIFT_ARGS}: the shift policy is left out; fail and trim run at the server's own"
+                " slot context (context.ctx_per_slot does not apply), and fail measures whatever"
+                " context shift the server was started with"
+            )
+        for index, policy in enumerate(policies):
+            summaries += _one_policy(context, context.target, policy, index, "server's own flags")
+        return experiment_run(NAME, summaries)
+    keep = _measured_keep(context) if "shift" in policies else 0
+    index = 0
+    for flags, group in itertools.groupby(policies, key=lambda policy: server_flags(settings, policy, keep)):
+        with _served(context, flags) as target:  # consecutive policies of the same flags share it
+            for policy in group:
+                summaries += _one_policy(context, target, policy, index, flags.label)
+                index += 1
+    return experiment_run(NAME, summaries)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="conversations beyond the slot context {quant}",
+    step="context",
+    chapter="contexts",
+    summary="conversations that outgrow the slot: refused, trimmed by the client, shifted ([context])",
+    missing=missing,
+    run=run,
+    server_flags="optional",
+)

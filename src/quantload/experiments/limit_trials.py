@@ -1,0 +1,250 @@
+"""The limit search run for real: trial stages against a target until `LimitSearch` has its answer.
+
+Each trial is one stage (experiment `limit_users` or `limit_rate`) of the configured workload at
+one level, run as its own plan so the next level can depend on what this one said. A trial is
+judged by the SLO's one judge (quantload.slo.judge) on that stage's summary, the same verdict the
+report gives a sweep level; it fails hard (its level breaks at once, no repeats) when the stage did
+not end ok (circuit breaker, stage timeout) or at least `limit.hard_failure_frac` of its requests
+failed. A closed-loop trial sends `limit.requests_per_user` requests per user (at least
+`limit.min_requests`), an open-loop one `limit.trial_seconds` worth at its rate. Each trial reads
+only its own stage's summary (returned by the supervisor), so a long search costs the same per
+trial from the first to the last.
+
+The outcome is appended to `limits.jsonl` (`quantload.load.limit_file`, one line per search) when
+the search ends; every trial's records, stage lines and summary are on disk as they happen, so an
+interrupted search loses nothing it measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+from quantload.config import Settings
+from quantload.errors import ConfigError
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.running import label, run_stages, workloads
+from quantload.load import (
+    LimitLine,
+    LimitResult,
+    LimitSearch,
+    LoadPlan,
+    SearchExperiment,
+    StageRequests,
+    StageSummary,
+    Trial,
+    TrialLine,
+    assemble_plan,
+    level_text,
+    poisson_requests,
+    stage_plan,
+)
+from quantload.progress import ProgressCallback
+from quantload.served import ServedTarget
+from quantload.slo import Slo, Verdict, judge
+
+
+@dataclass(frozen=True)
+class TrialVerdict:
+    """What one trial said about its level, and what that rests on."""
+
+    held: bool
+    hard_failure: bool
+    why: str
+    requests: int = 0
+    sureness: str = ""
+
+
+def judge_trial(
+    summary: StageSummary | None, slo: Slo, hard_failure_frac: float
+) -> TrialVerdict:
+    """The SLO verdict of one trial stage, from its summary."""
+    if summary is None:
+        return TrialVerdict(False, True, "the trial stage never ended")
+    if summary.status != "ok":
+        return TrialVerdict(False, True, f"stage {summary.status}: {summary.reason}", summary.requests)
+    verdict: Verdict = judge(summary.counts, slo, hard_failure_frac)
+    if verdict.meets is None:
+        return TrialVerdict(False, True, "no request was measured", 0, verdict.sureness)
+    figures = _figures(summary)
+    why = f"{figures}; {verdict.why}" if verdict.meets else verdict.why
+    if not verdict.meets and summary.client_saturated:
+        why += "; the load generator itself was saturated (its delay is inside these figures)"
+    return TrialVerdict(bool(verdict.meets), verdict.hard_failure, why, verdict.requests, verdict.sureness)
+
+
+def _figures(summary: StageSummary) -> str:
+    ttft = summary.ttft_from_intended_p99_s if summary.open_loop else summary.ttft_p99_s
+    text = f"TTFT p99 {ttft * 1000:.0f} ms" if ttft is not None else "no TTFT"
+    return text + (f", TPOT p99 {summary.tpot_p99_s * 1000:.0f} ms" if summary.tpot_p99_s else "")
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a search ran (every trial's stage summary) and what it found."""
+
+    summaries: tuple[StageSummary, ...]
+    result: LimitResult
+    line: LimitLine
+
+
+def trial_requests(settings: Settings, experiment: SearchExperiment, level: float) -> int:
+    """How many requests (conversations, for the sessions workload) a trial at `level` sends."""
+    limit = settings.limit
+    if experiment == "limit_users":
+        return max(limit.min_requests, int(level) * limit.requests_per_user)
+    return max(limit.min_requests, math.ceil(level * limit.trial_seconds))
+
+
+def trial_plan(
+    settings: Settings,
+    target: ServedTarget,
+    drawn: StageRequests,
+    experiment: SearchExperiment,
+    level: float,
+    run_id: str,
+    invocation: str,
+    trial: int,
+    variant: str | None = None,
+) -> LoadPlan:
+    """One trial: `level` users (closed loop) or requests/s (open loop: Poisson, or the trace's
+    own arrivals when the workload brings them); `variant` names the server flags it ran under."""
+    load, limit = settings.load, settings.limit
+    if experiment == "limit_rate":
+        own = bool(drawn.requests) and all(r.offset_s is not None for r in drawn.requests)
+        stage = stage_plan(
+            load, invocation, 0, experiment, load.open_loop_users, drawn,
+            arrival="trace" if own else "poisson", rate_rps=level,
+            requests=None if own else poisson_requests(drawn, level, load.seed + trial),
+            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}", server_args=variant,
+        )  # fmt: skip
+    else:
+        stage = stage_plan(
+            load, invocation, 0, experiment, int(level), drawn,
+            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}", server_args=variant,
+        )  # fmt: skip
+    return assemble_plan(load, target, run_id, invocation, [drawn], [stage])
+
+
+def check_bounds(experiment: SearchExperiment, settings: Settings) -> None:
+    """ConfigError when the search's bounds are the wrong way round."""
+    limit = settings.limit
+    if experiment == "limit_users" and limit.max_users < limit.start_users:
+        raise ConfigError("limit.max_users is below limit.start_users", "raise limit.max_users")
+    if experiment == "limit_rate" and limit.max_rate_rps < limit.start_rate_rps:
+        raise ConfigError("limit.max_rate_rps is below limit.start_rate_rps", "raise limit.max_rate_rps")
+
+
+def new_search(experiment: SearchExperiment, settings: Settings) -> LimitSearch:
+    limit = settings.limit
+    users = experiment == "limit_users"
+    return LimitSearch(
+        kind="users" if users else "rate_rps",
+        start=limit.start_users if users else limit.start_rate_rps,
+        max_level=limit.max_users if users else limit.max_rate_rps,
+        growth=limit.growth,
+        resolution=limit.rate_resolution,
+        repeats=limit.repeats,
+        time_cap_s=limit.time_cap_s,
+    )
+
+
+def run_limit_search(
+    experiment: SearchExperiment, context: ExperimentContext, variant: str | None = None
+) -> SearchOutcome:
+    """Search one target's limit (see the module docstring); the outcome is in limits.jsonl too.
+
+    `variant` names the server flags the target runs under when an experiment searches a variant
+    of the server (slots, batching, a tuned configuration): its trials' stages and its limits.jsonl
+    line carry the name, and the capacity verdict, which is about the server as the run configured
+    it, leaves such searches out.
+    """
+    settings, target, run = context.settings, context.target, context.run
+    limit = settings.limit
+    check_bounds(experiment, settings)
+    search = new_search(experiment, settings)
+    kind: Literal["users", "rate_rps"] = search.kind
+    search_id = f"{experiment}-{label(target.name)}-{uuid.uuid4().hex[:6]}"
+    summaries: list[StageSummary] = []
+    trial_lines: list[TrialLine] = []
+    started = time.monotonic()
+    with workloads(context) as builder:
+        workload = builder.workload()
+        while (level := search.next_level()) is not None:
+            trial = len(search.trials)
+            note = f"{target.name} {experiment}: trial {trial + 1} at {level_text(level, kind)}"
+            run.progress(min(search.elapsed_s, limit.time_cap_s), limit.time_cap_s, note)
+            invocation = f"{search_id}-t{trial}"
+            drawn = workload.stage_requests(
+                trial_requests(settings, experiment, level), settings.load.seed + trial, f"{invocation}-"
+            )
+            plan = trial_plan(
+                settings, target, drawn, experiment, level, run.run_id, invocation, trial, variant
+            )
+            shown = _within(run.progress, search.elapsed_s, limit.time_cap_s, note)
+            quiet = context if trial == 0 else _quiet(context)  # a plan's warnings once per search
+            before = time.monotonic()
+            done = run_stages(_with_progress(quiet, shown), plan).summaries
+            seconds = time.monotonic() - before
+            summary = done[0] if done else None
+            verdict = judge_trial(summary, run.slo, limit.hard_failure_frac)
+            search.record(Trial(level, verdict.held, verdict.hard_failure, seconds, verdict.why))
+            summaries += done
+            trial_lines.append(
+                TrialLine(
+                    level=level, held=verdict.held, hard_failure=verdict.hard_failure,
+                    seconds=round(seconds, 3), why=verdict.why,
+                    stage_id=summary.stage_id if summary is not None else None,
+                    requests=verdict.requests, sureness=verdict.sureness,
+                )
+            )
+    result = search.result()
+    found = LimitLine(
+        run_id=run.run_id,
+        server=target.name,
+        quant=target.quant,
+        experiment=experiment,
+        kind=kind,
+        workload=workload.name,
+        slo_ttft_p99_s=settings.report.slo_ttft_p99_s,
+        slo_tpot_s=settings.report.slo_tpot_s,
+        limit=result.limit,
+        confirmed=result.confirmed,
+        ending=result.ending,
+        lowest_broken=result.lowest_broken,
+        seconds=round(time.monotonic() - started, 3),
+        sentence=result.sentence(),
+        trials=trial_lines,
+        unix_s=time.time(),
+        variant=variant,
+    )
+    run.run_dir.append_limit(found)
+    run.progress(limit.time_cap_s, limit.time_cap_s, f"{target.name} {experiment}: {result.sentence()}")
+    return SearchOutcome(tuple(summaries), result, found)
+
+
+def search_run(experiment: SearchExperiment, context: ExperimentContext) -> ExperimentRun:
+    """The search as an experiment's run: its trials' stages and what it found."""
+    outcome = run_limit_search(experiment, context)
+    return experiment_run(experiment, outcome.summaries, outcome.line)
+
+
+def _quiet(context: ExperimentContext) -> ExperimentContext:
+    return dataclasses.replace(context, run=dataclasses.replace(context.run, warn=lambda line: None))
+
+
+def _with_progress(context: ExperimentContext, progress: ProgressCallback) -> ExperimentContext:
+    return dataclasses.replace(context, run=context.run.with_progress(progress))
+
+
+def _within(progress: ProgressCallback, elapsed_s: float, cap_s: float, trial_note: str) -> ProgressCallback:
+    """A trial's own progress as the search's: the bar follows the time cap, the note the trial."""
+
+    def show(completed: float, total: float | None, note: str = "") -> None:
+        progress(min(elapsed_s, cap_s), cap_s, f"{trial_note}: {int(completed)}/{int(total or 0)} requests")
+
+    return show

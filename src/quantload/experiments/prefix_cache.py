@@ -1,0 +1,103 @@
+"""The prompt-cache experiment: a shared system prompt on every request, cache_prompt off, then on.
+
+A system prompt of `load.prefix_tokens` (sized with the server's /tokenize) precedes user turns
+that are the prompt set's prompts of at most 256 tokens (all of them if none is that short),
+cycled to `load.prefix_requests` per stage, at `load.prefix_users`. Before it starts every slot
+is erased where the server allows it (`POST /slots/{id}?action=erase`, needs --slot-save-path).
+The states measured do not depend on that: "off" sends cache_prompt=false (every prompt token is
+computed), "on" is measured after warm-up requests (one per user) put the prefix in the slots.
+Every stage line states the server state it ran in. Repeated `load.repeats` times.
+"""
+
+from __future__ import annotations
+
+from quantload.config import LoadSettings, Settings
+from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.running import invocation_id, run_stages, workloads
+from quantload.load import (
+    LoadPlan,
+    Prompt,
+    StagePlan,
+    StageRequests,
+    assemble_plan,
+    build_system_prompt,
+    cycle_prompts,
+    erase_slots,
+    stage_plan,
+    warmup_requests,
+)
+from quantload.served import ServedTarget
+
+NAME = "prefix_cache"
+USER_TURN_MAX_TOKENS = 256  # the user turns stay short beside the prefix
+SYSTEM_PROMPT_ID = "system-prefix"
+
+
+def missing(settings: Settings) -> str | None:
+    load = settings.load
+    if load.prefix_requests <= 0 or load.prefix_tokens <= 0:
+        return "load.prefix_tokens or load.prefix_requests is 0"
+    return None
+
+
+def user_turns(settings: Settings, prompt_set: list[Prompt]) -> StageRequests:
+    """The user turns after the prefix: short prompts of the set, cycled to load.prefix_requests."""
+    candidates = cycle_prompts(prompt_set, settings.load.prompt_count)
+    short = [p for p in candidates if p.tokens <= USER_TURN_MAX_TOKENS] or candidates
+    chosen = [short[i % len(short)] for i in range(settings.load.prefix_requests)]
+    return StageRequests.of_prompts(chosen)
+
+
+def prefix_cache_plan(
+    load: LoadSettings,
+    target: ServedTarget,
+    turns: StageRequests,
+    system_prompt: str,
+    system_tokens: int,
+    run_id: str,
+    invocation: str,
+    server_state: str,
+) -> LoadPlan:
+    """cache_prompt off, then on (primed by warm-ups), the pair repeated."""
+    priming = warmup_requests(load.prefix_users)  # the warm-up prompt: no measured prompt is cached whole
+    stages: list[StagePlan] = []
+    for repeat in range(load.repeats):
+        for cache_on in (False, True):
+            stages.append(
+                stage_plan(
+                    load, invocation, len(stages), NAME, load.prefix_users, turns,
+                    repeat=repeat, cache_prompt=cache_on, warmup=priming if cache_on else (),
+                    system_prompt_id=SYSTEM_PROMPT_ID, prefix_tokens=system_tokens,
+                    server_state=server_state if cache_on else "cache_prompt off: no reuse",
+                )
+            )
+    texts = {SYSTEM_PROMPT_ID: system_prompt}
+    return assemble_plan(load, target, run_id, invocation, [turns], stages, texts)
+
+
+def run(context: ExperimentContext) -> ExperimentRun:
+    settings, target = context.settings, context.target
+    api_key = target.api_key_text
+    text, tokens = build_system_prompt(target.url, settings.load.prefix_tokens, api_key)
+    states = [
+        erase_slots(target.url, api_key),
+        f"prefix primed by {settings.load.prefix_users} warm-up request(s)",
+    ]
+    with workloads(context) as builder:
+        turns = user_turns(settings, builder.prompts)
+    invocation = invocation_id(NAME, target)
+    plan = prefix_cache_plan(
+        settings.load, target, turns, text, tokens, context.run.run_id, invocation, "; ".join(states)
+    )
+    return experiment_run(NAME, run_stages(context, plan).summaries)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="prompt cache {quant}",
+    step="prefix_cache",
+    chapter="ttft",
+    summary="a shared system prompt, cache_prompt off then on",
+    missing=missing,
+    run=run,
+)

@@ -1,0 +1,93 @@
+"""The experiments, in the order `quantload run` runs them by default: the one list every part
+reads (the run and its step names, `quantload load -e`, the config check, the report's "not run
+because" lines).
+
+Adding an experiment is one new module of this package, declaring its `EXPERIMENT`
+(quantload.experiments.base.Experiment), and one line below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from quantload.config import Settings
+from quantload.errors import ConfigError
+from quantload.experiments import (
+    context_overflow,
+    kv_types,
+    limit_rate,
+    limit_users,
+    mixed,
+    noisy_neighbour,
+    open_loop,
+    prefix_cache,
+    sessions,
+    sweep,
+    trace,
+)
+from quantload.experiments.base import Experiment
+
+REGISTRY: tuple[Experiment, ...] = (
+    sweep.EXPERIMENT,
+    prefix_cache.EXPERIMENT,
+    open_loop.EXPERIMENT,
+    sessions.EXPERIMENT,
+    trace.EXPERIMENT,
+    mixed.EXPERIMENT,
+    limit_users.EXPERIMENT,
+    limit_rate.EXPERIMENT,
+    context_overflow.EXPERIMENT,
+    noisy_neighbour.EXPERIMENT,
+    kv_types.EXPERIMENT,
+)
+
+
+def names() -> tuple[str, ...]:
+    """Every experiment's name, in the default order."""
+    return tuple(experiment.name for experiment in REGISTRY)
+
+
+def get(name: str) -> Experiment:
+    """The experiment called `name`; ConfigError listing the known ones."""
+    for experiment in REGISTRY:
+        if experiment.name == name:
+            return experiment
+    raise ConfigError(f"unknown experiment {name!r}", f"choose from {', '.join(names())}")
+
+
+def missing_input(name: str, settings: Settings) -> str | None:
+    """Why the experiment `name` cannot run with these settings (the input it needs), or None."""
+    return get(name).missing(settings)
+
+
+def planned(settings: Settings) -> list[Experiment]:
+    """The experiments the settings ask `quantload run` for, in its order: those of
+    `load.experiments` whose input is there."""
+    return [get(name) for name in settings.load.experiments if get(name).missing(settings) is None]
+
+
+def for_any_server() -> tuple[str, ...]:
+    """The experiments that can run against a server quantload did not start (all but those that
+    must change its flags)."""
+    return tuple(experiment.name for experiment in REGISTRY if experiment.server_flags != "required")
+
+
+def against_any_server(requested: Sequence[str]) -> list[Experiment]:
+    """The experiments `quantload load` may run against servers it did not start; ConfigError for
+    an unknown name or one that needs to restart the server with other flags."""
+    chosen = []
+    for name in requested:
+        experiment = get(name)
+        if experiment.server_flags == "required":
+            raise ConfigError(
+                f"the {name} experiment starts llama-servers of its own with other flags",
+                "run it through `quantload run`",
+            )
+        chosen.append(experiment)
+    return chosen
+
+
+def unknown(requested: Sequence[str]) -> list[str]:
+    """The names of `requested` that are no experiment."""
+    known = set(names())
+    return [name for name in requested if name not in known]

@@ -1,0 +1,56 @@
+"""The concurrency sweep: closed loop, the same requests at each of `load.users`, repeated.
+
+The whole sweep is repeated `load.repeats` times (repeat-major, so slow drift spreads over all
+levels). It sends `workload.kind`'s requests: `load.prompt_count` of the prompt set (cycled when
+the set is smaller), `workload.requests` of the other kinds, `sessions.count` conversations for
+the sessions workload. Every request sends `cache_prompt` as configured (off by default, so
+repeated prompts are not served from the prompt cache).
+"""
+
+from __future__ import annotations
+
+from quantload.config import LoadSettings, Settings
+from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.running import invocation_id, run_stages, workloads
+from quantload.load import LoadPlan, StagePlan, StageRequests, assemble_plan, stage_plan
+from quantload.served import ServedTarget
+
+NAME = "sweep"
+
+
+def requests_per_stage(settings: Settings) -> int:
+    """How many requests a closed-loop stage of `workload.kind` sends."""
+    return settings.load.prompt_count if settings.workload.kind == "prompts" else settings.workload.requests
+
+
+def sweep_plan(
+    load: LoadSettings, target: ServedTarget, drawn: StageRequests, run_id: str, invocation: str
+) -> LoadPlan:
+    """Closed loop: `drawn` at each user level, the whole sweep repeated."""
+    stages: list[StagePlan] = []
+    for repeat in range(load.repeats):
+        for users in load.users:
+            stages.append(stage_plan(load, invocation, len(stages), NAME, users, drawn, repeat=repeat))
+    return assemble_plan(load, target, run_id, invocation, [drawn], stages)
+
+
+def run(context: ExperimentContext) -> ExperimentRun:
+    settings, target = context.settings, context.target
+    invocation = invocation_id(NAME, target)
+    with workloads(context) as builder:
+        workload = builder.workload()
+        count = settings.sessions.count if workload.name == "sessions" else requests_per_stage(settings)
+        drawn = workload.stage_requests(count, settings.load.seed, f"{invocation}-")
+    outcome = run_stages(context, sweep_plan(settings.load, target, drawn, context.run.run_id, invocation))
+    return experiment_run(NAME, outcome.summaries)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="load sweep {quant}",
+    step="load",
+    chapter="load",
+    summary="closed loop at each of load.users, with workload.kind's requests",
+    missing=lambda settings: None,
+    run=run,
+)

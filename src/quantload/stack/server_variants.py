@@ -1,0 +1,122 @@
+"""Variants of a llama-server quantload started: the same file with other flags, for an experiment.
+
+`ServerVariants` is the run's `ServerControl` (quantload.experiments.base). A variant's spec is
+the server's own with the flags applied (slots, context per slot, KV-cache type with flash
+attention where a quantized V cache needs it, extra flags added); its KV cache is checked against
+the prediction from the lines the variant itself logged.
+
+- A server that runs alone is restarted in place: stopped, started with the variant's spec on the
+  same port, under the same names (so the exporter's target stays valid and the variant's series
+  are the quantization's), logging to the same file; when the context ends it is restarted as it
+  was.
+- Where every quantization's server runs at once, the variant is a second llama-server of the same
+  file on a free port (named `<server>-<label>`, its own log), stopped when the context ends: the
+  others keep running untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from quantload.errors import QuantloadError, ServerError
+from quantload.experiments.base import ServedVariant, ServerFlags
+from quantload.experiments.running import label as file_label
+from quantload.kvcheck import KvCheck, kv_check_from_log
+from quantload.llamacpp.server import LlamaServer, ServerSpec
+from quantload.llamacpp.toolchain import Toolchain
+from quantload.served import ServedTarget
+from quantload.steps.serve import cache_type_spec, kv_prediction
+
+
+def variant_spec(spec: ServerSpec, flags: ServerFlags) -> ServerSpec:
+    """`spec` with `flags` applied (the port kept: the caller decides it)."""
+    if flags.cache_type is not None:
+        spec = dataclasses.replace(cache_type_spec(spec, flags.cache_type), port=spec.port)
+    return dataclasses.replace(
+        spec,
+        slots=flags.slots if flags.slots is not None else spec.slots,
+        ctx_per_slot=flags.ctx_per_slot if flags.ctx_per_slot is not None else spec.ctx_per_slot,
+        extra_args=(*spec.extra_args, *flags.extra_args),
+    )
+
+
+def _kv(server: LlamaServer) -> tuple[KvCheck | None, str | None]:
+    try:
+        return kv_check_from_log(kv_prediction(server.spec), server.launch_log_text(), server.log_path), None
+    except QuantloadError as error:
+        return None, error.one_line()
+
+
+class ServerVariants:
+    """The `ServerControl` of one started llama-server (see the module docstring)."""
+
+    def __init__(
+        self,
+        server: LlamaServer,
+        target: ServedTarget,
+        toolchain: Toolchain,
+        logs: Path,
+        in_place: bool,
+    ) -> None:
+        self.server = server
+        self.target = target
+        self.toolchain = toolchain
+        self.logs = logs
+        self.in_place = in_place
+
+    @contextlib.contextmanager
+    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
+        if self.in_place:
+            with self._restarted(flags) as variant:
+                yield variant
+        else:
+            with self._beside(flags) as variant:
+                yield variant
+
+    @contextlib.contextmanager
+    def _restarted(self, flags: ServerFlags) -> Iterator[ServedVariant]:
+        server = self.server
+        own, port = server.spec, server.port
+        self._restart(variant_spec(dataclasses.replace(own, port=port), flags), port)
+        try:
+            kv, why = _kv(server)
+            yield ServedVariant(self.target.model_copy(update={"url": server.url}), flags, kv, why)
+        finally:
+            self._restart(dataclasses.replace(own, port=port), port)
+
+    def _restart(self, spec: ServerSpec, port: int) -> None:
+        server = self.server
+        server.stop()
+        server.spec = spec
+        server.start()
+        if server.port != port:  # the port was taken meanwhile: the exporter's target is stale now
+            raise ServerError(
+                f"llama-server restarted on port {server.port}, not {port} (the port was taken)",
+                "the exporter watches the old address; rerun the experiment",
+            )
+
+    @contextlib.contextmanager
+    def _beside(self, flags: ServerFlags) -> Iterator[ServedVariant]:
+        spec = variant_spec(dataclasses.replace(self.server.spec, port=0), flags)
+        tag = file_label(flags.label or "variant")
+        log_path = self.logs / f"llama-server-{self.target.quant}-{tag}.log"
+        other = LlamaServer(self.toolchain, spec, log_path, self.server.startup_timeout_s)
+        try:
+            other.start()
+            kv, why = _kv(other)
+            key = spec.api_key
+            target = self.target.model_copy(
+                update={
+                    "name": f"{self.target.name}-{tag}",
+                    "url": other.url,
+                    "api_key": SecretStr(key) if key else None,
+                }
+            )
+            yield ServedVariant(target, flags, kv, why)
+        finally:
+            other.stop()

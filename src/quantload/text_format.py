@@ -1,0 +1,36 @@
+"""Durations, numbers and shares as the report and every verdict sentence write them (no pandas,
+so the load side can use them too); a missing value shows as a dash."""
+
+from __future__ import annotations
+
+import math
+
+DASH = "–"
+
+
+def is_missing(value: float | None) -> bool:
+    return value is None or not math.isfinite(value)
+
+
+def duration(value_s: float | None) -> str:
+    """'850 ms', '12.3 ms', '1.34 s'."""
+    if value_s is None or is_missing(value_s):
+        return DASH
+    if abs(value_s) >= 1.0:
+        return f"{value_s:.2f} s"
+    ms = value_s * 1000.0
+    return f"{ms:.1f} ms" if abs(ms) < 100 else f"{ms:.0f} ms"
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    """A plain number with thousands separators."""
+    if value is None or is_missing(value):
+        return DASH
+    return f"{value:,.{digits}f}"
+
+
+def percent(fraction: float | None, digits: int = 1, signed: bool = False) -> str:
+    """0.123 -> '12.3 %' (signed: '+12.3 %')."""
+    if fraction is None or is_missing(fraction):
+        return DASH
+    return f"{fraction * 100:+.{digits}f} %" if signed else f"{fraction * 100:.{digits}f} %"
