@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,12 +17,12 @@ from quantload.config import LoadSettings
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
 from quantload.load import (
-    WORKERS_MISSING,
     StageSummary,
     choose_workers,
     ignored_flags,
     master_listen_port,
     usable_cores,
+    workers_absent,
 )
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
@@ -74,14 +73,6 @@ def _table(summaries: list[StageSummary]) -> Table:
             client,
         )
     return table
-
-
-def workers_absent(summaries: Sequence[StageSummary]) -> str | None:
-    """The reason every stage of an experiment gave when its workers did not join, else None."""
-    reasons = [s.reason or "" for s in summaries]
-    if reasons and all(WORKERS_MISSING in reason for reason in reasons):
-        return reasons[0]
-    return None
 
 
 def remote_worker_lines(load: LoadSettings) -> list[str]:

@@ -10,7 +10,7 @@ import typer
 
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
-from quantload.load import LOCUST_MASTER_PORT, WorkerLoop, worker_argv
+from quantload.load import WorkerLoop, master_listen_port, worker_argv
 
 LOG_NAME = "load-worker.log"
 
@@ -25,8 +25,8 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="Address of the host running `quantload load --remote-workers N`.")
         ],
         master_port: Annotated[
-            int, typer.Option(min=1, max=65535, help="The master's load.master_port.")
-        ] = LOCUST_MASTER_PORT,
+            int | None, typer.Option(min=1, max=65535, help="The master's load.master_port [Locust's 5557].")
+        ] = None,
         metrics_host: Annotated[
             str | None, typer.Option(help="Address to serve /metrics on (this host's, for Prometheus).")
         ] = None,
@@ -61,10 +61,11 @@ def register(app: typer.Typer) -> None:
         if log_path.is_dir():
             raise ConfigError(f"--log {log_path} is a folder", "give a file path")
         load = settings.load
-        argv = worker_argv(master_host, master_port, load.metrics_host, load.metrics_port)
+        port = master_listen_port(master_host, master_port or 0, remote_workers=1)
+        argv = worker_argv(master_host, port, load.metrics_host, load.metrics_port)
         where = f"/metrics on {load.metrics_host}:{load.metrics_port}" if load.metrics_port else "no /metrics"
         cli.err_console.print(
-            f"load worker: joining the master at {master_host}:{master_port}, {where}, log {log_path}",
+            f"load worker: joining the master at {master_host}:{port}, {where}, log {log_path}",
             highlight=False,
             soft_wrap=True,
         )

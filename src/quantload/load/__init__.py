@@ -81,14 +81,13 @@ if TYPE_CHECKING:
         warmup_requests,
     )
     from quantload.load.processes import (
-        LOCUST_MASTER_PORT,
-        WORKERS_MISSING,
         LoadProcess,
         WorkersSetting,
         choose_workers,
         master_listen_port,
         most_workers,
         usable_cores,
+        workers_absent,
     )
     from quantload.load.prompts import Prompt, select_prompts
     from quantload.load.records import (
@@ -155,14 +154,13 @@ _HOME: dict[str, str] = {
     "poisson_requests": "plan",
     "stage_plan": "plan",
     "warmup_requests": "plan",
-    "LOCUST_MASTER_PORT": "processes",
-    "WORKERS_MISSING": "processes",
     "LoadProcess": "processes",
     "master_listen_port": "processes",
     "WorkersSetting": "processes",
     "choose_workers": "processes",
     "most_workers": "processes",
     "usable_cores": "processes",
+    "workers_absent": "processes",
     "Prompt": "prompts",
     "select_prompts": "prompts",
     "JsonlAppender": "records",
@@ -201,7 +199,6 @@ __all__ = [
     "FakeScript",
     "FakeServerProcess",
     "JsonlAppender",
-    "LOCUST_MASTER_PORT",
     "LengthDistribution",
     "LengthsWorkload",
     "LimitLine",
@@ -228,7 +225,6 @@ __all__ = [
     "TenantLoad",
     "Trial",
     "TrialLine",
-    "WORKERS_MISSING",
     "WorkerLoop",
     "WorkersSetting",
     "WorkloadBuilder",
@@ -266,6 +262,7 @@ __all__ = [
     "warmup_requests",
     "whole_prompt_tokens",
     "worker_argv",
+    "workers_absent",
     "write_calibration",
 ]
 

@@ -21,12 +21,16 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import free_port
+
+if TYPE_CHECKING:
+    from quantload.load.summary import StageSummary
 
 Role = Literal["local", "master", "worker"]
 WorkersSetting = int | Literal["auto"]
@@ -153,6 +157,14 @@ class LocustProcesses:
     def listen_port(self) -> int:
         """The port the master listens on (`master_listen_port`)."""
         return master_listen_port(self.master_host, self.master_port, self.remote_workers)
+
+
+def workers_absent(summaries: Sequence[StageSummary]) -> str | None:
+    """The reason every stage of an experiment gave when its workers did not join, else None."""
+    reasons = [s.reason or "" for s in summaries]
+    if reasons and all(WORKERS_MISSING in reason for reason in reasons):
+        return reasons[0]
+    return None
 
 
 def master_listen_port(master_host: str, master_port: int, remote_workers: int) -> int:

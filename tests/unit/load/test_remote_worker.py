@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from quantload.cli.cmd_load import remote_worker_lines, workers_absent
+from quantload.cli.cmd_load import remote_worker_lines
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings
 from quantload.load.plan import API_KEY_ENV
-from quantload.load.processes import ENTRY_MODULE, FAILURE_MARKER
+from quantload.load.processes import ENTRY_MODULE, FAILURE_MARKER, workers_absent
 from quantload.load.remote_worker import FAILED_STARTS_LIMIT, WorkerLoop, worker_argv
 from quantload.load.summary import StageSummary
 from quantload.load.supervisor import LoadError
