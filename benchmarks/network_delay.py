@@ -80,6 +80,7 @@ def measure(
         ]
         for round_index in range(rounds):  # the paths take turns, so drift in the machine hits all alike
             order = targets[round_index % 3 :] + targets[: round_index % 3]
+            print(f"{model}: round {round_index + 1} of {rounds}", flush=True)
             load = [
                 *QUANTLOAD, "load", "--model", model, "-e", "sweep", "--users", "1", "--workers", "0",
                 "--prompt-count", str(prompts), "--repeats", "1", "--max-tokens", str(MAX_TOKENS),
@@ -108,40 +109,45 @@ def main() -> int:
     if reason:
         raise SystemExit(reason)
     netns_hosts.interrupt_on_sigterm()
-    before = os.getloadavg()[0]
-    lines = [
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
+    figure = REPO / "benchmarks" / "figures" / f"network-delay-{stamp}.md"
+    header = [
         "| model | path | requests | TTFT p50 ms | prefill p50 ms | queueing+network p50 ms"
         " | queueing+network p99 ms |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    verdicts = []
+    print("\n".join(header), flush=True)
+    done: list[tuple[list[str], str, str]] = []  # each model's rows, verdict, load averages
     for model in args.models.split(","):
+        before = os.getloadavg()[0]
         with tempfile.TemporaryDirectory(prefix="quantload-delay-bench-") as scratch:
             measured = measure(model, args.rtt_ms, args.prompts, args.rounds, Path(scratch))
         rows = {str(row["quant"]): row for row in measured}
-        for label, row in rows.items():
-            lines.append(
-                f"| {model} | {label} | {row['requests']} | {float(row['ttft_p50_s']) * 1000:.2f} |"
-                f" {float(row['prefill_p50_s']) * 1000:.2f} |"
-                f" {float(row['queue_network_p50_s']) * 1000:.2f} |"
-                f" {float(row['queue_network_p99_s']) * 1000:.2f} |"
-            )
+        lines = [
+            f"| {model} | {label} | {row['requests']} | {float(row['ttft_p50_s']) * 1000:.2f} |"
+            f" {float(row['prefill_p50_s']) * 1000:.2f} |"
+            f" {float(row['queue_network_p50_s']) * 1000:.2f} |"
+            f" {float(row['queue_network_p99_s']) * 1000:.2f} |"
+            for label, row in rows.items()
+        ]
         delayed, undelayed, direct = rows[f"relay-{args.rtt_ms:g}ms"], rows["relay-0ms"], rows["direct"]
         moved_ms = (float(delayed["queue_network_p50_s"]) - float(undelayed["queue_network_p50_s"])) * 1000
         prefill_ms = (float(delayed["prefill_p50_s"]) - float(undelayed["prefill_p50_s"])) * 1000
         relay_ms = (float(undelayed["queue_network_p50_s"]) - float(direct["queue_network_p50_s"])) * 1000
         within = abs(moved_ms - args.rtt_ms) <= 2.0
-        verdicts.append(
+        verdict = (
             f"{model}: with {args.rtt_ms:g} ms added the network part moved {moved_ms:+.2f} ms at p50"
             f" ({'within' if within else 'NOT within'} 2 ms of the delay), the prefill {prefill_ms:+.2f} ms;"
             f" the relay itself costs {relay_ms:+.2f} ms against the direct path"
         )
-    after = os.getloadavg()[0]
-    text = "\n".join([*lines, "", *verdicts, "", f"load average {before:.2f} before, {after:.2f} after"])
-    print(text)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
-    figure = REPO / "benchmarks" / "figures" / f"network-delay-{stamp}.md"
-    figure.write_text(f"# TTFT split with added delay ({stamp})\n\n`{' '.join(sys.argv)}`\n\n{text}\n")
+        loads = f"{model}: load average {before:.2f} before, {os.getloadavg()[0]:.2f} after"
+        done.append((lines, verdict, loads))
+        print("\n".join([*lines, verdict, loads]), flush=True)
+        # each model's rows as soon as they are measured: a later model that fails keeps them
+        table = [*header, *[line for lines_, _, _ in done for line in lines_]]
+        notes = [line for _, verdict_, loads_ in done for line in (verdict_, loads_)]
+        text = "\n".join([*table, "", *notes])
+        figure.write_text(f"# TTFT split with added delay ({stamp})\n\n`{' '.join(sys.argv)}`\n\n{text}\n")
     print(f"written to {figure}")
     return 0
 
