@@ -4,7 +4,7 @@ tests/hosts_protocol.py runs it (a server host with a llama-server per quantizat
 with `quantload load-worker`, a control host with `quantload load --remote-workers 2` and the
 report, a monitoring host with the exporter and Prometheus) on the tiny model with the ci profile's
 settings and every experiment `quantload load` can run against servers it did not start. The
-report must be the native run's: every section measured, Prometheus holding series from every
+report must be the native run's: every section it measured, Prometheus holding series from every
 host. tests/netns_hosts.py removes the hosts whatever happens and fails the run if anything of
 them is left behind.
 """
@@ -115,7 +115,12 @@ def test_the_load_goes_across_hosts_with_no_loopback_address(multi_host: MultiHo
 def test_the_report_has_every_section_of_a_native_run(multi_host: MultiHost, ci_run: Path) -> None:
     summary = multi_host.run.summary()
     native = json.loads((ci_run / "summary.json").read_text())
-    assert summary["not_measured"] == [] == native["not_measured"]
+    # what was not measured is what the native run did not measure either (no GPU here; the context
+    # and tenant experiments are not in the ci profile), never a part the hosts lost
+    assert {(gap["section"], gap["what"]) for gap in summary["not_measured"]} == {
+        (gap["section"], gap["what"]) for gap in native["not_measured"]
+    }
+    assert {gap["section"] for gap in native["not_measured"]} <= {"gpu", "contexts", "tenants"}
     assert summary["quants"] == native["quants"] == list(QUANTS)
     for section, value in native.items():
         if isinstance(value, list | dict) and value:
