@@ -322,6 +322,29 @@ class LoadSettings(_Section):
         " has more users than one process measured right in this machine's latest calibration"
         " (256 without one) and the cores leave room for a master and two workers",
     )
+    remote_workers: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_THREADS,
+        description="Locust workers on other hosts (`quantload load-worker`) the master waits for,"
+        " besides load.workers of its own",
+    )
+    master_host: str = Field(
+        default="127.0.0.1",
+        description="address the Locust master listens on for workers (another host's workers"
+        " need this host's address, or 0.0.0.0)",
+    )
+    master_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="port the master listens on for workers; 0 = Locust's 5557 when"
+        " load.remote_workers > 0, else a free port",
+    )
+    workers_timeout_s: float = Field(
+        default=60.0, gt=0, le=MAX_SECONDS,
+        description="how long the master waits for its workers at each plan's start",
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
@@ -953,6 +976,11 @@ class CalibrateSettings(_Section):
     )
     server_closes_connections: bool = Field(
         default=True, description="the fake closes every connection after its stream, as llama-server"
+    )
+    fake_url: str | None = Field(
+        default=None,
+        description="a calibration fake already serving on another host (`quantload calibrate"
+        " --serve-fake` there); unset = start one on this machine's loopback",
     )
 
     @field_validator("streams")

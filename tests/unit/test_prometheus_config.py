@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from quantload.cli.main import main as cli_main
 from quantload.exporter import names
 from quantload.exporter.server_metrics import RENAMES
 from quantload.observe.prometheus import (
@@ -149,3 +150,44 @@ def test_prometheus_loads_the_alert_rules() -> None:
     alerts = yaml.safe_load(ALERTS.read_text())
     names = [rule["alert"] for group in alerts["groups"] for rule in group["rules"]]
     assert names == ["LlamaServerQueueing", "LlamaServerSlotsSaturated", "LlamaServerTTFTOverSLO"]
+
+
+def test_config_prometheus_writes_targets_on_other_hosts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "prom"
+    code = cli_main([
+        "config", "prometheus", "--out", str(out), "--listen", "10.0.0.9:9090",
+        "--exporter", "10.0.0.9:9646", "--loadgen", "http://10.0.0.5:9647/metrics",
+        "--loadgen", "10.0.0.6:9647", "--scrape-interval", "2",
+    ])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "--web.listen-address=10.0.0.9:9090" in printed
+    written = yaml.safe_load((out / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in written["scrape_configs"]}
+    assert jobs["prometheus"]["static_configs"] == [{"targets": ["10.0.0.9:9090"]}]
+    assert jobs["exporter"]["static_configs"] == [{"targets": ["10.0.0.9:9646"]}]
+    assert jobs["loadgen"]["static_configs"] == [{"targets": ["10.0.0.5:9647", "10.0.0.6:9647"]}]
+    assert "dns_sd_configs" not in jobs["loadgen"]  # compose's discovery has no place off its network
+    assert written["global"]["scrape_interval"] == "2s"
+    assert (out / "rules" / "quantload.rules.yml").is_file() and (out / "rules" / "quantload.alerts.yml").is_file()
+    result = _promtool("check", "config", str(out / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--exporter", "10.0.0.9"], "--exporter"),  # no port
+        ([], "no scrape targets"),
+        (["--loadgen", "10.0.0.5:9647", "--listen", "nowhere"], "--listen"),
+    ],
+)
+def test_config_prometheus_refuses_bad_targets_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert cli_main(["config", "prometheus", "--out", str(tmp_path / "p"), *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "p").exists()

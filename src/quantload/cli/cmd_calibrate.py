@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from quantload.cli.context import cli_context
@@ -16,12 +17,16 @@ from quantload.errors import ConfigError
 from quantload.load import (
     CALIBRATION_DIR,
     Calibration,
+    FakeScript,
+    calibration_script,
     choose_workers,
     machine_limits,
     run_calibration,
+    serve_forever,
     usable_cores,
     write_calibration,
 )
+from quantload.urls import BadUrl, http_address
 
 
 def _ms(value: float | None) -> str:
@@ -37,12 +42,14 @@ def _table(result: Calibration) -> Table:
     workers = sorted({count.workers for count in result.counts})
     processes = "one load process" if workers == [0] else f"Locust workers: {workers}"
     late = max((c.server_token_late_p99_s or 0.0 for c in result.counts), default=0.0)
+    where = f"; the fake at {result.fake_url}: errors include the way back" if result.fake_url else ""
     table = Table(
         title="quantload calibrate: the load client against a fake server of known timing",
         caption=(
             "errors in ms (TTFT: client's own, the fake's lateness taken out; vs script: not);"
             f" the fake itself sent tokens up to {_ms(late)} ms late (p99); CPU: % of one core per"
             f" 100 streams, all load processes; {processes}"
+            + where
         ),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -77,6 +84,29 @@ def _streams(text: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f"not a comma list of stream counts: {text!r}", "e.g. 1,8,64,256") from None
 
 
+def _serve_fake(console: Console, address: str, script: FakeScript) -> None:
+    """Serve the calibration fake on HOST:PORT (port 0: a free one) until Ctrl-C or SIGTERM."""
+    host, sep, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"--serve-fake {address!r} is not HOST:PORT", "e.g. --serve-fake 10.0.0.7:8090")
+
+    def ready(port: int) -> None:
+        url = f"http://{host}:{port}"
+        console.print(
+            f"calibration fake serving on {url}; on the client host: quantload calibrate --fake-url {url}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    try:
+        serve_forever(script, host, int(port_text), None, on_ready=ready)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot serve on {address}: {error.strerror or error}", "give a free port of this host"
+        ) from None
+
+
 def register(app: typer.Typer) -> None:
     """Add the `calibrate` command."""
 
@@ -94,6 +124,20 @@ def register(app: typer.Typer) -> None:
         keep_alive: Annotated[
             bool, typer.Option("--keep-alive", help="The fake keeps connections (llama-server closes them).")
         ] = False,
+        fake_url: Annotated[
+            str | None,
+            typer.Option(
+                help="A fake already serving on another host (--serve-fake there), e.g. http://10.0.0.7:8090."
+            ),
+        ] = None,
+        serve_fake: Annotated[
+            str | None,
+            typer.Option(
+                help="Only serve the calibration fake on HOST:PORT until stopped (for a client on"
+                " another host).",
+                metavar="HOST:PORT",
+            ),
+        ] = None,
         out: Annotated[
             Path | None, typer.Option(help="Folder for the JSON result (default <run.out>/calibration).")
         ] = None,
@@ -101,9 +145,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure how accurately this machine's load client times streams, at rising stream counts.
 
-        Starts a fake OpenAI-style server of known timing on loopback, streams from it with the
-        client `quantload load` uses, and says up to how many concurrent streams the client's TTFT
-        and ITL errors stay within calibrate.max_error_p99_s.
+        Starts a fake OpenAI-style server of known timing on loopback (or drives one another host
+        serves, --fake-url), streams from it with the client `quantload load` uses, and says up to
+        how many concurrent streams the client's TTFT and ITL errors stay within
+        calibrate.max_error_p99_s.
         """
         cli = cli_context(ctx)
         flags: dict[str, Any] = {
@@ -112,8 +157,17 @@ def register(app: typer.Typer) -> None:
             "calibrate.max_error_p99_s": None if max_error_ms is None else max_error_ms / 1000,
             "calibrate.server_closes_connections": False if keep_alive else None,
             "load.workers": workers,
+            "calibrate.fake_url": fake_url,
         }
         settings = cli.config(flags).settings
+        if serve_fake is not None:
+            _serve_fake(cli.err_console, serve_fake, calibration_script(settings.calibrate))
+            return
+        if settings.calibrate.fake_url is not None:
+            try:
+                http_address(settings.calibrate.fake_url)
+            except BadUrl as error:
+                raise ConfigError(f"calibrate.fake_url: {error}", "e.g. http://10.0.0.7:8090") from None
         choice = choose_workers(settings.load.workers, max(settings.calibrate.streams), usable_cores())
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")

@@ -1,19 +1,39 @@
-"""`quantload config show`: the resolved configuration and where each value came from."""
+"""`quantload config show`: the resolved configuration and where each value came from;
+`quantload config prometheus`: a Prometheus configuration for parts that run on other hosts."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.config import describe
+from quantload.errors import ConfigError
+from quantload.observe.prometheus import (
+    EXPORTER_JOB,
+    LOADGEN_JOB,
+    SELF_JOB,
+    PrometheusError,
+    scrape_address,
+    write_prometheus_config,
+)
+
+
+def _addresses(values: list[str], option: str) -> list[str]:
+    try:
+        return [scrape_address(value) for value in values]
+    except PrometheusError as error:
+        raise ConfigError(f"{option}: {error.problem}", "give HOST:PORT, e.g. 10.0.0.5:9646") from None
 
 
 def register(app: typer.Typer) -> None:
     """Add the `config` command group."""
-    group = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+    group = typer.Typer(
+        help="Inspect the configuration; write Prometheus' for parts on other hosts.", no_args_is_help=True
+    )
 
     @group.command("show")
     def show(
@@ -31,5 +51,48 @@ def register(app: typer.Typer) -> None:
         for key, value, source in rows:
             table.add_row(key, value, source)
         cli.console.print(table)
+
+    @group.command("prometheus")
+    def prometheus(
+        ctx: typer.Context,
+        out: Path = typer.Option(..., "--out", help="Folder for prometheus.yml and rules/."),
+        exporter: list[str] = typer.Option(
+            [], "--exporter", help="HOST:PORT of a `quantload exporter`; repeat for several."
+        ),
+        loadgen: list[str] = typer.Option(
+            [], "--loadgen", help="HOST:PORT of a load process's /metrics (the master of `quantload"
+            " load`, each `quantload load-worker`); repeat for each."
+        ),
+        listen: str = typer.Option(
+            "127.0.0.1:9090", "--listen", help="HOST:PORT this Prometheus will listen on (it scrapes itself)."
+        ),
+        scrape_interval: float | None = typer.Option(
+            None, "--scrape-interval", help="Seconds between scrapes (default: observe.scrape_interval_s)."
+        ),
+    ) -> None:
+        """Write the repository's prometheus.yml and rules with these scrape targets, for a
+        Prometheus that watches an exporter and load processes on other hosts."""
+        cli = cli_context(ctx)
+        settings = cli.config().settings
+        if not exporter and not loadgen:
+            raise ConfigError("no scrape targets", "give --exporter HOST:PORT and/or --loadgen HOST:PORT")
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is a file", "give a folder")
+        addresses = {
+            SELF_JOB: _addresses([listen], "--listen"),
+            EXPORTER_JOB: _addresses(exporter, "--exporter"),
+            LOADGEN_JOB: _addresses(loadgen, "--loadgen"),
+        }
+        interval = scrape_interval if scrape_interval is not None else settings.observe.scrape_interval_s
+        if interval <= 0:
+            raise ConfigError(f"--scrape-interval {interval:g} is not above 0")
+        path = write_prometheus_config(out, addresses, interval)
+        cli.console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        cli.console.print(
+            f"run: prometheus --config.file={path} --web.listen-address={addresses[SELF_JOB][0]}"
+            " --storage.tsdb.path=<data folder>",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     app.add_typer(group, name="config")

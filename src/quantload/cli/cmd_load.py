@@ -13,11 +13,20 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
+from quantload.config import LoadSettings
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.soak import NAME as SOAK
 from quantload.experiments.soak import duration_text_s
-from quantload.load import StageSummary, choose_workers, ignored_flags, machine_limits, usable_cores
+from quantload.load import (
+    StageSummary,
+    choose_workers,
+    ignored_flags,
+    machine_limits,
+    master_listen_port,
+    usable_cores,
+    workers_absent,
+)
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic
@@ -26,6 +35,7 @@ from quantload.served import ServedTarget
 from quantload.steps.load import run_experiment
 
 SUMMARY_JSON = "load-summary.json"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _numbers(text: str | None, kind: type[int] | type[float]) -> list[Any] | None:
@@ -70,6 +80,24 @@ def _table(summaries: list[StageSummary]) -> Table:
     return table
 
 
+def remote_worker_lines(load: LoadSettings) -> list[str]:
+    """What the console says about workers joining from other hosts (nothing without any)."""
+    if not load.remote_workers:
+        return []
+    port = master_listen_port(load.master_host, load.master_port, load.remote_workers)
+    lines = [
+        f"the Locust master waits for {load.remote_workers} worker(s) from other hosts on"
+        f" {load.master_host}:{port} (on each: quantload load-worker --master-host <this host>"
+        f" --master-port {port})"
+    ]
+    if load.master_host in LOOPBACK:
+        lines.append(
+            f"warning: the master listens on {load.master_host}, which other hosts cannot reach"
+            " (give --master-host this host's address, or 0.0.0.0)"
+        )
+    return lines
+
+
 def register(app: typer.Typer) -> None:
     """Add the `load` command."""
 
@@ -84,7 +112,8 @@ def register(app: typer.Typer) -> None:
         experiment: Annotated[
             list[str] | None,
             typer.Option(
-                "--experiment", "-e",
+                "--experiment",
+                "-e",
                 help=f"One of {', '.join(registry.for_any_server())}; repeatable.",
             ),
         ] = None,
@@ -135,6 +164,23 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[
             str | None, typer.Option(help="Locust workers: auto (default), or 0 = one process, N.")
         ] = None,
+        remote_workers: Annotated[
+            int | None,
+            typer.Option(help="Workers on other hosts (`quantload load-worker`) to wait for."),
+        ] = None,
+        master_host: Annotated[
+            str | None,
+            typer.Option(help="Address the Locust master listens on (this host's, for remote workers)."),
+        ] = None,
+        master_port: Annotated[
+            int | None, typer.Option(help="The master's port (default 5557 with remote workers).")
+        ] = None,
+        workers_timeout: Annotated[
+            float | None, typer.Option(help="Seconds the master waits for its workers at each plan [60].")
+        ] = None,
+        metrics_host: Annotated[
+            str | None, typer.Option(help="Address to serve /metrics on (default loopback).")
+        ] = None,
         metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
         request_timeout: Annotated[float | None, typer.Option(help="Per-request deadline, s.")] = None,
         first_byte_timeout: Annotated[
@@ -161,6 +207,11 @@ def register(app: typer.Typer) -> None:
             "load.ignore_eos": ignore_eos,
             "load.cache_prompt": cache_prompt,
             "load.workers": workers,
+            "load.remote_workers": remote_workers,
+            "load.master_host": master_host,
+            "load.master_port": master_port,
+            "load.workers_timeout_s": workers_timeout,
+            "load.metrics_host": metrics_host,
             "load.metrics_port": metrics_port,
             "load.request_timeout_s": request_timeout,
             "load.first_byte_timeout_s": first_byte_timeout,
@@ -209,18 +260,23 @@ def register(app: typer.Typer) -> None:
             )
             for i, address in enumerate(url)
         ]
-        most_users = max(*settings.load.users, settings.limit.max_users if any(
-            kind.name == "limit_users" for kind in experiments) else 1)
+        most_users = max(
+            *settings.load.users,
+            settings.limit.max_users if any(kind.name == "limit_users" for kind in experiments) else 1,
+        )
         per_process = machine_limits(settings, cli.cwd).streams_per_process  # as the layout will
         choice = choose_workers(settings.load.workers, most_users, usable_cores(), per_process)
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
+        for line in remote_worker_lines(settings.load):
+            cli.err_console.print(line, highlight=False, soft_wrap=True)
         run = run_id or make_run_id(settings.model_dump(mode="json"))
         summaries: list[StageSummary] = []
         limits = []
         searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command
         unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
         unmeasured: list[str] = []  # limit searches none of whose trials measured anything
+        absent: str | None = None  # workers that did not join: no later plan would fare better
         with progress_bar(cli.err_console, "load") as progress:
             context = RunContext(
                 RunDir(out), run, settings, progress,
@@ -228,6 +284,8 @@ def register(app: typer.Typer) -> None:
                 cwd=cli.cwd, environ=cli.environ,
             )  # fmt: skip
             for target in targets:
+                if absent:
+                    break
                 for kind in experiments:
                     # observe.grafana_url: stage annotations; no server control: these servers are not ours
                     try:
@@ -236,6 +294,9 @@ def register(app: typer.Typer) -> None:
                         unreachable.append(f"{target.name} ({target.quant}) {kind.name}: {error.one_line()}")
                         break
                     summaries += done.summaries
+                    absent = workers_absent(done.summaries)
+                    if absent:
+                        break
                     if done.limit is not None:
                         limits.append(done.limit)
                         searched.update(s.stage_id for s in done.summaries)
@@ -268,8 +329,24 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         for failure in unreachable:
             cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
+        if absent:
+            load_settings, hint = settings.load, ""
+            if load_settings.remote_workers:
+                port = master_listen_port(
+                    load_settings.master_host, load_settings.master_port, load_settings.remote_workers
+                )
+                hint = (
+                    f" (start `quantload load-worker --master-host <this host> --master-port {port}` on each"
+                    f" load host, and let them reach {load_settings.master_host}:{port})"
+                )
+            cli.err_console.print(
+                f"error: the Locust workers did not join ({absent}); the remaining experiments were not"
+                f" run{hint}",
+                highlight=False,
+                soft_wrap=True,
+            )
         for failure in unmeasured:
             cli.err_console.print(f"error: {failure}", highlight=False, soft_wrap=True)
         failed_stages = any(s.status != "ok" for s in summaries if s.stage_id not in searched)
-        if unreachable or unmeasured or failed_stages:
+        if absent or unreachable or unmeasured or failed_stages:
             raise typer.Exit(1)

@@ -14,6 +14,7 @@ How a plan runs
                   writes each stage's summary as it ends, closes its stages
   limit_file      limits.jsonl: one line per search
   processes       which Locust processes run a plan; the worker count for this machine
+  remote_worker   `quantload load-worker`: a load host's worker, joining each plan of a remote master
   calibrate       `quantload calibrate`: the client against the fake server, at rising stream counts
   fakeserver      the OpenAI-style streaming server of known timing (calibration, tests, benchmarks)
 
@@ -58,13 +59,14 @@ if TYPE_CHECKING:
     from quantload.load.calibrate import (
         CALIBRATION_DIR,
         Calibration,
+        calibration_script,
         fake_delay_s,
         machine_limits,
         run_calibration,
         write_calibration,
     )
     from quantload.load.datasets import read_dataset
-    from quantload.load.fakeserver import FakeScript, FakeServerProcess
+    from quantload.load.fakeserver import FakeScript, FakeServerProcess, serve_forever
     from quantload.load.history_trim import whole_prompt_tokens
     from quantload.load.http1 import ProtocolError
     from quantload.load.lengths import LengthDistribution, parse_length_distribution
@@ -86,8 +88,10 @@ if TYPE_CHECKING:
         LoadProcess,
         WorkersSetting,
         choose_workers,
+        master_listen_port,
         most_workers,
         usable_cores,
+        workers_absent,
     )
     from quantload.load.prompts import Prompt, select_prompts
     from quantload.load.records import (
@@ -98,6 +102,7 @@ if TYPE_CHECKING:
         iter_records,
         iter_stage_events,
     )
+    from quantload.load.remote_worker import WorkerLoop, worker_argv
     from quantload.load.shared_prefix import build_system_prompt, count_tokens, erase_slots
     from quantload.load.sse import EventStreamParser
     from quantload.load.stream_result import StreamResult
@@ -128,9 +133,11 @@ _HOME: dict[str, str] = {
     "run_calibration": "calibrate",
     "fake_delay_s": "calibrate",
     "machine_limits": "calibrate",
+    "calibration_script": "calibrate",
     "write_calibration": "calibrate",
     "FakeScript": "fakeserver",
     "FakeServerProcess": "fakeserver",
+    "serve_forever": "fakeserver",
     "whole_prompt_tokens": "history_trim",
     "ProtocolError": "http1",
     "LengthDistribution": "lengths",
@@ -153,11 +160,13 @@ _HOME: dict[str, str] = {
     "stage_plan": "plan",
     "warmup_requests": "plan",
     "LoadProcess": "processes",
+    "master_listen_port": "processes",
     "WorkersSetting": "processes",
     "choose_workers": "processes",
     "most_workers": "processes",
     "usable_cores": "processes",
     "resident_bytes": "process_memory",
+    "workers_absent": "processes",
     "Prompt": "prompts",
     "select_prompts": "prompts",
     "JsonlAppender": "records",
@@ -166,6 +175,8 @@ _HOME: dict[str, str] = {
     "TenantLoad": "records",
     "iter_records": "records",
     "iter_stage_events": "records",
+    "WorkerLoop": "remote_worker",
+    "worker_argv": "remote_worker",
     "build_system_prompt": "shared_prefix",
     "count_tokens": "shared_prefix",
     "erase_slots": "shared_prefix",
@@ -220,10 +231,12 @@ __all__ = [
     "TenantLoad",
     "Trial",
     "TrialLine",
+    "WorkerLoop",
     "WorkersSetting",
     "WorkloadBuilder",
     "assemble_plan",
     "build_system_prompt",
+    "calibration_script",
     "choose_workers",
     "classify_stream",
     "count_tokens",
@@ -237,6 +250,7 @@ __all__ = [
     "iter_stage_events",
     "level_text",
     "machine_limits",
+    "master_listen_port",
     "most_workers",
     "new_figures",
     "parse_length_distribution",
@@ -248,12 +262,15 @@ __all__ = [
     "run_calibration",
     "run_plan",
     "select_prompts",
+    "serve_forever",
     "stage_plan",
     "summarize",
     "summarize_stage",
     "usable_cores",
     "warmup_requests",
     "whole_prompt_tokens",
+    "worker_argv",
+    "workers_absent",
     "write_calibration",
 ]
 

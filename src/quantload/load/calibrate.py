@@ -18,6 +18,12 @@ error p99 are within `calibrate.max_error_p99_s` (5 ms unless configured); the a
 largest count up to which every count was measured right. Client CPU is every load process's CPU
 time during the stage, as a share of one core per 100 streams.
 
+Across hosts: `quantload calibrate --serve-fake HOST:PORT` serves the same fake on one host and
+`calibrate.fake_url` (`--fake-url`) makes the client on another drive it instead of a loopback
+one; the client checks the fake's script first (`GET /script`). Its errors then include the
+network's: the fake's receive time is its host's clock, so the request's way there is taken out
+(as far as the two clocks agree) and the first token's way back stays in.
+
 The result is also written as JSON (schema quantload.calibration/1) to
 `<out>/calibration-<UTC time>.json`, and copied to `<out>/latest.json`, so a report can link the
 machine's latest calibration; `<out>` defaults to `<run.out>/calibration`.
@@ -31,6 +37,7 @@ streams per process, or whose event loop woke later than that error, says so (de
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import platform
 import shutil
@@ -40,7 +47,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol
 
+import httpx
 from pydantic import BaseModel, ConfigDict
 
 from quantload.config import CalibrateSettings, LoadSettings, Settings
@@ -72,6 +81,58 @@ REQUEST_TIMEOUT_S = 30.0
 
 class CalibrationError(QuantloadError):
     """The calibration could not measure (the fake or the client failed)."""
+
+
+class CalibrationFake(Protocol):
+    """The fake a calibration streams from: where it is, and its counters."""
+
+    @property
+    def url(self) -> str: ...
+
+    def stats(self, reset: bool = False) -> dict[str, Any]: ...
+
+
+def calibration_script(settings: CalibrateSettings) -> FakeScript:
+    """The script every calibration fake runs (connections closed after each stream or not)."""
+    return dataclasses.replace(SCRIPT, close_after_stream=settings.server_closes_connections)
+
+
+class RemoteFake:
+    """A calibration fake already serving elsewhere (`quantload calibrate --serve-fake`)."""
+
+    def __init__(self, url: str, script: FakeScript, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.script = script
+        self.timeout_s = timeout_s
+
+    def _get(self, path: str) -> Any:
+        try:
+            answer = httpx.get(f"{self.url}{path}", timeout=self.timeout_s)
+            answer.raise_for_status()
+            return answer.json()
+        except (httpx.HTTPError, ValueError) as error:
+            raise CalibrationError(
+                f"the calibration fake at {self.url} did not answer {path}: {error}",
+                "start it on that host with `quantload calibrate --serve-fake HOST:PORT`",
+            ) from None
+
+    def check(self) -> RemoteFake:
+        """CalibrationError unless the fake answers and runs this calibration's script."""
+        running = self._get("/script")
+        wanted = json.loads(json.dumps(dataclasses.asdict(self.script)))
+        differs = sorted(key for key, value in wanted.items() if running.get(key) != value)
+        if differs:
+            hint = "start it with `quantload calibrate --serve-fake HOST:PORT` of this version"
+            if differs == ["close_after_stream"]:
+                hint = "give --keep-alive to both commands, or to neither"
+            raise CalibrationError(
+                f"the fake at {self.url} runs another script ({', '.join(differs)} differ)", hint
+            )
+        return self
+
+    def stats(self, reset: bool = False) -> dict[str, Any]:
+        answer: dict[str, Any] = self._get("/stats?reset=1" if reset else "/stats")
+        return answer
 
 
 class CountResult(BaseModel):
@@ -112,6 +173,7 @@ class Calibration(BaseModel):
     fake_itl_ms: tuple[float, float]
     fake_tokens: int
     fake_closes_connections: bool
+    fake_url: str | None = None  # a fake on another host; None = one on this machine's loopback
     max_error_p99_s: float
     counts: tuple[CountResult, ...]
     trusted_streams: int | None
@@ -247,7 +309,7 @@ def _count_plan(settings: LoadSettings, target: ServedTarget, requests: int, str
 
 
 def _measure_count(
-    fake: FakeServerProcess,
+    fake: CalibrationFake,
     load: LoadSettings,
     streams: int,
     seconds: float,
@@ -308,16 +370,23 @@ def run_calibration(
     logs (default: a temporary folder, removed afterwards).
     """
     load_before = _load_average()
-    script = dataclasses.replace(SCRIPT, close_after_stream=settings.server_closes_connections)
+    script = calibration_script(settings)
     total = sum(requests_for(streams, settings.seconds_per_count) for streams in settings.streams)
     finished = 0
     counts: list[CountResult] = []
     with tempfile.TemporaryDirectory(prefix="quantload-calibrate-") as scratch:
         folder = work_dir or Path(scratch)
-        try:
-            fake = FakeServerProcess(script).start()
-        except RuntimeError as error:
-            raise CalibrationError(f"{error}", "is python -m quantload.load.fakeserver runnable?") from None
+        local: FakeServerProcess | None = None
+        fake: CalibrationFake
+        if settings.fake_url:
+            fake = RemoteFake(settings.fake_url, script).check()
+        else:
+            try:
+                fake = local = FakeServerProcess(script).start()
+            except RuntimeError as error:
+                raise CalibrationError(
+                    f"{error}", "is python -m quantload.load.fakeserver runnable?"
+                ) from None
         try:
             for streams in settings.streams:
                 result = _measure_count(
@@ -328,7 +397,8 @@ def run_calibration(
                 finished += result.requests
             progress(finished, total, "done")
         finally:
-            fake.stop()
+            if local is not None:
+                local.stop()
     done = tuple(counts)
     return Calibration(
         created_unix_s=time.time(),
@@ -341,6 +411,7 @@ def run_calibration(
         fake_itl_ms=script.itl_ms,
         fake_tokens=script.tokens,
         fake_closes_connections=script.close_after_stream,
+        fake_url=settings.fake_url,
         max_error_p99_s=settings.max_error_p99_s,
         counts=done,
         trusted_streams=trusted_streams(done),

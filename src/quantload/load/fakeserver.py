@@ -10,7 +10,8 @@ measured minus scripted. Clocks start when the request body has been read. The s
 lateness in sending the first token (its event loop is busy too) is reported as
 `timings.first_token_late_ms`, and when it had read the request as `timings.request_received_unix_s`
 (wall clock), so a benchmark can tell a late server from a late client; every
-token's lateness is also kept and summarized by `GET /stats` (`?reset=1` starts a new window).
+token's lateness is also kept and summarized by `GET /stats` (`?reset=1` starts a new window);
+`GET /script` answers the script itself, so a client on another host can check what it runs.
 
 Every stream also carries what real servers send and careless clients trip on (switch off with
 `pathological=False`): a role-only first chunk sent at once, an SSE comment (`: keep-alive`), an
@@ -61,7 +62,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +288,8 @@ class _Handler:
             if "reset=1" in query.split("&"):
                 self.stats.token_late_ms.clear()
             return await self._json(writer, 200, answer)
+        if method == "GET" and path == "/script":
+            return await self._json(writer, 200, asdict(self.script))
         if method == "GET" and path == "/slots":
             slots = [{"id": i, "n_ctx": 4096, "is_processing": False} for i in range(self.script.slots)]
             return await self._json(writer, 200, slots)
@@ -595,8 +599,15 @@ class FakeServer:
         self.stop()
 
 
-def serve_forever(script: FakeScript, host: str, port: int, port_file: Path | None) -> None:
-    """Serve in this process until interrupted; write the bound port to `port_file`."""
+def serve_forever(
+    script: FakeScript,
+    host: str,
+    port: int,
+    port_file: Path | None,
+    on_ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve in this process until interrupted; write the bound port to `port_file` and give it
+    to `on_ready`."""
 
     async def main() -> None:
         handler = _Handler(script, FakeStats())
@@ -606,6 +617,8 @@ def serve_forever(script: FakeScript, host: str, port: int, port_file: Path | No
             partial = port_file.with_suffix(".partial")
             partial.write_text(str(bound))
             partial.replace(port_file)
+        if on_ready is not None:
+            on_ready(bound)
         async with server:
             await server.serve_forever()
 

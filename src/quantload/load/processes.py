@@ -10,6 +10,10 @@ Measured on 2 cores with the fake server: 256 streams, TTFT error p99 12 ms in o
 "auto" runs one process unless the plan has more than STREAMS_PER_PROCESS concurrent users and
 there are cores for at least two workers besides the master's; a number is used as given, with a
 warning when the master and that many workers cannot each have a core.
+
+Workers on other hosts (`load.remote_workers`, each a `quantload load-worker`): the master listens
+on `load.master_host`:`load.master_port` (Locust's 5557 unless set) instead of a free loopback
+port, and waits for them besides its own workers; they rejoin each new master on that address.
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from quantload.config import LoadSettings
 from quantload.llamacpp.server import free_port
+
+if TYPE_CHECKING:
+    from quantload.load.summary import StageSummary
 
 Role = Literal["local", "master", "worker"]
 WorkersSetting = int | Literal["auto"]
@@ -30,6 +38,11 @@ STREAMS_PER_PROCESS = 256  # one process measured these within 5 ms here (quantl
 ENTRY_MODULE = "quantload.load.in_locust.process"
 # the line a load process prints (to its log) when it fails; the supervisor shows what follows it
 FAILURE_MARKER = "quantload load process failed: "
+# what a stage's reason says when the master's workers did not all join in time (the CLI stops there)
+WORKERS_MISSING = "workers connected within"
+WORKERS_TIMEOUT_S = 60.0  # how long a master waits for its workers unless load.workers_timeout_s says
+LOCUST_MASTER_PORT = 5557  # Locust's own default, and the compose stack's
+ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def usable_cores() -> int:
@@ -114,33 +127,64 @@ class ProcessLayout(Protocol):
 
 @dataclass(frozen=True)
 class LocustProcesses:
-    """The real layout: one local Locust process, or a master and `workers` workers on loopback."""
+    """The real layout: one local Locust process, or a master with `workers` workers of its own on
+    this machine and `remote_workers` that join it from other hosts."""
 
     workers: int
     metrics_host: str
     metrics_port: int
     python: str = sys.executable
+    remote_workers: int = 0
+    master_host: str = "127.0.0.1"
+    master_port: int = 0
+    workers_timeout_s: float = WORKERS_TIMEOUT_S
 
     def processes(self, plan_path: Path, run_dir: Path, invocation: str) -> list[LoadProcess]:
         base = (self.python, "-m", ENTRY_MODULE, "--metrics-host", self.metrics_host)
         common = ("--plan", str(plan_path), "--out", str(run_dir))
         port = self.metrics_port
         host = self.metrics_host
-        if self.workers == 0:
+        if self.workers == 0 and self.remote_workers == 0:
             argv = (*base, "--role", "local", *common, "--metrics-port", str(port))
             return [LoadProcess("local", argv, f"locust-{invocation}-local.log", host, port)]
-        master_port = str(free_port())
+        master_port = str(self.listen_port())
         master = (
             *base, "--role", "master", *common, "--metrics-port", str(port),
-            "--master-port", master_port, "--expect-workers", str(self.workers),
+            "--master-host", self.master_host, "--master-port", master_port,
+            "--expect-workers", str(self.workers + self.remote_workers),
+            "--workers-timeout", f"{self.workers_timeout_s:g}",
         )  # fmt: skip
         layout = [LoadProcess("master", master, f"locust-{invocation}-master.log", host, port)]
+        reach = "127.0.0.1" if self.master_host in ANY_ADDRESS else self.master_host
         for index in range(self.workers):
             worker_port = port + 1 + index if port else 0
             worker = (
-                *base, "--role", "worker", "--master-port", master_port,
+                *base, "--role", "worker", "--master-host", reach, "--master-port", master_port,
                 "--metrics-port", str(worker_port),
             )  # fmt: skip
             log_name = f"locust-{invocation}-worker{index}.log"
             layout.append(LoadProcess("worker", worker, log_name, host, worker_port))
         return layout
+
+    def listen_port(self) -> int:
+        """The port the master listens on (`master_listen_port`)."""
+        return master_listen_port(self.master_host, self.master_port, self.remote_workers)
+
+
+def workers_absent(summaries: Sequence[StageSummary]) -> str | None:
+    """The reason every stage of an experiment gave when its workers did not join, else None."""
+    reasons = [s.reason or "" for s in summaries]
+    if reasons and all(WORKERS_MISSING in reason for reason in reasons):
+        return reasons[0]
+    return None
+
+
+def master_listen_port(master_host: str, master_port: int, remote_workers: int) -> int:
+    """The master's port: as set; else Locust's 5557 when workers on other hosts must find it,
+    a free port when only this machine's do."""
+    if master_port:
+        return master_port
+    if remote_workers:
+        return LOCUST_MASTER_PORT
+    local = master_host in ANY_ADDRESS or ":" in master_host
+    return free_port("127.0.0.1" if local else master_host)

@@ -1,9 +1,9 @@
 """Run one plan in Locust processes of its own, watch them, and summarize its stages.
 
 `run_plan(plan, context)` writes the plan to `<run_dir>/load-plans/<invocation>.json`, starts the
-processes of its layout (`quantload.load.processes`: one local process, or a master and workers on
-loopback), which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`, and follows
-both files' new lines as they come: each stage's measured records feed its figures
+processes of its layout (`quantload.load.processes`: one local process, or a master and workers,
+here or on other hosts), which append to `<run_dir>/records.jsonl` and `<run_dir>/stages.jsonl`,
+and follows both files' new lines as they come: each stage's measured records feed its figures
 (quantload.load.summary), and when the stage's end line appears its summary is appended to
 `summaries.jsonl` at once (and the stage's figures are let go). It returns the summaries and the
 stage lines it read, so no caller reads a file again. Locust never runs in the caller's process:
@@ -85,7 +85,11 @@ def default_layout(plan: LoadPlan, settings: LoadSettings, metrics_port: int) ->
     max_users = max((stage.users for stage in plan.stages), default=1)
     per_process = plan.calibrated_streams_per_process
     choice = choose_workers(settings.workers, max_users, usable_cores(), per_process)
-    return LocustProcesses(choice.workers, settings.metrics_host, metrics_port)
+    return LocustProcesses(
+        choice.workers, settings.metrics_host, metrics_port,
+        remote_workers=settings.remote_workers, master_host=settings.master_host,
+        master_port=settings.master_port, workers_timeout_s=settings.workers_timeout_s,
+    )  # fmt: skip
 
 
 def held_to_this_machine(plan: LoadPlan, context: RunContext) -> LoadPlan:
@@ -315,9 +319,7 @@ def _time_bound_s(plan: LoadPlan) -> float:
     return STARTUP_ALLOWANCE_S + per_stage
 
 
-def run_plan(
-    plan: LoadPlan, context: RunContext, *, layout: ProcessLayout | None = None
-) -> PlanOutcome:
+def run_plan(plan: LoadPlan, context: RunContext, *, layout: ProcessLayout | None = None) -> PlanOutcome:
     """Run a plan and summarize its stages (see the module docstring).
 
     The target's API key (`plan.target`) reaches the Locust processes through their environment

@@ -115,6 +115,34 @@ def prometheus_missing(binary: str) -> str | None:
     )
 
 
+def write_prometheus_config(
+    folder: Path,
+    addresses: dict[str, list[str]],
+    scrape_interval_s: float | None = None,
+    config_dir: Path | None = None,
+) -> Path:
+    """The repository's prometheus.yml with each job's targets replaced by `addresses[job]`
+    (`native_config`), written with its rule files into `folder`; returns the yml path."""
+    source = config_dir if config_dir is not None else prometheus_config_dir()
+    template_path = source / "prometheus.yml"
+    try:
+        template = yaml.safe_load(template_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise PrometheusError(
+            f"cannot read {template_path}: {error}", "run from a quantload checkout"
+        ) from None
+    config = native_config(template, addresses, scrape_interval_s)
+    folder.mkdir(parents=True, exist_ok=True)
+    for rule_file in template.get("rule_files", []):
+        target = folder / rule_file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / rule_file, target)
+    path = folder / "prometheus.yml"
+    header = f"# Written by quantload from {template_path}; only addresses differ.\n"
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
 class PrometheusProcess(LoggedProcess):
     """A Prometheus server for one run. Use as a context manager, or start() and stop()."""
 
@@ -154,29 +182,12 @@ class PrometheusProcess(LoggedProcess):
 
     def write_config(self, port: int) -> Path:
         """Write prometheus.yml and its rule files into the run directory; return the yml path."""
-        template_path = self.config_dir / "prometheus.yml"
-        try:
-            template = yaml.safe_load(template_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as error:
-            raise PrometheusError(
-                f"cannot read {template_path}: {error}", "run from a quantload checkout"
-            ) from None
         addresses = {
             SELF_JOB: [f"{self.host}:{port}"],
             EXPORTER_JOB: [scrape_address(self.exporter_url)] if self.exporter_url else [],
             LOADGEN_JOB: [scrape_address(url) for url in self.loadgen_urls],
         }
-        config = native_config(template, addresses, self.scrape_interval_s)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for rule_file in template.get("rule_files", []):
-            source = self.config_dir / rule_file
-            target = self.folder / rule_file
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-        path = self.folder / "prometheus.yml"
-        header = f"# Written by quantload from {template_path}; only addresses differ.\n"
-        path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        return path
+        return write_prometheus_config(self.folder, addresses, self.scrape_interval_s, self.config_dir)
 
     def start(self) -> PrometheusProcess:
         """Write the configuration, launch Prometheus and wait until it is ready."""

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from quantload.cli.main import main as cli_main
@@ -13,15 +18,21 @@ from quantload.load.calibrate import (
     LATEST_JSON,
     MIN_REQUESTS,
     SCHEMA,
+    SCRIPT,
     Calibration,
+    CalibrationError,
     CountResult,
+    RemoteFake,
+    calibration_script,
     count_result,
     requests_for,
     run_calibration,
     trusted_streams,
     write_calibration,
 )
+from quantload.load.fakeserver import FakeServerProcess
 from quantload.load.records import RequestRecord
+from support import clean_env
 
 BASE = dict(
     run_id="cal", server="fake", quant="none", model="fake", url="http://127.0.0.1:1",
@@ -132,3 +143,54 @@ def test_cli_calibrate_prints_its_verdict_and_the_file(
 def test_cli_calibrate_refuses_unbounded_counts(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["calibrate", "--streams", "1,5000"]) != 0
     assert "1024" in capsys.readouterr().err
+
+
+def test_a_fake_on_another_host_is_checked_before_it_is_used(tmp_path: Path) -> None:
+    script = calibration_script(CalibrateSettings())
+    with FakeServerProcess(script) as fake:  # as another host would serve it
+        assert RemoteFake(fake.url, script).check().stats()["requests"] == 0
+        other = dataclasses.replace(script, close_after_stream=not script.close_after_stream)
+        with pytest.raises(CalibrationError, match="close_after_stream differ") as differs:
+            RemoteFake(fake.url, other).check()
+        assert "--keep-alive" in differs.value.hint
+    with pytest.raises(CalibrationError, match="did not answer /script") as gone:
+        RemoteFake(fake.url, script, timeout_s=2).check()
+    assert "--serve-fake" in gone.value.hint
+
+
+@pytest.mark.slow
+def test_calibrate_drives_a_fake_another_host_serves(tmp_path: Path) -> None:
+    settings = CalibrateSettings(streams=(4,), seconds_per_count=0.3, max_error_p99_s=10.0)
+    with FakeServerProcess(calibration_script(settings)) as fake:
+        remote = settings.model_copy(update={"fake_url": fake.url})
+        result = run_calibration(remote, LoadSettings(workers=0))
+        served = fake.stats()["requests"]
+    assert result.fake_url == fake.url
+    (found,) = result.counts
+    assert found.ok == found.requests >= MIN_REQUESTS and served >= found.requests
+    assert found.ttft_error_p99_s is not None
+
+
+@pytest.mark.slow
+def test_cli_serve_fake_serves_the_calibration_script_until_stopped() -> None:
+    command = [sys.executable, "-m", "quantload.cli.main", "calibrate", "--serve-fake", "127.0.0.1:0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        match = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+        assert match, line
+        served = httpx.get(f"{match.group(1)}/script", timeout=10).json()
+        assert served["ttft_ms"] == list(SCRIPT.ttft_ms) and served["close_after_stream"] is True
+        assert f"--fake-url {match.group(1)}" in line
+    finally:
+        process.terminate()
+        code = process.wait(90)  # its shutdown may wait long for a core on a busy machine
+    assert code == 0  # a server stopped as asked, as `quantload exporter` is
+
+
+def test_cli_refuses_a_bad_fake_url_or_address(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["calibrate", "--fake-url", "http://10.0.0.7:99999"]) == 2
+    assert "calibrate.fake_url" in capsys.readouterr().err
+    assert cli_main(["calibrate", "--serve-fake", "10.0.0.7"]) == 2
+    assert "is not HOST:PORT" in capsys.readouterr().err

@@ -10,9 +10,11 @@ from quantload.config import LoadSettings, load_config
 from quantload.errors import ConfigError
 from quantload.load.processes import (
     ENTRY_MODULE,
+    LOCUST_MASTER_PORT,
     STREAMS_PER_PROCESS,
     LocustProcesses,
     choose_workers,
+    master_listen_port,
     most_workers,
     usable_cores,
 )
@@ -99,3 +101,47 @@ def test_most_workers_covers_every_experiment_of_the_settings() -> None:
     assert most_workers(LoadSettings(workers=2), cores=2) == 2  # as asked
     # a calibration that proved 64 streams a process: 600 users take more workers, as the layout will
     assert most_workers(crowded, cores=16, per_process=64) == 10
+
+
+def test_workers_on_other_hosts_wait_at_a_known_address(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    layout = LocustProcesses(0, "10.0.0.5", 9647, python="py", remote_workers=2, master_host="10.0.0.5")
+    (master,) = layout.processes(plan, tmp_path, "inv")  # no worker of its own: they join from elsewhere
+    assert master.role == "master" and master.metrics_host == "10.0.0.5"
+    assert master.argv[master.argv.index("--master-host") + 1] == "10.0.0.5"
+    assert master.argv[master.argv.index("--master-port") + 1] == str(LOCUST_MASTER_PORT) == "5557"
+    assert master.argv[master.argv.index("--expect-workers") + 1] == "2"
+    mixed = LocustProcesses(1, "0.0.0.0", 9647, remote_workers=3, master_host="0.0.0.0", master_port=6000)
+    master, own = mixed.processes(plan, tmp_path, "inv")
+    assert master.argv[master.argv.index("--expect-workers") + 1] == "4"  # its own and the others
+    assert own.argv[own.argv.index("--master-host") + 1] == "127.0.0.1"  # reaches 0.0.0.0 on loopback
+    assert own.argv[own.argv.index("--master-port") + 1] == "6000"
+
+
+def test_the_master_port_is_as_set_else_5557_for_other_hosts_else_a_free_one() -> None:
+    assert master_listen_port("10.0.0.5", 7000, 2) == 7000
+    assert master_listen_port("10.0.0.5", 0, 2) == LOCUST_MASTER_PORT
+    free = master_listen_port("127.0.0.1", 0, 0)
+    assert free != LOCUST_MASTER_PORT and 0 < free < 65536
+    assert 0 < master_listen_port("0.0.0.0", 0, 0) < 65536
+
+
+def test_remote_worker_settings_come_from_every_layer(tmp_path: Path) -> None:
+    loaded = load_config(
+        tmp_path,
+        {"QUANTLOAD_LOAD__REMOTE_WORKERS": "2", "QUANTLOAD_LOAD__MASTER_HOST": "10.0.0.5"},
+        {"load.master_port": 6001},
+    ).settings.load
+    assert (loaded.remote_workers, loaded.master_host, loaded.master_port) == (2, "10.0.0.5", 6001)
+    with pytest.raises(ConfigError, match=r"load\.master_port"):
+        load_config(tmp_path, {"QUANTLOAD_LOAD__MASTER_PORT": "70000"})
+
+
+def test_the_master_is_told_how_long_to_wait_for_its_workers(tmp_path: Path) -> None:
+    layout = LocustProcesses(
+        0, "10.0.0.5", 0, remote_workers=1, master_host="10.0.0.5", workers_timeout_s=7.5
+    )
+    (master,) = layout.processes(tmp_path / "plan.json", tmp_path, "inv")
+    assert master.argv[master.argv.index("--workers-timeout") + 1] == "7.5"
+    (local,) = LocustProcesses(0, "127.0.0.1", 0).processes(tmp_path / "plan.json", tmp_path, "inv")
+    assert "--workers-timeout" not in local.argv  # one process waits for nobody

@@ -31,7 +31,7 @@ from quantload.load.in_locust.user import StreamingChatUser
 from quantload.load.in_locust.wiring import wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.plan import LoadPlan
-from quantload.load.processes import FAILURE_MARKER
+from quantload.load.processes import FAILURE_MARKER, WORKERS_TIMEOUT_S
 from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
 
 _log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--master-host", default="127.0.0.1")
     parser.add_argument("--master-port", type=int, default=5557)
     parser.add_argument("--expect-workers", type=int, default=1)
+    parser.add_argument("--workers-timeout", type=float, default=WORKERS_TIMEOUT_S, help="s to wait for them")
     parser.add_argument("--metrics-host", default="127.0.0.1")
     parser.add_argument("--metrics-port", type=int, default=0, help="0 = no /metrics")
     parser.add_argument("--web-host", default="127.0.0.1")
@@ -101,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         records_path=args.out / RECORDS_JSONL if args.out else None,
         stages_path=args.out / STAGES_JSONL if args.out else None,
         expect_workers=args.expect_workers,
+        workers_timeout_s=args.workers_timeout,
     )
     user_class.runtime = parts.runtime  # type: ignore[attr-defined]
     if args.metrics_port:

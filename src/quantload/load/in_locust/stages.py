@@ -22,6 +22,7 @@ from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageS
 from quantload.load.in_locust.sinks import DriverSink
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
+from quantload.load.processes import WORKERS_MISSING, WORKERS_TIMEOUT_S
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
 from quantload.load.timed_supply import TimedSupply
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # Locust's own types; the module runs without importing locus
 
 POLL_S = 0.02
 SPAWN_TIMEOUT_S = 60.0
-WORKERS_TIMEOUT_S = 60.0
 OPEN_LOOP_START_DELAY_S = 0.05
 
 _log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class StageController:
         stages: JsonlAppender,
         metrics: LoadMetrics,
         expect_workers: int = 0,
+        workers_timeout_s: float = WORKERS_TIMEOUT_S,
         master: bool = False,
     ) -> None:
         self.environment = environment
@@ -59,6 +60,7 @@ class StageController:
         self.stages = stages
         self.metrics = metrics
         self.expect_workers = expect_workers
+        self.workers_timeout_s = workers_timeout_s
         self.health = ClientHealth()
         self.abort_reason: str | None = None
         self.client_failure: str | None = None
@@ -118,11 +120,12 @@ class StageController:
     def _wait_for_workers(self) -> None:
         if not self.master:
             return
-        deadline = time.monotonic() + WORKERS_TIMEOUT_S
+        deadline = time.monotonic() + self.workers_timeout_s
         while self.runner.worker_count < self.expect_workers:
             if time.monotonic() > deadline:
                 self.abort_reason = (
-                    f"only {self.runner.worker_count} of {self.expect_workers} workers connected"
+                    f"only {self.runner.worker_count} of {self.expect_workers} {WORKERS_MISSING}"
+                    f" {self.workers_timeout_s:g} s (load.workers_timeout_s)"
                 )
                 return
             gevent.sleep(0.1)

@@ -34,6 +34,7 @@ from quantload.load.in_locust.ticket_sources import (
 )
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import API_KEY_ENV, LoadPlan
+from quantload.load.processes import WORKERS_TIMEOUT_S
 from quantload.load.records import JsonlAppender
 from quantload.load.tickets import TicketBook
 
@@ -59,6 +60,7 @@ def wire_process(
     stages_path: Path | None = None,
     expect_workers: int = 0,
     tickets: TicketSource | None = None,
+    workers_timeout_s: float = WORKERS_TIMEOUT_S,
 ) -> ProcessParts:
     """The parts for `role` on an environment whose runner exists.
 
@@ -91,7 +93,7 @@ def wire_process(
         assert stages_path is not None
         controller = StageController(
             environment, plan, book, sink, JsonlAppender(stages_path), metrics, expect_workers,
-            master=isinstance(runner, MasterRunner),
+            workers_timeout_s, master=isinstance(runner, MasterRunner),
         )
         runtime.on_fatal = controller.client_failed
         if isinstance(runner, MasterRunner):
