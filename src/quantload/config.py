@@ -248,6 +248,12 @@ def _experiment_names() -> tuple[str, ...]:
     return names()
 
 
+def _default_experiments() -> tuple[str, ...]:
+    from quantload.experiments.registry import default_names
+
+    return default_names()
+
+
 def _known_experiments(requested: tuple[str, ...]) -> tuple[str, ...]:
     """Every name one of the registry's experiments, each once."""
     known = _experiment_names()
@@ -267,10 +273,11 @@ class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
 
     experiments: ExperimentNames = Field(
-        default_factory=_experiment_names,
+        default_factory=_default_experiments,
         description="what `quantload run` runs per quantization, in this order (the experiments of"
-        " quantload.experiments.registry); one whose input is missing is left out, with the reason"
-        " the registry gives (run.json and the report say it)",
+        " quantload.experiments.registry that run by default: batching, slots and speculation run"
+        " when named); one whose input is missing is left out, with the reason the registry gives"
+        " (run.json and the report say it)",
     )
 
     users: tuple[Annotated[int, Field(ge=1, le=MAX_USERS)], ...] = Field(default=(1, 2, 4, 8), min_length=1)
@@ -507,6 +514,23 @@ class TraceSettings(_Section):
     max_requests: int = Field(default=500, ge=1, le=MAX_COUNT, description="the trace's first N requests")
 
 
+def _batch_pair(pair: str) -> str:
+    """A llama-server "B/UB" batch-size pair, checked: both numbers, UB at most B."""
+    logical, slash, physical = pair.partition("/")
+    if not slash or not logical.isdigit() or not physical.isdigit() or int(physical) < 1:
+        raise ValueError(f"{pair!r} is not B/UB, e.g. 2048/512")
+    if int(physical) > int(logical):
+        raise ValueError(f"{pair!r} has -ub {physical} above -b {logical}: -ub must be at most -b")
+    if int(logical) > MAX_TOKENS:
+        raise ValueError(
+            f"{pair!r}: llama-server takes -b and -ub of 1 to {MAX_TOKENS:,} tokens, e.g. 2048/512"
+        )
+    return pair
+
+
+BatchPair = Annotated[str, AfterValidator(_batch_pair)]
+
+
 class MixedSettings(_Section):
     """The mixed-traffic diagnosis: decode-heavy traffic alone, then with long prompts mixed in."""
 
@@ -527,7 +551,7 @@ class MixedSettings(_Section):
     long_fraction: float = Field(
         default=0.25, gt=0, lt=1, description="share of the mixed stage's requests that are long"
     )
-    batch_sizes: tuple[str, ...] = Field(
+    batch_sizes: tuple[BatchPair, ...] = Field(
         default=("2048/512", "256/256"),
         min_length=1,
         description="llama-server -b/-ub pairs the experiment is repeated at (the server restarts)",
@@ -535,20 +559,6 @@ class MixedSettings(_Section):
     repeats: int = Field(
         default=1, ge=1, le=MAX_REPEATS, description="repeats of each stage (long prompts are slow)"
     )
-
-    @field_validator("batch_sizes")
-    @classmethod
-    def _batch_pairs(cls, pairs: tuple[str, ...]) -> tuple[str, ...]:
-        for pair in pairs:
-            logical, slash, physical = pair.partition("/")
-            if not slash or not logical.isdigit() or not physical.isdigit() or int(physical) > int(logical):
-                raise ValueError(f"{pair!r} is not B/UB with UB <= B, e.g. 2048/512")
-            if int(physical) < 1 or int(logical) > MAX_TOKENS:
-                raise ValueError(
-                    f"{pair!r}: llama-server needs a batch of at least 1 token (-b and -ub of 1 to"
-                    f" {MAX_TOKENS:,}), e.g. 2048/512"
-                )
-        return pairs
 
 
 class LimitSettings(_Section):
@@ -748,6 +758,137 @@ class NoisyNeighbourSettings(_Section):
         return value
 
 
+SPEC_NGRAM_TYPES = ("default", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SpecNgramType = Literal["default", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+
+
+class BatchingSettings(_Section):
+    """Continuous against static batching (the batching experiment): the same traffic on the
+    server restarted with -cb and with -nocb, closed loop at the limit and Poisson near it."""
+
+    users: int = Field(
+        default=0, ge=0, description="closed-loop users; 0 = the limit this run found (else searched)"
+    )
+    requests: int = Field(default=24, ge=1, description="measured requests per stage")
+    rate_frac: float = Field(
+        default=0.8, gt=0, le=2, description="Poisson rate as a share of continuous batching's"
+        " closed-loop requests/s at the limit",
+    )
+    repeats: int = Field(default=1, ge=1, le=10, description="repeats of each stage")
+    stage_timeout_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails"
+    )
+
+
+class SlotsSettings(_Section):
+    """Slots at a fixed KV budget (the slots experiment): the limit search at each -np, the
+    context per slot shrinking so the KV cache stays the same size."""
+
+    counts: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(
+        default=(1, 2, 4, 8, 16), min_length=1, description="the -np values, each a server restart"
+    )
+    kv_cells: int = Field(
+        default=0, ge=0, description="KV cells (tokens) of all slots together; 0 = server.slots x"
+        " server.ctx_per_slot",
+    )
+
+    @field_validator("counts")
+    @classmethod
+    def _rising(cls, counts: tuple[int, ...]) -> tuple[int, ...]:
+        if list(counts) != sorted(set(counts)):
+            raise ValueError("slot counts must rise, each once")
+        return counts
+
+
+class SpeculationSettings(_Section):
+    """Speculative decoding (the speculation experiment): off, an n-gram type and a draft model,
+    at 1 user and at the limit, on traffic that repeats or edits its prompt and on traffic that
+    does not."""
+
+    ngram_type: SpecNgramType = Field(
+        default="default", description="the n-gram type (no draft model); default = --spec-default"
+        " (ngram-mod, n_match 24, n_min 48, n_max 64)",
+    )
+    draft_model: Path | None = Field(
+        default=None, description="a draft GGUF of the same vocabulary (-md, --spec-type draft-simple)"
+    )
+    draft_n_max: int | None = Field(
+        default=None, ge=1, le=64, description="--spec-draft-n-max; unset = llama.cpp's (3)"
+    )
+    traffic: tuple[Literal["repeat", "free"], ...] = Field(
+        default=("repeat", "free"), min_length=1,
+        description="repeat = prompts asking to repeat or edit a given text; free = the prompt set",
+    )
+    requests: int = Field(default=8, ge=1, description="measured requests per stage at 1 user")
+    users: int = Field(default=0, ge=0, description="the loaded level; 0 = the limit this run found")
+    max_tokens: int = Field(default=160, ge=2, description="max_tokens of every request")
+    prompt_max_tokens: int = Field(default=300, ge=8, description="prompts of at most this many tokens")
+    synth_lengths: tuple[Annotated[float, Field(ge=1, le=65)], ...] = Field(
+        default=(), description="--spec-synth-len values measured too (benchmarking only)"
+    )
+    stage_timeout_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails"
+    )
+
+
+class TuneSettings(_Section):
+    """`quantload tune`: the space of server flags it searches per quantization, its objective
+    and its budget (successive halving: short trials of every configuration first, the best
+    1/eta promoted to longer ones, the finalists confirmed with the limit search's repeats)."""
+
+    slots: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(
+        default=(4, 8), min_length=1, description="-np values, each slot of tune.ctx_per_slot"
+    )
+    ctx_per_slot: int = Field(default=0, ge=0, description="0 = server.ctx_per_slot")
+    batch_sizes: tuple[BatchPair, ...] = Field(
+        default=("2048/512", "256/256"), min_length=1, description="-b/-ub pairs, UB at most B"
+    )
+    cache_types: tuple[CacheType, ...] = Field(
+        default=("f16", "q8_0"), min_length=1, description="KV-cache types, K and V alike (-ctk/-ctv)"
+    )
+    flash_attn: tuple[Literal["auto", "on", "off"], ...] = Field(
+        default=("auto",), min_length=1, description="-fa values (a quantized V cache needs auto or on)"
+    )
+    threads: tuple[Annotated[int, Field(ge=0, le=1024)], ...] = Field(
+        default=(0,), min_length=1, description="0 = llama.cpp's default"
+    )
+    batching: tuple[Literal["continuous", "static"], ...] = Field(
+        default=("continuous",), min_length=1, description="continuous = -cb, static = -nocb"
+    )
+    speculation: tuple[Literal["none", "ngram", "draft"], ...] = Field(
+        default=("none",), min_length=1,
+        description="ngram = speculation.ngram_type; draft = speculation.draft_model",
+    )
+    objective: Literal["users", "rate"] = Field(
+        default="users", description="the limit search it maximizes (goodput breaks ties)"
+    )
+    budget_s: float = Field(
+        default=3600.0, gt=0, le=MAX_SECONDS, description="per quantization; trials stop there"
+    )
+    short_trial_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="the first rung's limit-search time cap; x eta per rung",
+    )
+    eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
+    finalists: int = Field(default=2, ge=1, description="configurations confirmed with repeats")
+    baseline: bool = Field(
+        default=True, description="also search the server's configured flags as the finalists are"
+        " searched (the winner against them, outside the budget)",
+    )
+
+    @field_validator(
+        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation"
+    )
+    @classmethod
+    def _each_once(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return values
+
+
 class ObserveSettings(_Section):
     """Exporter, Prometheus and Grafana."""
 
@@ -860,6 +1001,10 @@ class RunSettings(_Section):
     profile: Literal["quick", "full", "ci", "wide"] = "full"
     out: Path = Path("results")
     servers_at_once: bool = False
+    tune: bool = Field(
+        default=False, description="tune each quantization's server flags ([tune]) before its"
+        " experiments, and serve them with the winner's",
+    )
 
     @field_validator("profile", mode="before")
     @classmethod
@@ -886,6 +1031,10 @@ class Settings(_Section):
     limit: LimitSettings = LimitSettings()
     observe: ObserveSettings = ObserveSettings()
     kv_types: KvTypeSettings = KvTypeSettings()
+    batching: BatchingSettings = BatchingSettings()
+    slots: SlotsSettings = SlotsSettings()
+    speculation: SpeculationSettings = SpeculationSettings()
+    tune: TuneSettings = TuneSettings()
     soak: SoakSettings = SoakSettings()
     context: ContextSettings = ContextSettings()
     tenants: tuple[TenantSettings, ...] = ()

@@ -334,6 +334,69 @@ def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
     ]
 
 
+class FlagSteps(FakeSteps):
+    """FakeSteps with a llama-server build, a tune and adopting its winner recorded."""
+
+    def __init__(self, build: Any = None, winner: Any = "winner") -> None:
+        super().__init__()
+        self.build, self.winner = build, winner
+
+    def server_build(self, toolchain: Any) -> Any:
+        from quantload.llamacpp.server_help import ServerBuild
+
+        self.calls.append("server_build")
+        return self.build or ServerBuild(frozenset({"--parallel"}), ("f16", "q8_0"), ("none", "draft-simple", "ngram-mod"))
+
+    def tune(self, served: Any, servers: Any, context: Any, toolchain: Any) -> Any:
+        self.calls.append(f"tune {served.quant}")
+        winner = None if self.winner is None else type("Config", (), {"key": f"{self.winner} {served.quant}"})()
+        return type("Outcome", (), {"winner": winner, "busy_s": 3.0})()
+
+    def adopt(self, servers: Any, config: Any, quant: str, run_dir: Path) -> Any:
+        self.calls.append(f"adopt {config.key}")
+        return None
+
+
+def test_a_bad_input_of_a_planned_experiment_ends_the_run_before_any_server(tmp_path: Path) -> None:
+    from quantload.errors import ConfigError
+
+    steps = FlagSteps()
+    flags = {"model.source": "tiny", "run.profile": "ci", "load.experiments": ["sweep", "speculation"],
+             "speculation.draft_model": str(tmp_path / "draft.gguf")}  # fmt: skip
+    run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
+    with pytest.raises(ConfigError, match=r"draft\.gguf does not exist"):
+        run.execute()
+    assert steps.calls == ["toolchain", "prepare", "server_build"]
+    assert _steps(_run_json(run))[-1] == ("preflight", None, "failed")
+
+
+def test_a_run_without_checked_experiments_has_no_preflight_step(tmp_path: Path) -> None:
+    steps = FlagSteps()
+    run = _run(tmp_path, steps)
+    run.execute()
+    assert "server_build" not in steps.calls and "preflight" not in [name for name, _, _ in _steps(_run_json(run))]
+
+
+def test_run_tune_tunes_each_server_then_serves_the_rest_of_the_run_with_the_winner(tmp_path: Path) -> None:
+    steps = FlagSteps()
+    flags = {"model.source": "tiny", "run.profile": "ci", "run.tune": True, "model.quants": ["Q8_0"],
+             "load.experiments": ["sweep"]}  # fmt: skip
+    run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
+    run.execute()
+    assert steps.calls[steps.calls.index("kv Q8_0") + 1 :][:3] == ["tune Q8_0", "adopt winner Q8_0", "sweep Q8_0"]
+    data = _run_json(run)
+    assert ("tune", "Q8_0", "ok") in _steps(data) and "server_build" in steps.calls  # the tune's space checked
+    assert any("served with the tuned flags winner Q8_0" in note for note in data["notes"])
+
+
+def test_a_tune_without_a_winner_leaves_the_configured_flags_and_says_so(tmp_path: Path) -> None:
+    steps = FlagSteps(winner=None)
+    flags = {"model.source": "tiny", "run.profile": "ci", "run.tune": True, "model.quants": ["Q8_0"],
+             "load.experiments": ["sweep"]}  # fmt: skip
+    run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
+    run.execute()
+    assert not any(call.startswith("adopt") for call in steps.calls) and "sweep Q8_0" in steps.calls
+    assert any("(no configuration held the SLO); served with the configured flags" in n for n in _run_json(run)["notes"])
 def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp_path: Path) -> None:
     steps = FakeSteps()
     config = load_config(tmp_path, {}, {"model.source": "tiny", "load.experiments": ("sweep",)})

@@ -36,6 +36,7 @@ from quantload.analysis.run_tables import (
     users_levels,
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
+from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
@@ -94,6 +95,7 @@ class Analysis:
     mixed_verdict: str
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
+    server_flags: ServerFlagTables  # batching, slots, speculation and the tune
     gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
     context_turns: pd.DataFrame  # context_tables.turn_table
     context_conversations: pd.DataFrame  # context_tables.conversation_table
@@ -378,6 +380,7 @@ def analyze(
         mixed_verdict=mixed_verdict(mixed),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
+        server_flags=server_flag_tables(run, stages, quants),
         gpu_energy=energy,
         context_turns=context_turn_table(run.records, stages, quants),
         context_conversations=conversations,

@@ -109,7 +109,9 @@ def _fields_typed(model: type[BaseModel], wanted: type, optional: bool = True) -
 
 
 # The server's own timings, taken out of each record's `timings` object (llama-server's keys).
-SERVER_TIMINGS: tuple[str, ...] = ("prompt_ms", "predicted_ms", "prompt_n", "cache_n")
+SERVER_TIMINGS: tuple[str, ...] = (
+    "prompt_ms", "predicted_ms", "prompt_n", "cache_n", "draft_n", "draft_n_accepted",
+)  # fmt: skip
 # Every single-valued field of a record, then when its stream ended and the server's timings.
 RECORD_COLUMNS: tuple[str, ...] = (*scalar_fields(RequestRecord), "end_unix_s", *SERVER_TIMINGS)
 # Flags that are always true or false (a `bool | None` field keeps its None).

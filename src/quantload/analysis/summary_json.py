@@ -87,6 +87,31 @@ class QualityLossSummary(_SummaryPart):
     rows: list[Row]  # quality_loss.QUALITY_LOSS_COLUMNS
 
 
+class FlagPart(_SummaryPart):
+    """One server-flag experiment: its table's rows and its one-sentence verdict."""
+
+    rows: list[Row]
+    verdict: str
+
+
+class TunePart(_SummaryPart):
+    """The tune: every trial (tune_tables.TRIAL_COLUMNS), each quantization's outcome (tune.json)
+    and the verdict."""
+
+    trials: list[Row]
+    outcomes: dict[str, Any]
+    verdict: str
+
+
+class ServerFlagsSummary(_SummaryPart):
+    """The server flags chapter (analysis.server_flags.ServerFlagTables)."""
+
+    batching: FlagPart  # batching_tables.batching_table
+    slots: FlagPart  # slots_tables.slots_table
+    speculation: FlagPart  # speculation_tables.speculation_table
+    tune: TunePart
+
+
 class SoakSummary(_SummaryPart):
     """One soak (soak.SoakRun.to_dict): the level held and for how long, the drift per hour of TTFT
     p99 and of the server's and the load client's memory (drift.Drift.to_dict), every slice."""
@@ -149,6 +174,7 @@ class SummaryFile(_SummaryPart):
     mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
+    server_flags: ServerFlagsSummary
     context_policies: list[Row] = []  # context_tables.policy_table
     context_turns: list[Row] = []  # context_tables.turn_table
     tenants: list[Row] = []  # tenant_tables.tenant_table
@@ -183,6 +209,20 @@ def clean(value: Any) -> Any:
 
 def _rows(frame: pd.DataFrame) -> list[Row]:
     return [clean(row) for row in frame.to_dict("records")] if not frame.empty else []
+
+
+def _server_flags(analysis: Analysis) -> dict[str, Any]:
+    flags = analysis.server_flags
+    return {
+        "batching": {"rows": _rows(flags.batching), "verdict": flags.batching_verdict},
+        "slots": {"rows": _rows(flags.slots), "verdict": flags.slots_verdict},
+        "speculation": {"rows": _rows(flags.speculation), "verdict": flags.speculation_verdict},
+        "tune": {
+            "trials": _rows(flags.tune.trials),
+            "outcomes": flags.tune.outcomes,
+            "verdict": flags.tune_verdict,
+        },
+    }
 
 
 def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
@@ -220,6 +260,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "mixed_verdict": analysis.mixed_verdict,
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
+            "server_flags": _server_flags(analysis),
             "context_policies": _rows(analysis.context_policies),
             "context_turns": _rows(analysis.context_turns),
             "tenants": _rows(analysis.tenants),

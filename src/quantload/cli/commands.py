@@ -20,6 +20,7 @@ from quantload.cli import (
     cmd_speed,
     cmd_stack,
     cmd_toolchain,
+    cmd_tune,
 )
 
 REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
@@ -36,4 +37,5 @@ REGISTRARS: tuple[Callable[[typer.Typer], None], ...] = (
     cmd_calibrate.register,
     cmd_report.register,
     cmd_stack.register,
+    cmd_tune.register,
 )

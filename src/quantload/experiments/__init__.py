@@ -3,7 +3,11 @@
   base          what an experiment declares, is given (ExperimentContext) and returns (ExperimentRun)
   registry      the list, and the lookups every part uses
   running       what every experiment does alike (its invocation id, its workload, running a plan)
-  sweep, open_loop, prefix_cache, sessions, trace, mixed, limit_users, limit_rate, kv_types
+  sweep, open_loop, prefix_cache, sessions, trace, mixed, limit_users, limit_rate, kv_types,
+  batching, slots, speculation
                 the experiments
-  limit_trials  the limit search's trials, shared by limit_users and limit_rate
+  limit_trials  the limit search's trials, shared by limit_users and limit_rate (and the tune)
+  at_limit      the users a flag experiment compares at: the run's found limit, or its own search
+  spec_probe    whether a llama-server speculates: its log, its /slots, its draft counters
+  variant_file  variants.jsonl: each server variant the flag experiments and the tune ran
 """

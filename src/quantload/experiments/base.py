@@ -11,6 +11,9 @@ An experiment (one module of this package, listed once in `registry`) declares:
   server_flags    whether it restarts the server with other flags (`ServerControl`): those run
                   only where quantload started the server (`quantload run`); with `optional`
                   they run once on the server as it is elsewhere
+  by_default      whether `load.experiments` names it unless told otherwise
+  check           what it checks of its input before any server starts (`Preflight`: the
+                  settings, what the llama-server build accepts, the model files): ConfigError
 
 Run context: `ExperimentContext` holds the run (quantload.run_context.RunContext), the served
 target, and the server control where quantload started the server (None for a URL it was given).
@@ -18,13 +21,15 @@ target, and the server control where quantload started the server (None for a UR
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 from quantload.config import Settings
 from quantload.kvcheck import KvCheck
+from quantload.llamacpp.server_help import ServerBuild
 from quantload.load import LimitLine, StageSummary
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
@@ -51,6 +56,7 @@ class ServedVariant:
     flags: ServerFlags
     kv: KvCheck | None = None
     kv_error: str | None = None  # why the KV cache could not be checked
+    startup_log: str = ""  # what the variant's llama-server logged until it was ready
 
 
 class ServerControl(Protocol):
@@ -59,6 +65,11 @@ class ServerControl(Protocol):
     def variant(self, flags: ServerFlags) -> AbstractContextManager[ServedVariant]:
         """The server running with `flags` for the length of the context, KV-checked; the served
         target as it was afterwards. ServerError when the variant does not start."""
+        ...
+
+    def adopt(self, flags: ServerFlags) -> ServedVariant:
+        """The server restarted with `flags` for the rest of the run (a tuned run's winner);
+        later variants start from them. ServerError when it does not start."""
         ...
 
     def server_pid(self) -> int | None:
@@ -124,6 +135,20 @@ def experiment_run(
 
 
 @dataclass(frozen=True)
+class Preflight:
+    """What an experiment may check before any server starts: the settings, what this
+    llama-server build accepts, and the model file of each quantization it will serve."""
+
+    settings: Settings
+    build: ServerBuild
+    models: Mapping[str, Path] = field(default_factory=dict)
+
+
+def no_check(preflight: Preflight) -> None:
+    """The check of an experiment whose settings say all there is to check."""
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One experiment's declaration (see the module docstring)."""
 
@@ -136,3 +161,5 @@ class Experiment:
     run: Callable[[ExperimentContext], ExperimentRun]
     server_flags: ServerFlagsUse = "none"
     searches: bool = False  # its stages are trials that may fail on purpose (a limit search)
+    by_default: bool = True
+    check: Callable[[Preflight], None] = no_check

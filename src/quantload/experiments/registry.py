@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments import (
+    batching,
     context_overflow,
     kv_types,
     limit_rate,
@@ -22,7 +23,9 @@ from quantload.experiments import (
     open_loop,
     prefix_cache,
     sessions,
+    slots,
     soak,
+    speculation,
     sweep,
     trace,
 )
@@ -37,6 +40,9 @@ REGISTRY: tuple[Experiment, ...] = (
     mixed.EXPERIMENT,
     limit_users.EXPERIMENT,
     limit_rate.EXPERIMENT,
+    batching.EXPERIMENT,
+    slots.EXPERIMENT,
+    speculation.EXPERIMENT,
     context_overflow.EXPERIMENT,
     noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
@@ -47,6 +53,11 @@ REGISTRY: tuple[Experiment, ...] = (
 def names() -> tuple[str, ...]:
     """Every experiment's name, in the default order."""
     return tuple(experiment.name for experiment in REGISTRY)
+
+
+def default_names() -> tuple[str, ...]:
+    """The experiments `load.experiments` names unless told otherwise, in order."""
+    return tuple(experiment.name for experiment in REGISTRY if experiment.by_default)
 
 
 def get(name: str) -> Experiment:

@@ -79,7 +79,8 @@ class _Cursor:
     def string(self) -> str:
         return self.take(self.uint(8)).decode("utf-8", "replace")
 
-    def value(self, value_type: int, keep: bool) -> Any:
+    def value(self, value_type: int, keep: bool, whole: bool = False) -> Any:
+        """One value; `keep` False skips it, `whole` keeps an array of any length."""
         if value_type in _SCALARS:
             fmt = _SCALARS[value_type]
             return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
@@ -89,7 +90,7 @@ class _Cursor:
         if value_type != _ARRAY:
             raise ModelError(f"{self.path} has an unknown GGUF value type {value_type}")
         item_type, count = self.uint(4), self.uint(8)
-        keep_items = keep and count <= _ARRAY_LIMIT
+        keep_items = keep and (whole or count <= _ARRAY_LIMIT)
         if item_type in _SCALARS and not keep_items:
             self.take(struct.calcsize(_SCALARS[item_type]) * count)
         else:
@@ -105,7 +106,7 @@ def _block_sizes() -> dict[int, tuple[int, int]]:
     return {int(kind): (int(block), int(size)) for kind, (block, size) in GGML_QUANT_SIZES.items()}
 
 
-def _scan(cursor: _Cursor) -> GgufScan:
+def _scan(cursor: _Cursor, whole_keys: frozenset[str] = frozenset()) -> GgufScan:
     path = cursor.path
     cursor.take(4)  # magic, checked by the caller
     version = cursor.uint(4)
@@ -117,8 +118,9 @@ def _scan(cursor: _Cursor) -> GgufScan:
     }  # fmt: skip
     for _ in range(n_kv):
         key = cursor.string()
-        keep = not key.startswith(SKIPPED_PREFIX) or key in KEPT_TOKENIZER_KEYS
-        value = cursor.value(cursor.uint(4), keep)
+        whole = key in whole_keys
+        keep = whole or not key.startswith(SKIPPED_PREFIX) or key in KEPT_TOKENIZER_KEYS
+        value = cursor.value(cursor.uint(4), keep, whole)
         if keep:
             metadata[key] = value
     sizes = _block_sizes()
@@ -156,15 +158,17 @@ def check_is_gguf(path: Path) -> None:
         )
 
 
-def scan_gguf(path: Path) -> GgufScan:
-    """Metadata and tensor table of a GGUF file; ModelError if it is not one or is cut short."""
+def scan_gguf(path: Path, whole_keys: frozenset[str] = frozenset()) -> GgufScan:
+    """Metadata and tensor table of a GGUF file; ModelError if it is not one or is cut short.
+
+    The keys of `whole_keys` (e.g. `tokenizer.ggml.tokens`) are kept whole, however long."""
     check_is_gguf(path)
     try:
         with (
             path.open("rb") as handle,
             mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
         ):
-            return _scan(_Cursor(data, path))
+            return _scan(_Cursor(data, path), whole_keys)
     except (OSError, ValueError, struct.error) as error:
         raise ModelError(f"cannot read the GGUF header of {path} ({error})") from None
 

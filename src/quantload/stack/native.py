@@ -1,9 +1,10 @@
 """`quantload run` as plain local processes: the named steps in order, every child supervised.
 
-  toolchain -> prepare -> quality (per file) -> machine probe -> speed (per file)
-  -> Prometheus (when installed) -> per quantization: llama-server, KV check, the load
-  experiments of `load.experiments` (quantload.experiments.registry; those that vary the server's
-  flags run its variants), stop
+  toolchain -> prepare -> preflight (when an experiment or the tune checks its input)
+  -> quality (per file) -> machine probe -> speed (per file)
+  -> Prometheus (when installed) -> per quantization: llama-server, KV check, [tune and serve
+  with the winner's flags, with run.tune], the load experiments of `load.experiments`
+  (quantload.experiments.registry; those that vary the server's flags run its variants), stop
   -> run.json "finished" -> report
 
 The steps are quantload.steps, reached through `RunSteps` (bound to the run's settings), which
@@ -32,7 +33,7 @@ from quantload.analysis import ReportPaths
 from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
 from quantload.experiments import registry
-from quantload.experiments.base import ExperimentRun, ServerControl
+from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, no_check
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
@@ -183,6 +184,7 @@ class NativeRun:
                     account=lambda prepared, _: (prepared.busy_s, None),
                 )  # fmt: skip
                 quants = models.quants()  # the manifest's order: largest file first
+                self._preflight(toolchain, models, quants)
                 self._quality(toolchain, models, quants)
                 self._sensitivity(toolchain, models)
                 self._speed(toolchain, models, quants)
@@ -242,6 +244,24 @@ class NativeRun:
         result = self._attempt(name, None, title, body, account, fatal=True)
         assert not isinstance(result, Failed)  # a fatal failure raised instead
         return result
+
+    def _preflight(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
+        """What the planned experiments (and the tune) check of their input, before any server
+        starts: a bad input ends the run with its one line."""
+        checked = [e for e in registry.planned(self.settings) if e.check is not no_check]
+        if not checked and not self.settings.run.tune:
+            return
+
+        def check(progress: ProgressCallback) -> None:
+            found = Preflight(
+                self.settings, self.steps.server_build(toolchain), {q: models.path(q) for q in quants}
+            )
+            for experiment in checked:
+                experiment.check(found)
+            if self.settings.run.tune:
+                self.steps.check_tune(found)
+
+        self._required("preflight", "check the experiments' input", check, account=overhead)
 
     # ------------------------------------------------------------------ measuring files
 
@@ -384,6 +404,8 @@ class NativeRun:
         # a server running alone is restarted in place for a variant; beside the others, a second one
         in_place = not self.settings.run.servers_at_once
         servers = self.steps.server_variants(toolchain, item, self.run_dir, in_place)
+        if self.settings.run.tune:
+            self._tune(item, servers, toolchain)
         for experiment in registry.planned(self.settings):
             target = item.load_target()
             name, title = experiment.step, experiment.title.format(quant=item.quant)
@@ -398,6 +420,31 @@ class NativeRun:
                 self.view.message(f"llama-server {item.quant} died; its remaining stages are marked failed")
         if item.quant not in self.dead_quants:
             self.state.server(item.quant, status="ok")
+
+    def _tune(self, item: Served, servers: ServerControl, toolchain: Toolchain) -> None:
+        """Tune the server's flags ([tune]) and serve the rest of the run with the winner's; a tune
+        that fails or finds nothing leaves the configured flags (and says so)."""
+        quant = item.quant
+        tuned = self._attempt(
+            "tune", quant, f"tune {quant}",
+            lambda progress: self.steps.tune(item, servers, self.context.with_progress(progress), toolchain),
+            account=lambda outcome, _: (outcome.busy_s, None),
+        )  # fmt: skip
+        if isinstance(tuned, Failed) or tuned.winner is None:
+            why = tuned.why if isinstance(tuned, Failed) else "no configuration held the SLO"
+            self.state.note(f"{quant}: tuning found no winner ({why}); served with the configured flags")
+            return
+        winner = tuned.winner
+        adopted = self._attempt(
+            "serve", quant, f"restart llama-server {quant} with the tuned flags",
+            lambda _: self.steps.adopt(servers, winner, quant, self.run_dir),
+        )  # fmt: skip
+        if isinstance(adopted, Failed):
+            self.state.note(f"{quant}: the tuned flags ({winner.key}) did not start: {adopted.why}")
+            if not item.server.alive():
+                self.dead_quants.add(quant)
+            return
+        self.state.note(f"{quant} served with the tuned flags {winner.key} (tune.jsonl, tune.json)")
 
     def _experiment(
         self, name: str, target: ServedTarget, servers: ServerControl, progress: ProgressCallback

@@ -16,11 +16,18 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
-from quantload.experiments.base import ExperimentRun, ServerControl
+from quantload.experiments.base import (
+    ExperimentContext,
+    ExperimentRun,
+    Preflight,
+    ServedVariant,
+    ServerControl,
+)
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
-from quantload.kvcheck import KvCheck
+from quantload.kvcheck import KvCheck, merge_kv_file
 from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.server import LlamaServer
+from quantload.llamacpp.server_help import ServerBuild, server_build
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
 from quantload.progress import ProgressCallback
@@ -45,6 +52,9 @@ from quantload.steps.quality import measure_file_quality, quality_text
 from quantload.steps.report import write_report
 from quantload.steps.serve import check_kv, server_spec
 from quantload.steps.speed import measure_file_speed, probe
+from quantload.tune.outcome import quant_summary, write_tune_json
+from quantload.tune.search import TuneOutcome, tune_quant
+from quantload.tune.space import TuneConfig, check_space
 
 SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
 
@@ -146,6 +156,30 @@ class RunSteps:
     ) -> ServerControl:
         """Variants of `served`'s server with other flags (restarted in place when it runs alone)."""
         return ServerVariants(served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place)
+
+    def server_build(self, toolchain: Toolchain) -> ServerBuild:
+        return server_build(toolchain)
+
+    def check_tune(self, preflight: Preflight) -> None:
+        check_space(preflight.settings, preflight.build, preflight.models)
+
+    def tune(
+        self, served: Served, servers: ServerControl, context: RunContext, toolchain: Toolchain
+    ) -> TuneOutcome:
+        """Tune `served`'s flags ([tune]); its outcome goes to tune.jsonl and tune.json."""
+        outcome = tune_quant(ExperimentContext(context, served.load_target(), servers))
+        spec = served.server.spec
+        summary = quant_summary(
+            outcome, spec, self.settings, toolchain.path("llama-server"), spec.model_path.stat().st_size
+        )
+        write_tune_json(context.run_dir.path, served.quant, summary)
+        return outcome
+
+    def adopt(self, servers: ServerControl, config: TuneConfig, quant: str, run_dir: Path) -> ServedVariant:
+        """Serve the rest of the run with `config`'s flags; its KV check replaces the quantization's."""
+        adopted = servers.adopt(config.server_flags(self.settings, f"tuned {config.key}"))
+        merge_kv_file(run_dir / KV_JSON, quant, adopted.kv or adopted.kv_error or "not checked")
+        return adopted
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
         return write_report(run_dir, self.settings, prometheus_url)

@@ -12,6 +12,9 @@ the prediction from the lines the variant itself logged.
 - Where every quantization's server runs at once, the variant is a second llama-server of the same
   file on a free port (named `<server>-<label>`, its own log), stopped when the context ends: the
   others keep running untouched.
+
+`adopt` restarts the server in place with other flags for the rest of the run (what a tuned run
+serves with); variants taken afterwards start from the adopted flags.
 """
 
 from __future__ import annotations
@@ -34,15 +37,17 @@ from quantload.steps.serve import cache_type_spec, kv_prediction
 
 
 def variant_spec(spec: ServerSpec, flags: ServerFlags) -> ServerSpec:
-    """`spec` with `flags` applied (the port kept: the caller decides it)."""
-    if flags.cache_type is not None:
-        spec = dataclasses.replace(cache_type_spec(spec, flags.cache_type), port=spec.port)
-    return dataclasses.replace(
+    """`spec` with `flags` applied (the port kept: the caller decides it). The cache type goes
+    last, so flash attention is added for a quantized V cache only where the flags do not set it."""
+    spec = dataclasses.replace(
         spec,
         slots=flags.slots if flags.slots is not None else spec.slots,
         ctx_per_slot=flags.ctx_per_slot if flags.ctx_per_slot is not None else spec.ctx_per_slot,
         extra_args=(*spec.extra_args, *flags.extra_args),
     )
+    if flags.cache_type is not None:
+        spec = dataclasses.replace(cache_type_spec(spec, flags.cache_type), port=spec.port)
+    return spec
 
 
 def _kv(server: LlamaServer) -> tuple[KvCheck | None, str | None]:
@@ -88,9 +93,19 @@ class ServerVariants:
         self._restart(variant_spec(dataclasses.replace(own, port=port), flags), port)
         try:
             kv, why = _kv(server)
-            yield ServedVariant(self.target.model_copy(update={"url": server.url}), flags, kv, why)
+            target = self.target.model_copy(update={"url": server.url})
+            yield ServedVariant(target, flags, kv, why, server.launch_log_text())
         finally:
             self._restart(dataclasses.replace(own, port=port), port)
+
+    def adopt(self, flags: ServerFlags) -> ServedVariant:
+        """Restart the server in place with `flags` for good (see the module docstring)."""
+        server = self.server
+        port = server.port
+        self._restart(variant_spec(dataclasses.replace(server.spec, port=port), flags), port)
+        kv, why = _kv(server)
+        target = self.target.model_copy(update={"url": server.url})
+        return ServedVariant(target, flags, kv, why, server.launch_log_text())
 
     def _restart(self, spec: ServerSpec, port: int) -> None:
         server = self.server
@@ -105,7 +120,7 @@ class ServerVariants:
 
     @contextlib.contextmanager
     def _beside(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        spec = variant_spec(dataclasses.replace(self.server.spec, port=0), flags)
+        spec = variant_spec(dataclasses.replace(self.server.spec, port=0), flags)  # the adopted flags too
         tag = file_label(flags.label or "variant")
         log_path = self.logs / f"llama-server-{self.target.quant}-{tag}.log"
         other = LlamaServer(self.toolchain, spec, log_path, self.server.startup_timeout_s)
@@ -120,6 +135,6 @@ class ServerVariants:
                     "api_key": SecretStr(key) if key else None,
                 }
             )
-            yield ServedVariant(target, flags, kv, why)
+            yield ServedVariant(target, flags, kv, why, other.launch_log_text())
         finally:
             other.stop()

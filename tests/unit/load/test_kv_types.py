@@ -127,7 +127,7 @@ def test_a_variant_is_the_servers_spec_with_the_flags_applied() -> None:
     assert (made.slots, made.ctx_per_slot, made.cache_type_k, made.cache_type_v, made.port) == (
         2, 1024, "q8_0", "q8_0", 8080,
     )  # fmt: skip
-    assert made.extra_args == ("-t", "2", "-fa", "on", "-nocb")
+    assert made.extra_args == ("-t", "2", "-nocb", "-fa", "on")
     assert variant_spec(spec, ServerFlags()) == spec
 
 

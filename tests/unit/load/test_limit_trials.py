@@ -130,4 +130,6 @@ def test_load_experiments_names_only_the_registry_s_experiments_once() -> None:
         LoadSettings(experiments=("swep",))
     with pytest.raises(ValueError, match="lists sweep more than once"):
         LoadSettings(experiments=("sweep", "sweep"))
-    assert LoadSettings().experiments == registry.names()
+    assert LoadSettings().experiments == registry.default_names()
+    named_only = [name for name in registry.names() if name not in registry.default_names()]
+    assert named_only == ["batching", "slots", "speculation"]  # they run when load.experiments names them

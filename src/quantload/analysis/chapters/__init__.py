@@ -8,6 +8,8 @@ with the figures it shows (see `parts.Chapter`).
                needs; when to add a server
   traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
                delivered lengths; which TTFT a reasoning model gets
+  server_flags continuous against static batching, slots at a fixed KV budget, speculative
+               decoding, the tuned flags (1 figure each)
   contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
   tenants      tenants sharing a server; the noisy neighbour (1 figure)
   soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
@@ -30,6 +32,7 @@ from quantload.analysis.chapters import (
     model_files,
     plan,
     server,
+    server_flags,
     soak,
     tenants,
     traffic,
@@ -45,6 +48,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     load.CHAPTER,
     plan.CHAPTER,
     traffic.CHAPTER,
+    server_flags.CHAPTER,
     contexts.CHAPTER,
     tenants.CHAPTER,
     soak.CHAPTER,

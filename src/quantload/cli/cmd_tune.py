@@ -1,0 +1,117 @@
+"""`quantload tune`: search each quantization's server flags for the most load within the SLO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from quantload.cli.context import cli_context
+from quantload.cli.run_view import RichRunView
+from quantload.errors import ConfigError
+from quantload.paths import check_out_dir
+from quantload.tune.tune_run import TuneResult, tune_json_text, tune_models
+
+
+def _cell(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _ranking(quant: str, summary: dict[str, Any]) -> Table:
+    unit = "users" if summary["objective"] == "users" else "req/s"
+    table = Table(
+        "#",
+        "configuration",
+        "rung",
+        f"limit ({unit})",
+        "confirmed",
+        "goodput req/s",
+        "memory MiB",
+        "KV MiB",
+        "trials s",
+        title=f"quantload tune {quant}: configurations, best first",
+    )
+    for row in summary["ranking"]:
+        limit = "did not run" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
+        table.add_row(
+            str(row["rank"]),
+            row["key"],
+            str(row["rung"] + 1),
+            limit,
+            "yes" if row["confirmed"] else "no",
+            _cell(row["goodput_rps"], 2),
+            _cell(row["memory_mib"], 0),
+            _cell(row["kv_mib"], 0),
+            _cell(row["seconds"], 0),
+        )
+    return table
+
+
+def _show(cli: Any, result: TuneResult) -> None:
+    for quant in result.quants:
+        summary = quant.summary
+        cli.console.print(_ranking(quant.quant, summary))
+        if summary["winner"] is None:
+            cli.console.print(f"{quant.quant}: no configuration held the SLO", highlight=False)
+            continue
+        cli.console.print(f"winner for {quant.quant}: {summary['winner']}", highlight=False)
+        cli.console.print(f"  llama-server: {summary['command']}", highlight=False, soft_wrap=True)
+        cli.console.print("  .env: " + "  ".join(summary["env"]), highlight=False)
+        cli.console.print("  compose override (e.g. docker-compose.tuned.yml):", highlight=False)
+        cli.console.print(summary["compose_override"], highlight=False, markup=False)
+        cli.console.print(f"  search: {summary['cost']['sentence']}", highlight=False, soft_wrap=True)
+        if summary["against_baseline"] is not None:
+            said = summary["against_baseline"]["sentence"]
+            cli.console.print(f"  against the configured flags: {said}", highlight=False, soft_wrap=True)
+        for line in summary["plan_lines"]:
+            cli.console.print(f"  plan: {line}", highlight=False, soft_wrap=True)
+    cli.console.print(f"run directory: {result.run_dir} (tune.json, tune.jsonl)", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `tune` command."""
+
+    @app.command("tune")
+    def tune(
+        ctx: typer.Context,
+        model: str | None = typer.Option(
+            None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny or a local F16 .gguf"
+        ),
+        quants: str | None = typer.Option(None, "--quants", help="Quantizations to tune, e.g. Q8_0,Q4_K_M."),
+        profile: str | None = typer.Option(
+            None, "--profile", help="quick, full or ci (the limit search's presets)."
+        ),
+        out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
+        resume: Path | None = typer.Option(
+            None, "--resume", help="Go on with the tune in this run directory."
+        ),
+        budget: float | None = typer.Option(
+            None, "--budget", help="Seconds per quantization (tune.budget_s)."
+        ),
+        objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    ) -> None:
+        """Search the tune space of llama-server flags (\\[tune]) per quantization: successive halving by the
+        limit search, the winner's command line, .env and compose lines, and its capacity plan."""
+        cli = cli_context(ctx)
+        flags: dict[str, Any] = {
+            "model.source": model,
+            "prepare.quants": [q.strip() for q in quants.split(",") if q.strip()] if quants else None,
+            "run.profile": profile,
+            "run.out": out,
+            "tune.budget_s": budget,
+            "tune.objective": objective,
+        }
+        config = cli.config(flags)
+        settings = config.settings
+        if resume is not None and not resume.is_dir():
+            raise ConfigError(f"--resume {resume} is not a folder", "give the run directory of a tune")
+        check_out_dir(settings.run.out)
+        with RichRunView(cli.err_console) as view:
+            result = tune_models(config, cli.environ, settings.run.out, view, resume=resume, cwd=cli.cwd)
+        if as_json:
+            typer.echo(tune_json_text(result))
+            return
+        _show(cli, result)

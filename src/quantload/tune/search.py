@@ -1,0 +1,299 @@
+"""One quantization's tune against its running server: successive halving (quantload.tune.halving)
+over the configurations of the space (quantload.tune.space), each trial a limit search on a
+variant of the server (`ServerControl`), its state appended to tune.jsonl as it goes.
+
+A trial restarts the server with the configuration's flags, runs the limit search the objective
+names (`limit_users` or `limit_rate`, the run's workload and SLO) with its rung's repeats, time
+cap (never past what is left of the budget) and trial size, and scores the configuration by the
+limit found and the goodput at that limit: the median goodput (requests/s that met the SLO) of
+the trials that held at it. A configuration whose server does not start scores as not run, and the search goes
+on. Each trial's search is in limits.jsonl under the variant "tune r<rung> <key>"; each variant's
+KV cache and memory in variants.jsonl.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantload.config import Settings
+from quantload.errors import ConfigError, QuantloadError
+from quantload.experiments.base import ExperimentContext
+from quantload.experiments.limit_trials import SearchOutcome, run_limit_search
+from quantload.experiments.variant_file import append_variant, memory_mib, variant_line
+from quantload.kvcheck import KvCheck
+from quantload.load import SearchExperiment
+from quantload.progress import ProgressCallback
+from quantload.text_format import duration
+from quantload.tune.halving import PlannedTrial, SuccessiveHalving, plan_rungs
+from quantload.tune.space import TuneConfig, configurations, space_key
+from quantload.tune.state_file import TUNE_JSONL, TuneLine, append_tune_line, lines_of, read_tune, rung_dicts
+
+EXPERIMENT = "tune"
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    """One quantization's search: its configurations, every trial line, and the winner."""
+
+    quant: str
+    server: str
+    configs: tuple[TuneConfig, ...]
+    search: SuccessiveHalving
+    trials: tuple[TuneLine, ...]
+    busy_s: float  # the trials' time this invocation (a resumed search: the part it ran)
+    baseline: TuneLine | None = None  # the configured flags, searched as the finalists were
+
+    def config(self, key: str) -> TuneConfig:
+        return next(config for config in self.configs if config.key == key)
+
+    @property
+    def winner(self) -> TuneConfig | None:
+        best = self.search.winner()
+        return self.config(best.key) if best is not None else None
+
+    def trial(self, key: str, rung: int) -> TuneLine | None:
+        found = [line for line in self.trials if line.key == key and line.rung == rung]
+        return found[-1] if found else None
+
+    @property
+    def ending(self) -> str:
+        return "done" if self.search.finished else "budget"
+
+
+def objective_search(settings: Settings) -> SearchExperiment:
+    return "limit_users" if settings.tune.objective == "users" else "limit_rate"
+
+
+def new_search(settings: Settings, keys: Sequence[str]) -> SuccessiveHalving:
+    tune, limit = settings.tune, settings.limit
+    rungs = plan_rungs(
+        len(keys), tune.eta, tune.finalists, tune.short_trial_s, limit.time_cap_s, limit.repeats
+    )
+    return SuccessiveHalving(tuple(keys), rungs, tune.budget_s)
+
+
+def _at_limit(outcome: SearchOutcome) -> tuple[float | None, float | None]:
+    """Median goodput and output tok/s of the trials that held at the limit found."""
+    limit = outcome.result.limit
+    if limit is None:
+        return None, None
+    held = {t.stage_id for t in outcome.line.trials if t.held and t.level == limit and t.stage_id}
+    chosen = [s for s in outcome.summaries if s.stage_id in held]
+    goodput = [s.goodput_rps for s in chosen if s.goodput_rps is not None]
+    tokens = [s.output_tok_s for s in chosen if s.output_tok_s is not None]
+    return (
+        statistics.median(goodput) if goodput else None,
+        statistics.median(tokens) if tokens else None,
+    )
+
+
+def _buffers_mib(kv: KvCheck | None) -> float | None:
+    if kv is None:
+        return None
+    found = [mib for kind in ("output", "compute") if (mib := kv.buffer_mib(kind)) is not None]
+    return round(sum(found), 2) if found else None
+
+
+def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> Settings:
+    """The limit search's settings for one trial: its rung's repeats, time cap (never past what is
+    left of the budget) and trial size (closed loop: requests per user and the fewest a level
+    sends; open loop: seconds of arrivals), at least two requests a level."""
+    limit, frac = settings.limit, trial.rung.requests_frac
+    limit = limit.model_copy(
+        update={
+            "repeats": trial.rung.repeats,
+            "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s)),
+            "requests_per_user": max(1, round(limit.requests_per_user * frac)),
+            "min_requests": max(2, round(limit.min_requests * frac)),
+            "trial_seconds": max(2.0, limit.trial_seconds * frac),
+        }
+    )
+    return settings.model_copy(update={"limit": limit})
+
+
+def _run_trial(
+    context: ExperimentContext, config: TuneConfig, trial: PlannedTrial, search: SuccessiveHalving
+) -> TuneLine:
+    """One trial (see the module docstring), as its tune.jsonl line."""
+    assert context.servers is not None
+    settings = context.settings
+    label = f"{EXPERIMENT} r{trial.rung.index} {config.key}"
+    flags = config.server_flags(settings, label)
+    trial_run = context.run.with_settings(
+        _trial_settings(settings, trial, search.budget_s - search.elapsed_s)
+    )
+    base = TuneLine(
+        kind="trial",
+        run_id=context.run.run_id,
+        quant=context.target.quant,
+        server=context.target.name,
+        key=config.key,
+        rung=trial.rung.index,
+        label=label,
+        args=list(flags.extra_args),
+        slots=config.slots,
+        ctx_per_slot=config.ctx_per_slot,
+        cache_type=config.cache_type,
+    )
+    started = time.monotonic()
+    try:
+        with context.servers.variant(flags) as variant:
+            outcome = run_limit_search(
+                objective_search(settings), ExperimentContext(trial_run, variant.target), variant=label
+            )
+            append_variant(context.run.run_dir, variant_line(context.run.run_id, EXPERIMENT, variant))
+    except QuantloadError as error:
+        return base.model_copy(
+            update={"ran": False, "why": error.one_line(), "seconds": round(time.monotonic() - started, 3)}
+        )
+    goodput, tokens = _at_limit(outcome)
+    return base.model_copy(
+        update={
+            "limit": outcome.result.limit,
+            "confirmed": outcome.result.confirmed,
+            "goodput_rps": goodput,
+            "output_tok_s": tokens,
+            "memory_mib": memory_mib(variant),
+            "kv_mib": variant.kv.predicted_mib if variant.kv is not None else None,
+            "model_mib": variant.kv.buffer_mib("model") if variant.kv is not None else None,
+            "buffers_mib": _buffers_mib(variant.kv),
+            "seconds": round(time.monotonic() - started, 3),
+            "why": outcome.line.sentence,
+        }
+    )
+
+
+def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine:
+    """The server as configured, searched with the final rung's repeats and time cap."""
+    final = search.rungs[-1]
+    settings = context.settings
+    limit = settings.limit.model_copy(update={"repeats": final.repeats, "time_cap_s": final.time_cap_s})
+    run = context.run.with_settings(settings.model_copy(update={"limit": limit}))
+    label = f"{EXPERIMENT} baseline"
+    run.progress(0, None, f"{context.target.name} tune: the configured flags, as the finalists were searched")
+    started = time.monotonic()
+    outcome = run_limit_search(
+        objective_search(settings), ExperimentContext(run, context.target), variant=label
+    )
+    goodput, tokens = _at_limit(outcome)
+    return TuneLine(
+        kind="baseline",
+        run_id=run.run_id,
+        quant=context.target.quant,
+        server=context.target.name,
+        key="configured flags",
+        rung=final.index,
+        label=label,
+        slots=settings.server.slots,
+        ctx_per_slot=settings.server.ctx_per_slot,
+        cache_type=settings.server.cache_type_k,
+        limit=outcome.result.limit,
+        confirmed=outcome.result.confirmed,
+        goodput_rps=goodput,
+        output_tok_s=tokens,
+        seconds=round(time.monotonic() - started, 3),
+        why=outcome.line.sentence,
+    )
+
+
+def _progress(
+    progress: ProgressCallback, search: SuccessiveHalving, trial: PlannedTrial, server: str
+) -> ProgressCallback:
+    """The search's bar: trials done of those planned, with an ETA from the trials' pace (never
+    past the budget) in its note."""
+    done = len(search.scores)
+    mean_s = search.elapsed_s / done if done else trial.rung.time_cap_s
+    left_s = min((search.planned_trials - done) * mean_s, max(0.0, search.budget_s - search.elapsed_s))
+    said = (
+        f"{server} tune: rung {trial.rung.index + 1}/{len(search.rungs)}, {trial.key}; about"
+        f" {duration(left_s)} left"
+    )
+
+    def show(completed: float, total: float | None, note: str = "") -> None:
+        share = completed / total if total else 0.0
+        progress(done + min(share, 0.99), search.planned_trials, said)
+
+    progress(done, search.planned_trials, said)
+    return show
+
+
+def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> TuneOutcome:
+    """Tune the target's server (see the module docstring); with `resume_from` (a tune.jsonl) the
+    trials already there are taken as measured and the search goes on from them."""
+    settings, run = context.settings, context.run
+    if context.servers is None:
+        raise ConfigError(
+            "quantload tune restarts llama-server with each configuration", "run it through quantload"
+        )
+    configs = configurations(settings)
+    search = new_search(settings, [config.key for config in configs])
+    state = run.run_dir.path / TUNE_JSONL
+    key = space_key(settings)
+    earlier = lines_of(read_tune(resume_from), context.target.quant) if resume_from is not None else []
+    if earlier and earlier[0].space_key != key:
+        raise ConfigError(
+            f"the tune of {context.target.quant} in {resume_from} searched another space, workload or SLO"
+            f" (key {earlier[0].space_key}, now {key})",
+            "resume with the settings it started with, or start a new tune",
+        )
+    trials = [line for line in earlier if line.kind == "trial"]
+    for line in trials:
+        search.record(line.score())
+    if not earlier:
+        append_tune_line(
+            state,
+            TuneLine(
+                kind="start",
+                run_id=run.run_id,
+                quant=context.target.quant,
+                server=context.target.name,
+                space_key=key,
+                objective=settings.tune.objective,
+                configs=[c.key for c in configs],
+                rungs=rung_dicts(search.rungs),
+                budget_s=settings.tune.budget_s,
+            ),
+        )
+    busy = 0.0
+    by_key = {config.key: config for config in configs}
+    while (trial := search.next_trial()) is not None:
+        shown = _progress(run.progress, search, trial, context.target.name)
+        line = _run_trial(
+            ExperimentContext(run.with_progress(shown), context.target, context.servers),
+            by_key[trial.key],
+            trial,
+            search,
+        )
+        append_tune_line(state, line)
+        search.record(line.score())
+        trials.append(line)
+        busy += line.seconds
+    baseline = next((line for line in earlier if line.kind == "baseline"), None)
+    if baseline is None and settings.tune.baseline:
+        baseline = _baseline(ExperimentContext(run.with_progress(run.progress), context.target), search)
+        append_tune_line(state, baseline)
+        busy += baseline.seconds
+    outcome = TuneOutcome(
+        context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy, baseline
+    )
+    best = search.winner()
+    append_tune_line(
+        state,
+        TuneLine(
+            kind="end",
+            run_id=run.run_id,
+            quant=context.target.quant,
+            server=context.target.name,
+            winner=best.key if best is not None else None,
+            ending=outcome.ending,
+            seconds=round(search.elapsed_s, 3),
+        ),
+    )
+    run.progress(
+        search.planned_trials, search.planned_trials, f"{context.target.name} tune: {outcome.ending}"
+    )
+    return outcome

@@ -1,0 +1,150 @@
+"""The declared space of server flags `quantload tune` searches (`[tune]`), as configurations.
+
+A configuration is one value of each dimension: slots (`-np`, each with the same context per
+slot), the `-b/-ub` pair, the KV-cache type (K and V alike, flash attention on where a quantized
+V cache needs it unless the configuration says otherwise), flash attention, threads, batching
+(continuous or `-nocb`), and speculation (none, the n-gram type of `[speculation]`, or its draft
+model). The grid is every combination in the declared order, less those llama.cpp cannot run (a
+quantized V cache with flash attention off); `check_space` says what is wrong with a space
+before any server starts: a KV-cache or speculation type this build lacks, a draft that is missing
+or of another vocabulary, a space with nothing left to run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from quantload.config import Settings
+from quantload.errors import ConfigError
+from quantload.experiments.base import ServerFlags
+from quantload.experiments.speculation import check_draft, draft_args, ngram_args
+from quantload.llamacpp.kld import needs_flash_attention
+from quantload.llamacpp.server_help import ServerBuild
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One configuration of the space."""
+
+    slots: int
+    ctx_per_slot: int
+    batch: str  # "B/UB"
+    cache_type: str
+    flash_attn: str  # auto, on, off
+    threads: int  # 0 = llama.cpp's default
+    batching: str  # continuous, static
+    speculation: str  # none, ngram, draft
+
+    @property
+    def key(self) -> str:
+        """A short stable name, e.g. "np8 b2048/512 kv-f16 fa-auto t0 cb spec-none"."""
+        batching = "cb" if self.batching == "continuous" else "nocb"
+        return (
+            f"np{self.slots} b{self.batch} kv-{self.cache_type} fa-{self.flash_attn} t{self.threads}"
+            f" {batching} spec-{self.speculation}"
+        )
+
+    def args(self, settings: Settings) -> tuple[str, ...]:
+        """The llama-server flags this configuration adds to the server's own (slots and the cache
+        type are set apart: `server_flags`)."""
+        logical, _, physical = self.batch.partition("/")
+        args: list[str] = ["-b", logical, "-ub", physical, "-fa", self.flash_attn]
+        if self.threads:
+            args += ["-t", str(self.threads)]
+        args.append("-cb" if self.batching == "continuous" else "-nocb")
+        if self.speculation == "ngram":
+            args += ngram_args(settings)
+        elif self.speculation == "draft":
+            assert settings.speculation.draft_model is not None
+            args += draft_args(settings.speculation.draft_model, settings)
+        else:
+            args += ["--spec-type", "none"]
+        return tuple(args)
+
+    def server_flags(self, settings: Settings, label: str) -> ServerFlags:
+        """The variant of the server this configuration is."""
+        return ServerFlags(
+            slots=self.slots,
+            ctx_per_slot=self.ctx_per_slot,
+            cache_type=self.cache_type,
+            extra_args=self.args(settings),
+            label=label,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def runnable(config: TuneConfig) -> bool:
+    """Whether llama.cpp can run it: a quantized V cache needs flash attention."""
+    return not (needs_flash_attention(config.cache_type) and config.flash_attn == "off")
+
+
+def configurations(settings: Settings) -> list[TuneConfig]:
+    """Every runnable configuration of the space, in the declared order."""
+    tune = settings.tune
+    ctx = tune.ctx_per_slot or settings.server.ctx_per_slot
+    grid = itertools.product(
+        tune.slots,
+        tune.batch_sizes,
+        tune.cache_types,
+        tune.flash_attn,
+        tune.threads,
+        tune.batching,
+        tune.speculation,
+    )
+    made = (TuneConfig(s, ctx, b, c, f, t, bt, sp) for s, b, c, f, t, bt, sp in grid)
+    return [config for config in made if runnable(config)]
+
+
+def space_key(settings: Settings) -> str:
+    """A hash of everything that decides what a trial measures: the space, the limit search, the
+    workload, the SLO and the load's request settings. A resumed tune must have the same."""
+    chosen = {
+        name: settings.model_dump(mode="json")[name]
+        for name in ("tune", "limit", "workload", "report", "speculation", "server")
+    }
+    load = settings.model_dump(mode="json")["load"]
+    chosen["load"] = {k: v for k, v in load.items() if k not in ("experiments", "metrics_port", "workers")}
+    chosen["tune"] = {k: v for k, v in chosen["tune"].items() if k != "budget_s"}  # more time may be given
+    text = json.dumps(chosen, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_space(
+    settings: Settings, build: ServerBuild, models: Mapping[str, Path] | None = None
+) -> list[TuneConfig]:
+    """The space's configurations; ConfigError (one line) for what this build or these models
+    cannot run, a budget shorter than one trial, or a space with nothing left."""
+    tune = settings.tune
+    lacking = [kind for kind in tune.cache_types if build.cache_types and kind not in build.cache_types]
+    if lacking:
+        raise ConfigError(
+            f"tune.cache_types names {lacking[0]}, a KV-cache type this llama-server build lacks",
+            f"it has {', '.join(build.cache_types)}",
+        )
+    if "draft" in tune.speculation and settings.speculation.draft_model is None:
+        raise ConfigError(
+            "tune.speculation names draft but no draft model is given",
+            "set speculation.draft_model to a GGUF of the same model, or leave draft out",
+        )
+    if {"ngram", "draft"} & set(tune.speculation):
+        check_draft(settings, build.spec_types, dict(models or {}) if "draft" in tune.speculation else {})
+    if tune.budget_s < tune.short_trial_s:
+        raise ConfigError(
+            f"tune.budget_s ({tune.budget_s:g} s) is shorter than one trial (tune.short_trial_s ="
+            f" {tune.short_trial_s:g} s)",
+            "raise tune.budget_s or lower tune.short_trial_s",
+        )
+    found = configurations(settings)
+    if not found:
+        raise ConfigError(
+            "every configuration of the tune space pairs a quantized V cache with flash attention off",
+            "add auto or on to tune.flash_attn, or f16 to tune.cache_types",
+        )
+    return found

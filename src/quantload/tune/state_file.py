@@ -1,0 +1,112 @@
+"""tune.jsonl (schema `quantload.tune/1`): a tune's state, appended as it goes, so it resumes.
+
+One `start` line per quantization when its search begins (the space's key: a hash of the space,
+the limit search, the workload and the SLO; the configurations and the rungs), one `trial` line
+as each trial ends (the configuration, the rung, the limit and goodput it measured, the memory
+its server reported, how long it took, why it could not run), one `baseline` line for the server's
+configured flags searched as the finalists were (`tune.baseline`), and one `end` line when the
+search of that quantization is over (the winner, and whether the budget ended it). A tune interrupted
+mid-trial loses only that trial: `--resume` records the trial lines again and goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quantload.load import JsonlAppender
+from quantload.rundir.jsonl import iter_jsonl
+from quantload.tune.halving import Rung, Score
+
+TUNE_SCHEMA = "quantload.tune/1"
+TUNE_JSONL = "tune.jsonl"
+TUNE_JSON = "tune.json"  # the outcome of each quantization (quantload.tune.outcome)
+
+
+class TuneLine(BaseModel):
+    """One line of tune.jsonl (which fields a kind of line fills: see the module docstring)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    schema_: str = Field(default=TUNE_SCHEMA, alias="schema")
+    kind: Literal["start", "trial", "baseline", "end"]
+    run_id: str
+    quant: str
+    server: str
+    unix_s: float = Field(default_factory=time.time)
+    # start
+    space_key: str | None = None
+    objective: str | None = None
+    configs: list[str] = Field(default_factory=list)
+    rungs: list[dict[str, float | int | bool]] = Field(default_factory=list)
+    budget_s: float | None = None
+    # trial
+    key: str | None = None
+    rung: int | None = None
+    label: str | None = None
+    args: list[str] = Field(default_factory=list)
+    slots: int | None = None
+    ctx_per_slot: int | None = None
+    cache_type: str | None = None
+    limit: float | None = None
+    confirmed: bool = False
+    goodput_rps: float | None = None
+    output_tok_s: float | None = None
+    memory_mib: float | None = None  # every buffer the server's log reports
+    kv_mib: float | None = None  # the KV cache predicted (quantload.kvcache; checked against the log)
+    model_mib: float | None = None  # the model buffers its log reports (weights, draft included)
+    buffers_mib: float | None = None  # output and compute buffers
+    seconds: float = 0.0
+    ran: bool = True
+    why: str = ""
+    # end
+    winner: str | None = None
+    ending: str | None = None  # "done" or "budget"
+
+    def score(self) -> Score:
+        """A trial line as the search's score."""
+        assert self.kind == "trial" and self.key is not None and self.rung is not None
+        return Score(
+            self.key,
+            self.rung,
+            self.limit,
+            self.goodput_rps,
+            self.confirmed,
+            self.seconds,
+            self.ran,
+            self.why,
+        )
+
+    @classmethod
+    def from_json_line(cls, line: str) -> TuneLine:
+        return cls.model_validate_json(line)
+
+
+def rung_dicts(rungs: tuple[Rung, ...]) -> list[dict[str, float | int | bool]]:
+    return [
+        {"index": r.index, "size": r.size, "time_cap_s": r.time_cap_s, "repeats": r.repeats, "final": r.final}
+        for r in rungs
+    ]
+
+
+def append_tune_line(path: Path, line: TuneLine) -> None:
+    appender = JsonlAppender(path)
+    try:
+        appender.append_line(line.model_dump_json(by_alias=True))
+    finally:
+        appender.close()
+
+
+def read_tune(path: Path) -> list[TuneLine]:
+    """Every readable line of a tune.jsonl (a torn last line is skipped)."""
+    return list(iter_jsonl(path, TuneLine.from_json_line))
+
+
+def lines_of(lines: list[TuneLine], quant: str) -> list[TuneLine]:
+    """The lines of one quantization's latest search (from its last start line on)."""
+    mine = [line for line in lines if line.quant == quant]
+    starts = [index for index, line in enumerate(mine) if line.kind == "start"]
+    return mine[starts[-1] :] if starts else []

@@ -1,0 +1,140 @@
+"""`quantload tune` as local processes: per quantization, its server started, its flags searched
+(quantload.tune.search), the outcome written and shown.
+
+  check     the settings (pydantic: slots 0, -ub above -b, a budget shorter than one trial), then
+            what this llama-server build accepts (`--help`: KV-cache and speculation types) and the
+            model files (a draft of another vocabulary): every one a one-line ConfigError before
+            any server starts
+  prepare   the model files (quantload.steps.prepare; cached)
+  tune      per file `prepare.quants` names (`--quants`): its llama-server, restarted in place
+            per trial
+  outcome   tune.json: per quantization the ranking, the winner's command line, its .env and
+            compose lines, the search's cost against the full grid and the capacity plan on the
+            winner (quantload.tune.outcome); tune.jsonl holds every trial as it ended
+
+A new tune writes a new run directory under `run.out` (config.json, tune.jsonl, the trials'
+records, stages, summaries and limit searches, variants.jsonl, the servers' logs); `resume` goes
+on in an earlier one: its trials are taken as measured, and only the settings' budget may differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quantload.config import ResolvedConfig, Settings
+from quantload.errors import ConfigError
+from quantload.experiments.base import ExperimentContext
+from quantload.llamacpp.server import free_port
+from quantload.llamacpp.server_help import server_build
+from quantload.paths import cache_root
+from quantload.run_context import RunContext
+from quantload.rundir import CONFIG_JSON, write_json_atomic
+from quantload.rundir.config_file import ConfigFile
+from quantload.rundir.handle import RunDir
+from quantload.served import server_alias, server_name
+from quantload.stack.native import RunView, new_run_dir
+from quantload.stack.run_steps import RunSteps, Served
+from quantload.steps.prepare import PreparedModels
+from quantload.tune.outcome import quant_summary, write_tune_json
+from quantload.tune.search import TuneOutcome, tune_quant
+from quantload.tune.space import check_space
+from quantload.tune.state_file import TUNE_JSONL
+
+
+@dataclass(frozen=True)
+class QuantTune:
+    """One quantization's tune and everything shown of it."""
+
+    quant: str
+    outcome: TuneOutcome
+    summary: dict[str, Any]  # its entry of tune.json
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    run_dir: Path
+    quants: tuple[QuantTune, ...]
+
+
+def _run_dir(out: Path, config: ResolvedConfig, resume: Path | None) -> Path:
+    if resume is None:
+        run_dir = new_run_dir(out, config)
+        write_json_atomic(run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
+        return run_dir
+    if not (resume / TUNE_JSONL).is_file():
+        raise ConfigError(f"{resume} holds no {TUNE_JSONL} to resume", "give the run directory of a tune")
+    return resume
+
+
+def tuned_quants(settings: Settings, models: PreparedModels) -> list[str]:
+    """The files a tune searches, in the manifest's order: those `prepare.quants` and
+    `prepare.mixes` name (the reference, made for KLD, only when named), or every given file."""
+    every = models.quants()
+    if settings.prepare.files:
+        return every
+    asked = {label.upper() for label in settings.prepare.quants}
+    asked |= {mix.name.upper() for mix in settings.prepare.mixes}
+    return [quant for quant in every if quant.upper() in asked] or every
+
+
+def tune_models(
+    config: ResolvedConfig,
+    environ: Mapping[str, str],
+    out: Path,
+    view: RunView,
+    resume: Path | None = None,
+    cwd: Path | None = None,
+    steps: RunSteps | None = None,
+) -> TuneResult:
+    """Tune every quantization of the settings (see the module docstring)."""
+    settings = config.settings
+    steps = steps or RunSteps(settings, environ, cache_root(settings.toolchain.cache_dir, environ))
+    toolchain = steps.toolchain(view.step("llama.cpp tools"))
+    build = server_build(toolchain)
+    check_space(settings, build)  # what the settings and the build say, before any file is made
+    run_dir = _run_dir(out, config, resume)
+    view.message(f"run directory: {run_dir}")
+    models = steps.prepare(toolchain, run_dir, view.step(f"prepare {settings.model.source}"))
+    quants = tuned_quants(settings, models)
+    check_space(settings, build, {quant: models.path(quant) for quant in quants})
+    context = RunContext(
+        RunDir(run_dir),
+        run_dir.name,
+        settings,
+        warn=view.message,
+        loadgen_port=free_port(),
+        cwd=cwd or Path.cwd(),
+        environ=environ,
+    )
+    state = run_dir / TUNE_JSONL
+    done: list[QuantTune] = []
+    for quant in quants:
+        progress = view.step(f"tune {quant}")
+        server = steps.server(
+            toolchain, models.path(quant), server_alias(models.model_name, quant), quant, run_dir
+        )
+        with contextlib.ExitStack() as stack:
+            stack.callback(server.stop)
+            server.start()
+            served = Served(quant, server, name=server_name(quant), model=models.model_name)
+            variants = steps.server_variants(toolchain, served, run_dir, True)
+            target = served.load_target()
+            outcome = tune_quant(
+                ExperimentContext(context.with_progress(progress), target, variants),
+                state if resume is not None else None,
+            )
+            size = models.path(quant).stat().st_size
+            summary = quant_summary(outcome, server.spec, settings, toolchain.path("llama-server"), size)
+        done.append(QuantTune(quant, outcome, summary))
+        write_tune_json(run_dir, quant, summary)
+    return TuneResult(run_dir, tuple(done))
+
+
+def tune_json_text(result: TuneResult) -> str:
+    """The outcome of every quantization as JSON (what `--json` prints)."""
+    return json.dumps({quant.quant: quant.summary for quant in result.quants}, indent=2)
