@@ -127,7 +127,8 @@ def test_closed_loop_stages_with_the_cache_controlled(llama: ServedTarget, tmp_p
         assert summary.good == len(met)
     assert scraper.seen, "the load generator's /metrics never showed a TTFT observation"
     text = scraper.seen[-1]
-    assert 'quantload_ttft_seconds_count{experiment="sweep",quant="Q4_K_M",server="tiny"}' in text
+    # traffic of no [[tenants]] carries the tenant label empty
+    assert 'quantload_ttft_seconds_count{experiment="sweep",quant="Q4_K_M",server="tiny",tenant=""}' in text
     assert "quantload_requests_total{" in text and "_created" not in text
 
 

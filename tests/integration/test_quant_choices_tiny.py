@@ -33,9 +33,11 @@ from support import clean_env, run_quantload
 pytestmark = pytest.mark.integration
 
 
-def _prepare(out: Path, toolchain: Toolchain, prepare: PrepareSettings, scored: Path | None = None) -> object:
+def _prepare(
+    out: Path, toolchain: Toolchain, prepare: PrepareSettings, scored: Path | None = None, cache: Path | None = None
+) -> object:
     return prepare_models(
-        "tiny", out, toolchain, cache_root(None, os.environ), os.environ,
+        "tiny", out, toolchain, cache or cache_root(None, os.environ), os.environ,
         functools.partial(ensure_llama_source, ToolchainSettings(), os.environ), prepare=prepare,
         scored_text=scored,
     )  # fmt: skip
@@ -73,7 +75,8 @@ def test_types_mixes_and_a_computed_importance_matrix(
         quants=("F16", "Q6_K", "Q4_K_M", "Q4_K_M-imatrix", "IQ2_XS"), mixes=(mix,), imatrix="computed",
         calibration=str(calibration), imatrix_chunks=2, imatrix_ctx=128,
     )  # fmt: skip
-    manifest = _prepare(out, toolchain, prepare, scored=wikitext_test_raw)
+    cache = tmp_path / "cache"  # its own: an importance matrix an earlier run cached would be reused
+    manifest = _prepare(out, toolchain, prepare, scored=wikitext_test_raw, cache=cache)
     labels = manifest.ordered_labels()  # type: ignore[attr-defined]
     files = manifest.files  # type: ignore[attr-defined]
     assert set(labels) == {"F16", "Q6_K", "Q4_K_M", "Q4_K_M-imatrix", "IQ2_XS-imatrix", "Q4_K_M-attnv8"}
@@ -88,7 +91,7 @@ def test_types_mixes_and_a_computed_importance_matrix(
     assert files["IQ2_XS-imatrix"].file_type == "IQ2_XS"
     record = manifest.imatrix  # type: ignore[attr-defined]
     assert record["mode"] == "computed" and record["seconds"] > 0 and not record["reused"]
-    again = _prepare(out, toolchain, prepare, scored=wikitext_test_raw)  # nothing is made twice
+    again = _prepare(out, toolchain, prepare, scored=wikitext_test_raw, cache=cache)  # nothing is made twice
     assert again.imatrix["reused"] is True  # type: ignore[attr-defined]
     assert {k: e.sha256 for k, e in again.files.items()} == {k: e.sha256 for k, e in files.items()}  # type: ignore[attr-defined]
     # the same files, given as they are, read back the same from their own metadata
