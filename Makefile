@@ -7,7 +7,7 @@ PROFILE ?= quick
 OUT ?= results
 DATASET ?=
 
-.PHONY: run test check venv toolchain clean-venv
+.PHONY: run test test-long check venv toolchain clean-venv
 
 $(BIN)/quantload: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ check: venv
 ## The tests: unit, then integration against real llama-server, Prometheus, Locust and Chromium.
 test: toolchain
 	$(BIN)/python -m pytest -ra
+
+test-long: toolchain  # also the long end-to-end runs (the seven-file run), which `make test` leaves out
+	QUANTLOAD_LONG_TESTS=1 $(BIN)/python -m pytest -ra -m long
 
 clean-venv:
 	rm -rf $(VENV)

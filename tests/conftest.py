@@ -22,6 +22,17 @@ from quantload.steps.prepare import PREPARED_DIR
 from support import CI_API_KEY, GRAFANA_ANNOTATIONS_JSON, clean_env, missing, run_quantload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+LONG_TESTS_ENV = "QUANTLOAD_LONG_TESTS"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `long` run only where QUANTLOAD_LONG_TESTS=1 (`make test-long`)."""
+    if os.environ.get(LONG_TESTS_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"a long end-to-end run: `make test-long` ({LONG_TESTS_ENV}=1) runs it")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(skip)
 
 
 def _toolchain_settings() -> ToolchainSettings:
