@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from support import clean_env, run_quantload
+from support import clean_env, gaps_besides_the_absent_gpu, run_quantload
 
 # seven files through every step: the ci profile's protocol, lightened per file below
 # (about 10 minutes on two quiet cores: `make test-long` runs it, `make test` leaves it out)
@@ -103,7 +103,7 @@ def test_every_report_section_covers_every_file(seven_file_run: Path) -> None:
     summary = _json(seven_file_run / "summary.json")
     manifest = _json(seven_file_run / "manifest.json")
     labels = list(manifest["files"])
-    assert summary["quants"] == labels and summary["not_measured"] == []
+    assert summary["quants"] == labels and gaps_besides_the_absent_gpu(summary["not_measured"]) == []
     assert [row["quant"] for row in summary["table"]] == labels
     for row in summary["table"]:
         for key in ("file_size_bytes", "perplexity", "kld_mean_nats", "same_top_p_pct", "decode_tok_s",

@@ -48,7 +48,7 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings
-from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache
+from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache, sessions
 from quantload.experiments.base import Experiment
 from quantload.load import LimitLine
 from quantload.observe.promql import PrometheusQueryError
@@ -250,7 +250,8 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
                     else run.step_why(context_overflow.EXPERIMENT.step, None, STAGES_JSONL)
                 )
                 gaps.append(Gap("contexts", f"the {policy} policy", why, "run it through `quantload run`"))
-    if plan.context is not None and plan.context.why_not is not None:
+    conversations_asked = asked is None or bool(asked & {sessions.NAME, context_overflow.NAME})
+    if plan.context is not None and plan.context.why_not is not None and conversations_asked:
         how = "run the sessions or context experiment"
         gaps.append(Gap("plan", "the context a slot needs", plan.context.why_not, how))
     return gaps
