@@ -14,7 +14,7 @@ import pytest
 from support import clean_env, gaps_besides_the_absent_gpu, run_quantload
 
 # seven files through every step: the ci profile's protocol, lightened per file below
-# (about 10 minutes on two quiet cores: `make test-long` runs it, `make test` leaves it out)
+# (3.6 minutes on two quiet cores: `make test-long` runs it, `make test` leaves it out)
 pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(2400)]
 SEVEN = ("F16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_K_M-imatrix", "Q3_K_M")
 MIX = "Q4_K_M-attnv8"
