@@ -189,7 +189,10 @@ def _excess(what: str, count: int, of: int, allowed: float) -> Excess:
     if of <= 0:
         return Excess(what, 0, 0, allowed, 1.0, 1.0)
     test = binomtest(count, of, allowed, alternative="greater")
-    upper = float(test.proportion_ci(confidence_level=CONFIDENCE, method="exact").high)
+    # the one-sided upper bound of the share: the "greater" test's interval is [low, 1], so the
+    # bound comes from the "less" side
+    bound = binomtest(count, of, allowed, alternative="less")
+    upper = float(bound.proportion_ci(confidence_level=CONFIDENCE, method="exact").high)
     return Excess(what, count, of, allowed, float(test.pvalue), upper)
 
 
