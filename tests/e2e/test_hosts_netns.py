@@ -115,8 +115,8 @@ def test_the_load_goes_across_hosts_with_no_loopback_address(multi_host: MultiHo
 def test_the_report_has_every_section_of_a_native_run(multi_host: MultiHost, ci_run: Path) -> None:
     summary = multi_host.run.summary()
     native = json.loads((ci_run / "summary.json").read_text())
-    # what was not measured is what the native run did not measure either (no GPU here; the context
-    # and tenant experiments are not in the ci profile), never a part the hosts lost
+    # what was not measured is what the native run did not measure either (no GPU here), never a
+    # part the hosts lost
     assert {(gap["section"], gap["what"]) for gap in summary["not_measured"]} == {
         (gap["section"], gap["what"]) for gap in native["not_measured"]
     }

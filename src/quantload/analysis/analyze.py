@@ -236,8 +236,10 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
         (noisy_neighbour.EXPERIMENT, "tenants", "the noisy neighbour"),
     ):
-        # a gap is what the run meant to measure: an experiment load.experiments leaves out is none
-        if experiment.name not in ran and (asked is None or experiment.name in asked):
+        # a gap is what the run meant to measure: an experiment load.experiments leaves out is none,
+        # nor one in a folder whose settings are unknown (a compose or multi-host run), as for the
+        # other experiments
+        if experiment.name not in ran and asked is not None and experiment.name in asked:
             gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
     settings = run.settings
     if context_overflow.NAME in ran and settings is not None:
@@ -250,7 +252,7 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
                     else run.step_why(context_overflow.EXPERIMENT.step, None, STAGES_JSONL)
                 )
                 gaps.append(Gap("contexts", f"the {policy} policy", why, "run it through `quantload run`"))
-    conversations_asked = asked is None or bool(asked & {sessions.NAME, context_overflow.NAME})
+    conversations_asked = asked is not None and bool(asked & {sessions.NAME, context_overflow.NAME})
     if plan.context is not None and plan.context.why_not is not None and conversations_asked:
         how = "run the sessions or context experiment"
         gaps.append(Gap("plan", "the context a slot needs", plan.context.why_not, how))
