@@ -150,6 +150,12 @@ def test_a_partition_mid_stage_costs_timed_out_requests_and_the_load_goes_on(net
     while len([r for r in _records(out) if r["ok"]]) < 10:
         assert load.poll() is None and time.monotonic() < deadline, (net.folder / "partition.log").read_text()[-3000:]
         time.sleep(0.1)
+    # and until Prometheus holds some of them (on a busy machine its scrape can lag the records), so
+    # that what it had before the partition can be checked afterwards
+    ok_total = f'sum(quantload_requests_total{{server="{NAME}",outcome="ok"}})'
+    while not any(v > 0 for _, v in net.query_range(ok_total, started, time.time())):
+        assert load.poll() is None and time.monotonic() < deadline, (net.folder / "partition.log").read_text()[-3000:]
+        time.sleep(0.5)
     before = {(r["stage_id"], r["sent_unix_s"]) for r in _records(out)}
     down = time.time()
     net.network.link_down("server")
@@ -178,14 +184,16 @@ def test_a_partition_mid_stage_costs_timed_out_requests_and_the_load_goes_on(net
     assert any(v == 0 for t, v in seen if down <= t <= up + 2), seen
     assert any(v == 1 for t, v in seen if t > up + 2), seen
     # and what Prometheus had of the load before the partition is still there
-    kept = net.query_range(f'sum(quantload_requests_total{{server="{NAME}",outcome="ok"}})', started, down)
+    kept = net.query_range(ok_total, started, down)
     assert kept and max(v for _, v in kept) > 0
 
 
 def test_a_slow_link_stretches_time_per_token_while_the_server_keeps_its_pace(net: Net) -> None:
-    args = ("--users", "1", "--repeats", "1", "--prompt-count", "4", "--max-tokens", "16", "--ignore-eos")
+    args = ("--users", "1", "--repeats", "1", "--prompt-count", "4", "--max-tokens", "12", "--ignore-eos")
     (fast,) = net.load(net.folder / "unlimited", *args)
-    net.network.limit_rate("server", 16)  # 16 kbit/s (2 KB/s) for what the server sends
+    # 4 kbit/s (500 B/s) for what the server sends: a streamed token's chunk of a few hundred bytes
+    # takes about half a second on the wire, slower than the server's own pace even on a busy machine
+    net.network.limit_rate("server", 4)
     try:
         (slow,) = net.load(net.folder / "limited", *args)
     finally:
@@ -195,7 +203,8 @@ def test_a_slow_link_stretches_time_per_token_while_the_server_keeps_its_pace(ne
     server_pace_s = statistics.median(
         r["timings"]["predicted_per_token_ms"] / 1000 for r in _records(net.folder / "limited") if r["ok"]
     )
-    assert slow["tpot_p50_s"] > 2 * fast["tpot_p50_s"], (fast["tpot_p50_s"], slow["tpot_p50_s"])
+    assert slow["tpot_p50_s"] > fast["tpot_p50_s"], (fast["tpot_p50_s"], slow["tpot_p50_s"])
+    # judged against the server's own pace in the same run, which a busy machine slows as well
     assert slow["tpot_p50_s"] > 2 * server_pace_s, (slow["tpot_p50_s"], server_pace_s)  # the wire, not the server
 
 
