@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -102,3 +104,55 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_stops_the_command(
     assert exit_code == code
     assert ran_on == []
     assert sys.unraisablehook is before
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_stop_signal_the_kernel_hands_to_another_thread_still_stops_a_waiting_command(
+    monkeypatch: pytest.MonkeyPatch, signum: int, code: int
+) -> None:
+    """The main thread waits without a timeout (as an idle event loop does); the signal goes to
+    another thread, as Linux may do with a signal sent to the process. Before the relay the
+    command waited until something else woke it (here, the safety write after 30 s)."""
+    outcome: list[str] = []
+    woken_by_the_safety: list[bool] = []
+    app = typer.Typer()
+
+    @app.callback()
+    def group() -> None:
+        pass
+
+    @app.command()
+    def go() -> None:
+        waiting, waker = socket.socketpair()
+        idle = threading.Event()
+        other = threading.Thread(target=idle.wait, daemon=True)
+        other.start()
+
+        def signal_the_other_thread() -> None:
+            time.sleep(0.2)
+            signal.pthread_kill(other.ident or 0, signum)
+            if not stopped.wait(30.0):
+                woken_by_the_safety.append(True)
+                waker.send(b"x")  # the test fails instead of hanging
+
+        stopped = threading.Event()
+        sender = threading.Thread(target=signal_the_other_thread, daemon=True)
+        sender.start()
+        try:
+            waiting.recv(1)  # no timeout
+            outcome.append("the wait ended without the signal")
+        finally:
+            stopped.set()
+            idle.set()
+            waiting.close()
+            waker.close()
+
+    monkeypatch.setattr(cli_main, "build_app", lambda: app)
+    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        exit_code = cli_main.main(["go"])
+    finally:
+        signal.signal(signal.SIGINT, previous_sigint)
+    assert woken_by_the_safety == [], "the signal waited for the main thread to wake by itself"
+    assert outcome == []
+    assert exit_code == code

@@ -19,6 +19,7 @@ from rich.text import Text
 from quantload import __version__
 from quantload.cli import commands
 from quantload.cli.context import CliContext
+from quantload.cli.stop_relay import StopRelay
 from quantload.errors import QuantloadError
 
 INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process ended by SIGINT
@@ -34,8 +35,10 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
 
     A signal's KeyboardInterrupt that lands inside a finalizer (`__del__`, a generator closed by
     the garbage collector) is swallowed by Python and reported as unraisable; the signal is sent
-    again a moment later, so the stop is never lost."""
+    again a moment later, so the stop is never lost. One the kernel hands to another thread while
+    the main thread waits wakes the main thread all the same (`StopRelay`), as does Ctrl-C."""
     received: list[int] = []
+    relay = StopRelay((*STOP_SIGNALS, signal.SIGINT))
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
@@ -55,16 +58,18 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
 
     previous = {}
     previous_hook = sys.unraisablehook
-    if threading.current_thread() is threading.main_thread():
-        previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
-        sys.unraisablehook = redeliver
-    try:
-        yield received
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        if previous:
-            sys.unraisablehook = previous_hook
+    with contextlib.ExitStack() as stack:
+        if threading.current_thread() is threading.main_thread():
+            previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
+            sys.unraisablehook = redeliver
+            stack.enter_context(relay)
+        try:
+            yield received
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            if previous:
+                sys.unraisablehook = previous_hook
 
 
 def _print_version(value: bool) -> None:
