@@ -33,15 +33,14 @@ from quantload.errors import MeasurementError
 from quantload.llamacpp.kld_base import BaseHeader, check_base_file, partial_name
 from quantload.llamacpp.perplexity import PerplexityRun, run_perplexity, tokens_scored_per_chunk
 from quantload.llamacpp.tool_run import (
-    LOST_OUTPUT_ATTEMPTS,
     ChunkProgress,
     OutputCutShort,
     ToolRun,
     logged_output,
-    lost_output_line,
     raise_for_load_failure_or_exit,
     raise_for_uncaught_exception,
     run_tool,
+    run_until_whole,
 )
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
@@ -425,21 +424,20 @@ def run_compare(
     command = compare_command(
         toolchain.path("llama-perplexity"), model_path, base_path, ctx_tokens, cache_type, threads
     )
-    for attempt in range(1, LOST_OUTPUT_ATTEMPTS + 1):
+
+    def run_once() -> ToolRun:
         chunk_progress = ChunkProgress(progress, PLAN, "comparing", _compare_rows)
         with logged_output(log_path, command, chunk_progress) as on_output:
             run = runner(command, on_output=on_output, timeout_s=timeout_s)
         diagnose_kld_failure(run, model_path, base_path)
-        try:
-            output = parse_kld_output(run.stdout, run.stderr)
-            break
-        except OutputCutShort as error:
-            if attempt == LOST_OUTPUT_ATTEMPTS:
-                raise MeasurementError(
-                    f"{lost_output_line('llama-perplexity --kl-divergence', attempt)}: {error.problem}",
-                    "run it again on a quieter machine; its log keeps every run",
-                ) from None
-            progress(0, None, f"output cut short ({error.problem[:60]}): running it again")
+        return run
+
+    run, output = run_until_whole(
+        run_once,
+        lambda run: parse_kld_output(run.stdout, run.stderr),
+        "llama-perplexity --kl-divergence",
+        progress,
+    )
     return KldRun(
         output=output,
         command=run.command,

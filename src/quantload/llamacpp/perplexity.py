@@ -17,15 +17,14 @@ from pathlib import Path
 
 from quantload.errors import MeasurementError
 from quantload.llamacpp.tool_run import (
-    LOST_OUTPUT_ATTEMPTS,
     ChunkProgress,
     OutputCutShort,
     ToolRun,
     logged_output,
-    lost_output_line,
     raise_for_load_failure_or_exit,
     raise_for_uncaught_exception,
     run_tool,
+    run_until_whole,
 )
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
@@ -232,21 +231,17 @@ def run_perplexity(
         toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads,
         extra_args,
     )
-    for attempt in range(1, LOST_OUTPUT_ATTEMPTS + 1):
+
+    def run_once() -> ToolRun:
         chunk_progress = ChunkProgress(progress, PLAN, "scoring", _running_rows)
         with logged_output(log_path, command, chunk_progress) as on_output:
             run = runner(command, on_output=on_output, timeout_s=timeout_s)
         diagnose_failure(run, model_path, dataset_path)
-        try:
-            output = parse_perplexity_output(run.stdout, run.stderr)
-            break
-        except OutputCutShort as error:
-            if attempt == LOST_OUTPUT_ATTEMPTS:
-                raise MeasurementError(
-                    f"{lost_output_line('llama-perplexity', attempt)}: {error.problem}",
-                    "run it again on a quieter machine; its log keeps every run",
-                ) from None
-            progress(0, None, f"output cut short ({error.problem[:60]}): running it again")
+        return run
+
+    run, output = run_until_whole(
+        run_once, lambda run: parse_perplexity_output(run.stdout, run.stderr), "llama-perplexity", progress
+    )
     if output.ctx_tokens != ctx_tokens:
         raise MeasurementError(
             f"llama-perplexity used a context of {output.ctx_tokens}, not {ctx_tokens} as asked",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from quantload import cpu_share
 from quantload.childproc import die_with_parent
@@ -83,6 +83,31 @@ def lost_output_line(tool_name: str, attempts: int) -> str:
         " (llama.cpp's logging thread had not written its last lines when the tool ended; a"
         " busy machine makes this likelier)"
     )
+
+
+Parsed = TypeVar("Parsed")
+
+
+def run_until_whole(
+    run_once: Callable[[], ToolRun],
+    parse: Callable[[ToolRun], Parsed],
+    tool_name: str,
+    progress: ProgressCallback,
+) -> tuple[ToolRun, Parsed]:
+    """Run a tool and parse what it printed; run it again while its output is cut short
+    (`OutputCutShort`), `LOST_OUTPUT_ATTEMPTS` runs at most, then MeasurementError."""
+    for attempt in range(1, LOST_OUTPUT_ATTEMPTS + 1):
+        run = run_once()
+        try:
+            return run, parse(run)
+        except OutputCutShort as error:
+            if attempt == LOST_OUTPUT_ATTEMPTS:
+                raise MeasurementError(
+                    f"{lost_output_line(tool_name, attempt)}: {error.problem}",
+                    "run it again on a quieter machine; its log keeps every run",
+                ) from None
+            progress(0, None, f"output cut short ({error.problem[:60]}): running it again")
+    raise AssertionError("LOST_OUTPUT_ATTEMPTS is at least 1")
 
 
 UNCAUGHT = re.compile(r"terminate called after throwing an instance of '([^']+)'\s*what\(\):\s*([^\n]*)")
