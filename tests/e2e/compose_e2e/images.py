@@ -102,6 +102,16 @@ def _run(command: list[str], what: str, timeout_s: float, **kwargs: Any) -> subp
     return result
 
 
+def _unmount_under(root: Path) -> None:
+    """Lazily unmount whatever is still mounted under `root`: debootstrap mounts /proc (and /sys)
+    in its target, and an interrupted or failed run leaves them there, so the folder could not be
+    removed (it was found so after a CI run was stopped mid-debootstrap)."""
+    prefix = f"{root.resolve()}/"
+    points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if line.strip()]
+    for point in sorted((p for p in points if f"{p}/".startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False, timeout=30)
+
+
 # ---------------------------------------------------------------- the base image
 
 
@@ -121,10 +131,13 @@ def base_rootfs_tarball(cache: Path, environ: Mapping[str, str]) -> tuple[Path, 
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        _run(
-            [debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), mirror],
-            f"debootstrap {SUITE} from {mirror}", 900,
-        )  # fmt: skip
+        try:
+            _run(
+                [debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), mirror],
+                f"debootstrap {SUITE} from {mirror}", 900,
+            )  # fmt: skip
+        finally:
+            _unmount_under(rootfs)
         for relative in TRIMMED:
             folder = rootfs / relative
             if folder.is_dir():
