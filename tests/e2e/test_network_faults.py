@@ -105,9 +105,12 @@ def net(toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path_factory: py
     with host_network(HOSTS) as network:
         made = Net(network, folder, env)
         server, monitor = made.address("server"), made.address("monitor")
+        # one thread: at llama.cpp's default of two, a busy core makes every step wait for the thread
+        # that shares it, and the server's own prefill then swings by 100 ms and more between two
+        # runs a minute apart (seen in CI beside a busy loop: 19.6 ms direct, 159 ms relayed)
         spec = ServerSpec(
             model_path=tiny_models[QUANT], alias=f"tiny-{QUANT}", slots=settings.slots,
-            ctx_per_slot=settings.ctx_per_slot, host=server,
+            ctx_per_slot=settings.ctx_per_slot, host=server, threads=1,
         )  # fmt: skip
         network.spawn("server", spec.command(toolchain.path("llama-server"), SERVER_PORT), folder / "llama-server.log")
         config = folder / "prometheus-config"
