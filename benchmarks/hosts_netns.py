@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the hosts and the protocol are test c
 import netns_hosts  # noqa: E402
 from hosts_protocol import HOSTS, Protocol, profile_settings  # noqa: E402
 from quantload.config import ToolchainSettings  # noqa: E402
+from quantload.experiments.registry import planned  # noqa: E402
 from quantload.llamacpp.toolchain import find_toolchain  # noqa: E402
 from support import clean_env  # noqa: E402
 
@@ -126,7 +127,9 @@ def main() -> int:
             before = _load_average()
             profile = PROFILES[model]
             settings = profile_settings(profile, base)
-            experiments = [kind for kind in settings.load.experiments if kind != "kv_types"]
+            # what `quantload run` would run (the registry leaves out those without their input,
+            # such as a soak with no duration), less kv_types
+            experiments = [kind.name for kind in planned(settings) if kind.name != "kv_types"]
             folder = base / model
             manifest = prepare(model, folder / "models", env)
             print(f"{model} ({profile}, experiments {', '.join(experiments)}): native run ...", flush=True)
