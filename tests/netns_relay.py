@@ -34,6 +34,12 @@ def _no_delay(writer: asyncio.StreamWriter) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+# A timer of the event loop wakes up to a millisecond after it is due (epoll's timeout is in whole
+# milliseconds, rounded up), once for the request and once for the answer: 20 ms asked added
+# 21.6-22.7 ms at TTFT p50. The last SPIN_S before a chunk is due are waited out by yielding.
+SPIN_S = 0.002
+
+
 async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hold_s: float) -> None:
     """Pass every chunk from `reader` to `writer` `hold_s` after it arrived; then the end."""
     loop = asyncio.get_running_loop()
@@ -54,8 +60,10 @@ async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hol
         while True:
             due, data = await line.get()
             wait = due - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if wait > SPIN_S:
+                await asyncio.sleep(wait - SPIN_S)
+            while loop.time() < due:  # the last moments by yielding: see SPIN_S
+                await asyncio.sleep(0)
             if not data:
                 with contextlib.suppress(OSError):
                     if writer.can_write_eof():
