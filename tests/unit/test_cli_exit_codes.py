@@ -63,6 +63,28 @@ def test_the_signal_handlers_are_restored_after_the_command(monkeypatch: pytest.
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def _app_with_a_group() -> typer.Typer:
+    """An app whose commands are subcommands (a callback makes it a group), as quantload's are."""
+    app = typer.Typer()
+
+    @app.callback()
+    def group() -> None:
+        pass
+
+    return app
+
+
+def _main_as_at_a_terminal(monkeypatch: pytest.MonkeyPatch, app: typer.Typer, argv: list[str]) -> int:
+    """`cli_main.main(argv)` running `app`, with SIGINT raising KeyboardInterrupt as at a terminal
+    (a test suite started in the background inherits SIGINT ignored)."""
+    monkeypatch.setattr(cli_main, "build_app", lambda: app)
+    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return cli_main.main(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous_sigint)
+
+
 class _SignalledFinalizer:
     """An object whose finalizer is running when a stop signal arrives: the signal's
     KeyboardInterrupt is raised inside `__del__`, where Python prints it and drops it."""
@@ -80,11 +102,7 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_stops_the_command(
     monkeypatch: pytest.MonkeyPatch, signum: int, code: int
 ) -> None:
     ran_on: list[str] = []
-    app = typer.Typer()
-
-    @app.callback()
-    def group() -> None:
-        pass
+    app = _app_with_a_group()
 
     @app.command()
     def go() -> None:
@@ -93,14 +111,8 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_stops_the_command(
             time.sleep(0.01)
         ran_on.append("the command went on after the interrupt")
 
-    monkeypatch.setattr(cli_main, "build_app", lambda: app)
     before = sys.unraisablehook
-    # as at a terminal: a test suite started in the background inherits SIGINT ignored
-    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        exit_code = cli_main.main(["go"])
-    finally:
-        signal.signal(signal.SIGINT, previous_sigint)
+    exit_code = _main_as_at_a_terminal(monkeypatch, app, ["go"])
     assert exit_code == code
     assert ran_on == []
     assert sys.unraisablehook is before
@@ -115,16 +127,12 @@ def test_a_stop_signal_the_kernel_hands_to_another_thread_still_stops_a_waiting_
     command waited until something else woke it (here, the safety write after 30 s)."""
     outcome: list[str] = []
     woken_by_the_safety: list[bool] = []
-    app = typer.Typer()
-
-    @app.callback()
-    def group() -> None:
-        pass
+    app = _app_with_a_group()
 
     @app.command()
     def go() -> None:
         waiting, waker = socket.socketpair()
-        idle = threading.Event()
+        idle, stopped = threading.Event(), threading.Event()
         other = threading.Thread(target=idle.wait, daemon=True)
         other.start()
 
@@ -135,7 +143,6 @@ def test_a_stop_signal_the_kernel_hands_to_another_thread_still_stops_a_waiting_
                 woken_by_the_safety.append(True)
                 waker.send(b"x")  # the test fails instead of hanging
 
-        stopped = threading.Event()
         sender = threading.Thread(target=signal_the_other_thread, daemon=True)
         sender.start()
         try:
@@ -147,12 +154,7 @@ def test_a_stop_signal_the_kernel_hands_to_another_thread_still_stops_a_waiting_
             waiting.close()
             waker.close()
 
-    monkeypatch.setattr(cli_main, "build_app", lambda: app)
-    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        exit_code = cli_main.main(["go"])
-    finally:
-        signal.signal(signal.SIGINT, previous_sigint)
+    exit_code = _main_as_at_a_terminal(monkeypatch, app, ["go"])
     assert woken_by_the_safety == [], "the signal waited for the main thread to wake by itself"
     assert outcome == []
     assert exit_code == code

@@ -38,7 +38,6 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
     again a moment later, so the stop is never lost. One the kernel hands to another thread while
     the main thread waits wakes the main thread all the same (`StopRelay`), as does Ctrl-C."""
     received: list[int] = []
-    relay = StopRelay((*STOP_SIGNALS, signal.SIGINT))
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
@@ -62,7 +61,7 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
         if threading.current_thread() is threading.main_thread():
             previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
             sys.unraisablehook = redeliver
-            stack.enter_context(relay)
+            stack.enter_context(StopRelay((*STOP_SIGNALS, signal.SIGINT)))
         try:
             yield received
         finally:
