@@ -95,3 +95,44 @@ def test_workers_that_never_join_end_the_load_after_the_first_experiment(tmp_pat
     ends = [json.loads(line) for line in (tmp_path / "stages.jsonl").read_text().splitlines()]
     assert {e["experiment"] for e in ends} == {"sweep"}  # open_loop never started
     assert [e["status"] for e in ends if e["event"] == "stage_end"] == ["aborted", "aborted"]
+
+
+def test_a_worker_left_behind_by_a_quitting_master_joins_the_next_one(tmp_path: Path) -> None:
+    """The race the netns CI run met: a worker restarted as a plan's master was quitting was
+    acknowledged by it and never told to quit; the next master waited for it in vain. The worker
+    now ends once its master is silent (MASTER_SILENT_LIMIT_S) and a fresh one joins, well within a
+    workers timeout (45 s) shorter than Locust's own 60 s heartbeat timeout."""
+    master_port = free_port()
+    env = {**clean_env(), "QUANTLOAD_LOAD__WARMUP_REQUESTS": "0", "PYTHONUNBUFFERED": "1"}
+    quantload = [sys.executable, "-m", "quantload.cli.main"]
+    worker_command = [
+        *quantload, "load-worker", "--master-host", "127.0.0.1", "--master-port", str(master_port),
+        "--metrics-port", "0", "--plans", "1", "--log", str(tmp_path / "worker.log"),
+    ]  # fmt: skip
+    dropping = [sys.executable, str(Path(__file__).parents[1] / "dropping_locust_master.py"), str(master_port)]
+    with FakeServer(FakeScript(ttft_ms=(5.0, 20.0), itl_ms=(1.0, 3.0), tokens=6)) as fake:
+        with (tmp_path / "worker.console").open("wb") as console:
+            worker = subprocess.Popen(worker_command, env=env, stdout=console, stderr=subprocess.STDOUT)
+        try:
+            dropped = subprocess.run(dropping, env=env, capture_output=True, text=True, timeout=150, check=False)
+            assert dropped.returncode == 0 and "joined" in dropped.stdout, dropped.stderr[-2000:]
+            load = [
+                *quantload, "load", "--url", fake.url, "--name", "fake", "--quant", "none", "-e", "sweep",
+                "--users", "1", "--prompt-count", "4", "--repeats", "1", "--remote-workers", "1",
+                "--master-host", "127.0.0.1", "--master-port", str(master_port), "--workers-timeout", "45",
+                "--metrics-port", "0", "--out", str(tmp_path / "run"),
+            ]  # fmt: skip
+            loaded = subprocess.run(
+                load, env=env, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False
+            )
+            code = worker.wait(60)
+        finally:
+            if worker.poll() is None:
+                worker.terminate()
+                worker.wait(30)
+    said = (tmp_path / "worker.console").read_text()
+    assert loaded.returncode == 0, loaded.stderr[-3000:] + said[-2000:]
+    assert "worker 1 lost its master" in said and "worker 2 ended its plan" in said, said
+    assert code == 0  # its one plan served
+    ends = [json.loads(line) for line in (tmp_path / "run" / "stages.jsonl").read_text().splitlines()]
+    assert [e["status"] for e in ends if e["event"] == "stage_end"] == ["ok"]

@@ -42,6 +42,9 @@ FAILURE_MARKER = "quantload load process failed: "
 WORKERS_MISSING = "workers connected within"
 WORKERS_TIMEOUT_S = 60.0  # how long a master waits for its workers unless load.workers_timeout_s says
 LOCUST_MASTER_PORT = 5557  # Locust's own default, and the compose stack's
+# a worker whose master answers nothing for this long ends (quantload.load.in_locust.master_watch)
+MASTER_SILENT_LIMIT_S = 15.0
+MASTER_LOST_EXIT = 3  # its exit code then: the worker loop starts a new one, counting no plan
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 

@@ -8,6 +8,10 @@ ended: the host joins every plan in turn, until it is stopped (Ctrl-C or SIGTERM
 `plans` of them. A worker waits for its master as long as Locust's own connection retries last
 (5 minutes); its request metrics are served on `metrics_host`:`metrics_port` while it runs.
 
+A worker whose master went silent (it joined a master that was quitting:
+quantload.load.in_locust.master_watch) exits with `MASTER_LOST_EXIT` after
+`MASTER_SILENT_LIMIT_S`; the loop starts the next at once and counts neither a plan nor a failure.
+
 Bounded: a worker that fails (exits with an error) within `FAST_FAILURE_S` of its start,
 `FAILED_STARTS_LIMIT` times in a row, ends the loop with `LoadError` and the cause it printed
 (e.g. a master address that is not one); a worker that ran a plan resets the count. Each worker's
@@ -27,7 +31,7 @@ from pathlib import Path
 
 from quantload.childproc import die_with_parent
 from quantload.load.plan import API_KEY_ENV
-from quantload.load.processes import ENTRY_MODULE, LOCUST_MASTER_PORT
+from quantload.load.processes import ENTRY_MODULE, LOCUST_MASTER_PORT, MASTER_LOST_EXIT
 from quantload.load.supervisor import LoadError, failure_cause
 
 FAST_FAILURE_S = 30.0
@@ -100,6 +104,12 @@ class WorkerLoop:
                 done += 1
                 failed_in_a_row = 0
                 self.on_event(f"worker {number} ended its plan after {ended.ran_s:.1f} s")
+                continue
+            if ended.returncode == MASTER_LOST_EXIT:
+                self.on_event(
+                    f"worker {number} lost its master after {ended.ran_s:.1f} s (it had ended"
+                    " without this worker); joining the next"
+                )
                 continue
             cause = failure_cause(self.log_path, ended.returncode)
             self.on_event(f"worker {number} failed after {ended.ran_s:.1f} s: {cause}")

@@ -11,7 +11,7 @@ from quantload.cli.cmd_load import remote_worker_lines
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings
 from quantload.load.plan import API_KEY_ENV
-from quantload.load.processes import ENTRY_MODULE, FAILURE_MARKER, workers_absent
+from quantload.load.processes import ENTRY_MODULE, FAILURE_MARKER, MASTER_LOST_EXIT, workers_absent
 from quantload.load.remote_worker import FAILED_STARTS_LIMIT, WorkerLoop, worker_argv
 from quantload.load.summary import StageSummary
 from quantload.load.supervisor import LoadError
@@ -93,3 +93,19 @@ def test_the_console_says_where_remote_workers_must_join() -> None:
     assert "10.0.0.5:5557" in line and "quantload load-worker" in line
     lines = remote_worker_lines(LoadSettings(remote_workers=1))
     assert len(lines) == 2 and "other hosts cannot reach" in lines[1]
+
+
+def test_a_worker_whose_master_went_silent_is_followed_by_a_new_one_without_counting_a_plan(
+    tmp_path: Path,
+) -> None:
+    counter = tmp_path / "n"
+    # the first worker lost its master, the second served a plan
+    code = (
+        f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); n = int(p.read_text() or 0) if p.exists() else 0;"
+        f" p.write_text(str(n + 1)); sys.exit({MASTER_LOST_EXIT} if n == 0 else 0)"
+    )
+    events: list[str] = []
+    ended = WorkerLoop(_stand_in(code), tmp_path / "w.log", plans=1, on_event=events.append).run()
+    assert [e.returncode for e in ended] == [MASTER_LOST_EXIT, 0]
+    assert sum("lost its master" in line for line in events) == 1
+    assert sum("ended its plan" in line for line in events) == 1

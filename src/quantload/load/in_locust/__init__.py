@@ -11,6 +11,7 @@ thin locustfiles (`locust -f locustfiles/chat_stream.py`).
   ticket_sources  where a user gets its next ticket: its own book, or the master's by message
   sinks           where finished requests go: appended by the driving process, forwarded by workers
   stages          the stage controller (spawn, warm up, release tickets, stage lines)
+  master_watch    a worker ends when the master it joined has gone silent
   health          event-loop lateness and CPU windows; the heap freeze after spawning
   messages        the typed messages between a master and its workers
   interactive     the `locust -f` mode: endless prompts, users from the web UI

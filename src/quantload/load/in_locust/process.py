@@ -27,11 +27,12 @@ from locust.env import Environment
 from locust.log import setup_logging
 from locust.runners import Runner
 
+from quantload.load.in_locust.master_watch import MasterWatch
 from quantload.load.in_locust.user import StreamingChatUser
 from quantload.load.in_locust.wiring import wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.plan import LoadPlan
-from quantload.load.processes import FAILURE_MARKER, WORKERS_TIMEOUT_S
+from quantload.load.processes import FAILURE_MARKER, MASTER_LOST_EXIT, WORKERS_TIMEOUT_S
 from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
 
 _log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def _say_failed(cause: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one role to completion; the exit code is 0 unless the process itself broke, when the
-    last line it prints is FAILURE_MARKER and the cause (which the supervisor shows)."""
+    last line it prints is FAILURE_MARKER and the cause (which the supervisor shows), or a worker
+    lost its master (MASTER_LOST_EXIT, quantload.load.in_locust.master_watch)."""
     args = _parser().parse_args(argv)
     setup_logging(args.log_level)  # type: ignore[no-untyped-call]
     try:
@@ -121,11 +123,14 @@ def _run(args: argparse.Namespace) -> int:
         environment.create_web_ui(args.web_host, args.web_port)
     if parts.controller is not None:
         gevent.spawn(parts.controller.run)
+    watch = MasterWatch(runner) if args.role == "worker" else None
+    if watch is not None:
+        gevent.spawn(watch.run)
     runner.greenlet.join()
     parts.runtime.flush()
     if environment.web_ui is not None:
         environment.web_ui.stop()  # type: ignore[no-untyped-call]
-    return 0
+    return MASTER_LOST_EXIT if watch is not None and watch.lost else 0
 
 
 if __name__ == "__main__":
