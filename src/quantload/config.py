@@ -585,7 +585,12 @@ class LimitSettings(_Section):
     requests_per_user: int = Field(
         default=4, ge=1, le=MAX_COUNT, description="closed-loop trial requests per user"
     )
-    min_requests: int = Field(default=8, ge=1, le=MAX_COUNT, description="fewest requests of a trial")
+    min_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_COUNT,
+        description="fewest requests of a trial; unset: what a sweep stage sends (load.prompt_count)",
+    )
     trial_seconds: float = Field(
         default=30.0, gt=0, le=MAX_SECONDS, description="open-loop trial length at its rate"
     )

@@ -5,8 +5,11 @@ one level, run as its own plan so the next level can depend on what this one sai
 judged by the SLO's one judge (quantload.slo.judge) on that stage's summary, the same verdict the
 report gives a sweep level; it fails hard (its level breaks at once, no repeats) when the stage did
 not end ok (circuit breaker, stage timeout) or at least `limit.hard_failure_frac` of its requests
-failed. A closed-loop trial sends `limit.requests_per_user` requests per user (at least
-`limit.min_requests`), an open-loop one `limit.trial_seconds` worth at its rate. Each trial reads
+failed. A closed-loop trial sends `limit.requests_per_user` requests per user, an open-loop one
+`limit.trial_seconds` worth at its rate, and either at least `fewest_requests`: `limit.min_requests`,
+or unset, what a sweep stage sends (`load.prompt_count` prompts, in the same order). So where the
+search's levels meet the sweep's, a trial sends the sweep stage's requests and its p99 rests on as
+many (eight requests cannot show a 1 % excess unless two of them are over). Each trial reads
 only its own stage's summary (returned by the supervisor), so a long search costs the same per
 trial from the first to the last.
 
@@ -28,6 +31,7 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import label, run_stages, workloads
+from quantload.experiments.sweep import requests_per_stage
 from quantload.load import (
     LimitLine,
     LimitResult,
@@ -92,12 +96,18 @@ class SearchOutcome:
     line: LimitLine
 
 
+def fewest_requests(settings: Settings) -> int:
+    """The fewest requests a trial sends: `limit.min_requests`, or unset, a sweep stage's count."""
+    limit = settings.limit
+    return limit.min_requests if limit.min_requests is not None else requests_per_stage(settings)
+
+
 def trial_requests(settings: Settings, experiment: SearchExperiment, level: float) -> int:
     """How many requests (conversations, for the sessions workload) a trial at `level` sends."""
     limit = settings.limit
     if experiment == "limit_users":
-        return max(limit.min_requests, int(level) * limit.requests_per_user)
-    return max(limit.min_requests, math.ceil(level * limit.trial_seconds))
+        return max(fewest_requests(settings), int(level) * limit.requests_per_user)
+    return max(fewest_requests(settings), math.ceil(level * limit.trial_seconds))
 
 
 def trial_plan(

@@ -22,7 +22,7 @@ from pathlib import Path
 from quantload.config import Settings
 from quantload.errors import ConfigError, QuantloadError
 from quantload.experiments.base import ExperimentContext
-from quantload.experiments.limit_trials import SearchOutcome, run_limit_search
+from quantload.experiments.limit_trials import SearchOutcome, fewest_requests, run_limit_search
 from quantload.experiments.variant_file import append_variant, memory_mib, variant_line
 from quantload.kvcheck import KvCheck
 from quantload.load import SearchExperiment
@@ -108,7 +108,7 @@ def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> S
             "repeats": trial.rung.repeats,
             "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s)),
             "requests_per_user": max(1, round(limit.requests_per_user * frac)),
-            "min_requests": max(2, round(limit.min_requests * frac)),
+            "min_requests": max(2, round(fewest_requests(settings) * frac)),
             "trial_seconds": max(2.0, limit.trial_seconds * frac),
         }
     )

@@ -12,9 +12,12 @@ from quantload.config import LimitSettings, LoadSettings, Settings, TraceSetting
 from quantload.errors import ConfigError
 from quantload.experiments import registry
 from quantload.experiments.limit_trials import judge_trial, trial_requests
+from quantload.experiments.sweep import requests_per_stage
 from quantload.load.limit_file import LimitLine, TrialLine, read_limits
+from quantload.load.prompts import Prompt
 from quantload.load.records import RequestRecord, StageEvent
 from quantload.load.summary import StageSummary, summarize_stage
+from quantload.load.workloads import PromptSetWorkload
 from quantload.served import ServedTarget
 from quantload.slo import Slo
 from quantload.steps.load import run_experiment
@@ -133,3 +136,23 @@ def test_load_experiments_names_only_the_registry_s_experiments_once() -> None:
     assert LoadSettings().experiments == registry.default_names()
     named_only = [name for name in registry.names() if name not in registry.default_names()]
     assert named_only == ["batching", "slots", "speculation"]  # they run when load.experiments names them
+
+
+def test_a_trial_sends_at_least_what_a_sweep_stage_sends_unless_told_fewer() -> None:
+    settings = Settings(load={"prompt_count": 100}, limit=LimitSettings(requests_per_user=4))
+    assert settings.limit.min_requests is None
+    assert [trial_requests(settings, "limit_users", level) for level in (1, 8, 32)] == [100, 100, 128]
+    assert trial_requests(settings, "limit_rate", 0.5) == 100
+    synthetic = Settings(workload={"kind": "lengths", "requests": 40}, limit=LimitSettings(requests_per_user=4))
+    assert trial_requests(synthetic, "limit_users", 1) == 40
+    told = Settings(load={"prompt_count": 100}, limit=LimitSettings(requests_per_user=4, min_requests=8))
+    assert trial_requests(told, "limit_users", 1) == 8
+
+
+def test_where_a_trial_meets_a_sweep_level_it_sends_the_sweep_stages_prompts() -> None:
+    prompts = [Prompt(f"p{i}", f"text {i}", 10 + i) for i in range(30)]
+    workload = PromptSetWorkload(prompts)
+    settings = Settings(load={"prompt_count": 30})
+    trial = workload.stage_requests(trial_requests(settings, "limit_users", 2), settings.load.seed + 3, "t-")
+    sweep = workload.stage_requests(requests_per_stage(settings), settings.load.seed, "s-")
+    assert [r.prompt_id for r in trial.requests] == [r.prompt_id for r in sweep.requests]
