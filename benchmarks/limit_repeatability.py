@@ -8,6 +8,7 @@ trials, and each sweep level's verdict beside what the searches said at that lev
 
     .venv/bin/python benchmarks/limit_repeatability.py [--model smollm2-135m] [--quant Q4_K_M]
         [--searches 3] [--time-cap 600] [--threads 1] [--out results/bench-limit]
+        [--slo-ttft-p99-s 1.0] [--slo-tpot-s 0.1]   ([report]'s defaults; the same for every load)
 """
 
 from __future__ import annotations
@@ -29,12 +30,17 @@ from quantload.slo import Slo, SloCounts, judge
 from quantload.steps.prepare import prepared_folder
 
 
-def load(out: Path, url: str, quant: str, *extra: str) -> None:
+def load(out: Path, url: str, quant: str, slo: Slo, *extra: str) -> None:
     command = [
         sys.executable, "-m", "quantload.cli.main", "load", "--url", url, "--name", "bench", "--quant", quant,
         "--out", str(out), "--max-tokens", "32", "--metrics-port", "0", *extra,
     ]  # fmt: skip
-    subprocess.run(command, check=False, timeout=3600)
+    env = {
+        **os.environ,
+        "QUANTLOAD_REPORT__SLO_TTFT_P99_S": str(slo.ttft_p99_s),
+        "QUANTLOAD_REPORT__SLO_TPOT_S": str(slo.tpot_p99_s),
+    }
+    subprocess.run(command, check=False, timeout=3600, env=env)
 
 
 def main() -> None:
@@ -46,7 +52,11 @@ def main() -> None:
     # one thread: on a shared 2-core machine llama.cpp's default of two decoded over ten times slower
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("results/bench-limit"))
+    defaults = ReportSettings()
+    parser.add_argument("--slo-ttft-p99-s", type=float, default=defaults.slo_ttft_p99_s)
+    parser.add_argument("--slo-tpot-s", type=float, default=defaults.slo_tpot_s)
     args = parser.parse_args()
+    slo = Slo(args.slo_ttft_p99_s, args.slo_tpot_s)
     toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
     folder = prepared_folder(cache_root(None, os.environ), args.model)
     model = next(folder.glob(f"*-{args.quant}.gguf"), None)
@@ -60,13 +70,14 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with LlamaServer(toolchain, spec, args.out / "llama-server.log") as server:
         for index in range(args.searches):
-            load(args.out / f"search-{index}", server.url, args.quant, "-e", "limit_users", "--time-cap",
+            load(args.out / f"search-{index}", server.url, args.quant, slo, "-e", "limit_users", "--time-cap",
                  str(args.time_cap))  # fmt: skip
         sweep = ("-e", "sweep", "--users", "1,2,4,8", "--repeats", "1")
-        load(args.out / "sweep", server.url, args.quant, *sweep)
+        load(args.out / "sweep", server.url, args.quant, slo, *sweep)
     took = f"{time.monotonic() - started:.0f} s, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
     served = f"-np 8 -c 32768 -t {args.threads}"
     print(f"{args.model} {args.quant}, {served}, 32 output tokens, built-in prompts; {took}")
+    print(f"SLO: {slo.text()}")
     held_at: dict[int, list[bool]] = {}
     for index in range(args.searches):
         for line in read_limits(args.out / f"search-{index}" / "limits.jsonl"):
@@ -79,7 +90,6 @@ def main() -> None:
         for text in (args.out / "sweep" / "summaries.jsonl").read_text().splitlines()
         if text.strip()
     ]
-    slo = Slo.of(ReportSettings())  # the SLO quantload load judged by, its defaults
     for summary in summaries:
         verdict = judge(SloCounts(**summary["slo_counts"]), slo)
         users = int(summary["users"])
