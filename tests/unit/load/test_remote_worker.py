@@ -21,6 +21,14 @@ def _stand_in(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def _counting_stand_in(counter: Path, exit_code: str) -> list[str]:
+    """A worker that counts its starts in `counter` and exits with `exit_code` (of n, the starts before it)."""
+    return _stand_in(
+        f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); n = int(p.read_text() or 0) if p.exists() else 0;"
+        f" p.write_text(str(n + 1)); sys.exit({exit_code})"
+    )
+
+
 def test_the_worker_command_joins_the_master_and_serves_its_metrics() -> None:
     argv = worker_argv("10.0.0.5", 5557, "10.0.0.7", 9647, python="py")
     assert argv[:3] == ["py", "-m", ENTRY_MODULE]
@@ -52,13 +60,9 @@ def test_workers_that_keep_failing_at_once_end_the_loop_with_their_cause(tmp_pat
 
 
 def test_a_plan_that_ends_well_resets_the_count_of_failures(tmp_path: Path) -> None:
-    counter = tmp_path / "n"
     # fails, fails, succeeds, fails, fails, succeeds: never three failures in a row
-    code = (
-        f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); n = int(p.read_text() or 0) if p.exists() else 0;"
-        " p.write_text(str(n + 1)); sys.exit(0 if n % 3 == 2 else 1)"
-    )
-    ended = WorkerLoop(_stand_in(code), tmp_path / "w.log", plans=2).run()
+    stand_in = _counting_stand_in(tmp_path / "n", "0 if n % 3 == 2 else 1")
+    ended = WorkerLoop(stand_in, tmp_path / "w.log", plans=2).run()
     assert [e.returncode for e in ended] == [1, 1, 0, 1, 1, 0]
 
 
@@ -98,14 +102,10 @@ def test_the_console_says_where_remote_workers_must_join() -> None:
 def test_a_worker_whose_master_went_silent_is_followed_by_a_new_one_without_counting_a_plan(
     tmp_path: Path,
 ) -> None:
-    counter = tmp_path / "n"
     # the first worker lost its master, the second served a plan
-    code = (
-        f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); n = int(p.read_text() or 0) if p.exists() else 0;"
-        f" p.write_text(str(n + 1)); sys.exit({MASTER_LOST_EXIT} if n == 0 else 0)"
-    )
+    stand_in = _counting_stand_in(tmp_path / "n", f"{MASTER_LOST_EXIT} if n == 0 else 0")
     events: list[str] = []
-    ended = WorkerLoop(_stand_in(code), tmp_path / "w.log", plans=1, on_event=events.append).run()
+    ended = WorkerLoop(stand_in, tmp_path / "w.log", plans=1, on_event=events.append).run()
     assert [e.returncode for e in ended] == [MASTER_LOST_EXIT, 0]
     assert sum("lost its master" in line for line in events) == 1
     assert sum("ended its plan" in line for line in events) == 1
