@@ -63,8 +63,9 @@ SCRIPT = FakeScript(ttft_ms=(20.0, 200.0), itl_ms=(5.0, 20.0), tokens=TOKENS)
 
 
 def errors_of(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """TTFT errors (against the script, and the client's own), ITL errors, intervals, lateness (ms)."""
-    found: dict[str, list[Any]] = {"ttft": [], "own": [], "itl": [], "intervals": [], "late": []}
+    """TTFT errors (against the script, and the client's own), ITL errors, intervals, the fake's
+    lateness in sending the first token and its delay in reading the request (ms)."""
+    found: dict[str, list[Any]] = {"ttft": [], "own": [], "itl": [], "intervals": [], "late": [], "read": []}
     for row in rows:
         timings = row.get("timings") or {}
         times = row.get("content_times_s") or []
@@ -72,8 +73,11 @@ def errors_of(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
             continue
         error = row["ttft_s"] * 1000 - timings["prompt_ms"]
         found["ttft"].append(error)
-        found["own"].append(error - fake_delay_s(row["sent_unix_s"], timings) * 1000)
-        found["late"].append(timings.get("first_token_late_ms", 0.0))
+        fake_ms = fake_delay_s(row["sent_unix_s"], timings) * 1000
+        late_ms = timings.get("first_token_late_ms", 0.0)
+        found["own"].append(error - fake_ms)
+        found["late"].append(late_ms)
+        found["read"].append(fake_ms - late_ms)
         gap_ms = timings.get("predicted_per_token_ms")
         if gap_ms is not None:
             found["itl"] += [(b - a) * 1000 - gap_ms for a, b in itertools.pairwise(times)]
@@ -85,7 +89,7 @@ def _summary(
     found: dict[str, list[Any]], streams: int, requests: int, cpu_frac: float | None
 ) -> dict[str, Any]:
     return {
-        **{key: found[key] for key in ("ttft", "own", "itl", "late")},
+        **{key: found[key] for key in ("ttft", "own", "itl", "late", "read")},
         "concurrency": delivered_concurrency(found["intervals"], streams),
         "cpu_frac": cpu_frac,
         "cpu_per_100_streams": None if cpu_frac is None else cpu_frac * 100 / streams,
@@ -159,9 +163,9 @@ def _p(values: list[float], q: float) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| streams | client | TTFT err p50/p99/min ms | own TTFT err p99 ms | ITL err p50/p99 ms |"
-        " delivered | client CPU % of a core per 100 streams | server late p99 ms | ok |"
+        " delivered | client CPU % of a core per 100 streams | server late p99 ms | server read p99 ms | ok |"
         " loop lag p99 ms | busiest process CPU % | client flag |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         for side in row["sides"]:
@@ -172,7 +176,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"| {row['streams']} | {side} | {fmt(found['ttft'])} | {_p(found['own'], 99)} |"
                 f" {_p(found['itl'], 50)} / {_p(found['itl'], 99)} |"
                 f" {'-' if conc is None else f'{conc:.1f}'} | {'-' if cpu is None else f'{100 * cpu:.0f}'} |"
-                f" {_p(found['late'], 99)} | {found['ok']}/{found['requests']} |"
+                f" {_p(found['late'], 99)} | {_p(found['read'], 99)} | {found['ok']}/{found['requests']} |"
                 f" {_opt(found.get('loop_lag_p99_ms'), 1)} | {_opt(found.get('busiest_cpu_frac'), 0, 100)} |"
                 f" {_flag(found)} |"
             )
@@ -243,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         f" {SCRIPT.ttft_ms[0]:g}-{SCRIPT.ttft_ms[1]:g} ms, ITL {SCRIPT.itl_ms[0]:g}-{SCRIPT.itl_ms[1]:g} ms,"
         f" {TOKENS} tokens, keep-alive; load average before {load_before[0]:.2f},"
         f" after {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores). TTFT err: measured minus scripted;"
-        " own: minus also the fake's own delays (reading the request, sending the first token)."
+        " own: minus also the fake's own delays (server read: from the client's send to the fake having"
+        " read the request; server late: its lateness in sending the first token)."
     )
     print(header)
     print(text)
@@ -255,13 +260,14 @@ def main(argv: list[str] | None = None) -> int:
             "streams": r["streams"],
             "requests": r["requests"],
             **{
-                side: {k: v for k, v in r[side].items() if k not in ("ttft", "own", "itl", "late")}
+                side: {k: v for k, v in r[side].items() if k not in ("ttft", "own", "itl", "late", "read")}
                 | {
                     "ttft_err_ms": {q: percentile(r[side]["ttft"], q) for q in (50, 90, 99)},
                     "ttft_own_err_ms": {q: percentile(r[side]["own"], q) for q in (50, 90, 99)},
                     "ttft_err_min_ms": min(r[side]["ttft"]) if r[side]["ttft"] else None,
                     "itl_err_ms": {q: percentile(r[side]["itl"], q) for q in (50, 99)},
                     "server_late_ms": {q: percentile(r[side]["late"], q) for q in (50, 99)},
+                    "server_read_ms": {q: percentile(r[side]["read"], q) for q in (50, 99)},
                 }
                 for side in r["sides"]
             },
