@@ -62,10 +62,14 @@ TOKENS = 16
 SCRIPT = FakeScript(ttft_ms=(20.0, 200.0), itl_ms=(5.0, 20.0), tokens=TOKENS)
 
 
+# The per-request lists (ms) a side's summary carries, kept out of the raw JSON as lists.
+PER_REQUEST = ("ttft", "own", "itl", "late", "read")
+
+
 def errors_of(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """TTFT errors (against the script, and the client's own), ITL errors, intervals, the fake's
     lateness in sending the first token and its delay in reading the request (ms)."""
-    found: dict[str, list[Any]] = {"ttft": [], "own": [], "itl": [], "intervals": [], "late": [], "read": []}
+    found: dict[str, list[Any]] = {key: [] for key in (*PER_REQUEST, "intervals")}
     for row in rows:
         timings = row.get("timings") or {}
         times = row.get("content_times_s") or []
@@ -89,7 +93,7 @@ def _summary(
     found: dict[str, list[Any]], streams: int, requests: int, cpu_frac: float | None
 ) -> dict[str, Any]:
     return {
-        **{key: found[key] for key in ("ttft", "own", "itl", "late", "read")},
+        **{key: found[key] for key in PER_REQUEST},
         "concurrency": delivered_concurrency(found["intervals"], streams),
         "cpu_frac": cpu_frac,
         "cpu_per_100_streams": None if cpu_frac is None else cpu_frac * 100 / streams,
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             "streams": r["streams"],
             "requests": r["requests"],
             **{
-                side: {k: v for k, v in r[side].items() if k not in ("ttft", "own", "itl", "late", "read")}
+                side: {k: v for k, v in r[side].items() if k not in PER_REQUEST}
                 | {
                     "ttft_err_ms": {q: percentile(r[side]["ttft"], q) for q in (50, 90, 99)},
                     "ttft_own_err_ms": {q: percentile(r[side]["own"], q) for q in (50, 90, 99)},
