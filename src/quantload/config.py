@@ -32,6 +32,7 @@ from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
 from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
+from quantload.slo import Percentile, Slo
 
 CONFIG_FILE_NAME = "quantload.toml"
 ENV_PREFIX = "QUANTLOAD_"
@@ -47,7 +48,17 @@ ENV_NOT_CONFIG: frozenset[str] = frozenset(
 
 # Keys that moved, read under their new name from every layer (a file, the environment, flags, a
 # run's config.json): {old dotted key: new dotted key}.
-RENAMED_KEYS: dict[str, str] = {"model.quants": "prepare.quants"}
+RENAMED_KEYS: dict[str, str] = {
+    "model.quants": "prepare.quants",
+    "report.slo_ttft_p99_s": "slo.ttft_s",
+    "report.slo_tpot_s": "slo.tpot_s",
+}
+# Keys that are gone, with what replaced them: a user's layer naming one is refused with that line;
+# a run's config.json from before is read without it.
+REMOVED_KEYS: dict[str, str] = {
+    "limit.repeats": "each level is now decided as it goes, at slo.confidence, within"
+    " slo.level_max_requests and slo.level_max_s; remove limit.repeats",
+}
 IMATRIX_MODES: tuple[str, ...] = ("off", "computed")
 DEFAULT_CALIBRATION = "wikitext-2-train"
 SENSITIVITY_GROUPS: tuple[str, ...] = (
@@ -562,7 +573,8 @@ class MixedSettings(_Section):
 
 
 class LimitSettings(_Section):
-    """The limit search: the most users (limit_users) and highest rate (limit_rate) within the SLO."""
+    """The limit search: the most users (limit_users) and highest rate (limit_rate) shown to meet the
+    SLO, each level decided as it goes within the [slo] budget."""
 
     start_users: int = Field(
         default=1, ge=1, le=MAX_USERS, description="the closed-loop search's first level"
@@ -578,10 +590,7 @@ class LimitSettings(_Section):
         default=2.0, gt=1, le=MAX_GROWTH, description="each growing trial multiplies the level"
     )
     rate_resolution: float = Field(default=0.1, gt=0, lt=1, description="rates are bisected to this")
-    repeats: int = Field(
-        default=3, ge=1, le=MAX_REPEATS, description="the answer must hold in a majority of these"
-    )
-    time_cap_s: float = Field(default=900.0, gt=0, le=MAX_SECONDS, description="per search; ends it early")
+    time_cap_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS, description="per search; ends it early")
     requests_per_user: int = Field(
         default=4, ge=1, le=MAX_COUNT, description="closed-loop trial requests per user"
     )
@@ -918,11 +927,59 @@ class ObserveSettings(_Section):
     grafana_password: SecretStr | None = None
 
 
-class ReportSettings(_Section):
-    """Service-level objectives the capacity verdict is judged against."""
+MAX_LEVEL_REQUESTS = 1_000_000
 
-    slo_ttft_p99_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
-    slo_tpot_s: float = Field(default=0.1, gt=0, le=MAX_SECONDS)
+
+class SloSettings(_Section):
+    """The service-level objective every verdict is judged against, how sure a verdict must be, and
+    what a level may spend on being decided (quantload.slo). The sweep and the limit searches keep
+    sending at a level until it is decided or its budget, `level_max_requests` or `level_max_s`,
+    runs out; then it is undecided."""
+
+    ttft_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS, description="TTFT limit, s")
+    ttft_percentile: Percentile = Field(
+        default="p99", description="the share of requests the TTFT limit holds for: p50, p90, p95, p99, p99.9"
+    )
+    tpot_s: float = Field(default=0.1, gt=0, le=MAX_SECONDS, description="TPOT limit, s")
+    tpot_percentile: Percentile = Field(default="p99", description="the TPOT limit's percentile")
+    max_failed_frac: float = Field(
+        default=0.01, ge=0.0001, le=0.5, description="the share of requests that may fail"
+    )
+    confidence: float = Field(
+        default=0.95, gt=0.5, lt=0.999,
+        description="how sure a verdict must be: a level meets (or misses) only when the data show it"
+        " at this confidence",
+    )  # fmt: skip
+    level_max_requests: int = Field(
+        default=5000, ge=1, le=MAX_LEVEL_REQUESTS,
+        description="the most requests a level (a sweep level's repeats together, a limit-search"
+        " level) sends while undecided",
+    )  # fmt: skip
+    level_max_s: float = Field(
+        default=900.0, gt=0, le=MAX_SECONDS, description="the most seconds a level sends while undecided"
+    )
+    burst_requests: int = Field(
+        default=0, ge=0, le=MAX_USERS,
+        description="requests one slow episode is assumed to hit until the data show otherwise;"
+        " 0 = the requests in flight at once (a closed loop's users), 1 = requests are independent",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _budget_can_decide(self) -> SloSettings:
+        fewest = Slo.of(self).fewest_requests()
+        if self.level_max_requests < fewest:
+            raise ValueError(
+                f"slo.level_max_requests ({self.level_max_requests}) is below the {fewest} requests a"
+                f" level needs to meet {self.ttft_percentile}/{self.tpot_percentile} limits at"
+                f" {self.confidence:g} confidence; raise it to at least {fewest}, or lower"
+                " slo.confidence or the percentiles"
+            )
+        return self
+
+
+class ReportSettings(_Section):
+    """What the report judges quality by, and when it calls the load client late."""
+
     client_lag_threshold_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_kld_mean_nats: float = Field(
         default=0.05,
@@ -1044,6 +1101,7 @@ class Settings(_Section):
     context: ContextSettings = ContextSettings()
     tenants: tuple[TenantSettings, ...] = ()
     noisy_neighbour: NoisyNeighbourSettings = NoisyNeighbourSettings()
+    slo: SloSettings = SloSettings()
     report: ReportSettings = ReportSettings()
     plan: PlanSettings = PlanSettings()
     calibrate: CalibrateSettings = CalibrateSettings()
@@ -1101,6 +1159,11 @@ def rename_keys(layer: Mapping[str, Any]) -> dict[str, Any]:
             target = renamed.setdefault(new_section, {})
             if isinstance(target, dict):
                 target.setdefault(new_key, value)
+    for gone in REMOVED_KEYS:
+        section, key = gone.split(".", 1)
+        values = renamed.get(section)
+        if isinstance(values, dict):
+            values.pop(key, None)
     return renamed
 
 
@@ -1162,6 +1225,10 @@ def _check_keys(layer: Mapping[str, Mapping[str, Any]], origin: str) -> None:
         for key in values:
             if f"{section}.{key}" in RENAMED_KEYS:
                 continue
+            if f"{section}.{key}" in REMOVED_KEYS:
+                raise ConfigError(
+                    f"'{section}.{key}' in {origin} is no longer a setting", REMOVED_KEYS[f"{section}.{key}"]
+                )
             if key not in known[section]:
                 raise ConfigError(
                     f"unknown configuration key '{section}.{key}' in {origin}",

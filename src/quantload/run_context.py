@@ -49,7 +49,7 @@ class RunContext:
     @property
     def slo(self) -> Slo:
         """The SLO every stage of the run is judged against."""
-        return Slo.of(self.settings.report)
+        return Slo.of(self.settings.slo)
 
     @property
     def metrics_port(self) -> int:

@@ -1,37 +1,47 @@
-"""The service-level objective, judged in one place: the limit search, the capacity verdict, the
-plan and the report all ask this module.
+"""The service-level objective, judged in one place: the sweep, the limit search, the tuner, the
+capacity verdict, the plan and the report all ask this module.
 
 - **What a request that meets the SLO is**: it succeeded within its deadline, its TTFT is within
-  `report.slo_ttft_p99_s` and its TPOT within `report.slo_tpot_s`. In open loop (arrivals on a
-  schedule: Poisson or a trace) TTFT counts from the intended send time, so a client that fell
-  behind its schedule cannot hide the wait (coordinated omission); in closed loop from the send.
+  `slo.ttft_s` and its TPOT within `slo.tpot_s`. In open loop (arrivals on a schedule: Poisson or a
+  trace) TTFT counts from the intended send time, so a client that fell behind its schedule cannot
+  hide the wait (coordinated omission); in closed loop from the send.
 - **Goodput** is the count (or rate) of such requests: DistServe's definition, the only one.
 - **Open or closed loop** comes from the stage's arrival process (`Arrival`), never from the
   experiment's name.
-- **A stage's or a level's verdict**: the SLO says the p99 of TTFT and of TPOT are within their
-  limits and at most 1 % of requests fail. For a continuous latency, "p99 <= L" means "at most
-  1 % of requests are over L", so the judge counts requests over each limit and tests each count
-  against its 1 % with a one-sided binomial test: a level misses the SLO only when the count is
-  beyond what a level just within it would show by chance (p < 5 %). One slow request among eight
-  is not evidence (a p99 of eight requests is their maximum); three of eight are. Every verdict
-  says how many requests it rests on and how sure it is: for a miss, that chance; for a pass, the
-  share of requests over the limit that the data cannot rule out (95 % upper bound).
+- **A level's verdict**: the SLO says the TTFT and TPOT percentiles the user names (p50 ... p99.9)
+  are within their limits and at most `slo.max_failed_frac` of requests fail. "TTFT p95 <= L" means
+  "at most 5 % of requests are over L", so the judge counts the requests over each limit and weighs
+  each count against its allowance with anytime-valid evidence (quantload.evidence): the level
+  *meets* when the data show, at `slo.confidence`, that no share is over its allowance; it *misses*
+  when they show that one is; otherwise it is *undecided*, and says about how many more requests
+  would likely decide it. Because the evidence stays valid however often it is looked at, the
+  sweep and the limit search judge after every request and stop sending once a level is decided.
+  Overs that come in bursts count for what their bursts are worth (the design effect, with a prior
+  of `slo.burst_requests`, by default the requests in flight at once).
+- A verdict on a stage whose server lost its CPU to other processes cannot be "misses" (the machine
+  was measured); it is undecided with that reason. A "meets" stands: the server met the SLO even so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from quantload.config import ReportSettings
+from quantload.evidence import Decision, ShareEvidence, fewest_requests_to_meet, judge_share, upper_share
 from quantload.text_format import duration, percent
+
+if TYPE_CHECKING:
+    from quantload.config import SloSettings
 
 Arrival = Literal["closed", "poisson", "trace"]
 OPEN_LOOP_ARRIVALS: frozenset[str] = frozenset({"poisson", "trace"})
-MAX_FAILED_FRAC = 0.01  # the SLO's share of failed requests
-OVER_LIMIT_FRAC = 0.01  # the share over a latency limit a p99 objective allows
-CONFIDENCE = 0.95  # a miss needs p < 1 - CONFIDENCE; a pass states the CONFIDENCE upper bound
+Percentile = Literal["p50", "p90", "p95", "p99", "p99.9"]
+PERCENTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p99.9": 0.999}
+MAX_FAILED_FRAC = 0.01  # the SLO's default share of failed requests
+CONFIDENCE = 0.95  # the default confidence of every verdict
+Outcome = Literal["meets", "misses", "undecided", "unjudged"]
 
 
 def arrival_of(arrival: str | None, rate_rps: float | None) -> Arrival:
@@ -47,25 +57,77 @@ def is_open_loop(arrival: str | None, rate_rps: float | None = None) -> bool:
     return arrival_of(arrival, rate_rps) in OPEN_LOOP_ARRIVALS
 
 
+def allowed_over_frac(percentile: str) -> float:
+    """The share of requests a percentile limit lets over it: 1 % for p99."""
+    return 1.0 - PERCENTILES[percentile]
+
+
 @dataclass(frozen=True)
 class Slo:
-    """The latency limits and the failed share a level must keep."""
+    """The latency limits with their percentiles, the failed share a level must keep, and how sure
+    a verdict must be (`confidence`; `burst_requests`: the requests one slow episode is assumed to
+    hit until the data say otherwise, 0 = the requests in flight at once)."""
 
-    ttft_p99_s: float
-    tpot_p99_s: float
+    ttft_s: float
+    tpot_s: float
+    ttft_percentile: Percentile = "p99"
+    tpot_percentile: Percentile = "p99"
     max_failed_frac: float = MAX_FAILED_FRAC
+    confidence: float = CONFIDENCE
+    burst_requests: int = 0
 
     @classmethod
-    def of(cls, report: ReportSettings) -> Slo:
-        """The SLO of the [report] settings."""
-        return cls(report.slo_ttft_p99_s, report.slo_tpot_s)
+    def of(cls, settings: SloSettings) -> Slo:
+        """The SLO of the [slo] settings."""
+        return cls(
+            ttft_s=settings.ttft_s,
+            tpot_s=settings.tpot_s,
+            ttft_percentile=settings.ttft_percentile,
+            tpot_percentile=settings.tpot_percentile,
+            max_failed_frac=settings.max_failed_frac,
+            confidence=settings.confidence,
+            burst_requests=settings.burst_requests,
+        )
+
+    def with_limits(self, ttft_s: float | None, tpot_s: float | None) -> Slo:
+        """The same SLO with other latency limits where given (a tenant's own)."""
+        return Slo(
+            ttft_s or self.ttft_s, tpot_s or self.tpot_s, self.ttft_percentile, self.tpot_percentile,
+            self.max_failed_frac, self.confidence, self.burst_requests,
+        )  # fmt: skip
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+    @property
+    def ttft_allowed_frac(self) -> float:
+        return allowed_over_frac(self.ttft_percentile)
+
+    @property
+    def tpot_allowed_frac(self) -> float:
+        return allowed_over_frac(self.tpot_percentile)
 
     def text(self) -> str:
         """The SLO in words."""
         return (
-            f"TTFT p99 ≤ {duration(self.ttft_p99_s)} and TPOT p99 ≤ {duration(self.tpot_p99_s)},"
-            f" with at most {percent(self.max_failed_frac, 0)} of requests failed"
+            f"TTFT {self.ttft_percentile} ≤ {duration(self.ttft_s)} and TPOT {self.tpot_percentile}"
+            f" ≤ {duration(self.tpot_s)}, with at most {percent(self.max_failed_frac, 0)} of requests"
+            f" failed, decided at {percent(self.confidence, 0)} confidence"
         )
+
+    def fewest_requests(self) -> int:
+        """The fewest requests with which a level can meet this SLO at all (none over a limit, none
+        failed, requests independent): what a level's budget must allow."""
+        alpha = self.alpha
+        return max(
+            fewest_requests_to_meet(share, alpha)
+            for share in (self.ttft_allowed_frac, self.tpot_allowed_frac, self.max_failed_frac)
+        )
+
+    def key(self) -> tuple[float, float, str, str, float]:
+        """What a request's counts depend on (a summary judged against another key is recounted)."""
+        return (self.ttft_s, self.tpot_s, self.ttft_percentile, self.tpot_percentile, self.max_failed_frac)
 
 
 def judged_ttft_s(ttft_s: float | None, ttft_from_intended_s: float | None, open_loop: bool) -> float | None:
@@ -75,9 +137,24 @@ def judged_ttft_s(ttft_s: float | None, ttft_from_intended_s: float | None, open
     return ttft_s
 
 
+def burst_prior(slo: Slo, in_flight: float | None) -> float:
+    """The requests one slow episode is assumed to hit: `slo.burst_requests`, or (0) the requests
+    in flight at once (a closed loop's users, an open loop's delivered concurrency), at least 1."""
+    if slo.burst_requests > 0:
+        return float(slo.burst_requests)
+    return max(1.0, math.ceil(in_flight or 1.0))
+
+
+def block_size(burst_requests: float) -> int:
+    """Requests per block of the design effect's batch means: two bursts' worth, at least 2."""
+    return max(2, int(2 * math.ceil(burst_requests)))
+
+
 @dataclass(frozen=True)
 class SloCounts:
-    """What the verdict rests on: measured requests, failed ones, those over each limit, good ones.
+    """What the verdict rests on: measured requests, failed ones, those over each limit, good ones,
+    and for each share the sum over blocks of consecutive requests of its count squared (what the
+    design effect is estimated from).
 
     Counts add up (`+`), so repeats of a level are judged on all their requests together.
     """
@@ -88,6 +165,9 @@ class SloCounts:
     tpot_judged: int = 0  # succeeded with a TPOT (two tokens or more)
     tpot_over: int = 0
     good: int = 0  # met the SLO on its own: goodput
+    failed_sq: int = 0
+    ttft_over_sq: int = 0
+    tpot_over_sq: int = 0
 
     def __add__(self, other: SloCounts) -> SloCounts:
         return SloCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -100,6 +180,17 @@ class SloCounts:
     def to_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SloCounts:
+        """Counts as a summary or a table row keeps them; counts written before the block sums were
+        kept read as isolated overs (each over its own block)."""
+        known = {f.name for f in fields(cls)}
+        values = {name: int(data.get(name) or 0) for name in known}
+        for share in ("failed", "ttft_over", "tpot_over"):
+            if data.get(f"{share}_sq") is None:
+                values[f"{share}_sq"] = values[share]
+        return cls(**values)
+
 
 def total(counts: Iterable[SloCounts]) -> SloCounts:
     """The counts of several stages together."""
@@ -110,17 +201,41 @@ def total(counts: Iterable[SloCounts]) -> SloCounts:
 
 
 @dataclass
+class _Block:
+    """One share's running count within the current block, and the squares of finished blocks."""
+
+    count: int = 0
+    in_block: int = 0
+    squares: int = 0
+
+    def add(self, over: bool, block_ends: bool) -> None:
+        if over:
+            self.count += 1
+            self.in_block += 1
+        if block_ends:
+            self.squares += self.in_block * self.in_block
+            self.in_block = 0
+
+    @property
+    def squares_so_far(self) -> int:
+        return self.squares + self.in_block * self.in_block
+
+
+@dataclass
 class SloCounter:
-    """Counts requests against an SLO one at a time (the load's stage summaries use it)."""
+    """Counts requests against an SLO one at a time, in the order they finish (the load's stage
+    summaries and the sequential decision use it); blocks of `block_requests` consecutive requests
+    give the design effect."""
 
     slo: Slo
     open_loop: bool
+    block_requests: int = 2
     requests: int = 0
-    failed: int = 0
-    ttft_over: int = 0
     tpot_judged: int = 0
-    tpot_over: int = 0
     good: int = 0
+    _failed: _Block = field(default_factory=_Block)
+    _ttft: _Block = field(default_factory=_Block)
+    _tpot: _Block = field(default_factory=_Block)
 
     def add(
         self,
@@ -132,80 +247,117 @@ class SloCounter:
     ) -> None:
         """One measured request."""
         self.requests += 1
-        if not ok:
-            self.failed += 1
-            return
+        ends = self.requests % max(1, self.block_requests) == 0
         ttft = judged_ttft_s(ttft_s, ttft_from_intended_s, self.open_loop)
-        ttft_met = ttft is not None and ttft <= self.slo.ttft_p99_s
-        if not ttft_met:
-            self.ttft_over += 1
+        ttft_met = ok and ttft is not None and ttft <= self.slo.ttft_s
         tpot_met = True
-        if tpot_s is not None:
+        if ok and tpot_s is not None:
             self.tpot_judged += 1
-            tpot_met = tpot_s <= self.slo.tpot_p99_s
-            if not tpot_met:
-                self.tpot_over += 1
-        if within_deadline and ttft_met and tpot_met:
+            tpot_met = tpot_s <= self.slo.tpot_s
+        self._failed.add(not ok, ends)
+        self._ttft.add(ok and not ttft_met, ends)
+        self._tpot.add(ok and tpot_s is not None and not tpot_met, ends)
+        if ok and within_deadline and ttft_met and tpot_met:
             self.good += 1
 
     def counts(self) -> SloCounts:
         return SloCounts(
-            self.requests, self.failed, self.ttft_over, self.tpot_judged, self.tpot_over, self.good
+            requests=self.requests,
+            failed=self._failed.count,
+            ttft_over=self._ttft.count,
+            tpot_judged=self.tpot_judged,
+            tpot_over=self._tpot.count,
+            good=self.good,
+            failed_sq=self._failed.squares_so_far,
+            ttft_over_sq=self._ttft.squares_so_far,
+            tpot_over_sq=self._tpot.squares_so_far,
         )
 
 
 @dataclass(frozen=True)
-class Excess:
-    """One of the SLO's three shares (failed, over the TTFT limit, over the TPOT limit) as measured."""
+class ShareTest:
+    """One of the SLO's three shares (failed, over the TTFT limit, over the TPOT limit), weighed."""
 
     what: str  # "failed", "over the TTFT limit (1.00 s)", ...
-    count: int
-    of: int
-    allowed_frac: float
-    p_value: float  # the chance that a level just within the SLO shows `count` or more
-    upper_frac: float  # CONFIDENCE upper bound of the true share
+    evidence: ShareEvidence
+    upper_frac: float | None = None  # the anytime-valid upper bound of the true share
 
     @property
-    def frac(self) -> float:
-        return self.count / self.of if self.of else 0.0
+    def count(self) -> int:
+        return self.evidence.over
 
     @property
-    def above_allowed(self) -> bool:
-        return self.count > 0 and self.frac > self.allowed_frac
+    def of(self) -> int:
+        return self.evidence.of
 
     @property
-    def misses(self) -> bool:
-        """Beyond what chance gives a level within the SLO."""
-        return self.above_allowed and self.p_value < 1 - CONFIDENCE
+    def allowed_frac(self) -> float:
+        return self.evidence.allowed
 
     def text(self) -> str:
-        return f"{self.count} of {self.of} requests {self.what} ({percent(self.frac, 0)})"
+        share = self.count / self.of if self.of else 0.0
+        return f"{self.count} of {self.of} requests {self.what} ({percent(share, 1)})"
 
 
-def _excess(what: str, count: int, of: int, allowed: float) -> Excess:
-    # Imported here: scipy.stats costs a noticeable fraction of a second, which only judging pays.
-    from scipy.stats import binomtest
+def weigh(counts: SloCounts, slo: Slo, burst_requests: float, bounds: bool = False) -> tuple[ShareTest, ...]:
+    """The evidence about each of the SLO's shares (pure arithmetic, the load processes call it per
+    request; `bounds` adds each share's upper bound, which needs scipy)."""
+    alpha = slo.alpha
+    misses_alpha = alpha / 3  # one of three shares missing by chance: at most alpha in all
+    shares = (
+        ("failed", counts.failed, counts.requests, counts.failed_sq, slo.max_failed_frac),
+        (
+            f"over the TTFT limit ({duration(slo.ttft_s)})",
+            counts.ttft_over, counts.ok, counts.ttft_over_sq, slo.ttft_allowed_frac,
+        ),
+        (
+            f"over the TPOT limit ({duration(slo.tpot_s)})",
+            counts.tpot_over, counts.tpot_judged, counts.tpot_over_sq, slo.tpot_allowed_frac,
+        ),
+    )  # fmt: skip
+    tests = []
+    for what, over, of, squares, allowed in shares:
+        evidence = judge_share(over, of, squares, allowed, alpha, misses_alpha, burst_requests)
+        upper = upper_share(over, of, evidence.design_effect, alpha) if bounds and of else None
+        tests.append(ShareTest(what, evidence, upper))
+    return tuple(tests)
 
-    if of <= 0:
-        return Excess(what, 0, 0, allowed, 1.0, 1.0)
-    test = binomtest(count, of, allowed, alternative="greater")
-    # the one-sided upper bound of the share: the "greater" test's interval is [low, 1], so the
-    # bound comes from the "less" side
-    bound = binomtest(count, of, allowed, alternative="less")
-    upper = float(bound.proportion_ci(confidence_level=CONFIDENCE, method="exact").high)
-    return Excess(what, count, of, allowed, float(test.pvalue), upper)
+
+def decision_of(tests: Iterable[ShareTest]) -> Decision:
+    """Misses when any share misses; meets when every judged share meets; else undecided. A share
+    nothing was judged on (no TPOT: one-token answers) does not hold the level back."""
+    tests = list(tests)
+    if any(t.evidence.decision == "misses" for t in tests):
+        return "misses"
+    judged = [t for t in tests if t.of > 0]
+    if judged and all(t.evidence.decision == "meets" for t in judged):
+        return "meets"
+    return "undecided"
 
 
 @dataclass(frozen=True)
 class Verdict:
     """A stage's or a level's verdict against the SLO, with what it rests on and how sure it is."""
 
-    meets: bool | None  # None: nothing to judge
+    outcome: Outcome
     hard_failure: bool
-    why: str  # the reasons it misses; what it kept when it meets
+    why: str  # why it misses, what it kept when it meets, what it lacks when undecided
     counts: SloCounts
     sureness: str  # how many requests it rests on and how sure it is, in words
-    excesses: tuple[Excess, ...] = field(default_factory=tuple)
+    shares: tuple[ShareTest, ...] = ()
+    more_requests: int | None = None  # undecided: about how many more requests would likely decide it
+
+    @property
+    def meets(self) -> bool:
+        return self.outcome == "meets"
+
+    @property
+    def misses(self) -> bool:
+        return self.outcome == "misses"
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome in ("meets", "misses")
 
     @property
     def requests(self) -> int:
@@ -214,54 +366,84 @@ class Verdict:
 
     def text(self) -> str:
         """The verdict, its reasons and how sure it is, in one line."""
-        if self.meets is None:
+        if self.outcome == "unjudged":
             return self.why
-        head = f"meets the SLO ({self.why})" if self.meets else f"misses the SLO: {self.why}"
+        head = {
+            "meets": f"meets the SLO ({self.why})",
+            "misses": f"misses the SLO: {self.why}",
+            "undecided": f"undecided: {self.why}",
+        }[self.outcome]
         return f"{head}; {self.sureness}"
 
 
-def judge(counts: SloCounts, slo: Slo, hard_failure_frac: float | None = None) -> Verdict:
-    """The verdict of a stage, or of a level's repeats together (see the module docstring).
+def _requests(count: int) -> str:
+    return f"{count} request{'s' if count != 1 else ''}"
 
-    `hard_failure_frac` (the limit search's): a failed share at or above it misses at once, as a
-    hard failure, whatever the statistics say.
+
+def judge(
+    counts: SloCounts,
+    slo: Slo,
+    in_flight: float | None = None,
+    hard_failure_frac: float | None = None,
+    machine_busy: str | None = None,
+) -> Verdict:
+    """The verdict of a stage, or of a level's stages together (see the module docstring).
+
+    `in_flight`: the requests in flight at once (closed-loop users), the prior of the design
+    effect unless `slo.burst_requests` sets it. `hard_failure_frac` (the limit search's): a failed
+    share at or above it misses at once, as a hard failure. `machine_busy`: why the server's CPU
+    was not its own during the stage; a miss then becomes undecided.
     """
-    rests = f"rests on {counts.requests} request{'s' if counts.requests != 1 else ''}"
+    rests = f"rests on {_requests(counts.requests)}"
     if counts.requests == 0:
-        return Verdict(None, False, "no measured request", counts, rests)
+        return Verdict("unjudged", False, "no measured request", counts, rests)
     if counts.ok == 0:
-        return Verdict(False, True, f"all {counts.requests} requests failed", counts, rests)
+        return Verdict("misses", True, f"all {counts.requests} requests failed", counts, rests)
     failed_frac = counts.failed / counts.requests
     if hard_failure_frac is not None and failed_frac >= hard_failure_frac:
         why = f"{counts.failed} of {counts.requests} requests failed ({percent(failed_frac, 0)})"
         return Verdict(
-            False, True, why, counts, f"{rests}; a hard failure (at least {percent(hard_failure_frac, 0)})"
+            "misses", True, why, counts, f"{rests}; a hard failure (at least {percent(hard_failure_frac, 0)})"
         )
-    ttft_what = f"over the TTFT limit ({duration(slo.ttft_p99_s)})"
-    tpot_what = f"over the TPOT limit ({duration(slo.tpot_p99_s)})"
-    excesses = (
-        _excess("failed", counts.failed, counts.requests, slo.max_failed_frac),
-        _excess(ttft_what, counts.ttft_over, counts.ok, OVER_LIMIT_FRAC),
-        _excess(tpot_what, counts.tpot_over, counts.tpot_judged, OVER_LIMIT_FRAC),
+    burst = burst_prior(slo, in_flight)
+    tests = weigh(counts, slo, burst, bounds=True)
+    outcome = decision_of(tests)
+    confidence = percent(slo.confidence, 0)
+    deff = max(t.evidence.design_effect for t in tests)
+    clustered = f"; overs counted in bursts of about {deff:.1f} requests" if deff > 1.05 else ""
+    if outcome == "misses":
+        missed = [t for t in tests if t.evidence.decision == "misses"]
+        why = "; ".join(t.text() for t in missed)
+        if machine_busy:
+            return Verdict(
+                "undecided", False, f"{why}, but {machine_busy}", counts,
+                f"{rests}; a busy machine, not the server, may have caused it", tests, None,
+            )  # fmt: skip
+        sure = (
+            f"{rests}; at {confidence} confidence more than {percent(missed[0].allowed_frac, 1)} are"
+            f" {missed[0].what}{clustered}"
+        )
+        return Verdict("misses", False, why, counts, sure, tests)
+    if outcome == "meets":
+        loosest = max(tests[1:], key=lambda t: t.upper_frac if t.upper_frac is not None else -1.0)
+        kept = f"{counts.ttft_over + counts.tpot_over} over a latency limit, {counts.failed} failed"
+        bound = loosest.upper_frac if loosest.upper_frac is not None else loosest.allowed_frac
+        sure = (
+            f"{rests}; at {confidence} confidence at most {percent(bound, 1)} of requests are"
+            f" {loosest.what}{clustered}"
+        )
+        return Verdict("meets", False, kept, counts, sure, tests)
+    open_tests = [t for t in tests if t.of and t.evidence.decision == "undecided"]
+    seen = "; ".join(t.text() for t in open_tests) or "nothing judged"
+    more = [t.evidence.more_requests for t in open_tests]
+    known = [m for m in more if m is not None]
+    if more and all(m is not None for m in more) and known:
+        need = f"about {max(known):,} more requests would likely decide it"
+        more_requests: int | None = max(known)
+    else:
+        need = "the share sits at its allowance, so more requests may not decide it"
+        more_requests = None
+    busy = f"; {machine_busy}" if machine_busy else ""
+    return Verdict(
+        "undecided", False, f"{seen}{busy}", counts, f"{rests}; {need}{clustered}", tests, more_requests
     )
-    missed = [e for e in excesses if e.misses]
-    if missed:
-        worst = min(missed, key=lambda e: e.p_value)
-        sure = f"{rests}; a level within the SLO shows this with p = {_p_text(worst.p_value)}"
-        return Verdict(False, False, "; ".join(e.text() for e in missed), counts, sure, excesses)
-    noisy = [e for e in excesses if e.above_allowed]
-    kept = (
-        "within chance: " + "; ".join(e.text() for e in noisy)
-        if noisy
-        else f"{counts.ttft_over + counts.tpot_over} over a latency limit, {counts.failed} failed"
-    )
-    loosest = max(excesses[1:], key=lambda e: e.upper_frac)
-    sure = (
-        f"{rests}; at {percent(CONFIDENCE, 0)} confidence at most {percent(loosest.upper_frac, 0)}"
-        f" of requests are {loosest.what}"
-    )
-    return Verdict(True, False, kept, counts, sure, excesses)
-
-
-def _p_text(p: float) -> str:
-    return f"{p:.2g}" if p >= 0.0001 else "< 0.0001"

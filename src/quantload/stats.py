@@ -64,3 +64,29 @@ def percentile(
     if weight >= 0.5:
         return above - step * (1 - weight)
     return below + step * weight
+
+
+def percentile_interval(
+    values: Iterable[object], q: float, confidence: float
+) -> tuple[float | None, float | None]:
+    """A distribution-free confidence interval of the q-th percentile (0-100) from order statistics.
+
+    For n values and a true percentile ξ, the number of values below ξ is binomial(n, q/100), so the
+    k-th smallest value lies below ξ with a probability that binomial gives exactly; the bounds are
+    the order statistics whose chances of falling on the wrong side are each at most
+    (1 - confidence) / 2. A side no order statistic can bound (too few values: a p99 of 100
+    requests cannot be bounded above) is None. Raises nothing; (None, None) without values.
+    """
+    ordered = sorted(finite(values))
+    count = len(ordered)
+    if count == 0:
+        return None, None
+    from scipy.stats import binom  # imported where needed: the load processes never call this
+
+    tail = (1.0 - confidence) / 2.0
+    share = q / 100.0
+    low_rank = int(binom.ppf(tail, count, share))  # P(fewer than low_rank below) <= tail
+    high_rank = int(binom.ppf(1.0 - tail, count, share)) + 1
+    low = ordered[low_rank - 1] if low_rank >= 1 else None
+    high = ordered[high_rank - 1] if high_rank <= count else None
+    return low, high

@@ -47,13 +47,14 @@ from quantload.analysis.ttft_tables import (
     reasoning_table,
     ttft_split_table,
 )
-from quantload.config import PlanSettings, ReportSettings
+from quantload.config import PlanSettings, ReportSettings, SloSettings
 from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache, sessions
 from quantload.experiments.base import Experiment
 from quantload.load import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
+from quantload.slo import Slo
 
 WINDOW_MARGIN_S = 5.0
 
@@ -63,7 +64,8 @@ class Analysis:
     """Every table, verdict and note the renderers show."""
 
     run: RunData
-    slo: ReportSettings
+    report: ReportSettings
+    slo: Slo
     quants: tuple[str, ...]
     header: Header
     stages: pd.DataFrame
@@ -282,7 +284,8 @@ def _stage_warnings(stages: pd.DataFrame) -> list[str]:
 
 def analyze(
     run: RunData,
-    slo: ReportSettings,
+    report: ReportSettings,
+    slo: Slo,
     prometheus: PromConnection,
     scrape_interval_s: float,
     plan_settings: PlanSettings | None = None,
@@ -292,7 +295,7 @@ def analyze(
     stage table when the caller has built it already."""
     quants = tuple(run.quants())
     stages = stage_table(run, slo) if stages is None else stages
-    levels = level_table(stages, "sweep", "users", quants)
+    levels = level_table(stages, "sweep", "users", quants, run.records, slo)
     soaks = soak_view(run, stages)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + soaks.gaps
     notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + soaks.notes
@@ -330,12 +333,10 @@ def analyze(
             GPU_ENERGY_WHAT,
         ):
             gaps.append(prometheus.gap(what))
-    lagging = lagging_stages(stages, slo.client_lag_threshold_s)
+    lagging = lagging_stages(stages, report.client_lag_threshold_s)
     verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
     plan_inputs = plan_settings or PlanSettings()
-    plan = plan_from_run(
-        run, verdicts, plan_view(**plan_inputs.model_dump()), slo.slo_ttft_p99_s, slo.slo_tpot_s, stages
-    )
+    plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
     gaps += _context_and_tenant_gaps(run, stages, plan)
     conversations = conversation_table(run.records, stages)
     noisy = noisy_table(run.records, stages, run.settings, slo, quants)
@@ -345,12 +346,13 @@ def analyze(
     hits = session_hits(run.records, stages, quants)
     return Analysis(
         run=run,
+        report=report,
         slo=slo,
         quants=quants,
         header=build_header(run, stages),
         stages=stages,
         levels=levels,
-        open_loop=level_table(stages, "open_loop", "rate_rps", quants),
+        open_loop=level_table(stages, "open_loop", "rate_rps", quants, run.records, slo),
         quant_table=quant_table(run, levels, quants),
         capacity=verdicts,
         ttft_split=ttft_split_table(run.records, stages, "sweep", quants),
@@ -359,7 +361,7 @@ def analyze(
         roofline=roofline_frame(run.speed, quants),
         littles_law=littles_law_table(run.records, stages, windows, server),
         lagging=lagging,
-        client_sentence=client_verdict(stages, lagging, slo.client_lag_threshold_s),
+        client_sentence=client_verdict(stages, lagging, report.client_lag_threshold_s),
         server_series=series,
         histogram_check=hist,
         prometheus_origin=prometheus.origin if client is not None else "",
@@ -371,7 +373,7 @@ def analyze(
         quality_verdict=quality_verdict(
             verdicts,
             kld,
-            slo.max_kld_mean_nats,
+            report.max_kld_mean_nats,
             served.cache_type_k if served else None,
             served.cache_type_v if served else None,
         ),
@@ -395,15 +397,28 @@ def analyze(
     )
 
 
+def run_slo(run: RunData, slo: Slo | None) -> Slo:
+    """The SLO a run is judged against: `slo` when one is given, else the run's own (its
+    config.json), else the defaults."""
+    if slo is not None:
+        return slo
+    if run.settings is not None:
+        return Slo.of(run.settings.slo)
+    return Slo.of(SloSettings())
+
+
 def analyze_run(
     run: RunData,
     settings: ReportSettings,
     prometheus_url: str | None = None,
     prometheus_binary: str = "prometheus",
     plan_settings: PlanSettings | None = None,
+    slo: Slo | None = None,
 ) -> Analysis:
-    """Every figure of one run, reading Prometheus when one with the run's data can be found."""
+    """Every figure of one run, reading Prometheus when one with the run's data can be found;
+    judged against `slo` (None: the run's own)."""
     scrape_s = run.settings.observe.scrape_interval_s if run.settings is not None else 1.0
-    stages = stage_table(run, settings)
+    judged = run_slo(run, slo)
+    stages = stage_table(run, judged)
     with open_prometheus(run, prometheus_url, load_window(stages), prometheus_binary) as connection:
-        return analyze(run, settings, connection, scrape_s, plan_settings, stages)
+        return analyze(run, settings, judged, connection, scrape_s, plan_settings, stages)

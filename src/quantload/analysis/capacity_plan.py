@@ -258,7 +258,7 @@ def plan_quant(
     inputs: PlanSettingsView,
     memory: ServerMemory | None,
     sample: RequestSample | None,
-    slo_ttft_p99_s: float,
+    slo_ttft_s: float,
     slo_tpot_s: float,
 ) -> QuantPlan:
     """Every part of one quantization's plan that its measured figures and the inputs allow."""
@@ -278,7 +278,7 @@ def plan_quant(
     prompt_limit = context_limit = None
     if sample is not None and memory is not None:
         cap = memory.ctx_per_slot - 1
-        prompt_limit = length_limit(sample.prompt_tokens, sample.ttft_s, slo_ttft_p99_s, cap)
+        prompt_limit = length_limit(sample.prompt_tokens, sample.ttft_s, slo_ttft_s, cap)
         context_limit = length_limit(sample.context_tokens, sample.tpot_s, slo_tpot_s, memory.ctx_per_slot)
     return QuantPlan(limit.quant, limit, by_rate, by_users, memory, priced, prompt_limit, context_limit)
 
@@ -376,13 +376,13 @@ def build_plan(
     memories: dict[str, ServerMemory],
     samples: dict[str, RequestSample],
     inputs: PlanSettingsView,
-    slo_ttft_p99_s: float,
+    slo_ttft_s: float,
     slo_tpot_s: float,
 ) -> CapacityPlan:
     """The whole plan from per-quantization measurements (see the module docstring)."""
     quants = tuple(
         plan_quant(
-            limit, inputs, memories.get(limit.quant), samples.get(limit.quant), slo_ttft_p99_s, slo_tpot_s
+            limit, inputs, memories.get(limit.quant), samples.get(limit.quant), slo_ttft_s, slo_tpot_s
         )
         for limit in limits
     )
@@ -543,7 +543,7 @@ def plan_from_run(
     run: RunData,
     verdicts: Sequence[CapacityVerdict],
     inputs: PlanSettingsView,
-    slo_ttft_p99_s: float,
+    slo_ttft_s: float,
     slo_tpot_s: float,
     stages: pd.DataFrame | None = None,
 ) -> CapacityPlan:
@@ -560,7 +560,7 @@ def plan_from_run(
         if verdict.max_users is not None
         and (sample := request_sample(run.records, verdict.quant, verdict.max_users)) is not None
     }
-    plan = build_plan(limits, memories, samples, inputs, slo_ttft_p99_s, slo_tpot_s)
+    plan = build_plan(limits, memories, samples, inputs, slo_ttft_s, slo_tpot_s)
     if stages is None:
         return plan
     return dataclasses.replace(plan, context=context_need(run, stages, inputs.memory_budget_bytes))

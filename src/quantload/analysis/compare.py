@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from quantload.analysis import fmt
-from quantload.analysis.analyze import Analysis, analyze
+from quantload.analysis.analyze import Analysis, analyze, run_slo
 from quantload.analysis.document import (
     Block,
     Bullets,
@@ -30,6 +30,7 @@ from quantload.analysis.report import check_run_dir
 from quantload.analysis.run_data import load_run
 from quantload.analysis.run_tables import level_column, users_levels
 from quantload.config import ReportSettings
+from quantload.slo import Slo
 
 COMPARE_MD = "compare.md"
 COMPARE_HTML = "compare.html"
@@ -136,9 +137,10 @@ def _delta_row(metric: Metric, quant: str, a: Analysis, b: Analysis) -> dict[str
     }
 
 
-def _offline(run_dir: Path, settings: ReportSettings) -> Analysis:
+def _offline(run_dir: Path, settings: ReportSettings, slo: Slo | None) -> Analysis:
     run = load_run(run_dir)
-    return analyze(run, settings, PromConnection(None, "", ["not read for a comparison"]), 1.0)
+    connection = PromConnection(None, "", ["not read for a comparison"])
+    return analyze(run, settings, run_slo(run, slo), connection, 1.0)
 
 
 def compare_rows(a: Analysis, b: Analysis) -> tuple[list[dict[str, Any]], list[Metric]]:
@@ -199,13 +201,18 @@ def _document(a: Analysis, b: Analysis, rows: list[dict[str, Any]], chosen: list
 
 
 def compare_runs(
-    run_a: Path, run_b: Path, out_dir: Path | None = None, settings: ReportSettings | None = None
+    run_a: Path,
+    run_b: Path,
+    out_dir: Path | None = None,
+    settings: ReportSettings | None = None,
+    slo: Slo | None = None,
 ) -> ComparePaths:
-    """Write compare.md, compare.html and compare.csv for two run directories."""
+    """Write compare.md, compare.html and compare.csv for two run directories, both judged against
+    `slo` (None: each against its own)."""
     check_run_dir(run_a)
     check_run_dir(run_b)
-    slo = settings or ReportSettings()
-    a, b = _offline(run_a, slo), _offline(run_b, slo)
+    report = settings or ReportSettings()
+    a, b = _offline(run_a, report, slo), _offline(run_b, report, slo)
     out = out_dir or Path.cwd() / f"compare-{a.header.run_id}-vs-{b.header.run_id}"
     out.mkdir(parents=True, exist_ok=True)
     rows, chosen = compare_rows(a, b)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from quantload.text_format import DASH, duration, is_missing, number, percent
 
-__all__ = ["DASH", "cell_float", "duration", "mib", "number", "percent", "utc", "with_range"]
+__all__ = ["DASH", "cell_float", "duration", "mib", "number", "percent", "utc", "with_interval", "with_range"]
 
 
 def cell_float(value: Any) -> float | None:
@@ -41,6 +41,25 @@ def with_range(median: float | None, low: float | None, high: float | None, show
     if show == "duration" and left_unit == right_unit:
         left = left.rpartition(" ")[0]
     return f"{render(median)} ({left}{DASH}{right})"
+
+
+def with_interval(value: float | None, interval: Any, show: str = "duration") -> str:
+    """'325 ms [301–410]': a percentile and its confidence interval (one unit when shared); a side
+    the requests cannot bound shows as '…' ('325 ms [301 ms–…]' for a p99 of few requests)."""
+    render = duration if show == "duration" else number
+    if value is None or is_missing(value):
+        return DASH
+    if not isinstance(interval, (tuple, list)) or len(interval) != 2:
+        return render(value)
+    low, high = interval
+    if low is None and high is None:
+        return f"{render(value)} [unbounded]"
+    left = render(low) if low is not None and not is_missing(low) else "…"
+    right = render(high) if high is not None and not is_missing(high) else "…"
+    left_unit, right_unit = left.rpartition(" ")[2], right.rpartition(" ")[2]
+    if show == "duration" and left_unit == right_unit and " " in left:
+        left = left.rpartition(" ")[0]
+    return f"{render(value)} [{left}{DASH}{right}]"
 
 
 def utc(unix_s: float | None) -> str:

@@ -46,13 +46,13 @@ def _slots_of(label: str | None) -> tuple[int, int] | None:
 
 
 def goodput_at_limit(line: LimitLine, summaries: dict[str, StageSummary]) -> float | None:
-    """The median goodput (requests/s) of the trials that held at the limit the search found."""
+    """The median goodput (requests/s) of the trials that met the SLO at the limit the search found."""
     if line.limit is None:
         return None
     held = [
         summaries[t.stage_id].goodput_rps
         for t in line.trials
-        if t.held and t.level == line.limit and t.stage_id in summaries
+        if t.met and t.level == line.limit and t.stage_id in summaries
     ]
     found = [value for value in held if value is not None]
     return statistics.median(found) if found else None
@@ -107,7 +107,8 @@ def slots_table(
                 "kv_reported_mib": kv.get("reported_mib"),
                 "memory_mib": variant.memory_mib if variant is not None else None,
                 "limit_users": line.limit,
-                "confirmed": line.confirmed,
+                "undecided": ", ".join(f"{x:g}" for x in line.undecided),
+                "misses_from": line.lowest_miss,
                 "ending": line.ending,
                 "sentence": line.sentence,
                 "goodput_rps": goodput_at_limit(line, summaries),

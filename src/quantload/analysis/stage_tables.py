@@ -1,8 +1,9 @@
 """From the stage summaries (and the records and stage events where a stage has none): one row per
 load stage, exact, from its measured (non-warm-up) records; the figures per level (users, rate or
-cache state) as the median of the repeats with their range, and the SLO counts of the repeats
-together (what the level's verdict rests on); and the stages where the load generator itself
-lagged.
+cache state): its percentiles from the requests of its repeats together, each with its
+distribution-free confidence interval, its rates as the median of the repeats with their range,
+and the SLO counts of the repeats together (what the level's verdict rests on); and the stages
+where the load generator itself lagged.
 
 Only complete stages count towards a level (status "ok", or "unrecorded" when stages.jsonl is
 absent); failed, aborted and unfinished ones are named in the level's `excluded`, so the reader
@@ -20,10 +21,10 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.run_data import RunData
 from quantload.analysis.stats import spread
-from quantload.config import ReportSettings
 from quantload.load import StageEvent, StageSummary, new_figures, summarize
-from quantload.slo import Slo, SloCounts
+from quantload.slo import PERCENTILES, Slo, SloCounts
 from quantload.slo import total as sum_counts
+from quantload.stats import percentile, percentile_interval
 
 UNFINISHED = "unfinished"  # records but no stage_end line: the run stopped inside the stage
 UNRECORDED = "unrecorded"  # stages.jsonl absent: completeness unknown, the records are used as they are
@@ -140,10 +141,9 @@ def _one_stage(
     return row
 
 
-def stage_table(run: RunData, slo: ReportSettings) -> pd.DataFrame:
+def stage_table(run: RunData, judged: Slo) -> pd.DataFrame:
     """Every stage that has measured records or a stage_end line, in the order they ran: its
     summary as the load wrote it (summaries.jsonl), or computed alike from its records."""
-    judged = Slo.of(slo)
     records = run.records
     measured = records[~records["warmup"] & records["experiment"].ne("warmup")]
     starts, ends = _stage_events(run.stages)
@@ -167,6 +167,19 @@ def stage_table(run: RunData, slo: ReportSettings) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- levels
 
+# Percentiles of a level: from its repeats' requests together, with their intervals ({name: (column
+# of records.jsonl, percentile)}; "at_slo" means the SLO's own percentile, TTFT as the SLO judges it).
+LEVEL_PERCENTILES: dict[str, tuple[str, float | str]] = {
+    "ttft_p50_s": ("ttft_s", 50),
+    "ttft_p99_s": ("ttft_s", 99),
+    "ttft_from_intended_p50_s": ("ttft_from_intended_s", 50),
+    "ttft_from_intended_p99_s": ("ttft_from_intended_s", 99),
+    "tpot_p50_s": ("tpot_s", 50),
+    "tpot_p99_s": ("tpot_s", 99),
+    "e2e_p50_s": ("e2e_s", 50),
+    "ttft_at_slo_s": ("judged_ttft_s", "ttft"),
+    "tpot_at_slo_s": ("tpot_s", "tpot"),
+}
 LEVEL_METRICS: tuple[str, ...] = (
     "ttft_p50_s",
     "ttft_p99_s",
@@ -175,6 +188,8 @@ LEVEL_METRICS: tuple[str, ...] = (
     "tpot_p50_s",
     "tpot_p99_s",
     "e2e_p50_s",
+    "ttft_at_slo_s",
+    "tpot_at_slo_s",
     "e2e_mean_s",
     "output_tok_s",
     "requests_per_s",
@@ -197,20 +212,56 @@ SLO_COUNT_COLUMNS: tuple[str, ...] = tuple(f"slo_{name}" for name in SloCounts()
 
 
 def stage_counts(row: Any) -> SloCounts:
-    """The SLO counts of one stage row (zeros where the row has none)."""
+    """The SLO counts of one stage row (zeros where the row has none; block sums of counts written
+    before they were kept read as isolated overs)."""
     values = {name: _value(row, f"slo_{name}") for name in SloCounts().to_dict()}
-    return SloCounts(**{name: int(value or 0) for name, value in values.items()})
+    return SloCounts.from_dict(values)
 
 
-def level_counts(row: Any) -> tuple[SloCounts, tuple[SloCounts, ...]]:
-    """A level row's SLO counts: its usable repeats together, and each repeat's own."""
-    repeats = tuple(SloCounts(**counts) for counts in (_value(row, "repeat_counts") or []))
-    return stage_counts(row), repeats
+def level_counts(row: Any) -> SloCounts:
+    """A level row's SLO counts: its usable repeats together."""
+    return stage_counts(row)
 
 
-def level_table(stages: pd.DataFrame, experiment: str, key: str, quant_order: Sequence[str]) -> pd.DataFrame:
+def _pooled(
+    records: pd.DataFrame | None, stage_ids: Sequence[str], slo: Slo, open_loop: bool
+) -> dict[str, Any]:
+    """The level's percentiles from its stages' measured ok requests together, with their intervals."""
+    if records is None or records.empty or not stage_ids:
+        return {}
+    mine = records[records["stage_id"].isin(stage_ids) & records["ok"].astype(bool) & ~records["warmup"]]
+    if mine.empty:
+        return {}
+    judged = mine["ttft_s"]
+    if open_loop and "ttft_from_intended_s" in mine:
+        judged = mine["ttft_from_intended_s"].where(mine["ttft_from_intended_s"].notna(), mine["ttft_s"])
+    shares = {"ttft": PERCENTILES[slo.ttft_percentile] * 100, "tpot": PERCENTILES[slo.tpot_percentile] * 100}
+    out: dict[str, Any] = {}
+    for name, (column, q) in LEVEL_PERCENTILES.items():
+        if column == "judged_ttft_s":
+            values = judged.tolist()
+        else:
+            values = mine[column].tolist() if column in mine else []
+        at = shares[q] if isinstance(q, str) else float(q)
+        value = percentile(values, at)
+        if value is None:
+            continue
+        out[name] = value
+        out[f"{name}_ci"] = percentile_interval(values, at, slo.confidence)
+    return out
+
+
+def level_table(
+    stages: pd.DataFrame,
+    experiment: str,
+    key: str,
+    quant_order: Sequence[str],
+    records: pd.DataFrame | None = None,
+    slo: Slo | None = None,
+) -> pd.DataFrame:
     """One row per (quant, `key`) of `experiment`: each metric's median, _min and _max over repeats,
-    and the SLO counts of its usable repeats together (`slo_*`) and one by one (`repeat_counts`)."""
+    the SLO counts of its usable repeats together (`slo_*`), and, given the records and the SLO,
+    its percentiles from those repeats' requests together with their intervals (`<name>_ci`)."""
     if stages.empty:
         return pd.DataFrame()
     chosen = stages[stages["experiment"] == experiment]
@@ -227,12 +278,17 @@ def level_table(stages: pd.DataFrame, experiment: str, key: str, quant_order: Se
         }
         repeats = [stage_counts(stage) for stage in used.to_dict("records")]
         row.update({f"slo_{name}": count for name, count in sum_counts(repeats).to_dict().items()})
-        row["repeat_counts"] = [counts.to_dict() for counts in repeats]
         for metric in LEVEL_METRICS:
             found = spread(used[metric]) if metric in used else None
             row[metric] = found.median if found else None
             row[f"{metric}_min"] = found.low if found else None
             row[f"{metric}_max"] = found.high if found else None
+        if slo is not None:
+            open_loop = key == "rate_rps"
+            row.update(_pooled(records, used["stage_id"].astype(str).tolist(), slo, open_loop))
+        if "delivered_concurrency" in used:
+            concurrency = used["delivered_concurrency"].dropna()
+            row["delivered_concurrency"] = float(concurrency.max()) if not concurrency.empty else None
         rows.append(row)
     return sort_by_quant(pd.DataFrame(rows), quant_order, key)
 

@@ -8,6 +8,7 @@ named analysis module builds. Missing figures are null, never NaN.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -25,7 +26,6 @@ from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
-from quantload.config import ReportSettings
 from quantload.load import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
@@ -37,9 +37,16 @@ class _SummaryPart(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class SloSummary(ReportSettings):
+class SloSummary(_SummaryPart):
     """The SLO the verdicts were judged against, and in words."""
 
+    ttft_s: float
+    ttft_percentile: str
+    tpot_s: float
+    tpot_percentile: str
+    max_failed_frac: float
+    confidence: float
+    burst_requests: int
     text: str
 
 
@@ -232,7 +239,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "schema": SUMMARY_SCHEMA,
             "run_id": analysis.header.run_id,
             "header": analysis.header.to_dict(),
-            "slo": {**analysis.slo.model_dump(mode="json"), "text": slo_text(analysis.slo)},
+            "slo": {**dataclasses.asdict(analysis.slo), "text": slo_text(analysis.slo)},
             "percentile_method": {"numpy_method": PERCENTILE_METHOD, "text": PERCENTILE_METHOD_TEXT},
             "quants": list(analysis.quants),
             "capacity": [verdict.to_dict() for verdict in analysis.capacity],

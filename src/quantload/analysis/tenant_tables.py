@@ -5,7 +5,7 @@ SLO, and what a server per tenant would cost instead.
 
 Per tenant: the stage's summary computed from that tenant's records alone (the same computation as
 every stage summary: quantload.load.summary), judged against the tenant's SLO (its
-`slo_ttft_p99_s`/`slo_tpot_s`, else the report's) and its own arrival (an open-loop tenant's TTFT
+`slo_ttft_p99_s`/`slo_tpot_s`, else the run's) and its own arrival (an open-loop tenant's TTFT
 counts from the intended send time).
 
 The noisy neighbour's steps pool a step's repeats. At a step where the neighbour sends, the others'
@@ -29,19 +29,18 @@ import pandas as pd
 
 from quantload.analysis.capacity_plan import CapacityPlan, servers_for
 from quantload.analysis.stage_tables import USABLE, stage_line, summary_from_records
-from quantload.config import ReportSettings, Settings, TenantSettings
+from quantload.config import Settings, TenantSettings
 from quantload.slo import Slo, judge
 from quantload.stats import percentile
 
 NOISY_EXPERIMENT = "noisy_neighbour"
 
 
-def tenant_slo(tenant: TenantSettings | None, report: ReportSettings) -> Slo:
-    """A tenant's own SLO, the report's where it sets none."""
-    base = Slo.of(report)
+def tenant_slo(tenant: TenantSettings | None, base: Slo) -> Slo:
+    """A tenant's own SLO: its latency limits where it sets them, the run's otherwise."""
     if tenant is None:
         return base
-    return Slo(tenant.slo_ttft_p99_s or base.ttft_p99_s, tenant.slo_tpot_s or base.tpot_p99_s)
+    return base.with_limits(tenant.slo_ttft_p99_s, tenant.slo_tpot_s)
 
 
 def _tenants(settings: Settings | None) -> dict[str, TenantSettings]:
@@ -58,11 +57,16 @@ def tenant_records(records: pd.DataFrame, stages: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
-def _figures(frame: pd.DataFrame, head: dict[str, Any], slo: Slo, open_loop: bool) -> dict[str, Any]:
-    """One tenant's figures from its records, judged against `slo`."""
+def _figures(
+    frame: pd.DataFrame, head: dict[str, Any], slo: Slo, own: TenantSettings | None
+) -> dict[str, Any]:
+    """One tenant's figures from its records, judged against `slo` (its closed-loop users, or its
+    requests in flight in open loop, the prior of the design effect)."""
+    open_loop = own.open_loop if own is not None else False
     line = stage_line({**head, "arrival": "poisson" if open_loop else "closed"}, "stage_end")
     summary = summary_from_records(frame, line, slo)
-    verdict = judge(summary.counts, slo)
+    in_flight = summary.delivered_concurrency if open_loop else (own.users if own is not None else None)
+    verdict = judge(summary.counts, slo, in_flight)
     return {
         "requests": summary.requests,
         "ok": summary.ok,
@@ -74,15 +78,15 @@ def _figures(frame: pd.DataFrame, head: dict[str, Any], slo: Slo, open_loop: boo
         "good": summary.good,
         "goodput_rps": summary.goodput_rps,
         "good_frac": summary.good_frac,
-        "meets_slo": verdict.meets,
+        "outcome": verdict.outcome,
         "verdict": verdict.text(),
-        "slo_ttft_p99_s": slo.ttft_p99_s,
-        "slo_tpot_s": slo.tpot_p99_s,
+        "slo_ttft_s": slo.ttft_s,
+        "slo_tpot_s": slo.tpot_s,
     }
 
 
 def tenant_table(
-    records: pd.DataFrame, stages: pd.DataFrame, settings: Settings | None, report: ReportSettings
+    records: pd.DataFrame, stages: pd.DataFrame, settings: Settings | None, slo: Slo
 ) -> pd.DataFrame:
     """One row per (stage, tenant) of every complete stage shared by tenants."""
     chosen = tenant_records(records, stages)
@@ -94,7 +98,6 @@ def tenant_table(
     for (stage_id, tenant), group in chosen.groupby(["stage_id", "tenant"], sort=False):
         head = heads.get(str(stage_id), {})
         own = tenants.get(str(tenant))
-        open_loop = own.open_loop if own is not None else False
         rows.append(
             {
                 "quant": head.get("quant"),
@@ -103,8 +106,8 @@ def tenant_table(
                 "phase": head.get("phase"),
                 "repeat": head.get("repeat"),
                 "tenant": tenant,
-                "open_loop": open_loop,
-                **_figures(group, head, tenant_slo(own, report), open_loop),
+                "open_loop": own.open_loop if own is not None else False,
+                **_figures(group, head, tenant_slo(own, slo), own),
             }
         )
     return pd.DataFrame(rows)
@@ -172,7 +175,7 @@ def _step_of(phase: Any) -> float | None:
 
 
 def noisy_table(
-    records: pd.DataFrame, stages: pd.DataFrame, settings: Settings | None, report: ReportSettings,
+    records: pd.DataFrame, stages: pd.DataFrame, settings: Settings | None, slo: Slo,
     quant_order: Sequence[str],
 ) -> pd.DataFrame:  # fmt: skip
     """One row per (quant, step, tenant) of the noisy-neighbour experiment, repeats pooled: the
@@ -209,7 +212,7 @@ def noisy_table(
                 "requests_all": len(mine),
                 "fairness_index": index,
                 "service_share_over_demand": shares_by.get(str(name)),
-                **_figures(counted, head, tenant_slo(own, report), own.open_loop if own else False),
+                **_figures(counted, head, tenant_slo(own, slo), own),
             }
             rows.append(row)
     table = pd.DataFrame(rows)
@@ -339,23 +342,34 @@ def noisy_verdicts(table: pd.DataFrame, settings: Settings | None, plan: Capacit
     verdicts = []
     for quant, group in table.groupby("quant", sort=False):
         others = group[~group["neighbour"]]
-        broken = others[others["meets_slo"].eq(False)].sort_values("step")
+        broken = others[others["outcome"].eq("misses")].sort_values("step")
         steps = sorted(group["step"].unique())
         breaking = float(broken["step"].iloc[0]) if not broken.empty else None
-        held_steps = [s for s in steps if breaking is None or s < breaking]
-        held_steps = [s for s in held_steps if not others[(others["step"] == s)]["meets_slo"].isna().all()]
-        held = float(held_steps[-1]) if held_steps else None
-        if breaking is None:
+        held = None  # the highest step below which (and at which) every other tenant met its SLO
+        for step in steps:
+            if breaking is not None and step >= breaking:
+                break
+            outcomes = others[others["step"] == step]["outcome"]
+            if outcomes.empty or not outcomes.eq("meets").all():
+                break
+            held = float(step)
+        if breaking is None and held is not None and held == float(steps[-1]):
             sentence = (
                 f"{quant}: every other tenant met its SLO at every load of {neighbour} measured, up to"
                 f" {_step_words(settings, float(steps[-1]))}."
+            )
+        elif breaking is None:
+            shown = f"up to {_step_words(settings, held)}" if held is not None else "at no load"
+            sentence = (
+                f"{quant}: no other tenant was shown to miss its SLO at any load of {neighbour} measured;"
+                f" every one was shown to meet it {shown}, the rest undecided."
             )
         else:
             first = broken.iloc[0]
             at = _step_words(settings, breaking)
             alone = " (already without it)" if breaking == 0 else ""
             sentence = (
-                f"{quant}: {first['tenant']} breaks its SLO when {neighbour} sends at {at}{alone}: TTFT p99"
+                f"{quant}: {first['tenant']} misses its SLO when {neighbour} sends at {at}{alone}: TTFT p99"
                 f" {_seconds(first['ttft_p99_s'])}, goodput {_rate(first['goodput_rps'])}"
                 f" ({first['verdict']})."
             )

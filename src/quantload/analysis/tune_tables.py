@@ -24,7 +24,7 @@ TRIAL_COLUMNS = (
     "key",
     "rung",
     "limit",
-    "confirmed",
+    "lowest_miss",
     "goodput_rps",
     "memory_mib",
     "kv_mib",
@@ -53,7 +53,7 @@ def tune_tables(run_dir: Path) -> TuneTables:
             "key": line.key,
             "rung": (line.rung or 0) + 1,
             "limit": line.limit,
-            "confirmed": line.confirmed,
+            "lowest_miss": line.lowest_miss,
             "goodput_rps": line.goodput_rps,
             "memory_mib": line.memory_mib,
             "kv_mib": line.kv_mib,
@@ -87,10 +87,10 @@ def tune_verdict(tables: TuneTables) -> str:
         if outcome is None:
             sentences.append(f"{quant}: the tune did not finish (tune.jsonl has its trials so far)")
             continue
-        if outcome.get("winner") is None:
-            sentences.append(f"{quant}: no configuration held the SLO")
-            continue
         against = outcome.get("against_baseline") or {}
+        if outcome.get("winner") is None and not against.get("sentence"):
+            sentences.append(f"{quant}: no configuration was shown to meet the SLO")
+            continue
         said = f"{quant}: {against.get('sentence') or 'winner ' + str(outcome['winner'])}"
         sentences.append(f"{said}; {outcome['cost']['sentence']}")
     return "; ".join(sentences) + "."

@@ -2,16 +2,17 @@
 
 Each trial is one stage (experiment `limit_users` or `limit_rate`) of the configured workload at
 one level, run as its own plan so the next level can depend on what this one said. A trial is
-judged by the SLO's one judge (quantload.slo.judge) on that stage's summary, the same verdict the
-report gives a sweep level; it fails hard (its level breaks at once, no repeats) when the stage did
-not end ok (circuit breaker, stage timeout) or at least `limit.hard_failure_frac` of its requests
-failed. A closed-loop trial sends `limit.requests_per_user` requests per user, an open-loop one
-`limit.trial_seconds` worth at its rate, and either at least `fewest_requests`: `limit.min_requests`,
-or unset, what a sweep stage sends (`load.prompt_count` prompts, in the same order). So where the
-search's levels meet the sweep's, a trial sends the sweep stage's requests and its p99 rests on as
-many (eight requests cannot show a 1 % excess unless two of them are over). Each trial reads
-only its own stage's summary (returned by the supervisor), so a long search costs the same per
-trial from the first to the last.
+decided as it goes, by the SLO's one judge (quantload.slo), the same verdict the report gives a
+sweep level: its stage sends its requests, and the same again while the level is undecided and
+the [slo] budget lasts, then stops (a level that misses clearly, after a request per user). The
+trial meets, misses or stays undecided; it misses hard (its level breaks at once) when the stage
+did not end ok (circuit breaker, stage timeout) or at least `limit.hard_failure_frac` of its
+requests failed. A closed-loop trial plans `limit.requests_per_user` requests per user, an
+open-loop one `limit.trial_seconds` worth at its rate, and at least `fewest_requests`:
+`limit.min_requests`, or unset, what a sweep stage sends (`load.prompt_count` prompts, in the same
+order), so where the search's levels meet the sweep's, a trial sends the sweep stage's requests
+first. Each trial reads only its own stage's summary (returned by the supervisor), so a long search
+costs the same per trial from the first to the last.
 
 The outcome is appended to `limits.jsonl` (`quantload.load.limit_file`, one line per search) when
 the search ends; every trial's records, stage lines and summary are on disk as they happen, so an
@@ -43,10 +44,13 @@ from quantload.load import (
     Trial,
     TrialLine,
     assemble_plan,
+    decided_timeout_s,
     level_text,
     poisson_requests,
+    stage_decision,
     stage_plan,
 )
+from quantload.load.limit_search import TrialOutcome
 from quantload.progress import ProgressCallback
 from quantload.served import ServedTarget
 from quantload.slo import Slo, Verdict, judge
@@ -56,7 +60,7 @@ from quantload.slo import Slo, Verdict, judge
 class TrialVerdict:
     """What one trial said about its level, and what that rests on."""
 
-    held: bool
+    outcome: TrialOutcome
     hard_failure: bool
     why: str
     requests: int = 0
@@ -64,27 +68,28 @@ class TrialVerdict:
 
 
 def judge_trial(
-    summary: StageSummary | None, slo: Slo, hard_failure_frac: float
+    summary: StageSummary | None, slo: Slo, hard_failure_frac: float, machine_busy: str | None = None
 ) -> TrialVerdict:
-    """The SLO verdict of one trial stage, from its summary."""
+    """The SLO verdict of one trial stage, from its summary (its level's requests are its own)."""
     if summary is None:
-        return TrialVerdict(False, True, "the trial stage never ended")
+        return TrialVerdict("misses", True, "the trial stage never ended")
     if summary.status != "ok":
-        return TrialVerdict(False, True, f"stage {summary.status}: {summary.reason}", summary.requests)
-    verdict: Verdict = judge(summary.counts, slo, hard_failure_frac)
-    if verdict.meets is None:
-        return TrialVerdict(False, True, "no request was measured", 0, verdict.sureness)
+        return TrialVerdict("misses", True, f"stage {summary.status}: {summary.reason}", summary.requests)
+    in_flight = summary.delivered_concurrency if summary.open_loop else summary.users
+    verdict: Verdict = judge(summary.counts, slo, in_flight, hard_failure_frac, machine_busy)
+    if verdict.outcome == "unjudged":
+        return TrialVerdict("misses", True, "no request was measured", 0, verdict.sureness)
     figures = _figures(summary)
-    why = f"{figures}; {verdict.why}" if verdict.meets else verdict.why
-    if not verdict.meets and summary.client_saturated:
+    why = f"{figures}; {verdict.why}"
+    if verdict.outcome == "misses" and summary.client_saturated:
         why += "; the load generator itself was saturated (its delay is inside these figures)"
-    return TrialVerdict(bool(verdict.meets), verdict.hard_failure, why, verdict.requests, verdict.sureness)
+    return TrialVerdict(verdict.outcome, verdict.hard_failure, why, verdict.requests, verdict.sureness)
 
 
 def _figures(summary: StageSummary) -> str:
-    ttft = summary.ttft_from_intended_p99_s if summary.open_loop else summary.ttft_p99_s
-    text = f"TTFT p99 {ttft * 1000:.0f} ms" if ttft is not None else "no TTFT"
-    return text + (f", TPOT p99 {summary.tpot_p99_s * 1000:.0f} ms" if summary.tpot_p99_s else "")
+    ttft, tpot = summary.ttft_at_slo_s, summary.tpot_at_slo_s
+    text = f"TTFT {summary.slo_ttft_percentile} {ttft * 1000:.0f} ms" if ttft is not None else "no TTFT"
+    return text + (f", TPOT {summary.slo_tpot_percentile} {tpot * 1000:.0f} ms" if tpot else "")
 
 
 @dataclass(frozen=True)
@@ -122,20 +127,24 @@ def trial_plan(
     variant: str | None = None,
 ) -> LoadPlan:
     """One trial: `level` users (closed loop) or requests/s (open loop: Poisson, or the trace's
-    own arrivals when the workload brings them); `variant` names the server flags it ran under."""
+    own arrivals when the workload brings them), decided as it goes; `variant` names the server
+    flags it ran under."""
     load, limit = settings.load, settings.limit
+    timeout_s = decided_timeout_s(limit.trial_timeout_s, settings.slo)
     if experiment == "limit_rate":
         own = bool(drawn.requests) and all(r.offset_s is not None for r in drawn.requests)
         stage = stage_plan(
             load, invocation, 0, experiment, load.open_loop_users, drawn,
             arrival="trace" if own else "poisson", rate_rps=level,
             requests=None if own else poisson_requests(drawn, level, load.seed + trial),
-            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}", server_args=variant,
+            timeout_s=timeout_s, phase=f"trial {trial}", server_args=variant,
+            decision=stage_decision(settings.slo, invocation, max(1, math.ceil(level))),
         )  # fmt: skip
     else:
         stage = stage_plan(
             load, invocation, 0, experiment, int(level), drawn,
-            timeout_s=limit.trial_timeout_s, phase=f"trial {trial}", server_args=variant,
+            timeout_s=timeout_s, phase=f"trial {trial}", server_args=variant,
+            decision=stage_decision(settings.slo, invocation, int(level)),
         )  # fmt: skip
     return assemble_plan(load, target, run_id, invocation, [drawn], [stage])
 
@@ -158,7 +167,6 @@ def new_search(experiment: SearchExperiment, settings: Settings) -> LimitSearch:
         max_level=limit.max_users if users else limit.max_rate_rps,
         growth=limit.growth,
         resolution=limit.rate_resolution,
-        repeats=limit.repeats,
         time_cap_s=limit.time_cap_s,
     )
 
@@ -202,11 +210,11 @@ def run_limit_search(
             seconds = time.monotonic() - before
             summary = done[0] if done else None
             verdict = judge_trial(summary, run.slo, limit.hard_failure_frac)
-            search.record(Trial(level, verdict.held, verdict.hard_failure, seconds, verdict.why))
+            search.record(Trial(level, verdict.outcome, verdict.hard_failure, seconds, verdict.why))
             summaries += done
             trial_lines.append(
                 TrialLine(
-                    level=level, held=verdict.held, hard_failure=verdict.hard_failure,
+                    level=level, outcome=verdict.outcome, hard_failure=verdict.hard_failure,
                     seconds=round(seconds, 3), why=verdict.why,
                     stage_id=summary.stage_id if summary is not None else None,
                     requests=verdict.requests, sureness=verdict.sureness,
@@ -220,12 +228,15 @@ def run_limit_search(
         experiment=experiment,
         kind=kind,
         workload=workload.name,
-        slo_ttft_p99_s=settings.report.slo_ttft_p99_s,
-        slo_tpot_s=settings.report.slo_tpot_s,
+        slo_ttft_s=settings.slo.ttft_s,
+        slo_tpot_s=settings.slo.tpot_s,
+        slo_ttft_percentile=settings.slo.ttft_percentile,
+        slo_tpot_percentile=settings.slo.tpot_percentile,
+        slo_confidence=settings.slo.confidence,
         limit=result.limit,
-        confirmed=result.confirmed,
         ending=result.ending,
-        lowest_broken=result.lowest_broken,
+        lowest_miss=result.lowest_miss,
+        undecided=list(result.undecided),
         seconds=round(time.monotonic() - started, 3),
         sentence=result.sentence(),
         trials=trial_lines,

@@ -1,7 +1,11 @@
 """The concurrency sweep: closed loop, the same requests at each of `load.users`, repeated.
 
 The whole sweep is repeated `load.repeats` times (repeat-major, so slow drift spreads over all
-levels). It sends `workload.kind`'s requests: `load.prompt_count` of the prompt set (cycled when
+levels). Each level is decided as it goes (quantload.slo): its stages (one per repeat) send their
+requests, and the same again while the level is undecided and `slo.level_max_requests` and
+`slo.level_max_s` last; a level that misses stops after a request per user.
+
+It sends `workload.kind`'s requests: `load.prompt_count` of the prompt set (cycled when
 the set is smaller), `workload.requests` of the other kinds, `sessions.count` conversations for
 the sessions workload. Every request sends `cache_prompt` as configured (off by default, so
 repeated prompts are not served from the prompt cache).
@@ -9,10 +13,18 @@ repeated prompts are not served from the prompt cache).
 
 from __future__ import annotations
 
-from quantload.config import LoadSettings, Settings
+from quantload.config import LoadSettings, Settings, SloSettings
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import LoadPlan, StagePlan, StageRequests, assemble_plan, stage_plan
+from quantload.load import (
+    LoadPlan,
+    StagePlan,
+    StageRequests,
+    assemble_plan,
+    decided_timeout_s,
+    stage_decision,
+    stage_plan,
+)
 from quantload.served import ServedTarget
 
 NAME = "sweep"
@@ -24,13 +36,26 @@ def requests_per_stage(settings: Settings) -> int:
 
 
 def sweep_plan(
-    load: LoadSettings, target: ServedTarget, drawn: StageRequests, run_id: str, invocation: str
+    load: LoadSettings,
+    target: ServedTarget,
+    drawn: StageRequests,
+    run_id: str,
+    invocation: str,
+    slo: SloSettings | None = None,
 ) -> LoadPlan:
-    """Closed loop: `drawn` at each user level, the whole sweep repeated."""
+    """Closed loop: `drawn` at each user level, the whole sweep repeated; each level decided
+    under `slo` (None: not decided, the stages send `drawn` once)."""
     stages: list[StagePlan] = []
+    timeout_s = decided_timeout_s(load.stage_timeout_s, slo) if slo is not None else None
     for repeat in range(load.repeats):
         for users in load.users:
-            stages.append(stage_plan(load, invocation, len(stages), NAME, users, drawn, repeat=repeat))
+            decision = stage_decision(slo, f"{invocation}-u{users}", users) if slo is not None else None
+            stages.append(
+                stage_plan(
+                    load, invocation, len(stages), NAME, users, drawn, repeat=repeat, timeout_s=timeout_s,
+                    decision=decision,
+                )
+            )
     return assemble_plan(load, target, run_id, invocation, [drawn], stages)
 
 
@@ -41,7 +66,8 @@ def run(context: ExperimentContext) -> ExperimentRun:
         workload = builder.workload()
         count = settings.sessions.count if workload.name == "sessions" else requests_per_stage(settings)
         drawn = workload.stage_requests(count, settings.load.seed, f"{invocation}-")
-    outcome = run_stages(context, sweep_plan(settings.load, target, drawn, context.run.run_id, invocation))
+    plan = sweep_plan(settings.load, target, drawn, context.run.run_id, invocation, settings.slo)
+    outcome = run_stages(context, plan)
     return experiment_run(NAME, outcome.summaries)
 
 

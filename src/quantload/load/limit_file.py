@@ -1,11 +1,13 @@
-"""limits.jsonl: one line per limit search (schema `quantload.limit/1`), what it found and how.
+"""limits.jsonl: one line per limit search (schema `quantload.limit/2`), what it found and how.
 
 Written by `quantload.experiments.limit_trials` when a search ends, read by the report. Each line names
 the server and quantization, the search (`limit_users` or `limit_rate`), the workload it sent, the
-SLO it judged against, the limit found (null: none held), whether a majority of repeats confirmed
-it, how the search ended (found, capped, max_level, never_held), the lowest level that broke, the
-time it took, its one-sentence verdict and every trial (level, held, hard failure, seconds, why,
-stage id, the requests its verdict rests on and how sure it is).
+SLO it judged against, the limit found (the highest level shown to meet the SLO, every level tried
+below it meeting; null: none), the lowest level shown to miss it, the levels left undecided, how
+the search ended (found, capped, max_level, never_met), the time it took, its one-sentence verdict
+and every trial (level, outcome, hard failure, seconds, why, stage id, the requests its verdict
+rests on and how sure it is). Lines of the first schema (a trial "held" or not, a limit
+"confirmed" by a majority of repeats) read as meets and misses.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 
-LIMIT_SCHEMA = "quantload.limit/1"
+LIMIT_SCHEMA = "quantload.limit/2"
 SearchExperiment = Literal["limit_users", "limit_rate"]
 
 
@@ -27,13 +29,25 @@ class TrialLine(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     level: float
-    held: bool
+    outcome: Literal["meets", "misses", "undecided"]
     hard_failure: bool
     seconds: float
     why: str
     stage_id: str | None = None
     requests: int = 0  # the requests its verdict rests on (0: written before trials said)
     sureness: str = ""  # how sure its verdict is (quantload.slo.Verdict.sureness)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_schema(cls, data: object) -> object:
+        """A trial of the first schema said whether its level held: meets or misses."""
+        if isinstance(data, dict) and "outcome" not in data and "held" in data:
+            return {**data, "outcome": "meets" if data["held"] else "misses"}
+        return data
+
+    @property
+    def met(self) -> bool:
+        return self.outcome == "meets"
 
 
 class LimitLine(BaseModel):
@@ -48,12 +62,15 @@ class LimitLine(BaseModel):
     experiment: SearchExperiment
     kind: Literal["users", "rate_rps"]
     workload: str
-    slo_ttft_p99_s: float
+    slo_ttft_s: float = Field(validation_alias=AliasChoices("slo_ttft_s", "slo_ttft_p99_s"))
     slo_tpot_s: float
+    slo_ttft_percentile: str = "p99"
+    slo_tpot_percentile: str = "p99"
+    slo_confidence: float = 0.95
     limit: float | None
-    confirmed: bool
     ending: str
-    lowest_broken: float | None
+    lowest_miss: float | None = Field(validation_alias=AliasChoices("lowest_miss", "lowest_broken"))
+    undecided: list[float] = Field(default_factory=list)
     seconds: float
     sentence: str
     trials: list[TrialLine]

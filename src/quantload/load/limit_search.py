@@ -1,17 +1,20 @@
-"""Finding the limit: the most concurrent users (or the highest arrival rate) that holds the SLO.
+"""Finding the limit: the most concurrent users (or the highest arrival rate) shown to meet the SLO.
 
 The search is a pure state machine, tested without a server: `next_level()` says what to
-measure next, `record()` takes what the measurement said, until `next_level()` is None.
+measure next, `record()` takes what the measurement said, until `next_level()` is None. Every
+trial is decided as it goes (quantload.slo): it meets, misses, or stays undecided when its budget
+ends, so one trial per level says all a level can say and no level is tried twice.
 
-1. Grow: one trial per level from `start`, x `growth` each time, until a trial breaks the SLO
-   or `max_level` held.
-2. Bisect: between the highest level that held and the lowest that broke, one trial per level,
-   down to one user (closed loop) or to `resolution` of the level (open loop, e.g. 10 %; rates
-   are bisected geometrically).
-3. Confirm: the answer must hold in a majority of `repeats` trials (its earlier trial counts).
-   A candidate that does not is broken after all, and the bisection goes on below it.
-A trial that failed hard (errors, timeouts) breaks its level at once, with no repeats. A time
-cap ends the search early; the result then says "capped".
+1. Grow: one trial per level from `start`, x `growth` each time, until a level does not meet
+   (misses or undecided) or `max_level` met.
+2. Bisect: between the highest level that met and the lowest that did not, down to one user
+   (closed loop) or to `resolution` of the level (open loop; rates are bisected geometrically).
+3. Probe: where the lowest level that did not meet was undecided and no level has missed yet,
+   grow from it until a level misses (or `max_level`), so the answer says where misses begin.
+The limit is the highest level that met with every level tried below it meeting (a capacity
+rests on decided levels only); the levels between it and the first miss are the undecided ones.
+A trial that failed hard (errors, timeouts) misses at once. A time cap ends the search early;
+the result then says "capped".
 """
 
 from __future__ import annotations
@@ -21,49 +24,69 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 LimitKind = Literal["users", "rate_rps"]
-Ending = Literal["found", "capped", "max_level", "never_held"]
+Ending = Literal["found", "capped", "max_level", "never_met"]
+TrialOutcome = Literal["meets", "misses", "undecided"]
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One measurement of one level."""
+    """One measurement of one level, decided or not."""
 
     level: float
-    held: bool
+    outcome: TrialOutcome
     hard_failure: bool = False
     seconds: float = 0.0
     why: str = ""
 
+    @property
+    def met(self) -> bool:
+        return self.outcome == "meets"
+
 
 @dataclass(frozen=True)
 class LimitResult:
-    """What the search found: `limit` is the highest level that held in a majority of trials."""
+    """What the search found: `limit` is the highest level shown to meet the SLO with every level
+    tried below it meeting too; `lowest_miss` the lowest level shown to miss it; `undecided` the
+    levels tried that were neither."""
 
     kind: LimitKind
     limit: float | None
-    confirmed: bool
     ending: Ending
-    lowest_broken: float | None
+    lowest_miss: float | None
+    undecided: tuple[float, ...]
     trials: tuple[Trial, ...]
     seconds: float
 
     def sentence(self) -> str:
-        """One line a person reads: the limit, how it was bounded, what it took."""
-        unit = "requests/s" if self.kind != "users" else "user" if self.limit == 1 else "users"
+        """One line a person reads: the limit, where misses begin, what is undecided, what it took."""
         took = f"{len(self.trials)} trials, {self.seconds:.0f} s"
+        parts = []
+        if self.limit is not None:
+            parts.append(f"{level_text(self.limit, self.kind)} {unit(self.limit, self.kind)} met the SLO")
+        if self.undecided:
+            parts.append(f"undecided at {', '.join(level_text(x, self.kind) for x in self.undecided)}")
+        if self.lowest_miss is not None:
+            parts.append(f"misses from {level_text(self.lowest_miss, self.kind)}")
+        said = "; ".join(parts) or "nothing decided"
         if self.limit is None:
-            if self.ending == "capped":
-                return f"the time cap ended the search before any level held the SLO ({took})"
-            return f"no level held the SLO, not even the first ({took})"
-        shown = level_text(self.limit, self.kind)
+            lead = (
+                "the time cap ended the search before any level met the SLO"
+                if self.ending == "capped"
+                else "no level was shown to meet the SLO"
+            )
+            return f"{lead}: {said} ({took})"
         if self.ending == "max_level":
-            return f"{shown} {unit} held the SLO, the most the search may try ({took})"
-        broken = self.lowest_broken
-        above = "" if broken is None else f"; {level_text(broken, self.kind)} broke it"
+            return f"{said}, the most the search may try ({took})"
         if self.ending == "capped":
-            sure = "held" if self.confirmed else "held once (not yet confirmed)"
-            return f"{shown} {unit} {sure} when the time cap ended the search{above} ({took})"
-        return f"{shown} {unit} held the SLO in a majority of trials{above} ({took})"
+            return f"{said} when the time cap ended the search ({took})"
+        return f"{said} ({took})"
+
+
+def unit(level: float, kind: LimitKind) -> str:
+    """'user', 'users' or 'requests/s'."""
+    if kind != "users":
+        return "requests/s"
+    return "user" if level == 1 else "users"
 
 
 def level_text(level: float, kind: LimitKind) -> str:
@@ -80,22 +103,18 @@ class LimitSearch:
     max_level: float
     growth: float = 2.0
     resolution: float = 0.1
-    repeats: int = 3
     time_cap_s: float = 1800.0
     trials: list[Trial] = field(default_factory=list)
     elapsed_s: float = 0.0
-    _phase: Literal["grow", "bisect", "confirm", "done"] = "grow"
-    _low: float | None = None  # highest level that held (one trial, or confirmed)
-    _high: float | None = None  # lowest level that broke
-    _confirmed: float | None = None
+    _phase: Literal["grow", "bisect", "probe", "done"] = "grow"
+    _low: float | None = None  # highest level that met, every level tried below it meeting
+    _high: float | None = None  # lowest level that did not meet
 
     def __post_init__(self) -> None:
         if self.start <= 0 or self.max_level < self.start:
             raise ValueError("the search needs 0 < start <= max_level")
         if self.growth <= 1:
             raise ValueError("growth must be above 1")
-        if self.repeats < 1:
-            raise ValueError("repeats must be at least 1")
         if self.kind == "users":
             self.start, self.max_level = float(int(self.start)), float(int(self.max_level))
 
@@ -111,65 +130,38 @@ class LimitSearch:
         if self._phase == "bisect":
             assert self._low is not None and self._high is not None
             return self._middle(self._low, self._high)
-        assert self._low is not None
-        return self._low  # confirm
+        return self._grown(max(t.level for t in self.trials))  # probe
 
     def record(self, trial: Trial) -> None:
         """Take one measurement of the level `next_level()` asked for."""
         self.trials.append(trial)
         self.elapsed_s += trial.seconds
         level = trial.level
-        if self._phase == "confirm":
-            self._confirm_step(level)
+        if self._phase == "probe":
+            if trial.outcome == "misses" or level >= self.max_level:
+                self._phase = "done"
             return
-        if trial.held:
+        if trial.met:
             self._low = level
             if self._phase == "grow" and level >= self.max_level:
-                self._phase = "confirm"
-                self._confirm_step(level)
+                self._phase = "done"
                 return
         else:
             self._high = level
-            if self._low is None:  # the first level already broke
-                self._phase = "done"
+            if self._low is None:  # the first level did not meet
+                self._after_bisect()
                 return
             self._phase = "bisect"
         if self._phase == "bisect":
             assert self._low is not None and self._high is not None
             if self._close(self._low, self._high):
-                self._phase = "confirm"
-                self._confirm_step(self._low)
+                self._after_bisect()
 
-    def _confirm_step(self, level: float) -> None:
-        verdict = self.verdict(level)
-        if verdict == "held":
-            self._confirmed = level
-            self._phase = "done"
-        elif verdict == "broke":
-            self._high = level
-            below = [t.level for t in self.trials if t.held and t.level < level]
-            self._low = max(below) if below else None
-            if self._low is None:
-                self._phase = "done"
-            elif self._close(self._low, self._high):
-                self._phase = "confirm"
-                self._confirm_step(self._low)
-            else:
-                self._phase = "bisect"
-
-    def verdict(self, level: float) -> Literal["held", "broke", "open"]:
-        """A level holds once a majority of `repeats` trials held; it breaks on a hard failure
-        or once that majority is out of reach."""
-        outcomes = [t for t in self.trials if math.isclose(t.level, level)]
-        if any(t.hard_failure for t in outcomes):
-            return "broke"
-        held = sum(t.held for t in outcomes)
-        majority = self.repeats // 2 + 1
-        if held >= majority:
-            return "held"
-        if len(outcomes) - held > self.repeats - majority:
-            return "broke"
-        return "open"
+    def _after_bisect(self) -> None:
+        """Probe for the first miss when none is known yet, else done."""
+        missed = any(t.outcome == "misses" for t in self.trials)
+        highest = max(t.level for t in self.trials)
+        self._phase = "done" if missed or highest >= self.max_level else "probe"
 
     def _grown(self, level: float) -> float:
         grown = level * self.growth
@@ -190,23 +182,22 @@ class LimitSearch:
     def result(self) -> LimitResult:
         """The answer so far; the final one once `next_level()` is None."""
         if self._phase == "done":
-            if self._confirmed is None:
-                ending: Ending = "never_held"
-            elif self._high is None and self._confirmed >= self.max_level:
+            if self._low is None:
+                ending: Ending = "never_met"
+            elif self._high is None and self._low >= self.max_level:
                 ending = "max_level"
             else:
                 ending = "found"
         else:
             ending = "capped"
-        limit = self._confirmed if self._confirmed is not None else (
-            self._low if ending == "capped" else None
-        )
+        misses = [t.level for t in self.trials if t.outcome == "misses"]
+        undecided = sorted({t.level for t in self.trials if t.outcome == "undecided"})
         return LimitResult(
             kind=self.kind,
-            limit=limit,
-            confirmed=self._confirmed is not None,
+            limit=self._low,
             ending=ending,
-            lowest_broken=self._high,
+            lowest_miss=min(misses) if misses else None,
+            undecided=tuple(undecided),
             trials=tuple(self.trials),
             seconds=round(self.elapsed_s, 3),
         )

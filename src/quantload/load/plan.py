@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantload.config import LoadSettings
+from quantload.config import LoadSettings, SloSettings
 from quantload.load.prompts import warmup_prompt
 from quantload.load.records import Experiment, StageEvent, TenantLoad
 from quantload.served import ServedTarget
-from quantload.slo import Arrival
+from quantload.slo import Arrival, Slo
 
 if TYPE_CHECKING:
     from quantload.load.workloads import StageRequests
@@ -85,6 +85,23 @@ class PlannedRequest(_Frozen):
 ContextPolicy = Literal["fail", "trim", "shift"]
 
 
+class StageDecision(_Frozen):
+    """How a stage decides its level as it goes (quantload.slo, quantload.load.level_judgement).
+
+    Stages naming the same `level` (a sweep level's repeats) decide it together: each sends at
+    least its planned requests, then, while the level is undecided and its budget (`max_requests`
+    records and `max_s` seconds of sending, its stages together) lasts, the same requests again;
+    once the level misses, a stage stops after `min_requests`, once it meets, after its planned
+    requests.
+    """
+
+    level: str
+    slo: Slo
+    max_requests: int = Field(gt=0)
+    max_s: float = Field(gt=0)
+    min_requests: int = Field(default=1, ge=1)
+
+
 class StagePlan(_Frozen):
     """One stage: its users, warm-up and measured requests, and its bounds.
 
@@ -128,6 +145,9 @@ class StagePlan(_Frozen):
     # until this long after its start, then the ones in flight finish (quantload.load.timed_supply);
     # open loop, its arrivals were scheduled within it.
     duration_s: float | None = Field(default=None, gt=0)
+    # A decided stage (the sweep's levels, the limit search's trials): its requests are sent again
+    # while its level is undecided and its budget lasts (StageDecision).
+    decision: StageDecision | None = None
 
     @property
     def tenant_users(self) -> dict[str, int]:
@@ -306,6 +326,20 @@ def stage_plan(
         template_overhead_tokens=drawn.template_overhead_tokens,
         **labels,
     )
+
+
+def stage_decision(slo: SloSettings, level: str, users: int) -> StageDecision:
+    """How a stage at `users` decides `level` under the [slo] settings: their SLO and budget; a
+    level that misses stops once its users have sent a request each."""
+    return StageDecision(
+        level=level, slo=Slo.of(slo), max_requests=slo.level_max_requests, max_s=slo.level_max_s,
+        min_requests=max(users, 2),
+    )  # fmt: skip
+
+
+def decided_timeout_s(timeout_s: float, slo: SloSettings) -> float:
+    """A decided stage's time bound: its own for the planned requests, plus the level's budget."""
+    return timeout_s + slo.level_max_s
 
 
 def assemble_plan(

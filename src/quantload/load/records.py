@@ -236,6 +236,20 @@ class RecordOutcome(_JsonLine):
     warmup: bool = False
     ok: bool
     error_class: str | None = None
+    within_deadline: bool = True
+    ttft_s: float | None = None
+    ttft_from_intended_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    @classmethod
+    def of(cls, record: RequestRecord) -> RecordOutcome:
+        """The outcome part of a whole record."""
+        return cls(
+            stage_id=record.stage_id, warmup=record.warmup, ok=record.ok, error_class=record.error_class,
+            within_deadline=record.within_deadline, ttft_s=record.ttft_s,
+            ttft_from_intended_s=record.ttft_from_intended_s, tpot_s=record.tpot_s, e2e_s=record.e2e_s,
+        )  # fmt: skip
 
 
 class TenantLoad(BaseModel):
@@ -315,6 +329,8 @@ class StageEvent(_JsonLine):
     client_trust: str | None = None  # quantload.load.client_health.ClientTrust: ok, degraded, saturated
     client_trust_why: str | None = None
     client_rss_bytes: int | None = None
+    level_outcome: str | None = None  # a decided stage: its level's verdict at its end (quantload.slo)
+    level_requests: int | None = None  # the requests that verdict rested on (its level's stages so far)
 
 
 class JsonlAppender:

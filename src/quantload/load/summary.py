@@ -3,7 +3,8 @@
 `StageFigures` takes a stage's measured (non-warm-up) requests one at a time as they are recorded
 and keeps only the numbers the summary needs; `summarize` turns them and the stage's lines into a
 `StageSummary`: counts, errors by class, the SLO counts and goodput (quantload.slo), exact
-percentiles (quantload.stats), throughput and the delivered concurrency. The load supervisor
+percentiles with their distribution-free confidence intervals (quantload.stats), throughput and
+the delivered concurrency. The load supervisor
 appends one summary per stage to `summaries.jsonl` as soon as the stage's end line appears; the
 report reads them (and computes the same summary from records.jsonl, with the same code, for a
 stage that has none: a run from before summaries, Locust's web UI, or a report judged against
@@ -17,13 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from quantload.load.level_judgement import level_block_requests
 from quantload.load.records import RequestRecord, StageEvent, TenantLoad
-from quantload.slo import Slo, SloCounter, SloCounts, arrival_of, is_open_loop
-from quantload.stats import percentile
+from quantload.slo import PERCENTILES, Slo, SloCounter, SloCounts, arrival_of, is_open_loop
+from quantload.stats import percentile, percentile_interval
 
 SUMMARY_SCHEMA = "quantload.stage_summary/1"
+Interval = tuple[float | None, float | None]  # a percentile's confidence interval; None: unbounded
 
 
 def delivered_concurrency(intervals: Sequence[tuple[float, float]], users: int | None = None) -> float | None:
@@ -55,6 +58,7 @@ class StageFigures:
 
     slo: Slo
     open_loop: bool
+    block_requests: int = 2  # the design effect's blocks (quantload.load.level_judgement)
     counter: SloCounter = field(init=False)
     errors: dict[str, int] = field(default_factory=dict)
     ttft_s: array[float] = field(default_factory=lambda: array("d"))
@@ -71,7 +75,7 @@ class StageFigures:
     itl_known: bool = True  # every ok request brought its gaps (records.jsonl does; a table may not)
 
     def __post_init__(self) -> None:
-        self.counter = SloCounter(self.slo, self.open_loop)
+        self.counter = SloCounter(self.slo, self.open_loop, self.block_requests)
 
     def add(
         self,
@@ -169,8 +173,11 @@ class StageSummary(BaseModel):
     failed: int
     good: int  # goodput: met the SLO on their own (quantload.slo)
     errors: dict[str, int]
-    slo_ttft_p99_s: float
+    slo_ttft_s: float = Field(validation_alias=AliasChoices("slo_ttft_s", "slo_ttft_p99_s"))
     slo_tpot_s: float
+    slo_ttft_percentile: str = "p99"
+    slo_tpot_percentile: str = "p99"
+    slo_max_failed_frac: float = 0.01
     slo_counts: dict[str, int]  # quantload.slo.SloCounts
     ttft_p50_s: float | None
     ttft_p99_s: float | None
@@ -213,6 +220,14 @@ class StageSummary(BaseModel):
     client_trust: str | None = None
     client_trust_why: str | None = None
     client_rss_bytes: int | None = None
+    # the judged TTFT and the TPOT at the SLO's own percentiles
+    ttft_at_slo_s: float | None = None
+    tpot_at_slo_s: float | None = None
+    # each percentile's distribution-free confidence interval at the SLO's confidence, by its
+    # figure's name ("ttft_p99_s": [low, high]); None on a side the requests cannot bound
+    intervals: dict[str, Interval] = Field(default_factory=dict)
+    level_outcome: str | None = None  # a decided stage: its level's verdict at its end
+    level_requests: int | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -221,7 +236,7 @@ class StageSummary(BaseModel):
     @property
     def counts(self) -> SloCounts:
         """The SLO counts as the judge takes them."""
-        return SloCounts(**self.slo_counts)
+        return SloCounts.from_dict(self.slo_counts)
 
     @property
     def failed_frac(self) -> float | None:
@@ -231,9 +246,17 @@ class StageSummary(BaseModel):
     def good_frac(self) -> float | None:
         return self.good / self.requests if self.requests else None
 
+    @property
+    def slo_key(self) -> tuple[float, float, str, str, float]:
+        """What its SLO counts were counted against (quantload.slo.Slo.key)."""
+        return (
+            self.slo_ttft_s, self.slo_tpot_s, self.slo_ttft_percentile, self.slo_tpot_percentile,
+            self.slo_max_failed_frac,
+        )  # fmt: skip
+
     def judged_with(self, slo: Slo) -> bool:
-        """Whether its SLO counts were judged against `slo`."""
-        return (self.slo_ttft_p99_s, self.slo_tpot_s) == (slo.ttft_p99_s, slo.tpot_p99_s)
+        """Whether its SLO counts were counted against `slo` (with the design effect's blocks)."""
+        return self.slo_key == slo.key() and "failed_sq" in self.slo_counts
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
@@ -247,8 +270,47 @@ class StageSummary(BaseModel):
 
 
 def new_figures(stage: StageEvent, slo: Slo) -> StageFigures:
-    """Empty figures for the stage a line names (its arrival process decides how TTFT is judged)."""
-    return StageFigures(slo, is_open_loop(stage.arrival, stage.stage_rate_rps))
+    """Empty figures for the stage a line names (its arrival process decides how TTFT is judged,
+    its users the design effect's blocks)."""
+    open_loop = is_open_loop(stage.arrival, stage.stage_rate_rps)
+    return StageFigures(slo, open_loop, level_block_requests(slo, stage.stage_users or 1, open_loop))
+
+
+_INTERVALS: tuple[tuple[str, str, float], ...] = (
+    ("ttft_p50_s", "ttft_s", 50), ("ttft_p99_s", "ttft_s", 99),
+    ("ttft_from_intended_p50_s", "ttft_from_intended_s", 50),
+    ("ttft_from_intended_p99_s", "ttft_from_intended_s", 99),
+    ("tpot_p50_s", "tpot_s", 50), ("tpot_p99_s", "tpot_s", 99),
+    ("e2e_p50_s", "e2e_s", 50),
+)  # fmt: skip
+
+
+def _intervals(figures: StageFigures, itl: Sequence[float] | None) -> dict[str, Interval]:
+    confidence = figures.slo.confidence
+    out: dict[str, Interval] = {}
+    for name, values, q in _INTERVALS:
+        data = getattr(figures, values)
+        if data:
+            out[name] = percentile_interval(data, q, confidence)
+    if itl:  # gaps of one stream are not independent: the interval is the gaps' own
+        for q in (50, 95, 99):
+            out[f"itl_p{q}_s"] = percentile_interval(itl, q, confidence)
+    ttft = _judged_ttft(figures)
+    slo = figures.slo
+    if ttft:
+        out["ttft_at_slo_s"] = percentile_interval(ttft, PERCENTILES[slo.ttft_percentile] * 100, confidence)
+    if figures.tpot_s:
+        out["tpot_at_slo_s"] = percentile_interval(
+            figures.tpot_s, PERCENTILES[slo.tpot_percentile] * 100, confidence
+        )
+    return out
+
+
+def _judged_ttft(figures: StageFigures) -> Sequence[float]:
+    """The TTFTs the SLO judges: from the intended send time in open loop."""
+    if figures.open_loop and figures.ttft_from_intended_s:
+        return figures.ttft_from_intended_s
+    return figures.ttft_s
 
 
 def summarize(
@@ -288,8 +350,11 @@ def summarize(
         failed=counts.failed,
         good=counts.good,
         errors=dict(figures.errors),
-        slo_ttft_p99_s=figures.slo.ttft_p99_s,
-        slo_tpot_s=figures.slo.tpot_p99_s,
+        slo_ttft_s=figures.slo.ttft_s,
+        slo_tpot_s=figures.slo.tpot_s,
+        slo_ttft_percentile=figures.slo.ttft_percentile,
+        slo_tpot_percentile=figures.slo.tpot_percentile,
+        slo_max_failed_frac=figures.slo.max_failed_frac,
         slo_counts=counts.to_dict(),
         ttft_p50_s=percentile(figures.ttft_s, 50),
         ttft_p99_s=percentile(figures.ttft_s, 99),
@@ -332,6 +397,11 @@ def summarize(
         client_trust=end.client_trust,
         client_trust_why=end.client_trust_why,
         client_rss_bytes=end.client_rss_bytes,
+        ttft_at_slo_s=percentile(_judged_ttft(figures), PERCENTILES[figures.slo.ttft_percentile] * 100),
+        tpot_at_slo_s=percentile(figures.tpot_s, PERCENTILES[figures.slo.tpot_percentile] * 100),
+        intervals=_intervals(figures, itl),
+        level_outcome=end.level_outcome,
+        level_requests=end.level_requests,
     )
 
 

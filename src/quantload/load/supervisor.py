@@ -43,7 +43,8 @@ from quantload.childproc import die_with_parent
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
 from quantload.load.client import Endpoint, EndpointError
-from quantload.load.plan import API_KEY_ENV, LoadPlan
+from quantload.load.level_judgement import level_block_requests
+from quantload.load.plan import API_KEY_ENV, LoadPlan, StagePlan
 from quantload.load.processes import (
     FAILURE_MARKER,
     LoadProcess,
@@ -160,6 +161,12 @@ class PlanOutcome:
         )
 
 
+def _figures(stage: StagePlan, slo: Slo) -> StageFigures:
+    open_loop = is_open_loop(stage.arrival, stage.rate_rps)
+    judged = stage.decision.slo if stage.decision is not None else slo
+    return StageFigures(judged, open_loop, level_block_requests(judged, stage.users, open_loop))
+
+
 class InvocationWatch:
     """One invocation's new lines: its measured records feed each stage's figures; each stage's
     end line turns them into its summary, appended to summaries.jsonl at once."""
@@ -172,8 +179,7 @@ class InvocationWatch:
         self.records = NewLines(run_dir.records_path)
         self.stages = NewLines(run_dir.stages_path)
         self.figures: dict[str, StageFigures] = {
-            stage.stage_id: StageFigures(slo, is_open_loop(stage.arrival, stage.rate_rps))
-            for stage in plan.stages
+            stage.stage_id: _figures(stage, slo) for stage in plan.stages
         }
         self.starts: dict[str, StageEvent] = {}
         self.events: list[StageEvent] = []

@@ -1,16 +1,20 @@
 """Successive halving over configurations, as a pure state machine (tested without a server).
 
-  rungs    rung 0 measures every configuration with a short trial (one limit search, one repeat,
-           its time cap `short_trial_s`, each of its levels sent 1/eta^k of the requests a final
-           trial sends, k rungs before the last); each later rung measures the best 1/eta of the one
-           before with trials eta times longer and larger; the last rung measures the `finalists`
-           with the limit search's own repeats, time cap and trial size (a confirmed limit). A space
-           no larger than `finalists` is one rung: every configuration confirmed (the full grid).
-  score    a trial's limit (users or requests/s; None when no level held) and its goodput at
-           that limit (requests/s that met the SLO), the tie-break; a trial that could not run
-           (the server did not start) ranks below every measured one.
+  rungs    rung 0 measures every configuration with a short trial (one limit search, its time cap
+           `short_trial_s`, each of its levels planned with 1/eta^k of the requests and deciding
+           within 1/eta^k of the seconds a final trial has, k rungs before the last); each later
+           rung measures the best 1/eta of the one before with trials eta times longer and larger;
+           the last rung measures the `finalists` as the limit search measures (its own time cap,
+           trial size and the level budget of [slo]). A space no larger than `finalists` is one rung.
+  score    a trial's limit range: the highest level shown to meet the SLO (None: none) and the
+           lowest shown to miss it (quantload.comparison.LimitRange), with goodput at the limit
+           (requests/s that met the SLO); a trial that could not run (the server did not start)
+           ranks below every measured one.
+  promote  a configuration another one of its rung beats (met the SLO at a level it was shown to
+           miss) is dropped; of the rest, the best by limit and goodput go on, at most the next
+           rung's size. Nothing is dropped on a difference the data do not show.
   budget   `next_trial()` is None once the trials took `budget_s`; the ranking then stands on the
-           rungs reached (the winner is the best of the highest rung that has a score).
+           rungs reached.
 
 `next_trial()` says what to measure next and `record()` takes what it measured, in that order; a
 resumed tune records the trials already in its state file first and goes on from there.
@@ -22,6 +26,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from quantload.comparison import LimitRange
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -30,13 +36,12 @@ class Rung:
     index: int
     size: int
     time_cap_s: float
-    repeats: int
     final: bool
-    requests_frac: float = 1.0  # the share of a final trial's requests each of its levels sends
+    requests_frac: float = 1.0  # the share of a final trial's requests and level seconds
 
 
 def plan_rungs(
-    count: int, eta: int, finalists: int, short_trial_s: float, final_cap_s: float, confirm_repeats: int
+    count: int, eta: int, finalists: int, short_trial_s: float, final_cap_s: float
 ) -> tuple[Rung, ...]:
     """The rungs for `count` configurations (see the module docstring)."""
     if count < 1 or eta < 2 or finalists < 1:
@@ -50,7 +55,6 @@ def plan_rungs(
             index=index,
             size=size,
             time_cap_s=final_cap_s if index == last else min(final_cap_s, short_trial_s * eta**index),
-            repeats=confirm_repeats if index == last else 1,
             final=index == last,
             requests_frac=1.0 / eta ** (last - index),
         )
@@ -64,18 +68,30 @@ class Score:
 
     key: str
     rung: int
-    limit: float | None
+    limit: float | None  # the highest level shown to meet the SLO
     goodput_rps: float | None
-    confirmed: bool = False
+    lowest_miss: float | None = None  # the lowest level shown to miss it
     seconds: float = 0.0
     ran: bool = True  # False: the trial could not run (its server did not start)
     why: str = ""
+    whole: bool = True  # levels are whole users
 
     def order(self) -> tuple[float, float]:
         """Higher is better: the limit, then goodput; a trial that did not run is last."""
         if not self.ran:
             return (-2.0, 0.0)
         return (self.limit if self.limit is not None else -1.0, self.goodput_rps or 0.0)
+
+    def limit_range(self) -> LimitRange:
+        return LimitRange(self.limit, self.lowest_miss, self.whole)
+
+    def beats(self, other: Score) -> bool:
+        """Shown to meet the SLO at a level `other` was shown to miss (or `other` did not run)."""
+        if not self.ran:
+            return False
+        if not other.ran:
+            return True
+        return self.limit is not None and other.lowest_miss is not None and self.limit >= other.lowest_miss
 
 
 @dataclass(frozen=True)
@@ -125,7 +141,13 @@ class SuccessiveHalving:
         scored = self.rung_scores(index - 1)
         if before is None or {s.key for s in scored} != set(before):
             return None
-        return [score.key for score in self._ranked(scored)[: self.rungs[index].size]]
+        unbeaten = [s for s in scored if not any(other.beats(s) for other in scored if other is not s)]
+        return [score.key for score in self._ranked(unbeaten)[: self.rungs[index].size]]
+
+    def dropped(self, index: int) -> list[str]:
+        """The configurations of rung `index` that another of the rung beat."""
+        scored = self.rung_scores(index)
+        return [s.key for s in scored if any(other.beats(s) for other in scored if other is not s)]
 
     def next_trial(self) -> PlannedTrial | None:
         """The next configuration to measure and at which rung; None when done or out of time."""
@@ -168,6 +190,14 @@ class SuccessiveHalving:
         return sorted(best.values(), key=lambda s: (-s.rung, -s.order()[0], -s.order()[1], position[s.key]))
 
     def winner(self) -> Score | None:
-        """The best configuration measured (None when no trial ran or none held the SLO)."""
+        """The best configuration measured (None when no trial ran or none met the SLO at any level)."""
         ranked = [score for score in self.ranking() if score.ran and score.limit is not None]
         return ranked[0] if ranked else None
+
+    def tied_with(self, best: Score) -> list[Score]:
+        """The configurations measured at `best`'s rung that neither beats nor is beaten by it."""
+        return [
+            s
+            for s in self.rung_scores(best.rung)
+            if s.key != best.key and s.ran and not best.beats(s) and not s.beats(best)
+        ]

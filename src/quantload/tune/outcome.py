@@ -3,8 +3,12 @@ line and the `.env` and compose lines that apply it, what the search cost agains
 and the capacity plan recomputed on the winner.
 
   ranking       one row per configuration at the highest rung it reached: its limit (users or
-                requests/s), whether the limit search's repeats confirmed it, goodput at the limit,
-                the memory its server reported (every buffer), its KV cache, the time its trials took
+                requests/s shown to meet the SLO), the lowest level shown to miss it, goodput at
+                the limit, the memory its server reported (every buffer), its KV cache, the time its
+                trials took, and whether another configuration of its rung beat it (dropped)
+  winner        the best configuration, named only where it beats the configured flags by a decided
+                margin (quantload.comparison); otherwise the configured flags are as good as any
+                tried, and the configurations tied with the best are named
   command       the variant's own launch (quantload.stack.server_variants.variant_spec on the
                 server's spec), as `shlex.join` of the llama-server argv quantload ran
   .env/compose  `QL_SLOTS` and `QL_CTX_TOTAL` (docker-compose.yml passes them as -np and -c), and an
@@ -12,9 +16,9 @@ and the capacity plan recomputed on the winner.
                 `LLAMA_ARG_*` variables (a flag on the command line wins over its variable, so only
                 flags the compose command does not set are given this way)
   cost          trials and seconds the search took, against the full grid of the same space: every
-                configuration measured as the final rung measures (its repeats and time cap),
+                configuration measured as the final rung measures (its time cap and level budget),
                 estimated from the final rung's mean trial time
-  plan          quantload.analysis.capacity_plan's arithmetic on the winner's confirmed limit,
+  plan          quantload.analysis.capacity_plan's arithmetic on the winner's decided limit,
                 goodput and memory, with the [plan] inputs
 """
 
@@ -76,7 +80,8 @@ class RankedRow:
     rung: int
     final: bool
     limit: float | None
-    confirmed: bool
+    lowest_miss: float | None
+    dropped: bool  # another configuration of its rung beat it
     goodput_rps: float | None
     output_tok_s: float | None
     memory_mib: float | None
@@ -96,6 +101,7 @@ def ranking(outcome: TuneOutcome) -> list[RankedRow]:
     for trial in outcome.trials:
         seconds[str(trial.key)] = seconds.get(str(trial.key), 0.0) + trial.seconds
     last = len(outcome.search.rungs) - 1
+    dropped = {key for rung in outcome.search.rungs for key in outcome.search.dropped(rung.index)}
     for rank, score in enumerate(outcome.search.ranking(), start=1):
         line = outcome.trial(score.key, score.rung)
         rows.append(
@@ -105,7 +111,8 @@ def ranking(outcome: TuneOutcome) -> list[RankedRow]:
                 rung=score.rung,
                 final=score.rung == last,
                 limit=score.limit,
-                confirmed=score.confirmed,
+                lowest_miss=score.lowest_miss,
+                dropped=score.key in dropped,
                 goodput_rps=score.goodput_rps,
                 output_tok_s=line.output_tok_s if line else None,
                 memory_mib=line.memory_mib if line else None,
@@ -183,7 +190,7 @@ class SearchCost:
         said = f"{self.trials} trials in {self.seconds / 60:.1f} min for {self.configs} configurations"
         if self.grid_seconds:
             said += (
-                f"; the full grid (each configuration confirmed as the finalists were) would take about"
+                f"; the full grid (each configuration searched as the finalists were) would take about"
                 f" {self.grid_seconds / 60:.0f} min: this search cost {self.share:.0%} of it"
             )
         if self.ending == "budget":
@@ -208,7 +215,7 @@ def search_cost(outcome: TuneOutcome) -> SearchCost:
 
 
 def winner_plan(outcome: TuneOutcome, settings: Settings, model_size_bytes: int) -> QuantPlan | None:
-    """The capacity plan of the winner (its best trial's limit, goodput and memory)."""
+    """The capacity plan of the winner (its best trial's decided limit, goodput and memory)."""
     config = outcome.winner
     best = outcome.search.winner()
     if config is None or best is None:
@@ -239,14 +246,15 @@ def winner_plan(outcome: TuneOutcome, settings: Settings, model_size_bytes: int)
     inputs = plan_view(**settings.plan.model_dump())
     if memory is not None and inputs.memory_budget_bytes is not None:
         memory = ServerMemory(**{**memory.__dict__, "budget_bytes": inputs.memory_budget_bytes})
-    report = settings.report
-    return plan_quant(limit, inputs, memory, None, report.slo_ttft_p99_s, report.slo_tpot_s)
+    return plan_quant(limit, inputs, memory, None, settings.slo.ttft_s, settings.slo.tpot_s)
 
 
 def plan_lines(plan: QuantPlan | None, currency: str) -> list[str]:
     """The plan in a few lines a person reads."""
     if plan is None:
-        return ["no capacity plan: no configuration held the SLO"]
+        return [
+            "no capacity plan: no configuration was shown to beat the configured flags (or to meet the SLO)"
+        ]
     limit = plan.limit
     held = f"{limit.users} users" if limit.users is not None else "-"
     rate = f"{limit.rps:.2f} good requests/s" if limit.rps is not None else "no goodput measured"
@@ -304,33 +312,34 @@ def quant_summary(
 
 
 def against_baseline(outcome: TuneOutcome) -> dict[str, Any] | None:
-    """The winner's limit and goodput against the configured flags', as ratios (the final rung's
-    trial of the winner and the baseline's search are measured alike)."""
+    """The best configuration against the configured flags, decided (quantload.comparison): a
+    winner is named only where it beats them; otherwise the configured flags are as good as any
+    tried. The configurations tied with the best are named too."""
     best, baseline = outcome.search.winner(), outcome.baseline
-    if best is None or baseline is None:
+    comparison = outcome.against_baseline()
+    if best is None or baseline is None or comparison is None:
         return None
-
-    def ratio(mine: float | None, theirs: float | None) -> float | None:
-        return mine / theirs if mine is not None and theirs else None
-
-    limit_ratio = ratio(best.limit, baseline.limit)
-    goodput_ratio = ratio(best.goodput_rps, baseline.goodput_rps)
-    theirs = f"{baseline.limit:g}" if baseline.limit is not None else "none held"
-    said = f"winner {best.key}: limit {best.limit:g} against {theirs} with the configured flags"
-    if limit_ratio is not None:
-        said += f" (x{limit_ratio:.2f})"
-    if goodput_ratio is not None:
-        said += f", goodput x{goodput_ratio:.2f}"
+    tied = [score.key for score in outcome.search.tied_with(best)]
+    said = comparison.text(best.key, "the configured flags")
+    if comparison.better != "a":
+        said = f"the configured flags are as good as any configuration tried: {said}"
+    if tied:
+        said += f"; tied with {best.key}: {', '.join(tied)}"
     return {
-        "winner": best.key,
-        "winner_limit": best.limit,
-        "winner_goodput_rps": best.goodput_rps,
-        "winner_rung": best.rung,
+        "winner": best.key if comparison.better == "a" else None,
+        "best": best.key,
+        "best_limit": best.limit,
+        "best_lowest_miss": best.lowest_miss,
+        "best_goodput_rps": best.goodput_rps,
+        "best_rung": best.rung,
         "baseline_limit": baseline.limit,
+        "baseline_lowest_miss": baseline.lowest_miss,
         "baseline_goodput_rps": baseline.goodput_rps,
-        "baseline_confirmed": baseline.confirmed,
-        "limit_ratio": limit_ratio,
-        "goodput_ratio": goodput_ratio,
+        "limit_ratio": comparison.ratio,
+        "limit_ratio_low": comparison.low,
+        "limit_ratio_high": comparison.high,
+        "decided": comparison.shown,
+        "tied": tied,
         "sentence": said,
     }
 

@@ -3,12 +3,12 @@ over the configurations of the space (quantload.tune.space), each trial a limit 
 variant of the server (`ServerControl`), its state appended to tune.jsonl as it goes.
 
 A trial restarts the server with the configuration's flags, runs the limit search the objective
-names (`limit_users` or `limit_rate`, the run's workload and SLO) with its rung's repeats, time
-cap (never past what is left of the budget) and trial size, and scores the configuration by the
-limit found and the goodput at that limit: the median goodput (requests/s that met the SLO) of
-the trials that held at it. A configuration whose server does not start scores as not run, and the search goes
-on. Each trial's search is in limits.jsonl under the variant "tune r<rung> <key>"; each variant's
-KV cache and memory in variants.jsonl.
+names (`limit_users` or `limit_rate`, the run's workload and SLO) with its rung's time cap (never
+past what is left of the budget), trial size and level seconds, and scores the configuration by
+the limit range found (the highest level shown to meet the SLO, the lowest shown to miss it) and
+the goodput at that limit (requests/s that met the SLO). A configuration whose server does not
+start scores as not run, and the search goes on. Each trial's search is in limits.jsonl under the
+variant "tune r<rung> <key>"; each variant's KV cache and memory in variants.jsonl.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantload.comparison import Comparison, compare_limits
 from quantload.config import Settings
 from quantload.errors import ConfigError, QuantloadError
 from quantload.experiments.base import ExperimentContext
@@ -46,14 +47,30 @@ class TuneOutcome:
     trials: tuple[TuneLine, ...]
     busy_s: float  # the trials' time this invocation (a resumed search: the part it ran)
     baseline: TuneLine | None = None  # the configured flags, searched as the finalists were
+    confidence: float = 0.95  # the SLO's: each limit's verdicts, and so the comparisons
 
     def config(self, key: str) -> TuneConfig:
         return next(config for config in self.configs if config.key == key)
 
+    def against_baseline(self) -> Comparison | None:
+        """The best configuration against the configured flags (None: no best, or no baseline)."""
+        best, baseline = self.search.winner(), self.baseline
+        if best is None or baseline is None:
+            return None
+        return compare_limits(best.limit_range(), baseline.score().limit_range(), self.confidence)
+
     @property
     def winner(self) -> TuneConfig | None:
+        """The configuration to serve with: the best measured, where it beats the configured flags
+        by a decided margin (or no baseline was searched); None when the configured flags are as
+        good as any tried, or nothing met the SLO."""
         best = self.search.winner()
-        return self.config(best.key) if best is not None else None
+        if best is None:
+            return None
+        against = self.against_baseline()
+        if against is not None and against.better != "a":
+            return None
+        return self.config(best.key)
 
     def trial(self, key: str, rung: int) -> TuneLine | None:
         found = [line for line in self.trials if line.key == key and line.rung == rung]
@@ -70,18 +87,16 @@ def objective_search(settings: Settings) -> SearchExperiment:
 
 def new_search(settings: Settings, keys: Sequence[str]) -> SuccessiveHalving:
     tune, limit = settings.tune, settings.limit
-    rungs = plan_rungs(
-        len(keys), tune.eta, tune.finalists, tune.short_trial_s, limit.time_cap_s, limit.repeats
-    )
+    rungs = plan_rungs(len(keys), tune.eta, tune.finalists, tune.short_trial_s, limit.time_cap_s)
     return SuccessiveHalving(tuple(keys), rungs, tune.budget_s)
 
 
 def _at_limit(outcome: SearchOutcome) -> tuple[float | None, float | None]:
-    """Median goodput and output tok/s of the trials that held at the limit found."""
+    """Median goodput and output tok/s of the trials that met the SLO at the limit found."""
     limit = outcome.result.limit
     if limit is None:
         return None, None
-    held = {t.stage_id for t in outcome.line.trials if t.held and t.level == limit and t.stage_id}
+    held = {t.stage_id for t in outcome.line.trials if t.met and t.level == limit and t.stage_id}
     chosen = [s for s in outcome.summaries if s.stage_id in held]
     goodput = [s.goodput_rps for s in chosen if s.goodput_rps is not None]
     tokens = [s.output_tok_s for s in chosen if s.output_tok_s is not None]
@@ -99,20 +114,21 @@ def _buffers_mib(kv: KvCheck | None) -> float | None:
 
 
 def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> Settings:
-    """The limit search's settings for one trial: its rung's repeats, time cap (never past what is
-    left of the budget) and trial size (closed loop: requests per user and the fewest a level
-    sends; open loop: seconds of arrivals), at least two requests a level."""
+    """The limit search's settings for one trial: its rung's time cap (never past what is left of
+    the budget), trial size (closed loop: requests per user and the fewest a level sends; open
+    loop: seconds of arrivals; at least two requests a level) and seconds a level may spend on being
+    decided."""
     limit, frac = settings.limit, trial.rung.requests_frac
     limit = limit.model_copy(
         update={
-            "repeats": trial.rung.repeats,
             "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s)),
             "requests_per_user": max(1, round(limit.requests_per_user * frac)),
             "min_requests": max(2, round(fewest_requests(settings) * frac)),
             "trial_seconds": max(2.0, limit.trial_seconds * frac),
         }
     )
-    return settings.model_copy(update={"limit": limit})
+    slo = settings.slo.model_copy(update={"level_max_s": max(1.0, settings.slo.level_max_s * frac)})
+    return settings.model_copy(update={"limit": limit, "slo": slo})
 
 
 def _run_trial(
@@ -138,6 +154,7 @@ def _run_trial(
         slots=config.slots,
         ctx_per_slot=config.ctx_per_slot,
         cache_type=config.cache_type,
+        objective=settings.tune.objective,
     )
     started = time.monotonic()
     try:
@@ -154,7 +171,8 @@ def _run_trial(
     return base.model_copy(
         update={
             "limit": outcome.result.limit,
-            "confirmed": outcome.result.confirmed,
+            "lowest_miss": outcome.result.lowest_miss,
+            "undecided": list(outcome.result.undecided),
             "goodput_rps": goodput,
             "output_tok_s": tokens,
             "memory_mib": memory_mib(variant),
@@ -168,10 +186,10 @@ def _run_trial(
 
 
 def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine:
-    """The server as configured, searched with the final rung's repeats and time cap."""
+    """The server as configured, searched with the final rung's time cap and level budget."""
     final = search.rungs[-1]
     settings = context.settings
-    limit = settings.limit.model_copy(update={"repeats": final.repeats, "time_cap_s": final.time_cap_s})
+    limit = settings.limit.model_copy(update={"time_cap_s": final.time_cap_s})
     run = context.run.with_settings(settings.model_copy(update={"limit": limit}))
     label = f"{EXPERIMENT} baseline"
     run.progress(0, None, f"{context.target.name} tune: the configured flags, as the finalists were searched")
@@ -192,7 +210,9 @@ def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine
         ctx_per_slot=settings.server.ctx_per_slot,
         cache_type=settings.server.cache_type_k,
         limit=outcome.result.limit,
-        confirmed=outcome.result.confirmed,
+        lowest_miss=outcome.result.lowest_miss,
+        undecided=list(outcome.result.undecided),
+        objective=settings.tune.objective,
         goodput_rps=goodput,
         output_tok_s=tokens,
         seconds=round(time.monotonic() - started, 3),
@@ -278,8 +298,9 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
         append_tune_line(state, baseline)
         busy += baseline.seconds
     outcome = TuneOutcome(
-        context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy, baseline
-    )
+        context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy, baseline,
+        settings.slo.confidence,
+    )  # fmt: skip
     best = search.winner()
     append_tune_line(
         state,

@@ -21,7 +21,7 @@ from quantload.load import JsonlAppender
 from quantload.rundir.jsonl import iter_jsonl
 from quantload.tune.halving import Rung, Score
 
-TUNE_SCHEMA = "quantload.tune/1"
+TUNE_SCHEMA = "quantload.tune/2"
 TUNE_JSONL = "tune.jsonl"
 TUNE_JSON = "tune.json"  # the outcome of each quantization (quantload.tune.outcome)
 
@@ -51,8 +51,9 @@ class TuneLine(BaseModel):
     slots: int | None = None
     ctx_per_slot: int | None = None
     cache_type: str | None = None
-    limit: float | None = None
-    confirmed: bool = False
+    limit: float | None = None  # the highest level shown to meet the SLO
+    lowest_miss: float | None = None  # the lowest level shown to miss it
+    undecided: list[float] = Field(default_factory=list)
     goodput_rps: float | None = None
     output_tok_s: float | None = None
     memory_mib: float | None = None  # every buffer the server's log reports
@@ -67,18 +68,12 @@ class TuneLine(BaseModel):
     ending: str | None = None  # "done" or "budget"
 
     def score(self) -> Score:
-        """A trial line as the search's score."""
-        assert self.kind == "trial" and self.key is not None and self.rung is not None
+        """A trial (or baseline) line as the search's score."""
+        assert self.kind in ("trial", "baseline") and self.key is not None and self.rung is not None
         return Score(
-            self.key,
-            self.rung,
-            self.limit,
-            self.goodput_rps,
-            self.confirmed,
-            self.seconds,
-            self.ran,
-            self.why,
-        )
+            self.key, self.rung, self.limit, self.goodput_rps, self.lowest_miss, self.seconds, self.ran,
+            self.why, whole=self.objective != "rate",
+        )  # fmt: skip
 
     @classmethod
     def from_json_line(cls, line: str) -> TuneLine:
@@ -87,7 +82,7 @@ class TuneLine(BaseModel):
 
 def rung_dicts(rungs: tuple[Rung, ...]) -> list[dict[str, float | int | bool]]:
     return [
-        {"index": r.index, "size": r.size, "time_cap_s": r.time_cap_s, "repeats": r.repeats, "final": r.final}
+        {"index": r.index, "size": r.size, "time_cap_s": r.time_cap_s, "final": r.final}
         for r in rungs
     ]
 

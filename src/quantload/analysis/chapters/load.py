@@ -10,7 +10,15 @@ from pathlib import Path
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import search_sentence, slo_text
-from quantload.analysis.chapters.parts import Chapter, Plots, cache_state_block, range_text, shown, value
+from quantload.analysis.chapters.parts import (
+    Chapter,
+    Plots,
+    cache_state_block,
+    interval_text,
+    range_text,
+    shown,
+    value,
+)
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
 from quantload.analysis.plotting import (
     Figure,
@@ -49,11 +57,11 @@ def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
                 label=f"{quant} {label}",
             )
     axis.axhline(
-        slo.slo_ttft_p99_s * 1000,
+        slo.ttft_s * 1000,
         color="black",
         linestyle=":",
         linewidth=1,
-        label=f"SLO p99 {slo.slo_ttft_p99_s * 1000:g} ms",
+        label=f"SLO {slo.ttft_percentile} {slo.ttft_s * 1000:g} ms",
     )
     users_axis(axis, sorted({int(u) for u in levels["users"]}))
     log_scale_if_wide(axis, plotted)
@@ -90,15 +98,16 @@ def _throughput_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
 
 
 def _latency_vs_throughput(analysis: Analysis, path: Path) -> Path | None:
-    """TTFT p99 and TPOT p99 against output tokens/s: one curve per quant, points labelled by users."""
+    """TTFT and TPOT at the SLO's percentiles against output tokens/s: one curve per quant, points
+    labelled by users."""
     levels, slo = analysis.levels, analysis.slo
     if levels.empty or levels["output_tok_s"].dropna().empty:
         return None
     figure, axes = new_figure(10.0, 4.4, 1, 2)
     palette = colors(analysis.quants)
     for axis, metric, limit, title in (
-        (axes[0][0], "ttft_p99_s", slo.slo_ttft_p99_s, "TTFT p99 (ms)"),
-        (axes[0][1], "tpot_p99_s", slo.slo_tpot_s, "TPOT p99 (ms)"),
+        (axes[0][0], "ttft_at_slo_s", slo.ttft_s, f"TTFT {slo.ttft_percentile} (ms)"),
+        (axes[0][1], "tpot_at_slo_s", slo.tpot_s, f"TPOT {slo.tpot_percentile} (ms)"),
     ):
         for quant, frame in levels.groupby("quant", sort=False):
             x, y = column_values(frame, "output_tok_s"), [v * 1000 for v in column_values(frame, metric)]
@@ -121,9 +130,13 @@ PANELS_PER_ROW = 4
 SEARCHES = tuple(experiment.name for experiment in REGISTRY if experiment.searches)
 
 
+MARKS = {"meets": ("o", "met"), "misses": ("x", "missed"), "undecided": ("s", "undecided")}
+
+
 def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
     """Each search's trials in order, one panel per quantization and kind of search (none hides
-    another): the level tried, held (dot) or broke (cross), the limit found dotted."""
+    another): the level tried, met (dot), missed (cross) or undecided (hollow square), the limit
+    found dotted."""
     searches = [line for line in analysis.limits if line.trials]
     if not searches:
         return None
@@ -145,12 +158,14 @@ def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
         color = palette.get(line.quant)
         steps = list(range(1, len(line.trials) + 1))
         axis.plot(steps, [t.level for t in line.trials], "-", color=color, alpha=0.5)
-        held = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if t.held]
-        broke = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if not t.held]
-        if held:
-            axis.plot(*zip(*held, strict=True), "o", color=color, label="held")
-        if broke:
-            axis.plot(*zip(*broke, strict=True), "x", color=color, markersize=8, label="broke")
+        for outcome, (marker, label) in MARKS.items():
+            points = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if t.outcome == outcome]
+            if points:
+                face = "none" if outcome == "undecided" else color
+                axis.plot(
+                    *zip(*points, strict=True), marker, color=color, markerfacecolor=face, markersize=7,
+                    linestyle="none", label=label,
+                )  # fmt: skip
         if line.limit is not None:
             axis.axhline(line.limit, color=color, linestyle=":", linewidth=1, label="limit found")
         low, high = bounds[line.kind]
@@ -166,7 +181,10 @@ def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
         axis.set_title(f"{line.quant}: {search}", fontsize=9)
     for index in range(len(searches), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
-    figure.suptitle("Limit search trials, one panel per search (dot: held, cross: broke; dotted: the limit)")
+    figure.suptitle(
+        "Limit search trials, one panel per search"
+        " (dot: met, cross: missed, square: undecided; dotted: the limit)"
+    )
     return save_figure(figure, path)
 
 
@@ -188,6 +206,7 @@ def load_curves_section(analysis: Analysis, plots: Plots) -> Section:
 
 def capacity_section(analysis: Analysis) -> Section:
     """Per level against the SLO, and goodput."""
+    slo = analysis.slo
     rows = []
     for verdict in analysis.capacity:
         by_users = {
@@ -195,17 +214,18 @@ def capacity_section(analysis: Analysis) -> Section:
         }
         for check in verdict.checks:
             row = by_users.get(check.users, {})
-            judged = fmt.DASH if check.meets is None else ("meets" if check.meets else f"misses: {check.why}")
-            if check.meets and check.every_repeat_meets is False:
-                judged += " (not every repeat)"
+            judged = {
+                "unjudged": fmt.DASH, "meets": "meets", "misses": f"misses: {check.why}",
+                "undecided": f"undecided: {check.why}",
+            }[check.outcome]  # fmt: skip
             if check.sureness:
                 judged += f"; {check.sureness}"
             rows.append(
                 (
                     verdict.quant,
                     str(check.users),
-                    range_text(row, "ttft_p99_s"),
-                    range_text(row, "tpot_p99_s"),
+                    interval_text(row, "ttft_at_slo_s"),
+                    interval_text(row, "tpot_at_slo_s"),
                     fmt.percent(check.failed_frac),
                     fmt.percent(value(row.get("good_frac"))),
                     range_text(row, "goodput_rps", "number"),
@@ -215,12 +235,16 @@ def capacity_section(analysis: Analysis) -> Section:
             )
     blocks: list[Block] = [
         Paragraph(
-            f"SLO: {slo_text(analysis.slo)}. A level is judged on the requests of its repeats together:"
-            " it misses the SLO when more of them failed, or were over the TTFT or TPOT limit, than a"
-            " level within it shows by chance (one-sided binomial test against the 1 % a p99 allows,"
-            " p < 5 %), so one slow request among few is not taken for a broken level; each row says"
-            " how many requests it rests on and how sure it is. The capacity is the highest level met"
-            " with every lower level met too; the limit search judges each trial the same way."
+            f"SLO: {slo_text(slo)}. A level is judged on the requests of its repeats together and"
+            " decided as they arrive: it meets the SLO when the data show, at that confidence, that no"
+            " more than the allowed share of requests failed or was over each limit; it misses when they"
+            " show more; otherwise it is undecided (its budget, slo.level_max_requests and"
+            " slo.level_max_s, ran out first) and says about how many more requests would decide it."
+            " Slow requests that come in bursts count for what their bursts are worth. The capacity is"
+            " the highest level that meets with every lower level meeting too; no capacity rests on an"
+            " undecided level, and the limit search judges each trial the same way. Percentiles come"
+            f" from the level's requests together, with their {fmt.percent(slo.confidence, 0)}"
+            " distribution-free confidence interval in brackets ('…': a side the requests cannot bound)."
             " Goodput counts the requests that succeeded within their deadline and met both limits on"
             " their own, per second of the stage (open loop, Poisson or trace: TTFT from the intended"
             " send time)."
@@ -231,8 +255,8 @@ def capacity_section(analysis: Analysis) -> Section:
         columns = (
             "quant",
             "users",
-            "TTFT p99",
-            "TPOT p99",
+            f"TTFT {slo.ttft_percentile}",
+            f"TPOT {slo.tpot_percentile}",
             "failed",
             "good requests",
             "goodput req/s",
@@ -261,28 +285,31 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
             "most users" if line.kind == "users" else "highest rate",
             line.workload,
             level(line.limit, line.kind),
-            "yes" if line.confirmed else "no",
+            ", ".join(level(x, line.kind) for x in line.undecided) or fmt.DASH,
+            level(line.lowest_miss, line.kind),
             line.ending,
-            level(line.lowest_broken, line.kind),
             str(len(line.trials)),
             fmt.duration(line.seconds),
         )
         for line in analysis.limits
     )
     columns = (
-        *("quant", "search", "workload", "limit", "confirmed"),
-        *("ended", "lowest broken", "trials", "took"),
+        *("quant", "search", "workload", "limit (meets)", "undecided"),
+        *("misses from", "ended", "trials", "took"),
     )
     blocks: list[Block] = [
         Paragraph(
             "Instead of judging only the levels it was given, the search grows the load geometrically"
-            " until the SLO breaks, bisects between the last level that held and the first that broke"
-            " (to one user, or to the rate resolution), and repeats the boundary: the limit must hold in"
-            " a majority of repeats. A trial that fails hard (a circuit breaker, a stage timeout, many"
-            " errors) breaks its level at once, and a time cap bounds the whole search."
+            " until a level does not meet the SLO, bisects between the last level that met and the first"
+            " that did not (to one user, or to the rate resolution), and, where that one was undecided,"
+            " grows on until a level misses. Every trial is decided as it goes, like a sweep level: it"
+            " sends until the data show it meets or misses the SLO, or its budget ends (undecided). The"
+            " limit is the highest level that met with every level tried below it meeting. A trial that"
+            " fails hard (a circuit breaker, a stage timeout, many errors) misses at once, and a time"
+            " cap bounds the whole search."
         ),
         Bullets(tuple(f"{line.quant}: {search_sentence(line)}." for line in analysis.limits), "verdict"),
-        Table(columns, rows, (False, False, False, True, False, False, True, True, True)),
+        Table(columns, rows, (False, False, False, True, True, True, False, True, True)),
         *shown(plots, LIMIT_FIGURE),
     ]
     trial_rows = tuple(
@@ -291,7 +318,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
             line.kind,
             str(index + 1),
             fmt.number(trial.level, 0 if line.kind == "users" else 2),
-            "held" if trial.held else ("broke hard" if trial.hard_failure else "broke"),
+            "misses (hard failure)" if trial.hard_failure else trial.outcome,
             trial.why,
             trial.sureness or (f"rests on {trial.requests} requests" if trial.requests else fmt.DASH),
             fmt.duration(trial.seconds),

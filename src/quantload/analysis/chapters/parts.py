@@ -40,6 +40,15 @@ def range_text(row: Mapping[str, Any], column: str, show: str = "duration") -> s
     )
 
 
+def interval_text(row: Mapping[str, Any], column: str) -> str:
+    """A level's pooled percentile and its confidence interval ('325 ms [301–410]'), else its
+    median of repeats with their range (a row from before intervals)."""
+    interval = row.get(f"{column}_ci")
+    if isinstance(interval, (tuple, list)):
+        return fmt.with_interval(value(row.get(column)), interval)
+    return range_text(row, column)
+
+
 def gap_blocks(analysis: Analysis, *sections: str) -> list[Block]:
     """The "not measured" notes of the given gap sections."""
     lines = [gap.text() for gap in analysis.gaps if gap.section in sections]

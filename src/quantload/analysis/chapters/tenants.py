@@ -42,7 +42,7 @@ def _noisy_figure(analysis: Analysis, path: Path) -> Path | None:
             label = f"{tenant} ({quant})"
             axes[0][0].plot(mine["step"], mine["ttft_p99_s"] * 1000, style, color=color, label=label)
             axes[0][1].plot(mine["step"], mine["goodput_rps"], style, color=color, label=label)
-            limit = mine["slo_ttft_p99_s"].dropna()
+            limit = mine["slo_ttft_s"].dropna()
             if not limit.empty and q_index == 0:
                 axes[0][0].axhline(float(limit.iloc[0]) * 1000, color=color, linestyle=":", linewidth=1)
         steps = group.drop_duplicates("step").sort_values("step")
@@ -84,8 +84,8 @@ def tenants_section(analysis: Analysis) -> Section:
             fmt.duration(value(r["tpot_p50_s"])),
             fmt.duration(value(r["tpot_p99_s"])),
             fmt.number(value(r["goodput_rps"]), 2),
-            f"{fmt.duration(value(r['slo_ttft_p99_s']))} / {fmt.duration(value(r['slo_tpot_s']))}",
-            "–" if r["meets_slo"] is None else ("meets" if r["meets_slo"] else "misses"),
+            f"{fmt.duration(value(r['slo_ttft_s']))} / {fmt.duration(value(r['slo_tpot_s']))}",
+            "–" if r["outcome"] == "unjudged" else str(r["outcome"]),
         )
         for r in table.to_dict("records")
     )
@@ -166,7 +166,7 @@ def noisy_section(analysis: Analysis, plots: Plots) -> Section:
             fmt.percent(value(r["failed_frac"]), 1),
             fmt.number(value(r["service_share_over_demand"]), 2),
             fmt.number(value(r["fairness_index"]), 3),
-            "–" if r["meets_slo"] is None else ("meets" if r["meets_slo"] else "misses"),
+            "–" if r["outcome"] == "unjudged" else str(r["outcome"]),
         )
         for r in table.to_dict("records")
     )

@@ -32,25 +32,28 @@ class DriverSink:
         self.records = records
         self.tracker: StageTracker | None = None
         self.on_trip: Callable[[], object] | None = None
+        self.on_outcome: Callable[[RecordOutcome], object] | None = None  # a decided stage's judge
 
     def put(self, record: RequestRecord) -> None:
         if self.records is not None:
             self.records.append(record)
-        self._count(record.stage_id, record.warmup, record.ok, record.error_class)
+        self._count(RecordOutcome.of(record))
 
     def put_line(self, line: str) -> None:
         """A record that a worker sent as its JSON line."""
         outcome = RecordOutcome.from_json_line(line)
         if self.records is not None:
             self.records.append_line(line)
-        self._count(outcome.stage_id, outcome.warmup, outcome.ok, outcome.error_class)
+        self._count(outcome)
 
-    def _count(self, stage_id: str | None, warmup: bool, ok: bool, error_class: str | None) -> None:
+    def _count(self, outcome: RecordOutcome) -> None:
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
         tracker = self.tracker
-        if tracker is None or stage_id is None:
+        if tracker is None or outcome.stage_id is None:
             return
         tripped = tracker.tripped
-        tracker.observe(stage_id, warmup, ok, error_class)
+        tracker.observe(outcome.stage_id, outcome.warmup, outcome.ok, outcome.error_class)
         if tracker.tripped and not tripped and self.on_trip is not None:
             self.on_trip()  # stop handing out this stage's tickets at once
 

@@ -5,7 +5,10 @@ For each stage: spawn its users, announce it (metrics, workers), run its warm-up
 breaker trips, the stage times out, every worker is gone, the load client itself failed), write
 `stage_end` with the client's own health. A stage after a failed one is written as aborted
 without running. A timed stage (a soak slice, `duration_s`) makes its tickets as it goes
-(quantload.load.timed_supply) and ends once those in flight when its time is up are recorded.
+(quantload.load.timed_supply) and ends once those in flight when its time is up are recorded. A
+decided stage (`decision`: a sweep level, a limit-search trial) feeds every measured record to its
+level's judgement and sends its requests again until the level is decided or its budget is spent
+(quantload.load.decided_supply); its end line says what the level's verdict was then.
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from quantload.load.client_health import ClientHealth, trust_bounds
+from quantload.load.decided_supply import DecidedSupply
 from quantload.load.in_locust.health import HealthMonitor, freeze_heap
 from quantload.load.in_locust.messages import ClientFailed, HealthWindow, StageStarted
 from quantload.load.in_locust.sinks import DriverSink
+from quantload.load.level_judgement import LevelJudgement
 from quantload.load.metrics import LoadMetrics
 from quantload.load.plan import LoadPlan, StagePlan
 from quantload.load.processes import WORKERS_MISSING, WORKERS_TIMEOUT_S
-from quantload.load.records import JsonlAppender
+from quantload.load.records import JsonlAppender, RecordOutcome
 from quantload.load.tickets import StageTracker, TicketBook, stage_tickets
 from quantload.load.timed_supply import TimedSupply
+from quantload.slo import is_open_loop
 
 if TYPE_CHECKING:  # Locust's own types; the module runs without importing locust
     from locust.env import Environment
@@ -65,7 +71,10 @@ class StageController:
         self.abort_reason: str | None = None
         self.client_failure: str | None = None
         self.monitor: HealthMonitor | None = None
+        self.levels: dict[str, LevelJudgement] = {}  # decided levels by name (quantload.load.plan)
+        self._judged: tuple[str, LevelJudgement] | None = None  # the running stage's level
         sink.on_trip = book.cancel_pending
+        sink.on_outcome = self._on_outcome
 
     @property
     def runner(self) -> Any:
@@ -92,6 +101,29 @@ class StageController:
     def on_client_failed_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         failed = ClientFailed.from_data(msg.data)
         self.client_failed(f"{failed.cause} (in {failed.process})")
+
+    def _on_outcome(self, outcome: RecordOutcome) -> None:
+        """A record of the running stage: its level's judgement takes it (a decided stage's)."""
+        judged = self._judged
+        if judged is None or outcome.warmup or outcome.stage_id != judged[0]:
+            return
+        judged[1].add(
+            outcome.ok, outcome.within_deadline, outcome.ttft_s, outcome.ttft_from_intended_s,
+            outcome.tpot_s, outcome.e2e_s,
+        )  # fmt: skip
+
+    def _level(self, stage: StagePlan) -> LevelJudgement | None:
+        decision = stage.decision
+        if decision is None:
+            return None
+        level = self.levels.get(decision.level)
+        if level is None:
+            level = LevelJudgement(
+                decision.slo, stage.users, is_open_loop(stage.arrival, stage.rate_rps), stage.rate_rps,
+                decision.max_requests, decision.max_s,
+            )  # fmt: skip
+            self.levels[decision.level] = level
+        return level
 
     def refresh_users_gauge(self) -> None:
         runner = self.runner
@@ -167,8 +199,18 @@ class StageController:
         if not tickets:
             return tracker
         handed_before = self.book.handed_records
-        supply = None
-        if timed:  # the soak's slices: the pool's requests again and again until the time is up
+        supply: TimedSupply | DecidedSupply | None = None
+        level = None if warmup else self._level(stage)
+        sending_from = time.time()
+        if level is not None and stage.decision is not None:
+            self._judged = (stage.stage_id, level)
+            begins = start_unix_s if start_unix_s is not None else sending_from
+            supply = DecidedSupply(
+                self.book, tickets, tracker, level, stage.users, begins, stage.decision.min_requests,
+                stage.rate_rps if stage.arrival != "closed" else None, self.plan.params.seed + stage.index,
+            )  # fmt: skip
+            supply.tick(time.time())
+        elif timed:  # the soak's slices: the pool's requests again and again until the time is up
             begins = start_unix_s if start_unix_s is not None else time.time()
             supply = TimedSupply(
                 self.book, tickets, tracker, stage.users, begins, begins + (stage.duration_s or 0.0),
@@ -209,6 +251,9 @@ class StageController:
                 gevent.sleep(POLL_S)
         elif tracker.ok == 0 and tracker.planned > 0:
             self.abort_reason = f"all {tracker.planned} requests failed (last: {tracker.last_error})"
+        if level is not None:
+            level.spent_s += time.time() - sending_from
+            self._judged = None
         return tracker
 
     def _run_stage(self, stage: StagePlan) -> None:
@@ -242,6 +287,7 @@ class StageController:
         self.health = ClientHealth()
         tracker = self._run_phase(stage, False, start_unix)
         status = "ok" if self.abort_reason is None else "failed"
+        level = self.levels.get(stage.decision.level) if stage.decision is not None else None
         self._write(
             stage,
             "stage_end",
@@ -251,7 +297,8 @@ class StageController:
             ok=tracker.ok,
             warm=len(stage.warmup),
             health=True,
-            planned=tracker.planned if stage.duration_s is not None else None,
+            planned=tracker.planned if stage.duration_s is not None or level is not None else None,
+            level=level,
         )
         self.metrics.set_stage(None)
 
@@ -267,11 +314,14 @@ class StageController:
         health: bool = False,
         unix_s: float | None = None,
         planned: int | None = None,
+        level: LevelJudgement | None = None,
     ) -> None:
         plan = self.plan
         runner = self.runner
         workers = int(runner.worker_count) if self.master else 0
-        counted = {} if planned is None else {"requests_planned": planned}  # a timed stage's, as sent
+        counted: dict[str, Any] = {} if planned is None else {"requests_planned": planned}  # as sent
+        if level is not None:
+            counted.update(level_outcome=level.outcome, level_requests=level.requests)
         line = plan.stage_event(
             stage,
             event,
