@@ -956,7 +956,7 @@ class SloSettings(_Section):
         " level) sends while undecided",
     )  # fmt: skip
     level_max_s: float = Field(
-        default=900.0, gt=0, le=MAX_SECONDS, description="the most seconds a level sends while undecided"
+        default=600.0, gt=0, le=MAX_SECONDS, description="the most seconds a level sends while undecided"
     )
     burst_requests: int = Field(
         default=0, ge=0, le=MAX_USERS,

@@ -74,14 +74,30 @@ def log_e_value(over: float, of: float, allowed: float, side: Decision) -> float
     return top + math.log(sum(math.exp(t - top) for t in terms) / len(terms))
 
 
-def design_effect(
-    over: int, block_squares: int, burst_requests: float, prior_weight: float = PRIOR_WEIGHT
-) -> float:
-    """The factor by which clustered overs inflate a count's variance: the size-biased mean of
-    overs per block (sum of squares over sum), with `prior_weight` pseudo-overs at the prior
-    `burst_requests`; at least 1."""
+@dataclass(frozen=True)
+class Blocks:
+    """What the design effect of one share is estimated from: its count over complete blocks of
+    `size` consecutive requests, and the sum of those counts squared."""
+
+    count: int = 0  # blocks
+    size: int = 1  # requests per block
+    over: int = 0  # overs within the complete blocks
+    squares: int = 0  # sum over the complete blocks of (overs in the block) squared
+
+
+def design_effect(blocks: Blocks, burst_requests: float, prior_weight: float = PRIOR_WEIGHT) -> float:
+    """The factor by which clustered overs inflate a count's variance (batch means): the spread of
+    the blocks' counts against the binomial spread independent requests would give, with
+    `prior_weight` units of that spread at the prior `burst_requests`; at least 1. For rare overs it
+    is about the size-biased mean of overs per block; a level whose every request is over (no
+    spread to read) keeps the prior."""
     prior = max(1.0, float(burst_requests))
-    return max(1.0, (block_squares + prior_weight * prior) / (over + prior_weight))
+    spread = expected = 0.0
+    if blocks.count >= 2 and blocks.size >= 1:
+        share = blocks.over / (blocks.count * blocks.size)
+        spread = max(0.0, blocks.squares - blocks.over**2 / blocks.count)
+        expected = (blocks.count - 1) * blocks.size * share * (1.0 - share)
+    return max(1.0, (spread + prior_weight * prior) / (expected + prior_weight))
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,7 @@ class ShareEvidence:
 def judge_share(
     over: int,
     of: int,
-    block_squares: int,
+    blocks: Blocks,
     allowed: float,
     alpha_meets: float,
     alpha_misses: float,
@@ -116,7 +132,7 @@ def judge_share(
     Meets when the meets e-value reaches 1/alpha_meets, misses when the misses one reaches
     1/alpha_misses, else undecided with an estimate of the requests that would likely decide it.
     """
-    deff = design_effect(over, block_squares, burst_requests) if over or of else 1.0
+    deff = design_effect(blocks, burst_requests) if of else 1.0
     over_eff, of_eff = over / deff, of / deff
     log_meets = log_e_value(over_eff, of_eff, allowed, "meets")
     log_misses = log_e_value(over_eff, of_eff, allowed, "misses")

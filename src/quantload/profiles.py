@@ -15,7 +15,9 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "full": {},
     # A few minutes on a 2-core laptop with SmolLM2-135M: the sweep, the prompt cache, a search
     # for the most users capped at 45 s a quantization and the KV-cache type trade-off (and the
-    # soak, in every profile, when a duration is given: soak.duration_s, `--duration`).
+    # soak, in every profile, when a duration is given: soak.duration_s, `--duration`). A level
+    # sends for at most 10 s while undecided: where a p99 needs more requests than that, the
+    # quick profile says undecided rather than guess.
     "quick": {
         "sensitivity": {"in_run": False},
         "quality": {"chunks": 4, "kld_chunks": 4},
@@ -29,9 +31,9 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "prefix_requests": 4,
             "experiments": ("sweep", "prefix_cache", "limit_users", "kv_types", "soak"),
         },
+        "slo": {"level_max_s": 10.0},
         "limit": {
             "max_users": 16,
-            "repeats": 2,
             "time_cap_s": 45.0,
             "requests_per_user": 2,
             "min_requests": 4,
@@ -76,9 +78,9 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "long_fraction": 0.34,
             "batch_sizes": ("2048/512", "64/64"),
         },
+        "slo": {"level_max_s": 3.0},
         "limit": {
             "max_users": 4,
-            "repeats": 1,
             "time_cap_s": 20.0,
             "requests_per_user": 2,
             "min_requests": 4,

@@ -29,7 +29,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
-from quantload.evidence import Decision, ShareEvidence, fewest_requests_to_meet, judge_share, upper_share
+from quantload.evidence import (
+    Blocks,
+    Decision,
+    ShareEvidence,
+    fewest_requests_to_meet,
+    judge_share,
+    upper_share,
+)
 from quantload.text_format import duration, percent
 
 if TYPE_CHECKING:
@@ -153,10 +160,12 @@ def block_size(burst_requests: float) -> int:
 @dataclass(frozen=True)
 class SloCounts:
     """What the verdict rests on: measured requests, failed ones, those over each limit, good ones,
-    and for each share the sum over blocks of consecutive requests of its count squared (what the
-    design effect is estimated from).
+    and for the design effect the blocks of consecutive requests: how many complete blocks of
+    `block_requests`, and for each share its count within them and the sum of its per-block counts
+    squared.
 
-    Counts add up (`+`), so repeats of a level are judged on all their requests together.
+    Counts add up (`+`), so repeats of a level are judged on all their requests together (their
+    blocks are of one size: the level's).
     """
 
     requests: int = 0
@@ -165,31 +174,39 @@ class SloCounts:
     tpot_judged: int = 0  # succeeded with a TPOT (two tokens or more)
     tpot_over: int = 0
     good: int = 0  # met the SLO on its own: goodput
+    blocks: int = 0
+    block_requests: int = 0
+    failed_blocked: int = 0
     failed_sq: int = 0
+    ttft_over_blocked: int = 0
     ttft_over_sq: int = 0
+    tpot_over_blocked: int = 0
     tpot_over_sq: int = 0
 
     def __add__(self, other: SloCounts) -> SloCounts:
-        return SloCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        summed["block_requests"] = max(self.block_requests, other.block_requests)
+        return SloCounts(**summed)
 
     @property
     def ok(self) -> int:
         """Requests that succeeded."""
         return self.requests - self.failed
 
+    def share_blocks(self, share: str) -> Blocks:
+        """The blocks of one share ("failed", "ttft_over", "tpot_over")."""
+        size = max(1, self.block_requests)
+        return Blocks(self.blocks, size, getattr(self, f"{share}_blocked"), getattr(self, f"{share}_sq"))
+
     def to_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SloCounts:
-        """Counts as a summary or a table row keeps them; counts written before the block sums were
-        kept read as isolated overs (each over its own block)."""
+        """Counts as a summary or a table row keeps them (counts written before the blocks were kept
+        have none: their design effect is the prior's)."""
         known = {f.name for f in fields(cls)}
-        values = {name: int(data.get(name) or 0) for name in known}
-        for share in ("failed", "ttft_over", "tpot_over"):
-            if data.get(f"{share}_sq") is None:
-                values[f"{share}_sq"] = values[share]
-        return cls(**values)
+        return cls(**{name: int(data.get(name) or 0) for name in known})
 
 
 def total(counts: Iterable[SloCounts]) -> SloCounts:
@@ -201,11 +218,12 @@ def total(counts: Iterable[SloCounts]) -> SloCounts:
 
 
 @dataclass
-class _Block:
-    """One share's running count within the current block, and the squares of finished blocks."""
+class _Share:
+    """One share's count, and its count and squares over the finished blocks."""
 
     count: int = 0
     in_block: int = 0
+    blocked: int = 0
     squares: int = 0
 
     def add(self, over: bool, block_ends: bool) -> None:
@@ -213,12 +231,9 @@ class _Block:
             self.count += 1
             self.in_block += 1
         if block_ends:
+            self.blocked += self.in_block
             self.squares += self.in_block * self.in_block
             self.in_block = 0
-
-    @property
-    def squares_so_far(self) -> int:
-        return self.squares + self.in_block * self.in_block
 
 
 @dataclass
@@ -233,9 +248,9 @@ class SloCounter:
     requests: int = 0
     tpot_judged: int = 0
     good: int = 0
-    _failed: _Block = field(default_factory=_Block)
-    _ttft: _Block = field(default_factory=_Block)
-    _tpot: _Block = field(default_factory=_Block)
+    _failed: _Share = field(default_factory=_Share)
+    _ttft: _Share = field(default_factory=_Share)
+    _tpot: _Share = field(default_factory=_Share)
 
     def add(
         self,
@@ -268,9 +283,14 @@ class SloCounter:
             tpot_judged=self.tpot_judged,
             tpot_over=self._tpot.count,
             good=self.good,
-            failed_sq=self._failed.squares_so_far,
-            ttft_over_sq=self._ttft.squares_so_far,
-            tpot_over_sq=self._tpot.squares_so_far,
+            blocks=self.requests // max(1, self.block_requests),
+            block_requests=self.block_requests,
+            failed_blocked=self._failed.blocked,
+            failed_sq=self._failed.squares,
+            ttft_over_blocked=self._ttft.blocked,
+            ttft_over_sq=self._ttft.squares,
+            tpot_over_blocked=self._tpot.blocked,
+            tpot_over_sq=self._tpot.squares,
         )
 
 
@@ -305,19 +325,19 @@ def weigh(counts: SloCounts, slo: Slo, burst_requests: float, bounds: bool = Fal
     alpha = slo.alpha
     misses_alpha = alpha / 3  # one of three shares missing by chance: at most alpha in all
     shares = (
-        ("failed", counts.failed, counts.requests, counts.failed_sq, slo.max_failed_frac),
+        ("failed", counts.failed, counts.requests, counts.share_blocks("failed"), slo.max_failed_frac),
         (
             f"over the TTFT limit ({duration(slo.ttft_s)})",
-            counts.ttft_over, counts.ok, counts.ttft_over_sq, slo.ttft_allowed_frac,
+            counts.ttft_over, counts.ok, counts.share_blocks("ttft_over"), slo.ttft_allowed_frac,
         ),
         (
             f"over the TPOT limit ({duration(slo.tpot_s)})",
-            counts.tpot_over, counts.tpot_judged, counts.tpot_over_sq, slo.tpot_allowed_frac,
+            counts.tpot_over, counts.tpot_judged, counts.share_blocks("tpot_over"), slo.tpot_allowed_frac,
         ),
     )  # fmt: skip
     tests = []
-    for what, over, of, squares, allowed in shares:
-        evidence = judge_share(over, of, squares, allowed, alpha, misses_alpha, burst_requests)
+    for what, over, of, blocks, allowed in shares:
+        evidence = judge_share(over, of, blocks, allowed, alpha, misses_alpha, burst_requests)
         upper = upper_share(over, of, evidence.design_effect, alpha) if bounds and of else None
         tests.append(ShareTest(what, evidence, upper))
     return tuple(tests)

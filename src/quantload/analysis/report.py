@@ -28,6 +28,7 @@ from quantload.rundir import (
     TABLE_CSV,
     plot_file,
 )
+from quantload.slo import Slo
 
 
 class ReportError(QuantloadError):
@@ -81,6 +82,7 @@ def build_report(
     out_dir: Path | None = None,
     prometheus_binary: str = "prometheus",
     plan: PlanSettings | None = None,
+    slo: Slo | None = None,
 ) -> ReportPaths:
     """Write the report of `run_dir` (into `out_dir`, default the run directory itself).
 
@@ -92,7 +94,7 @@ def build_report(
     out = out_dir or run_dir
     check_report_folder(out)
     analysis = analyze_run(
-        load_run(run_dir), settings or ReportSettings(), prometheus_url, prometheus_binary, plan
+        load_run(run_dir), settings or ReportSettings(), prometheus_url, prometheus_binary, plan, slo
     )
     try:
         return _write(analysis, out)

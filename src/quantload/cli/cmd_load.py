@@ -13,6 +13,14 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
+from quantload.cli.slo_options import (
+    CONFIDENCE,
+    SLO_TPOT,
+    SLO_TPOT_PERCENTILE,
+    SLO_TTFT,
+    SLO_TTFT_PERCENTILE,
+    slo_flags,
+)
 from quantload.config import LoadSettings
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
@@ -190,6 +198,11 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Environment variable holding the API key.")
         ] = None,
         run_id: Annotated[str | None, typer.Option(help="Run id (default: time + config hash).")] = None,
+        slo_ttft: float | None = SLO_TTFT,
+        slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
+        slo_tpot: float | None = SLO_TPOT,
+        slo_tpot_percentile: str | None = SLO_TPOT_PERCENTILE,
+        confidence: float | None = CONFIDENCE,
         as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     ) -> None:
         """Stream chat completions at each --url in turn; one record per request, one summary per stage.
@@ -229,6 +242,7 @@ def register(app: typer.Typer) -> None:
             "limit.time_cap_s": time_cap,
             "limit.max_users": max_users,
             "soak.duration_s": duration_text_s(duration) if duration is not None else None,
+            **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
         }
         config = cli.config(flags)
         settings = config.settings

@@ -11,8 +11,18 @@ from rich.table import Table
 from quantload.analysis import build_report, compare_runs
 from quantload.analysis.summary_json import SummaryFile, load_summary_file
 from quantload.cli.context import cli_context
+from quantload.cli.slo_options import (
+    CONFIDENCE,
+    SLO_TPOT,
+    SLO_TPOT_PERCENTILE,
+    SLO_TTFT,
+    SLO_TTFT_PERCENTILE,
+    slo_flags,
+    slo_given,
+)
 from quantload.errors import ConfigError
 from quantload.paths import check_out_dir
+from quantload.slo import Slo
 
 
 def _money(amount: Any, currency: str) -> str:
@@ -61,8 +71,14 @@ def register(app: typer.Typer) -> None:
         prometheus: str | None = typer.Option(
             None, "--prometheus", help="URL of a Prometheus holding the run (default: the run's own)."
         ),
-        slo_ttft_p99: float | None = typer.Option(None, "--slo-ttft-p99", help="TTFT p99 limit, s [1.0]."),
-        slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT p99 limit, s [0.1]."),
+        slo_ttft: float | None = SLO_TTFT,
+        slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
+        slo_tpot: float | None = SLO_TPOT,
+        slo_tpot_percentile: str | None = SLO_TPOT_PERCENTILE,
+        confidence: float | None = CONFIDENCE,
+        slo_ttft_p99: float | None = typer.Option(
+            None, "--slo-ttft-p99", hidden=True, help="TTFT p99 limit, s (the earlier name of --slo-ttft)."
+        ),
         max_kld: float | None = typer.Option(
             None, "--max-kld", help="Quality loss the verdict accepts: mean KLD from F16, nats [0.05]."
         ),
@@ -90,10 +106,12 @@ def register(app: typer.Typer) -> None:
         --currency and --memory-budget-gib flags set them for this report, on any finished run.
         """
         cli = cli_context(ctx)
-        settings = cli.config(
+        config = cli.config(
             {
-                "report.slo_ttft_p99_s": slo_ttft_p99,
-                "report.slo_tpot_s": slo_tpot,
+                **slo_flags(
+                    slo_ttft if slo_ttft is not None else slo_ttft_p99, slo_ttft_percentile, slo_tpot,
+                    slo_tpot_percentile, confidence,
+                ),
                 "report.max_kld_mean_nats": max_kld,
                 "plan.target_rps": target_rps,
                 "plan.target_users": target_users,
@@ -102,13 +120,15 @@ def register(app: typer.Typer) -> None:
                 "plan.currency": currency,
                 "plan.memory_budget_gib": memory_budget_gib,
             }
-        ).settings
+        )
+        settings = config.settings
+        slo = Slo.of(settings.slo) if slo_given(config) else None  # None: each run's own
         if out is not None:
             check_out_dir(out)
         if compare is not None:
             if run_dir is not None:
                 raise ConfigError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
-            paths = compare_runs(compare[0], compare[1], out, settings.report)
+            paths = compare_runs(compare[0], compare[1], out, settings.report, slo)
             cli.console.print(
                 f"comparison: {paths.html}\n            {paths.markdown}", highlight=False, soft_wrap=True
             )
@@ -116,7 +136,7 @@ def register(app: typer.Typer) -> None:
         if run_dir is None:
             raise ConfigError("no run directory given", "quantload report results/<run-id>")
         written = build_report(
-            run_dir, prometheus, settings.report, out, settings.observe.prometheus_binary, settings.plan
+            run_dir, prometheus, settings.report, out, settings.observe.prometheus_binary, settings.plan, slo
         )
         cli.console.print(
             f"report: {written.html}\n        {written.markdown}", highlight=False, soft_wrap=True

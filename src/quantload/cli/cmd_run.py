@@ -9,6 +9,14 @@ import typer
 from quantload.cli.context import cli_context
 from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
+from quantload.cli.slo_options import (
+    CONFIDENCE,
+    SLO_TPOT,
+    SLO_TPOT_PERCENTILE,
+    SLO_TTFT,
+    SLO_TTFT_PERCENTILE,
+    slo_flags,
+)
 from quantload.experiments.soak import duration_text_s
 from quantload.llamacpp.toolchain import find_toolchain
 from quantload.paths import cache_root, check_out_dir
@@ -46,6 +54,11 @@ def register(app: typer.Typer) -> None:
         imatrix: str | None = typer.Option(
             None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) \\[off]."
         ),
+        slo_ttft: float | None = SLO_TTFT,
+        slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
+        slo_tpot: float | None = SLO_TPOT,
+        slo_tpot_percentile: str | None = SLO_TPOT_PERCENTILE,
+        confidence: float | None = CONFIDENCE,
         more_files: list[str] | None = typer.Argument(None, hidden=True, metavar="[FILE]..."),
     ) -> None:
         """Prepare, measure quality and speed, serve each quantization under load, and report."""
@@ -62,6 +75,7 @@ def register(app: typer.Typer) -> None:
                 "prepare.files": tuple(files) if files else None,
                 "prepare.reference": reference,
                 "prepare.imatrix": imatrix,
+                **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
             }
         )
         settings = config.settings

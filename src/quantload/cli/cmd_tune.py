@@ -10,6 +10,14 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.run_view import RichRunView
+from quantload.cli.slo_options import (
+    CONFIDENCE,
+    SLO_TPOT,
+    SLO_TPOT_PERCENTILE,
+    SLO_TTFT,
+    SLO_TTFT_PERCENTILE,
+    slo_flags,
+)
 from quantload.errors import ConfigError
 from quantload.paths import check_out_dir
 from quantload.tune.tune_run import TuneResult, tune_json_text, tune_models
@@ -91,6 +99,11 @@ def register(app: typer.Typer) -> None:
             None, "--budget", help="Seconds per quantization (tune.budget_s)."
         ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
+        slo_ttft: float | None = SLO_TTFT,
+        slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
+        slo_tpot: float | None = SLO_TPOT,
+        slo_tpot_percentile: str | None = SLO_TPOT_PERCENTILE,
+        confidence: float | None = CONFIDENCE,
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:
         """Search the tune space of llama-server flags (\\[tune]) per quantization: successive halving by the
@@ -103,6 +116,7 @@ def register(app: typer.Typer) -> None:
             "run.out": out,
             "tune.budget_s": budget,
             "tune.objective": objective,
+            **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
         }
         config = cli.config(flags)
         settings = config.settings

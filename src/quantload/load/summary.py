@@ -256,7 +256,7 @@ class StageSummary(BaseModel):
 
     def judged_with(self, slo: Slo) -> bool:
         """Whether its SLO counts were counted against `slo` (with the design effect's blocks)."""
-        return self.slo_key == slo.key() and "failed_sq" in self.slo_counts
+        return self.slo_key == slo.key() and "block_requests" in self.slo_counts
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
