@@ -20,6 +20,7 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.served import ServedTarget
+from quantload.slo import Slo
 from support import require_binary, run_quantload
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -90,7 +91,7 @@ def test_the_queueing_alert_fires_on_a_server_pushed_past_its_slots(
                 states = {a["metric"]["alertstate"] for a in alerts["data"]["result"]}
                 assert states & {"pending", "firing"}, alerts
                 assert all(a["metric"]["quant"] == "Q4_K_M" for a in alerts["data"]["result"])
-                written = build_report(tmp_path, prometheus.url, ReportSettings(slo_ttft_p99_s=0.25))
+                written = build_report(tmp_path, prometheus.url, ReportSettings(), slo=Slo(0.25, 0.1))
         finally:
             exporter.stop()
     (signal,) = _json(written.summary)["plan"]["scale_out"]

@@ -135,12 +135,12 @@ def use_downstream(settings: Settings) -> None:
     limit = settings.limit
     for kind, start, most in (("users", limit.start_users, limit.max_users),
                               ("rate_rps", limit.start_rate_rps, limit.max_rate_rps)):  # fmt: skip
-        search = LimitSearch(kind, start, most, limit.growth, limit.rate_resolution, limit.repeats, limit.time_cap_s)
+        search = LimitSearch(kind, start, most, limit.growth, limit.rate_resolution, limit.time_cap_s)
         for _ in range(6):
             level = search.next_level()
             if level is None:
                 break
-            search.record(Trial(level, held=level < most / 2, seconds=limit.trial_seconds))
+            search.record(Trial(level, "meets" if level < most / 2 else "misses", seconds=limit.trial_seconds))
         search.result().sentence()
     for text in (settings.workload.input_lengths, settings.workload.output_lengths,
                  settings.sessions.turn_tokens, settings.sessions.reply_tokens):  # fmt: skip

@@ -107,7 +107,7 @@ def space_key(settings: Settings) -> str:
     workload, the SLO and the load's request settings. A resumed tune must have the same."""
     chosen = {
         name: settings.model_dump(mode="json")[name]
-        for name in ("tune", "limit", "workload", "report", "speculation", "server")
+        for name in ("tune", "limit", "workload", "slo", "report", "speculation", "server")
     }
     load = settings.model_dump(mode="json")["load"]
     chosen["load"] = {k: v for k, v in load.items() if k not in ("experiments", "metrics_port", "workers")}

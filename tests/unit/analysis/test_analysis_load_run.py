@@ -58,11 +58,12 @@ def test_a_kv_json_without_results_names_each_missing_quant(synthetic_run: Path)
     from quantload.analysis.analyze import analyze
     from quantload.analysis.prometheus_source import PromConnection
     from quantload.config import ReportSettings
+    from quantload.slo import Slo
 
     (synthetic_run / "kv.json").write_text('{"schema": "quantload.kv/1", "results": {}}')
     run = load_run(synthetic_run)
     assert not [g for g in run.gaps if g.section == "kv"]  # the file itself was read
-    analysis = analyze(run, ReportSettings(), PromConnection(None, "", ["none"]), 1.0)
+    analysis = analyze(run, ReportSettings(), Slo(1.0, 0.1), PromConnection(None, "", ["none"]), 1.0)
     kv_gaps = {g.what: g.why for g in analysis.gaps if g.section == "kv"}
     assert kv_gaps == {
         f"KV check of {q}": f"kv.json has no entry for {q} and run.json does not mention a kv step"

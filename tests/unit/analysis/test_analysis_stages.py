@@ -13,9 +13,9 @@ from analysis_synthetic import write_synthetic_run
 
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import UNFINISHED, UNRECORDED, level_table, stage_table
-from quantload.config import ReportSettings
+from quantload.slo import Slo
 
-SLO = ReportSettings()
+SLO = Slo(1.0, 0.1)
 
 
 def raw(run_dir: Path) -> list[dict[str, Any]]:
@@ -41,7 +41,7 @@ def test_each_stage_is_computed_from_its_own_records(synthetic_run: Path) -> Non
         span = max(r["sent_unix_s"] + r["e2e_s"] for r in records) - min(r["sent_unix_s"] for r in records)
         tokens = sum(r["completion_tokens"] for r in records)
         assert row["output_tok_s"] == pytest.approx(tokens / span)
-        good = sum(1 for r in records if r["ttft_s"] <= SLO.slo_ttft_p99_s and r["tpot_s"] <= SLO.slo_tpot_s)
+        good = sum(1 for r in records if r["ttft_s"] <= SLO.ttft_s and r["tpot_s"] <= SLO.tpot_s)
         assert row["goodput_rps"] == pytest.approx(good / span)
         assert row["status"] == "ok" and row["failed"] == 0
 
@@ -138,7 +138,7 @@ def test_goodput_counts_only_requests_within_their_deadline(tmp_path: Path) -> N
         return record
 
     records = _rewrite_records(run_dir, past_deadline)
-    loose = ReportSettings(slo_ttft_p99_s=60.0, slo_tpot_s=60.0)  # every ok request meets the SLO
+    loose = Slo(60.0, 60.0)  # every ok request meets the SLO
     for row in stage_table(load_run(run_dir), loose).to_dict("records"):
         mine = [r for r in records if r["stage_id"] == row["stage_id"] and r["ok"] and not r["warmup"]]
         span = max(r["sent_unix_s"] + r["e2e_s"] for r in mine) - min(r["sent_unix_s"] for r in mine)
@@ -149,7 +149,7 @@ def test_goodput_counts_only_requests_within_their_deadline(tmp_path: Path) -> N
 
 def test_open_loop_goodput_judges_ttft_from_the_intended_send(tmp_path: Path) -> None:
     run_dir = write_synthetic_run(tmp_path / "run", users_levels=(), repeats=1, open_loop_rates=(2.0,))
-    slo = ReportSettings(slo_ttft_p99_s=1.0, slo_tpot_s=60.0)
+    slo = Slo(1.0, 60.0)
 
     def behind_schedule(record: dict[str, Any]) -> dict[str, Any]:
         if record["ok"]:

@@ -20,10 +20,10 @@ from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
 from quantload.analysis.run_data import load_run
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import stage_table
-from quantload.config import ReportSettings
 from quantload.llamacpp.server import free_port
 from quantload.load.limit_file import LimitLine, TrialLine
 from quantload.load.records import RequestRecord, StageEvent
+from quantload.slo import Slo
 
 T0 = 1_900_000_000.0
 
@@ -107,7 +107,7 @@ def _write(folder: Path, records: list[RequestRecord], events: list[str]) -> Non
 def test_ttft_prompt_tokens_and_cache_hits_by_turn(tmp_path: Path) -> None:
     written = write_sessions(tmp_path)
     run = load_run(tmp_path)
-    stages = stage_table(run, ReportSettings())
+    stages = stage_table(run, Slo(1.0, 0.1))
     turns = turn_table(run.records, stages, ["Q8_0"])
     assert len(turns) == 6
     for row in turns.to_dict("records"):
@@ -131,7 +131,7 @@ def test_ttft_prompt_tokens_and_cache_hits_by_turn(tmp_path: Path) -> None:
 def test_mixed_table_pools_every_decode_gap_and_the_verdict_follows_it(tmp_path: Path) -> None:
     written = write_mixed(tmp_path / "protects", {"-b 2048 -ub 512": 20.0, "-b 256 -ub 256": 2.0})
     run = load_run(tmp_path / "protects")
-    table = mixed_table(run.records, stage_table(run, ReportSettings()), run.itl_by_request or {}, ["Q8_0"])
+    table = mixed_table(run.records, stage_table(run, Slo(1.0, 0.1)), run.itl_by_request or {}, ["Q8_0"])
     assert [(r["server_args"], r["phase"]) for r in table.to_dict("records")] == [
         ("-b 2048 -ub 512", "alone"), ("-b 2048 -ub 512", "mixed"), ("-b 256 -ub 256", "alone"),
         ("-b 256 -ub 256", "mixed"),
@@ -147,43 +147,46 @@ def test_mixed_table_pools_every_decode_gap_and_the_verdict_follows_it(tmp_path:
     assert "the smaller batch protects decode" in verdict and "2.00 s → 3.50 s" in verdict
     write_mixed(tmp_path / "same", {"-b 2048 -ub 512": 20.0, "-b 256 -ub 256": 20.0})
     same = load_run(tmp_path / "same")
-    table = mixed_table(same.records, stage_table(same, ReportSettings()), same.itl_by_request or {}, ["Q8_0"])
+    table = mixed_table(same.records, stage_table(same, Slo(1.0, 0.1)), same.itl_by_request or {}, ["Q8_0"])
     assert "did not protect decode here" in mixed_verdict(table)
     write_mixed(tmp_path / "calm", {"-b 2048 -ub 512": 1.0, "-b 256 -ub 256": 1.0})
     calm = load_run(tmp_path / "calm")
-    table = mixed_table(calm.records, stage_table(calm, ReportSettings()), calm.itl_by_request or {}, ["Q8_0"])
+    table = mixed_table(calm.records, stage_table(calm, Slo(1.0, 0.1)), calm.itl_by_request or {}, ["Q8_0"])
     assert "barely changed" in mixed_verdict(table)
 
 
-def limit_line(quant: str, limit: float | None, broke: float | None, ending: str = "found") -> LimitLine:
-    levels = [1.0, 2.0, 4.0, 8.0, 6.0, 7.0, 6.0, 6.0]
+def limit_line(quant: str, limit: float | None, missed: float | None, ending: str = "found") -> LimitLine:
+    levels = [1.0, 2.0, 4.0, 8.0, 6.0, 7.0]
     trials = [
-        TrialLine(level=level, held=broke is None or level < broke, hard_failure=False, seconds=10.0, why="x")
+        TrialLine(
+            level=level, outcome="meets" if missed is None or level < missed else "misses", hard_failure=False,
+            seconds=10.0, why="x",
+        )  # fmt: skip
         for level in levels
     ]
     return LimitLine(
         run_id="synthetic", server=f"llama-{quant.lower()}", quant=quant, experiment="limit_users", kind="users",
-        workload="prompts", slo_ttft_p99_s=1.0, slo_tpot_s=0.1, limit=limit, confirmed=limit is not None,
-        ending=ending, lowest_broken=broke, seconds=80.0, sentence="", trials=trials, unix_s=T0,
+        workload="prompts", slo_ttft_s=1.0, slo_tpot_s=0.1, limit=limit, ending=ending, lowest_miss=missed,
+        seconds=80.0, sentence="", trials=trials, unix_s=T0,
     )  # fmt: skip
 
 
 def test_the_capacity_verdict_names_the_limit_the_search_found(tmp_path: Path) -> None:
     run_dir = write_synthetic_run(tmp_path / "run")
-    lines = [limit_line("Q8_0", 6.0, 7.0), limit_line("Q4_K_M", None, 1.0, "never_held")]
+    lines = [limit_line("Q8_0", 6.0, 7.0), limit_line("Q4_K_M", None, 1.0, "never_met")]
     (run_dir / "limits.jsonl").write_text("".join(line.model_dump_json(by_alias=True) + "\n" for line in lines))
     paths = build_report(run_dir, f"http://127.0.0.1:{free_port()}")
     summary = json.loads(paths.summary.read_text())
     verdicts = {v["quant"]: v for v in summary["capacity"]}
     q8 = verdicts["Q8_0"]
     assert q8["searched_users"] == 6.0
-    assert q8["sentence"].startswith("Q8_0 holds the SLO up to 6 concurrent user(s), the limit the search found")
-    assert "7 broke it" in q8["sentence"] and "8 trials in 80 s" in q8["sentence"]
+    assert q8["sentence"].startswith("Q8_0 meets the SLO up to 6 concurrent user(s), the limit the search found")
+    assert "misses from 7" in q8["sentence"] and "6 trials in 80 s" in q8["sentence"]
     assert q8["sweep_sentence"] and q8["sentence"].endswith(q8["sweep_sentence"])
-    assert "the limit search found no level within the SLO" in verdicts["Q4_K_M"]["sentence"]
+    assert "no level was shown to meet the SLO" in verdicts["Q4_K_M"]["sentence"]
     assert [line["quant"] for line in summary["limits"]] == ["Q8_0", "Q4_K_M"]
     markdown = paths.markdown.read_text()
-    assert "## Finding the limit" in markdown and "16 trial(s)" in markdown
+    assert "## Finding the limit" in markdown and "12 trial(s)" in markdown
     assert "limit_search.png" in {p.name for p in paths.plots}
     assert "Not run: no complete sessions stage" in markdown  # absent parts say so
 
@@ -205,17 +208,17 @@ def test_sessions_and_mixed_sections_and_figures_in_the_report(tmp_path: Path) -
     assert summary["mixed_verdict"].startswith("Q8_0:")
 
 
-def test_the_goodput_at_the_searched_limit_comes_from_its_held_trials() -> None:
+def test_the_goodput_at_the_searched_limit_comes_from_its_trial_there() -> None:
     line = limit_line("Q8_0", 6.0, 7.0)
     trials = [t.model_copy(update={"stage_id": f"s{i}"}) for i, t in enumerate(line.trials)]
-    line = line.model_copy(update={"trials": trials})  # levels 1 2 4 8 6 7 6 6: held at 6 in s4, s6, s7
+    line = line.model_copy(update={"trials": trials})  # levels 1 2 4 8 6 7: met at 6 in s4
     stages = pd.DataFrame({
-        "stage_id": [f"s{i}" for i in range(8)],
-        "goodput_rps": [0.5, 1.0, 1.5, 0.1, 2.0, 0.2, 2.4, 2.2],
-        "output_tok_s": [10.0, 20.0, 30.0, 5.0, 40.0, 6.0, 48.0, 44.0],
+        "stage_id": [f"s{i}" for i in range(6)],
+        "goodput_rps": [0.5, 1.0, 1.5, 0.1, 2.2, 0.2],
+        "output_tok_s": [10.0, 20.0, 30.0, 5.0, 44.0, 6.0],
     })  # fmt: skip
-    (verdict,) = capacity(pd.DataFrame(), ["Q8_0"], ReportSettings(), [line], stages)
+    (verdict,) = capacity(pd.DataFrame(), ["Q8_0"], Slo(1.0, 0.1), [line], stages)
     assert verdict.held_users == 6
-    assert verdict.searched_goodput_rps == 2.2 and verdict.searched_output_tok_s == 44.0  # medians
-    (no_stages,) = capacity(pd.DataFrame(), ["Q8_0"], ReportSettings(), [line])
+    assert verdict.searched_goodput_rps == 2.2 and verdict.searched_output_tok_s == 44.0
+    (no_stages,) = capacity(pd.DataFrame(), ["Q8_0"], Slo(1.0, 0.1), [line])
     assert no_stages.searched_goodput_rps is None

@@ -116,7 +116,8 @@ def test_the_batching_table_pairs_cb_with_nocb_and_the_verdict_says_what_static_
 
 def _search(slots: int, limit: float | None, stage: str) -> LimitLine:
     trial = TrialLine(
-        level=limit or 1, held=limit is not None, hard_failure=False, seconds=1, why="", stage_id=stage
+        level=limit or 1, outcome="meets" if limit is not None else "misses", hard_failure=False, seconds=1,
+        why="", stage_id=stage
     )
     return LimitLine(
         run_id="r",
@@ -125,12 +126,11 @@ def _search(slots: int, limit: float | None, stage: str) -> LimitLine:
         experiment="limit_users",
         kind="users",
         workload="prompts",
-        slo_ttft_p99_s=1,
+        slo_ttft_s=1,
         slo_tpot_s=0.1,
         limit=limit,
-        confirmed=limit is not None,
         ending="found",
-        lowest_broken=None,
+        lowest_miss=None,
         seconds=1,
         sentence="",
         trials=[trial],

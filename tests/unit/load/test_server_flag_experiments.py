@@ -26,7 +26,10 @@ from quantload.served import ServedTarget
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 SCRIPT = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=True)
-LOOSE_SLO = {"slo_ttft_p99_s": 30.0, "slo_tpot_s": 5.0}
+LOOSE_SLO = {
+    "ttft_s": 30.0, "tpot_s": 5.0, "ttft_percentile": "p50", "tpot_percentile": "p50", "max_failed_frac": 0.5,
+    "level_max_s": 5.0,
+}  # fmt: skip
 
 
 def load_settings(**changes: object) -> LoadSettings:
@@ -76,7 +79,7 @@ def test_batching_sends_the_same_requests_with_cb_and_nocb_closed_then_poisson_n
     tmp_path: Path,
 ) -> None:
     run = context(
-        tmp_path, load_settings(), batching={"users": 2, "requests": 4, "rate_frac": 0.5}, report=LOOSE_SLO
+        tmp_path, load_settings(), batching={"users": 2, "requests": 4, "rate_frac": 0.5}, slo=LOOSE_SLO
     )
     servers = FakeVariants()
     done = batching.run(ExperimentContext(run, TARGET, servers))
@@ -108,8 +111,8 @@ def test_without_a_limit_found_batching_searches_its_own_under_its_variant_name(
         tmp_path,
         load_settings(),
         batching={"requests": 4},
-        report=LOOSE_SLO,
-        limit={"max_users": 2, "repeats": 1, "requests_per_user": 2, "min_requests": 2},
+        slo=LOOSE_SLO,
+        limit={"max_users": 2, "requests_per_user": 2, "min_requests": 2},
     )
     with FakeServer(SCRIPT) as own:
         target = TARGET.model_copy(update={"url": own.url})
@@ -146,8 +149,8 @@ def test_slots_searches_the_limit_at_each_count_with_the_budget_split(tmp_path: 
         tmp_path,
         load_settings(),
         slots={"counts": [1, 2], "kv_cells": 1024},
-        report=LOOSE_SLO,
-        limit={"max_users": 2, "repeats": 1, "requests_per_user": 2, "min_requests": 2},
+        slo=LOOSE_SLO,
+        limit={"max_users": 2, "requests_per_user": 2, "min_requests": 2},
     )
     servers = FakeVariants()
     done = slots.run(ExperimentContext(run, TARGET, servers))
@@ -223,7 +226,7 @@ def test_a_variant_that_never_drafts_fails_with_that_reason_and_is_never_shown_a
     run = context(
         tmp_path,
         load_settings(),
-        report=LOOSE_SLO,
+        slo=LOOSE_SLO,
         speculation={"users": 1, "requests": 2, "traffic": ["repeat"], "max_tokens": 6},
     )
     with pytest.raises(LoadError) as caught:
@@ -249,7 +252,7 @@ def test_a_server_that_logged_it_cannot_speculate_runs_no_stage(tmp_path: Path) 
     run = context(
         tmp_path,
         load_settings(),
-        report=LOOSE_SLO,
+        slo=LOOSE_SLO,
         speculation={"users": 1, "requests": 2, "traffic": ["free"], "max_tokens": 6},
     )
     servers = FakeVariants(

@@ -105,8 +105,8 @@ def test_slices_are_whole_and_the_rest_is_a_slice_unless_it_is_a_sliver() -> Non
 def _limit(kind: str, found: float | None, run_id: str = "run-1", variant: str | None = None) -> LimitLine:
     return LimitLine(
         run_id=run_id, server=TARGET.name, quant="Q4_K_M", experiment=kind,  # type: ignore[arg-type]
-        kind="users" if kind == "limit_users" else "rate_rps", workload="prompts", slo_ttft_p99_s=1.0,
-        slo_tpot_s=0.1, limit=found, confirmed=True, ending="bracketed", lowest_broken=None, seconds=1.0,
+        kind="users" if kind == "limit_users" else "rate_rps", workload="prompts", slo_ttft_s=1.0,
+        slo_tpot_s=0.1, limit=found, ending="found", lowest_miss=None, seconds=1.0,
         sentence="", trials=[], unix_s=1.0, variant=variant,
     )  # fmt: skip
 
@@ -369,13 +369,13 @@ def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Pa
     from quantload.analysis.run_data import load_run
     from quantload.analysis.soak import soak_view
     from quantload.analysis.stage_tables import stage_table
-    from quantload.config import ReportSettings
+    from quantload.slo import Slo
 
     start = {"schema": "quantload.soak/1", "event": "soak_start", "unix_s": 1.0, "run_id": "r",
              "invocation": "soak-x", "server": "s", "quant": "Q4_K_M", "users": 2, "slices": 3}  # fmt: skip
     (tmp_path / "soak.jsonl").write_text(json.dumps(start) + '\n{"schema": "quantload.soak/1", "ev\n')
     run = load_run(tmp_path)
-    view = soak_view(run, stage_table(run, ReportSettings()))
+    view = soak_view(run, stage_table(run, Slo(1.0, 0.1)))
     assert view.notes == [
         "1 line of soak.jsonl could not be read (torn, foreign or damaged: line 2) and were left out"
     ]

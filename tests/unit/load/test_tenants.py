@@ -14,7 +14,7 @@ from quantload.analysis.capacity_plan import CapacityPlan, MeasuredLimit, PlanSe
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
 from quantload.analysis.tenant_tables import fairness, jain_index, noisy_table, noisy_verdicts, tenant_table
-from quantload.config import ReportSettings, Settings, load_config
+from quantload.config import Settings, load_config
 from quantload.errors import ConfigError
 from quantload.experiments import noisy_neighbour, registry
 from quantload.experiments.base import ExperimentContext
@@ -24,6 +24,7 @@ from quantload.load.plan import LoadPlan, PlannedRequest, RequestParams, StagePl
 from quantload.load.records import TenantLoad, iter_records, iter_stage_events
 from quantload.load.tickets import Ticket, TicketBook, stage_tickets
 from quantload.served import ServedTarget
+from quantload.slo import Slo
 
 TARGET = ServedTarget(name="fake", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 LOAD = {"warmup_requests": 1, "request_timeout_s": 10, "first_round_jitter_s": 0.0, "metrics_port": 0,
@@ -207,10 +208,10 @@ def test_the_noisy_neighbour_against_a_fake_server_and_its_report(tmp_path: Path
     assert [[t.name for t in e.tenants or []] for e in ends] == [["a"], ["a", "b"], ["a", "b"]]
 
     run = load_run(tmp_path)
-    stages = stage_table(run, ReportSettings())
-    per_tenant = tenant_table(run.records, stages, run.settings, ReportSettings())
-    assert sorted(zip(per_tenant["tenant"], per_tenant["slo_ttft_p99_s"], strict=True))[0] == ("a", 5.0)
-    table = noisy_table(run.records, stages, run.settings, ReportSettings(), ["Q4_K_M"])
+    stages = stage_table(run, Slo(1.0, 0.1))
+    per_tenant = tenant_table(run.records, stages, run.settings, Slo(1.0, 0.1))
+    assert sorted(zip(per_tenant["tenant"], per_tenant["slo_ttft_s"], strict=True))[0] == ("a", 5.0)
+    table = noisy_table(run.records, stages, run.settings, Slo(1.0, 0.1), ["Q4_K_M"])
     assert table[["step", "tenant"]].values.tolist() == [[0.0, "a"], [1.0, "a"], [1.0, "b"], [4.0, "a"], [4.0, "b"]]
     assert table["fairness_index"].iloc[0] is None or pd_isna(table["fairness_index"].iloc[0])
     assert all(0 < index <= 1 for index in table["fairness_index"].iloc[1:])

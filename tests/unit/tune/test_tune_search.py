@@ -52,9 +52,16 @@ def tune_context(tmp_path: Path, **tune: object):  # type: ignore[no-untyped-def
         tmp_path,
         load,
         tune=space,
-        report={"slo_ttft_p99_s": 30.0, "slo_tpot_s": 5.0},
-        limit={"max_users": 2, "repeats": 1, "requests_per_user": 1, "min_requests": 2},
+        slo=QUICK_SLO,
+        limit={"max_users": 2, "requests_per_user": 1, "min_requests": 2},
     )
+
+
+# a median objective decides a level in a few requests, so a tune of the fake takes seconds
+QUICK_SLO = {
+    "ttft_s": 30.0, "tpot_s": 5.0, "ttft_percentile": "p50", "tpot_percentile": "p50", "max_failed_frac": 0.5,
+    "level_max_s": 5.0,
+}  # fmt: skip
 
 
 class FakeVariants:
@@ -75,7 +82,7 @@ class FakeVariants:
 
 
 @pytest.mark.slow
-def test_every_configuration_gets_a_short_trial_and_the_best_is_confirmed(tmp_path: Path) -> None:
+def test_every_configuration_gets_a_short_trial_and_one_that_did_not_run_is_dropped(tmp_path: Path) -> None:
     run = tune_context(tmp_path, baseline=False)
     servers = FakeVariants(broken=(4,))
     outcome = tune_quant(ExperimentContext(run, TARGET, servers))
@@ -140,15 +147,19 @@ def test_the_budget_stops_the_trials_and_the_baseline_is_searched_as_the_finalis
     assert lines[-1].ending == "budget"
 
 
-def test_a_trial_takes_its_rungs_repeats_time_cap_and_size(tmp_path: Path) -> None:
+def test_a_trial_takes_its_rungs_time_cap_size_and_level_seconds(tmp_path: Path) -> None:
     from quantload.tune.halving import PlannedTrial, plan_rungs
     from quantload.tune.search import _trial_settings
 
     run = tune_context(tmp_path)
-    limit = run.settings.limit.model_copy(update={"requests_per_user": 6, "min_requests": 9, "repeats": 3})
-    settings = run.settings.model_copy(update={"limit": limit})
-    first, last = plan_rungs(8, 3, 2, 60, 300, 3)[0], plan_rungs(8, 3, 2, 60, 300, 3)[-1]
-    short = _trial_settings(settings, PlannedTrial("c0", first), left_s=1000).limit
-    assert (short.repeats, short.time_cap_s, short.requests_per_user, short.min_requests) == (1, 60, 1, 2)
-    final = _trial_settings(settings, PlannedTrial("c0", last), left_s=100).limit
-    assert (final.repeats, final.time_cap_s, final.requests_per_user, final.min_requests) == (3, 100, 6, 9)
+    limit = run.settings.limit.model_copy(update={"requests_per_user": 6, "min_requests": 9})
+    settings = run.settings.model_copy(
+        update={"limit": limit, "slo": run.settings.slo.model_copy(update={"level_max_s": 90.0})}
+    )
+    first, last = plan_rungs(8, 3, 2, 60, 300)[0], plan_rungs(8, 3, 2, 60, 300)[-1]
+    short = _trial_settings(settings, PlannedTrial("c0", first), left_s=1000)
+    assert (short.limit.time_cap_s, short.limit.requests_per_user, short.limit.min_requests) == (60, 1, 2)
+    assert short.slo.level_max_s == 10.0
+    final = _trial_settings(settings, PlannedTrial("c0", last), left_s=100)
+    assert (final.limit.time_cap_s, final.limit.requests_per_user, final.limit.min_requests) == (100, 6, 9)
+    assert final.slo.level_max_s == 90.0

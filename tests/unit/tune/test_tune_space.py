@@ -137,7 +137,7 @@ def test_the_space_key_ignores_the_budget_but_not_the_space_or_the_slo(tmp_path:
     base = space_key(settings(tmp_path))
     assert space_key(settings(tmp_path, **{"tune.budget_s": 99999})) == base
     assert space_key(settings(tmp_path, **{"tune.slots": [2]})) != base
-    assert space_key(settings(tmp_path, **{"report.slo_ttft_p99_s": 3.0})) != base
+    assert space_key(settings(tmp_path, **{"slo.ttft_s": 3.0})) != base
 
 
 def test_the_winners_command_env_and_compose_lines_apply_the_same_flags(tmp_path: Path) -> None:
