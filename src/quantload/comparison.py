@@ -85,6 +85,27 @@ def _ratio(top: float | None, bottom: float | None) -> float | None:
     return top / bottom
 
 
+def compare_normal(
+    a: float, a_error: float, b: float, b_error: float, confidence: float = 0.95
+) -> Comparison:
+    """A against B where each comes with its standard error (perplexity, KL divergence): a
+    difference is shown when it exceeds the two-sided normal quantile times their combined error;
+    better is the larger (callers of a cost read it the other way round)."""
+    from scipy.stats import norm
+
+    spread = math.hypot(a_error, b_error)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    ratio = a / b if b else None
+    low = (a - z * spread) / b if b else None
+    high = (a + z * spread) / b if b else None
+    better: Side | None = None
+    if a - b > z * spread:
+        better = "a"
+    elif b - a > z * spread:
+        better = "b"
+    return Comparison(better, ratio, low, high, confidence, f"each ± its standard error, {confidence:.0%}")
+
+
 def compare_limits(a: LimitRange, b: LimitRange, confidence: float) -> Comparison:
     """A against B by their limits (see the module docstring)."""
     basis = f"limits decided at {confidence:.0%} confidence each"
@@ -108,22 +129,35 @@ def compare_medians(
 ) -> Comparison:
     """A's median over B's, with a bootstrap interval; better is the side whose median is larger
     (callers comparing a cost, lower better, pass the two the other way round or read the ratio)."""
+    return compare_percentiles(a, b, 50.0, confidence, margin, seed)
+
+
+def compare_percentiles(
+    a: Sequence[float],
+    b: Sequence[float],
+    q: float,
+    confidence: float = 0.95,
+    margin: float = 0.0,
+    seed: int = 0,
+) -> Comparison:
+    """A's q-th percentile over B's, with a bootstrap interval (see `compare_medians`)."""
     clean_a = [float(x) for x in a if x is not None and math.isfinite(x)]
     clean_b = [float(x) for x in b if x is not None and math.isfinite(x)]
-    basis = f"medians of {len(clean_a)} and {len(clean_b)} requests, bootstrap {confidence:.0%}"
+    what = "medians" if q == 50 else f"p{q:g}s"
+    basis = f"{what} of {len(clean_a)} and {len(clean_b)} requests, bootstrap {confidence:.0%}"
     if len(clean_a) < MIN_SAMPLE or len(clean_b) < MIN_SAMPLE:
         return Comparison(None, None, None, None, confidence, f"too few requests ({basis})")
     import numpy as np
     from scipy.stats import bootstrap
 
-    median_b = float(np.median(clean_b))
-    ratio = float(np.median(clean_a)) / median_b if median_b > 0 else None
+    below_b = float(np.percentile(clean_b, q))
+    ratio = float(np.percentile(clean_a, q)) / below_b if below_b > 0 else None
     if ratio is None:
         return Comparison(None, None, None, None, confidence, basis)
 
     def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        below = np.median(y, axis=axis)
-        ratio: np.ndarray = np.median(x, axis=axis) / np.where(below > 0, below, np.nan)
+        below = np.percentile(y, q, axis=axis)
+        ratio: np.ndarray = np.percentile(x, q, axis=axis) / np.where(below > 0, below, np.nan)
         return ratio
 
     found = bootstrap(

@@ -376,6 +376,7 @@ def analyze(
             report.max_kld_mean_nats,
             served.cache_type_k if served else None,
             served.cache_type_v if served else None,
+            slo.confidence,
         ),
         kv_types=kv_type_table(run, stages, quants),
         session_turns=turn_table(run.records, stages, quants),

@@ -21,6 +21,7 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import level_counts
+from quantload.comparison import LimitRange
 from quantload.load import LimitLine, level_text
 from quantload.load.limit_search import unit
 from quantload.slo import Outcome, Slo, judge
@@ -69,12 +70,23 @@ class CapacityVerdict:
     sweep_sentence: str = ""  # what the sweep's levels alone say
     searched_goodput_rps: float | None = None  # good requests/s of the search's trial at its limit
     searched_output_tok_s: float | None = None  # their output tokens/s
+    searched_lowest_miss: float | None = None  # the lowest level the users search showed to miss
 
     @property
     def held_users(self) -> int | None:
         """The most users shown to meet the SLO: the limit search's where the run searched, else the
         sweep's."""
         return int(self.searched_users) if self.searched_users is not None else self.max_users
+
+    def limit_range(self) -> LimitRange:
+        """Where the most users within the SLO lie: at least the held users, below the first miss."""
+        if self.searched_users is not None or self.searched_lowest_miss is not None:
+            return LimitRange(self.searched_users, self.searched_lowest_miss)
+        missed = self.first_miss_users
+        return LimitRange(
+            float(self.max_users) if self.max_users is not None else None,
+            float(missed) if missed is not None else None,
+        )
 
     @property
     def decided(self) -> bool:
@@ -274,6 +286,7 @@ def capacity(
                 sweep_sentence=sweep,
                 searched_goodput_rps=_at_limit(users, stages, "goodput_rps"),
                 searched_output_tok_s=_at_limit(users, stages, "output_tok_s"),
+                searched_lowest_miss=users.lowest_miss if users is not None else None,
             )
         )
     return verdicts

@@ -2,6 +2,10 @@
 
 Each run is analysed from its own files (Prometheus is not needed: the compared figures all come
 from the run directories). A figure missing in either run shows as – and no delta is invented.
+Which run is better is decided (quantload.comparison), never read off a delta: latency percentiles
+and output rates from the two levels' requests with a bootstrap interval, perplexity and KL
+divergence against their standard errors, the users sustained from the decided limits, the file
+size exactly; where the data do not show a difference the row says "no difference shown".
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from quantload.analysis.prometheus_source import PromConnection
 from quantload.analysis.report import check_run_dir
 from quantload.analysis.run_data import load_run
 from quantload.analysis.run_tables import level_column, users_levels
+from quantload.analysis.stage_tables import USABLE
+from quantload.comparison import Comparison, Side, compare_limits, compare_normal, compare_percentiles
 from quantload.config import ReportSettings
 from quantload.slo import Slo
 
@@ -55,6 +61,8 @@ class Metric:
     show: Callable[[float | None], str]
     lower_is_better: bool
     signed: bool = False  # `show` already prints a sign
+    # A against B, decided (None: the figure is not compared, e.g. an accuracy figure)
+    decide: Callable[[Analysis, Analysis, str], Comparison | None] | None = None
 
     def delta_text(self, delta: float | None) -> str:
         """B - A in the figure's own units, with its sign."""
@@ -92,25 +100,99 @@ def _kv_diff(analysis: Analysis, quant: str) -> float | None:
     return found[0] / 100 if found and found[0] is not None else None
 
 
+def _exact(column: str) -> Callable[[Analysis, Analysis, str], Comparison | None]:
+    """A figure measured exactly (a file's size): any difference is a difference."""
+
+    def decide(a: Analysis, b: Analysis, quant: str) -> Comparison | None:
+        value_a, value_b = _from_table(column)(a, quant), _from_table(column)(b, quant)
+        if value_a is None or value_b is None or not value_b:
+            return None
+        better: Side | None = None if value_a == value_b else ("a" if value_a > value_b else "b")
+        ratio = value_a / value_b
+        return Comparison(better, ratio, ratio, ratio, 1.0, "measured exactly")
+
+    return decide
+
+
+def _with_error(column: str, error: str) -> Callable[[Analysis, Analysis, str], Comparison | None]:
+    """A figure with its standard error (perplexity, KLD)."""
+
+    def decide(a: Analysis, b: Analysis, quant: str) -> Comparison | None:
+        values = [_from_table(name)(run, quant) for run in (a, b) for name in (column, error)]
+        if any(v is None for v in values):
+            return None
+        value_a, error_a, value_b, error_b = (float(v) for v in values if v is not None)
+        return compare_normal(value_a, error_a, value_b, error_b, a.slo.confidence)
+
+    return decide
+
+
+def _level_values(analysis: Analysis, quant: str, users: int, column: str) -> list[float]:
+    """Every measured ok request's `column` at `users` of the sweep (its usable repeats together)."""
+    stages, records = analysis.stages, analysis.run.records
+    if stages.empty or records.empty:
+        return []
+    chosen = stages[
+        stages["experiment"].eq("sweep") & stages["quant"].eq(quant) & stages["users"].eq(users)
+        & stages["status"].isin(USABLE)
+    ]  # fmt: skip
+    mine = records[records["stage_id"].isin(chosen["stage_id"]) & records["ok"] & ~records["warmup"]]
+    if column == "output_rate":
+        return [float(t) / float(e) for t, e in zip(mine["completion_tokens"], mine["e2e_s"], strict=True)
+                if t and e and e > 0]  # fmt: skip
+    return [float(x) for x in mine[column].dropna()] if column in mine else []
+
+
+def _requests(column: str, users: int, q: float) -> Callable[[Analysis, Analysis, str], Comparison | None]:
+    def decide(a: Analysis, b: Analysis, quant: str) -> Comparison | None:
+        mine, theirs = _level_values(a, quant, users, column), _level_values(b, quant, users, column)
+        if not mine or not theirs:
+            return None
+        return compare_percentiles(mine, theirs, q, a.slo.confidence)
+
+    return decide
+
+
+def _limits(a: Analysis, b: Analysis, quant: str) -> Comparison | None:
+    found_a = [v for v in a.capacity if v.quant == quant]
+    found_b = [v for v in b.capacity if v.quant == quant]
+    if not found_a or not found_b:
+        return None
+    return compare_limits(found_a[0].limit_range(), found_b[0].limit_range(), a.slo.confidence)
+
+
 def metrics(levels: list[int]) -> list[Metric]:
     """The figures compared, the quantization table's first."""
     chosen = [
-        Metric("file size", _from_table("file_size_bytes"), fmt.mib, True),
-        Metric("perplexity", _from_table("perplexity"), lambda v: fmt.number(v, 3), True),
-        Metric("mean KLD from F16 (nats)", _from_table("kld_mean_nats"), lambda v: fmt.number(v, 6), True),
+        Metric("file size", _from_table("file_size_bytes"), fmt.mib, True, decide=_exact("file_size_bytes")),
+        Metric(
+            "perplexity", _from_table("perplexity"), lambda v: fmt.number(v, 3), True,
+            decide=_with_error("perplexity", "perplexity_error"),
+        ),
+        Metric(
+            "mean KLD from F16 (nats)", _from_table("kld_mean_nats"), lambda v: fmt.number(v, 6), True,
+            decide=_with_error("kld_mean_nats", "kld_mean_error_nats"),
+        ),
         Metric("prefill tok/s (llama-bench)", _from_table("prefill_tok_s"), fmt.number, False),
         Metric("decode tok/s (llama-bench)", _from_table("decode_tok_s"), fmt.number, False),
-    ]
+    ]  # fmt: skip
     for users in levels:
         chosen += [
-            Metric(f"TTFT p50 @{users}u", _from_table(level_column("ttft_p50_s", users)), fmt.duration, True),
-            Metric(f"TTFT p99 @{users}u", _from_table(level_column("ttft_p99_s", users)), fmt.duration, True),
             Metric(
-                f"output tok/s @{users}u", _from_table(level_column("output_tok_s", users)), fmt.number, False
+                f"TTFT p50 @{users}u", _from_table(level_column("ttft_p50_s", users)), fmt.duration, True,
+                decide=_requests("ttft_s", users, 50),
             ),
-        ]
+            Metric(
+                f"TTFT p99 @{users}u", _from_table(level_column("ttft_p99_s", users)), fmt.duration, True,
+                decide=_requests("ttft_s", users, 99),
+            ),
+            Metric(
+                f"output tok/s @{users}u", _from_table(level_column("output_tok_s", users)), fmt.number,
+                False, decide=_requests("output_rate", users, 50),
+            ),
+        ]  # fmt: skip
     chosen += [
-        Metric("users sustained under the SLO", _capacity, lambda v: fmt.number(v, 0), False),
+        Metric("users sustained under the SLO", _capacity, lambda v: fmt.number(v, 0), False, decide=_limits),
         Metric(
             "prompt-cache TTFT p50 speed-up", _cache_speedup, lambda v: f"{v:.2f}×" if v else fmt.DASH, False
         ),
@@ -123,9 +205,15 @@ def _delta_row(metric: Metric, quant: str, a: Analysis, b: Analysis) -> dict[str
     value_a, value_b = metric.read(a, quant), metric.read(b, quant)
     delta = value_b - value_a if value_a is not None and value_b is not None else None
     relative = delta / value_a if delta is not None and value_a else None
+    comparison = metric.decide(a, b, quant) if metric.decide is not None and delta is not None else None
     better = None
-    if delta is not None and delta != 0:
-        better = "B" if (delta < 0) == metric.lower_is_better else "A"
+    decided = "not compared"
+    if comparison is not None:
+        shown = comparison.better
+        if shown is not None:  # the larger side; for a cost, lower is better
+            larger = "A" if shown == "a" else "B"
+            better = larger if not metric.lower_is_better else ("B" if larger == "A" else "A")
+        decided = comparison.text("A", "B")
     return {
         "quant": quant,
         "metric": metric.name,
@@ -134,6 +222,7 @@ def _delta_row(metric: Metric, quant: str, a: Analysis, b: Analysis) -> dict[str
         "delta": delta,
         "delta_frac": relative,
         "better": better,
+        "decided": decided,
     }
 
 
@@ -169,14 +258,17 @@ def _document(a: Analysis, b: Analysis, rows: list[dict[str, Any]], chosen: list
                 metric.show(r["b"]),
                 metric.delta_text(r["delta"]),
                 fmt.percent(r["delta_frac"], 1, True),
-                r["better"] or fmt.DASH,
+                r["better"] or ("no difference shown" if r["decided"] != "not compared" else fmt.DASH),
+                r["decided"],
             )
         )
     table = Table(
-        ("quant", "figure", "A", "B", "B − A", "change", "better"),
+        ("quant", "figure", "A", "B", "B − A", "change", "better", "how it was decided"),
         tuple(cells),
-        (False, False, True, True, True, True, False),
-        "Load figures are medians of repeats; – = not measured in that run, so no delta.",
+        (False, False, True, True, True, True, False, False),
+        "Load figures are medians of repeats; – = not measured in that run, so no delta. Better is"
+        " decided: only where the two runs' requests (or the figures' own errors) show a difference"
+        f" at {a.slo.confidence:.0%} confidence; llama-bench's figures are not compared.",
     )
     verdicts = [f"A: {v.sentence}" for v in a.capacity] + [f"B: {v.sentence}" for v in b.capacity]
     gaps = [f"A {g.text()}" for g in a.gaps] + [f"B {g.text()}" for g in b.gaps]

@@ -20,6 +20,7 @@ import pandas as pd
 
 from quantload.analysis.fmt import cell_float
 from quantload.analysis.run_data import RunData
+from quantload.comparison import compare_medians
 from quantload.errors import ModelError
 from quantload.experiments import kv_types
 from quantload.kvcache import MIB, KvShape, predict_kv
@@ -32,7 +33,7 @@ KV_TYPE_COLUMNS: tuple[str, ...] = (
     "quant", "cache_type", "own_server", "kv_predicted_mib", "kv_reported_mib", "kv_vs_f16_frac",
     "flash_attn", "users", "requests", "status", "output_tok_s", "output_vs_f16_frac", "tpot_p50_s",
     "ttft_p50_s", "kld_mean_nats", "kld_mean_error_nats", "kld_added_nats", "same_top_p_pct",
-    "ppl_change_pct",
+    "ppl_change_pct", "decode_vs_f16", "decode_vs_f16_low", "decode_vs_f16_high", "decode_faster",
 )  # fmt: skip
 
 
@@ -123,6 +124,34 @@ def _relative(value: float | None, base: float | None) -> float | None:
     return value / base - 1.0 if value is not None and base else None
 
 
+DECIDED_COLUMNS = ("decode_vs_f16", "decode_vs_f16_low", "decode_vs_f16_high", "decode_faster")
+
+
+def _tpots(run: RunData, stages: pd.DataFrame, quant: str, cache_type: str) -> list[float]:
+    stage = _stage(stages, quant, cache_type)
+    records = run.records
+    if not stage or records.empty:
+        return []
+    mine = records[records["stage_id"].eq(stage.get("stage_id")) & records["ok"] & ~records["warmup"]]
+    return [float(x) for x in mine["tpot_s"].dropna()]
+
+
+def _decide_tpot(run: RunData, stages: pd.DataFrame, quant: str, rows: list[dict[str, Any]]) -> None:
+    """Each cache type's decode against the f16 cache's, decided (quantload.comparison): f16's median
+    TPOT over this type's, with its bootstrap interval; faster or slower only where it shows."""
+    base = _tpots(run, stages, quant, BASE_CACHE_TYPE)
+    for row in rows:
+        mine = _tpots(run, stages, quant, str(row["cache_type"]))
+        if row["cache_type"] == BASE_CACHE_TYPE or not base or not mine:
+            row.update(dict.fromkeys(DECIDED_COLUMNS))
+            continue
+        comparison = compare_medians(base, mine)  # f16's TPOT over this type's: above 1, this decodes faster
+        row.update(
+            decode_vs_f16=comparison.ratio, decode_vs_f16_low=comparison.low,
+            decode_vs_f16_high=comparison.high, decode_faster=comparison.better,
+        )  # fmt: skip
+
+
 def kv_type_table(run: RunData, stages: pd.DataFrame, quants: Sequence[str]) -> pd.DataFrame:
     """One row per (quantization, cache type) with anything known (see the module docstring);
     empty unless something was measured with at least two cache types."""
@@ -165,6 +194,7 @@ def kv_type_table(run: RunData, stages: pd.DataFrame, quants: Sequence[str]) -> 
                 }
             )
         base = next((r for r in mine if r["cache_type"] == BASE_CACHE_TYPE), None)
+        _decide_tpot(run, stages, quant, mine)
         base_loss = losses.get(FLOOR_CACHE_TYPE)
         for row in mine:
             base_kv, base_out = (base["kv_predicted_mib"], base["output_tok_s"]) if base else (None, None)

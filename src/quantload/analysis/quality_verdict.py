@@ -1,10 +1,13 @@
 """The verdict at a quality limit: of the quantizations whose quality loss is within
 `report.max_kld_mean_nats`, the one that serves the most users within the SLO.
 
-It is computed from the capacity verdicts as they are (`CapacityVerdict.held_users`: the limit
-search's where the run searched, else the sweep's) and the KL divergences of quality.json, taken
-with the KV-cache type the servers ran (K and V alike; f16 otherwise). Equal capacities are told
-apart by the smaller quality loss: serving as many users for less loss is the better choice.
+It is computed from the capacity verdicts as they are (`CapacityVerdict.held_users`: the most users
+shown to meet the SLO, the limit search's where the run searched, else the sweep's; no choice
+rests on an undecided level) and the KL divergences of quality.json, taken with the KV-cache type
+the servers ran (K and V alike; f16 otherwise). Capacities are compared as decided
+(quantload.comparison): one quantization serves more than another only where it met the SLO at a
+level the other was shown to miss; capacities the data cannot tell apart are ties, and of tied
+ones the smaller quality loss is the better choice.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from quantload.analysis import fmt
 from quantload.analysis.capacity import CapacityVerdict
+from quantload.comparison import compare_limits
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldResult, KldSet
 
 KLD_DIGITS = 6  # as llama-perplexity prints it
@@ -65,29 +69,60 @@ def _chosen_sentence(
     within: Sequence[CapacityVerdict],
     over: Sequence[CapacityVerdict],
     words: str,
+    confidence: float,
 ) -> str:
     users = best.held_users
     assert users is not None
     text = (
-        f"Within {words}, {best.quant} serves the most users within the SLO: up to"
-        f" {_users(users)}, at a mean KLD of {_nats(loss[best.quant].kld_mean_nats)}"
+        f"Within {words}, {best.quant} is chosen: it serves up to {_users(users)} within the SLO, at a"
+        f" mean KLD of {_nats(loss[best.quant].kld_mean_nats)}"
     )
-    tied = [v.quant for v in within if v.quant != best.quant and v.held_users == users]
-    if tied:
-        verb = "serves" if len(tied) == 1 else "serve"
-        text += f" ({', '.join(tied)} {verb} as many and lose{'s' if len(tied) == 1 else ''} more,"
-        text += f" so {best.quant} is chosen)"
+    said = []
+    for other in within:
+        if other.quant == best.quant:
+            continue
+        comparison = compare_limits(best.limit_range(), other.limit_range(), confidence)
+        said.append(comparison.text(best.quant, other.quant))
+        if not comparison.shown and other.held_users is not None:
+            said[-1] += f"; {other.quant} loses more" if _loses_more(other, best, loss) else ""
+    if said:
+        text += " (" + "; ".join(said) + ")"
     swept_only = best.searched_users is None  # the search names its own ceiling in its sentence
     if swept_only and best.tested_users and users >= max(best.tested_users):
         text += "; that is the highest level tested, so its limit may lie higher"
-    more = [v for v in over if v.held_users is not None and v.held_users > users]
-    if more:
-        text += "; " + ", ".join(
-            f"{v.quant} would serve {_users(v.held_users or 0)}"
-            f" but loses {_nats(loss[v.quant].kld_mean_nats)}"
-            for v in more
-        )
+    for other in over:
+        comparison = compare_limits(other.limit_range(), best.limit_range(), confidence)
+        if comparison.better == "a":
+            text += (
+                f"; {other.quant} would serve more ({comparison.text(other.quant, best.quant)})"
+                f" but loses {_nats(loss[other.quant].kld_mean_nats)}"
+            )
     return text + "."
+
+
+def _loses_more(other: CapacityVerdict, best: CapacityVerdict, loss: dict[str, KldResult]) -> bool:
+    return loss[other.quant].kld_mean_nats > loss[best.quant].kld_mean_nats
+
+
+def _choose(
+    within: Sequence[CapacityVerdict], loss: dict[str, KldResult], confidence: float
+) -> CapacityVerdict | None:
+    """Of the quantizations within the quality limit with a decided capacity, those no other beats,
+    and of them the one with the smallest quality loss."""
+    serving = [v for v in within if v.held_users is not None]
+    if not serving:
+        return None
+
+    def beaten(v: CapacityVerdict) -> bool:
+        return any(
+            compare_limits(o.limit_range(), v.limit_range(), confidence).better == "a"
+            for o in serving
+            if o is not v
+        )
+
+    unbeaten = [v for v in serving if not beaten(v)]
+    pool = unbeaten or serving
+    return min(pool, key=lambda v: (loss[v.quant].kld_mean_nats, -(v.held_users or 0)))
 
 
 def quality_verdict(
@@ -96,6 +131,7 @@ def quality_verdict(
     limit_nats: float,
     cache_type_k: str | None = None,
     cache_type_v: str | None = None,
+    confidence: float = 0.95,
 ) -> QualityVerdict:
     """The quantization serving the most users within the SLO at quality loss <= `limit_nats`."""
     quants = tuple(v.quant for v in verdicts)
@@ -111,14 +147,13 @@ def quality_verdict(
     within = [v for v in verdicts if v.quant in loss and loss[v.quant].kld_mean_nats <= limit_nats]
     over = [v for v in verdicts if v.quant in loss and loss[v.quant].kld_mean_nats > limit_nats]
     unmeasured = tuple(v.quant for v in verdicts if v.quant not in loss)
-    serving = [v for v in within if v.held_users is not None]
-    best = max(serving, key=lambda v: (v.held_users or 0, -loss[v.quant].kld_mean_nats), default=None)
+    best = _choose(within, loss, confidence)
     if best is not None:
-        sentence = _chosen_sentence(best, loss, within, over, words)
+        sentence = _chosen_sentence(best, loss, within, over, words, confidence)
     elif within:
         sentence = (
-            f"Of the quantizations within {words} ({', '.join(v.quant for v in within)}), none meets"
-            " the SLO at any level tested."
+            f"Of the quantizations within {words} ({', '.join(v.quant for v in within)}), none was shown"
+            " to meet the SLO at any level tested."
         )
     else:
         sentence = f"No quantization measured stays within {words}." + (

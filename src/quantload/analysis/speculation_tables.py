@@ -8,7 +8,9 @@ output tokens/s over the stage, and their speed-up against speculation off on th
 the same users; the acceptance rate from the requests' own `timings` (draft tokens accepted over
 drafted) and, per variant, from the server's `/metrics` counters (variants.jsonl); drafted tokens
 per request. A variant that did not speculate (variants.jsonl: its log, its `/slots`, or no draft
-counted) is shown with that reason and never with a speed-up.
+counted) is shown with that reason and never with a speed-up. A speed-up is a decided comparison
+(quantload.comparison): the per-request decode speeds' medians with their bootstrap interval, a
+faster or slower variant only where the interval shows it, else "no difference shown".
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import USABLE
+from quantload.comparison import compare_medians
 from quantload.experiments.variant_file import VariantLine
 from quantload.stats import percentile
 
@@ -44,11 +47,13 @@ def speculation_table(
     checks = {(v.quant, v.label): v for v in variants if v.experiment == EXPERIMENT}
     rank = {quant: index for index, quant in enumerate(quant_order)}
     rows: list[dict[str, Any]] = []
+    decode_of: dict[tuple[str, str, str, int], list[float]] = {}  # per-request decode tok/s
     for (quant, label, phase, users), group in chosen.groupby(
         ["quant", "server_args", "phase", "users"], sort=False
     ):
         mine = records[records["stage_id"].isin(group["stage_id"]) & ~records["warmup"] & records["ok"]]
         decode = (mine["completion_tokens"] / (mine["predicted_ms"] / 1000.0)).dropna()
+        decode_of[(str(quant), str(label), str(phase), int(users))] = decode.tolist()
         drafted = float(mine["draft_n"].fillna(0).sum())
         accepted = float(mine["draft_n_accepted"].fillna(0).sum())
         variant = checks.get((str(quant), str(label)))
@@ -74,6 +79,7 @@ def speculation_table(
             }
         )
     table = pd.DataFrame(rows)
+    _decide_speedups(table, decode_of)
     base = table[table["variant"] == OFF].set_index(["quant", "traffic", "users"])
     for column, base_column, invert in (
         ("decode_speedup", "decode_tok_s_p50", False),
@@ -94,6 +100,42 @@ def speculation_table(
     return table.reset_index(drop=True)
 
 
+def _decide_speedups(table: pd.DataFrame, decode_of: dict[tuple[str, str, str, int], list[float]]) -> None:
+    """Each variant's decode speed against speculation off at the same cell, decided
+    (quantload.comparison: the ratio of the per-request medians with its bootstrap interval)."""
+    lows: list[float | None] = []
+    highs: list[float | None] = []
+    shown: list[str | None] = []
+    for row in table.to_dict("records"):
+        phase = f"{row['traffic']} traffic"
+        key = (str(row["quant"]), str(row["variant"]), phase, int(row["users"]))
+        off = decode_of.get((str(row["quant"]), OFF, phase, int(row["users"])))
+        mine = decode_of.get(key)
+        if row["variant"] == OFF or row["speculating"] is False or not off or not mine:
+            lows.append(None)
+            highs.append(None)
+            shown.append(None)
+            continue
+        comparison = compare_medians(mine, off)
+        lows.append(comparison.low)
+        highs.append(comparison.high)
+        shown.append(comparison.better)
+    table["decode_speedup_low"] = lows
+    table["decode_speedup_high"] = highs
+    table["decode_faster"] = shown  # "a": the variant decodes faster, "b": slower, None: no difference shown
+
+
+def _speedup_words(best: dict[str, Any]) -> str:
+    interval = f"[{fmt.number(fmt.cell_float(best.get('decode_speedup_low')), 2)},"
+    interval += f" {fmt.number(fmt.cell_float(best.get('decode_speedup_high')), 2)}]"
+    said = f"x{best['decode_speedup']:.2f} {interval}"
+    if best.get("decode_faster") == "a":
+        return f"{said} decode tok/s"
+    if best.get("decode_faster") == "b":
+        return f"slower, {said} decode tok/s"
+    return f"no difference shown ({said} decode tok/s)"
+
+
 def speculation_verdict(table: pd.DataFrame) -> str:
     """One sentence per quantization: the best speed-up per traffic kind at 1 user and at the limit,
     with its acceptance; the ways that did not speculate, and why."""
@@ -106,10 +148,10 @@ def speculation_verdict(table: pd.DataFrame) -> str:
             measured = cell[cell["decode_speedup"].notna() & (cell["variant"] != OFF)]
             if measured.empty:
                 continue
-            best = measured.loc[measured["decode_speedup"].idxmax()]
+            best = measured.loc[measured["decode_speedup"].idxmax()].to_dict()
             parts.append(
-                f"{traffic} traffic at {users} user{'s' if users != 1 else ''}: x{best['decode_speedup']:.2f}"
-                f" decode tok/s with {best['variant'].removeprefix('spec ')}"
+                f"{traffic} traffic at {users} user{'s' if users != 1 else ''}: {_speedup_words(best)}"
+                f" with {best['variant'].removeprefix('spec ')}"
                 f" ({fmt.percent(fmt.cell_float(best['acceptance']), 0)} of drafts accepted)"
             )
         failed = group[group["speculating"].eq(False)]["variant"].unique()

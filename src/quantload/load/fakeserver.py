@@ -36,6 +36,12 @@ cuts a reply at the slot's end. Reasoning:
 `reasoning_tokens=K` (or the directive `reasoning=K`) sends a stream's first K tokens as
 `delta.reasoning_content`, the rest as content.
 
+A known tail (for the verdict's error rates): `slow_frac=F` makes a share F of requests slow, each
+taking `slow_ttft_ms` to its first token; `slow_burst=B` makes them come in episodes of B requests
+in a row as they reach the server (a stall that hits every request in flight at once), started at
+random so that the long-run share is F whatever B is (`SlowEpisodes`, which the benchmark also
+drives without a server).
+
 Tokens: a word-level vocabulary (words and punctuation marks). `/tokenize` gives their ids,
 `/detokenize` turns ids back into text, `/apply-template` writes the chat prompt the fake counts
 for `usage.prompt_tokens` (`[role] text` per message, then `[assistant]`), and `/props` says the
@@ -95,6 +101,33 @@ class FakeScript:
     rate_limit_rps: float = 0.0  # 0 = no limit
     reasoning_tokens: int = 0
     enforce_context: bool = False  # a prompt of n_ctx tokens or more is refused, as llama-server does
+    slow_frac: float = 0.0  # the share of requests that are slow (a known tail)
+    slow_ttft_ms: float = 1000.0  # a slow request's time to first token
+    slow_burst: int = 1  # slow requests come in episodes of this many in a row
+
+
+class SlowEpisodes:
+    """Which requests are slow, in the order they arrive: episodes of `burst` requests in a row,
+    each started with the chance that keeps the long-run share at `share` (a request outside an
+    episode starts one with probability share / (burst * (1 - share)))."""
+
+    def __init__(self, share: float, burst: int, rng: random.Random) -> None:
+        if not 0.0 <= share < 1.0 or burst < 1:
+            raise ValueError("a slow share in [0, 1) and episodes of at least one request")
+        self.start_chance = share / (burst * (1.0 - share)) if share else 0.0
+        self.burst = burst
+        self.rng = rng
+        self.left = 0
+
+    def next_is_slow(self) -> bool:
+        """Whether the next request is slow."""
+        if self.left > 0:
+            self.left -= 1
+            return True
+        if self.start_chance and self.rng.random() < self.start_chance:
+            self.left = self.burst - 1
+            return True
+        return False
 
 
 @dataclass
@@ -214,6 +247,7 @@ class _Handler:
         self.vocabulary = Vocabulary()
         self._next_start = 0.0
         self._streams: asyncio.Semaphore | None = None
+        self.slow = SlowEpisodes(script.slow_frac, script.slow_burst, random.Random(script.seed + 1))
 
     def _token_event(self, index: int, reasoning: bool = False) -> bytes:
         """The (pre-serialized) chunk of token `index`; odd ones with spaced JSON."""
@@ -240,6 +274,8 @@ class _Handler:
         every = self.script.fault_every
         if every and self.stats.requests % every == 0:
             fault = self.script.fault
+        if self.slow.next_is_slow():
+            ttft = self.script.slow_ttft_ms
         plan = RequestPlan(ttft, itl, tokens, fault, self.script.reasoning_tokens)
         if "reasoning" in directive:
             plan.reasoning = int(directive["reasoning"])
@@ -674,6 +710,11 @@ class FakeServerProcess:
             argv += ["--rate-limit-rps", repr(script.rate_limit_rps)]
         if script.reasoning_tokens:
             argv += ["--reasoning-tokens", str(script.reasoning_tokens)]
+        if script.slow_frac:
+            argv += [
+                "--slow-frac", repr(script.slow_frac), "--slow-ttft-ms", repr(script.slow_ttft_ms),
+                "--slow-burst", str(script.slow_burst),
+            ]  # fmt: skip
         return argv
 
     def start(self) -> FakeServerProcess:
@@ -746,6 +787,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slowdown-per-stream", type=float, default=0.0)
     parser.add_argument("--rate-limit-rps", type=float, default=0.0, help="requests started per s")
     parser.add_argument("--reasoning-tokens", type=int, default=0)
+    parser.add_argument("--slow-frac", type=float, default=0.0, help="share of slow requests")
+    parser.add_argument("--slow-ttft-ms", type=float, default=1000.0, help="a slow request's TTFT")
+    parser.add_argument("--slow-burst", type=int, default=1, help="slow requests in a row")
     args = parser.parse_args(argv)
     script = replace(
         FakeScript(),
@@ -761,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
         slowdown_per_stream=args.slowdown_per_stream,
         rate_limit_rps=args.rate_limit_rps,
         reasoning_tokens=args.reasoning_tokens,
+        slow_frac=args.slow_frac,
+        slow_ttft_ms=args.slow_ttft_ms,
+        slow_burst=args.slow_burst,
     )
     serve_forever(script, args.host, args.port, args.port_file)
     return 0

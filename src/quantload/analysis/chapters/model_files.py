@@ -334,6 +334,16 @@ def _cell(frame: pd.DataFrame, quant: str, column: str | None) -> float:
     return number if number is not None else float("nan")
 
 
+def _decided(row: dict[str, object]) -> str:
+    ratio = value(row.get("decode_vs_f16"))
+    if ratio is None:
+        return fmt.DASH
+    bounds = (value(row.get("decode_vs_f16_low")), value(row.get("decode_vs_f16_high")))
+    interval = fmt.with_interval(ratio, bounds, "number")
+    said = {"a": "faster", "b": "slower"}.get(str(row.get("decode_faster")), "no difference shown")
+    return f"x{interval}: {said}"
+
+
 KV_TYPES_PLOT = Figure("kv_cache_types", "KV-cache type trade-off per quantization", _kv_types_plot)
 
 
@@ -351,6 +361,7 @@ def kv_types_section(analysis: Analysis, plots: Plots) -> Section:
             fmt.number(value(r["output_tok_s"])),
             fmt.percent(value(r["output_vs_f16_frac"]), 1, signed=True),
             fmt.duration(value(r["tpot_p50_s"])),
+            _decided(r),
             _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
             fmt.number(value(r["kld_added_nats"]), KLD_DIGITS),
             _pct(value(r["same_top_p_pct"])),
@@ -364,16 +375,19 @@ def kv_types_section(analysis: Analysis, plots: Plots) -> Section:
         blocks.append(
             Table(
                 ("quant", "K/V cache", "KV MiB", "reported MiB", "KV vs f16", f"output tok/s @{at}",
-                 "vs f16", "TPOT p50", "mean KLD ± s.e.", "KLD added", "same top token", "flash attn"),
+                 "vs f16", "TPOT p50", "decode vs f16 (decided)", "mean KLD ± s.e.", "KLD added",
+                 "same top token", "flash attn"),
                 rows,
-                (False, False, True, True, True, True, True, True, True, True, True, False),
+                (False, False, True, True, True, True, True, True, False, True, True, True, False),
                 "KV MiB: the exact allocation (the KV check's arithmetic) for the run's slots and context;"
                 " reported: what that cache type's llama-server logged. Speed: one closed-loop stage of"
                 f" decode-heavy requests (short prompts, max_tokens with ignore_eos, cache_prompt off) at"
                 f" {at} on each server, the quantization's own server for the type it serves (served) and"
                 " one started for each other type. KLD: llama-perplexity with the same -ctk/-ctv (and"
                 " flash attention on for a quantized V cache); KLD added is the cost of the cache type"
-                " beyond the weights' own loss (f16 cache).",
+                " beyond the weights' own loss (f16 cache). Decode vs f16: the f16 cache's median TPOT over"
+                " this type's with its bootstrap 95 % interval; faster or slower only where the interval"
+                " shows it.",
             )
         )
     blocks += gap_blocks(analysis, "kv_types")
