@@ -20,7 +20,8 @@ PROC_STAT = Path("/proc/stat")
 BUSY_OTHER_CPU_FRAC = 0.25
 
 
-def _machine_busy_s() -> float | None:
+def machine_busy_s() -> float | None:
+    """The machine's busy CPU seconds so far (all CPUs), from /proc/stat; None where unknown."""
     try:
         first = PROC_STAT.read_text(encoding="ascii").splitlines()[0].split()
     except (OSError, IndexError):
@@ -48,7 +49,7 @@ class CpuMark:
 
 def mark() -> CpuMark:
     """Remember the machine's and our own CPU time now."""
-    return CpuMark(time.monotonic(), _machine_busy_s(), _own_cpu_s())
+    return CpuMark(time.monotonic(), machine_busy_s(), _own_cpu_s())
 
 
 def other_cpu_frac(since: CpuMark) -> float | None:

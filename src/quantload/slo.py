@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from quantload.evidence import (
@@ -182,6 +182,7 @@ class SloCounts:
     ttft_over_sq: int = 0
     tpot_over_blocked: int = 0
     tpot_over_sq: int = 0
+    ttft_near: int = 0  # within the TTFT limit by less than the client's stated error
 
     def __add__(self, other: SloCounts) -> SloCounts:
         summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
@@ -245,9 +246,11 @@ class SloCounter:
     slo: Slo
     open_loop: bool
     block_requests: int = 2
+    margin_s: float = 0.0  # the client's stated timing error: TTFTs this close under the limit are "near"
     requests: int = 0
     tpot_judged: int = 0
     good: int = 0
+    ttft_near: int = 0
     _failed: _Share = field(default_factory=_Share)
     _ttft: _Share = field(default_factory=_Share)
     _tpot: _Share = field(default_factory=_Share)
@@ -265,6 +268,8 @@ class SloCounter:
         ends = self.requests % max(1, self.block_requests) == 0
         ttft = judged_ttft_s(ttft_s, ttft_from_intended_s, self.open_loop)
         ttft_met = ok and ttft is not None and ttft <= self.slo.ttft_s
+        if ttft_met and ttft is not None and ttft > self.slo.ttft_s - self.margin_s:
+            self.ttft_near += 1
         tpot_met = True
         if ok and tpot_s is not None:
             self.tpot_judged += 1
@@ -291,6 +296,7 @@ class SloCounter:
             ttft_over_sq=self._ttft.squares,
             tpot_over_blocked=self._tpot.blocked,
             tpot_over_sq=self._tpot.squares,
+            ttft_near=self.ttft_near,
         )
 
 
@@ -319,9 +325,13 @@ class ShareTest:
         return f"{self.count} of {self.of} requests {self.what} ({percent(share, 1)})"
 
 
-def weigh(counts: SloCounts, slo: Slo, burst_requests: float, bounds: bool = False) -> tuple[ShareTest, ...]:
+def weigh(
+    counts: SloCounts, slo: Slo, burst_requests: float, bounds: bool = False, near_counts_over: bool = False
+) -> tuple[ShareTest, ...]:
     """The evidence about each of the SLO's shares (pure arithmetic, the load processes call it per
-    request; `bounds` adds each share's upper bound, which needs scipy)."""
+    request; `bounds` adds each share's upper bound, which needs scipy). `near_counts_over`: a
+    client not trusted within its stated error cannot meet a limit closer than that error, so the
+    TTFTs within it under the limit count as over for the meets side."""
     alpha = slo.alpha
     misses_alpha = alpha / 3  # one of three shares missing by chance: at most alpha in all
     shares = (
@@ -336,8 +346,14 @@ def weigh(counts: SloCounts, slo: Slo, burst_requests: float, bounds: bool = Fal
         ),
     )  # fmt: skip
     tests = []
-    for what, over, of, blocks, allowed in shares:
+    for index, (what, over, of, blocks, allowed) in enumerate(shares):
         evidence = judge_share(over, of, blocks, allowed, alpha, misses_alpha, burst_requests)
+        if index == 1 and near_counts_over and counts.ttft_near and evidence.decision == "meets":
+            cautious = judge_share(
+                over + counts.ttft_near, of, blocks, allowed, alpha, misses_alpha, burst_requests
+            )
+            if cautious.decision != "meets":
+                evidence = replace(evidence, decision="undecided", more_requests=None)
         upper = upper_share(over, of, evidence.design_effect, alpha) if bounds and of else None
         tests.append(ShareTest(what, evidence, upper))
     return tuple(tests)
@@ -406,13 +422,16 @@ def judge(
     in_flight: float | None = None,
     hard_failure_frac: float | None = None,
     machine_busy: str | None = None,
+    client_untrusted: str | None = None,
 ) -> Verdict:
     """The verdict of a stage, or of a level's stages together (see the module docstring).
 
     `in_flight`: the requests in flight at once (closed-loop users), the prior of the design
     effect unless `slo.burst_requests` sets it. `hard_failure_frac` (the limit search's): a failed
     share at or above it misses at once, as a hard failure. `machine_busy`: why the server's CPU
-    was not its own during the stage; a miss then becomes undecided.
+    was not its own during the stage; a miss then becomes undecided. `client_untrusted`: why the
+    load client's timing may be worse than its stated error; the level then cannot meet the TTFT
+    limit by less than that error.
     """
     rests = f"rests on {_requests(counts.requests)}"
     if counts.requests == 0:
@@ -426,7 +445,7 @@ def judge(
             "misses", True, why, counts, f"{rests}; a hard failure (at least {percent(hard_failure_frac, 0)})"
         )
     burst = burst_prior(slo, in_flight)
-    tests = weigh(counts, slo, burst, bounds=True)
+    tests = weigh(counts, slo, burst, bounds=True, near_counts_over=client_untrusted is not None)
     outcome = decision_of(tests)
     confidence = percent(slo.confidence, 0)
     deff = max(t.evidence.design_effect for t in tests)
@@ -464,6 +483,11 @@ def judge(
         need = "the share sits at its allowance, so more requests may not decide it"
         more_requests = None
     busy = f"; {machine_busy}" if machine_busy else ""
+    if client_untrusted and counts.ttft_near:
+        busy += (
+            f"; {counts.ttft_near} TTFTs lie within the client's stated error under the limit and the"
+            f" client may have been worse than that ({client_untrusted})"
+        )
     return Verdict(
         "undecided", False, f"{seen}{busy}", counts, f"{rests}; {need}{clustered}", tests, more_requests
     )

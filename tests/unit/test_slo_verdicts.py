@@ -110,3 +110,11 @@ def test_the_old_report_keys_read_as_the_slo(tmp_path: object) -> None:
 
         (tmp_path / "quantload.toml").write_text("[limit]\nrepeats = 3\n")  # type: ignore[operator]
         load_config(tmp_path, {})  # type: ignore[arg-type]
+
+
+def test_a_client_not_trusted_within_its_error_cannot_meet_a_limit_closer_than_it() -> None:
+    near = SloCounts(**{**clean(600).to_dict(), "ttft_near": 30})  # 30 TTFTs within 5 ms under the limit
+    assert judge(near, SLO, in_flight=1).outcome == "meets"
+    doubted = judge(near, SLO, in_flight=1, client_untrusted="its event loop woke 40 ms late")
+    assert doubted.outcome == "undecided" and "within the client's stated error" in doubted.why
+    assert judge(clean(600), SLO, in_flight=1, client_untrusted="late loop").outcome == "meets"  # none near

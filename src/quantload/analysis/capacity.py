@@ -107,7 +107,11 @@ def check_level(quant: str, row: dict[str, Any], slo: Slo, machine_busy: str | N
     ttft, tpot = _value(row, "ttft_at_slo_s"), _value(row, "tpot_at_slo_s")
     failed = _value(row, "failed_frac")
     users = int(row["users"])
-    verdict = judge(level_counts(row), slo, users, machine_busy=machine_busy)
+    untrusted = row.get("client_untrusted")
+    verdict = judge(
+        level_counts(row), slo, users, machine_busy=machine_busy,
+        client_untrusted=str(untrusted) if isinstance(untrusted, str) and untrusted else None,
+    )  # fmt: skip
     if verdict.outcome == "unjudged":
         return LevelCheck(quant, users, ttft, tpot, failed, "unjudged", "no complete repeat")
     why = verdict.why if verdict.outcome != "meets" else "meets the SLO"
@@ -117,6 +121,12 @@ def check_level(quant: str, row: dict[str, Any], slo: Slo, machine_busy: str | N
         quant, users, ttft, tpot, failed, verdict.outcome, why, verdict.requests, verdict.sureness,
         verdict.more_requests,
     )  # fmt: skip
+
+
+def _busy(row: dict[str, Any]) -> str | None:
+    """Why the level measured the machine rather than the server (its stages' own), if it did."""
+    said = row.get("machine_busy")
+    return said if isinstance(said, str) and said else None
 
 
 def _why(counts: str, slo: Slo, ttft: float | None, tpot: float | None) -> str:
@@ -262,7 +272,8 @@ def capacity(
     for quant in quants:
         rows = levels[levels["quant"] == quant].to_dict("records") if not levels.empty else []
         checks = [
-            check_level(quant, row, slo, (busy or {}).get((quant, int(row["users"])))) for row in rows
+            check_level(quant, row, slo, (busy or {}).get((quant, int(row["users"]))) or _busy(row))
+            for row in rows
         ]
         best_index = capacity_of(checks)
         best = checks[best_index] if best_index is not None else None

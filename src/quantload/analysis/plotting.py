@@ -82,6 +82,31 @@ def error_bars(frame: pd.DataFrame, metric: str, scale: float = 1.0) -> list[lis
     return [below, above]
 
 
+def interval_bars(
+    frame: pd.DataFrame, metric: str, scale: float = 1.0
+) -> tuple[list[list[float]], list[bool]]:
+    """[below, above] distances from a level's pooled percentile to its confidence interval
+    (`<metric>_ci`), and per level whether the requests could not bound it above; a table without
+    intervals gives its repeats' min and max instead (and nothing unbounded)."""
+    if f"{metric}_ci" not in frame:
+        return error_bars(frame, metric, scale), [False] * len(frame)
+    mid = column_values(frame, metric)
+    below: list[float] = []
+    above: list[float] = []
+    unbounded: list[bool] = []
+    for m, interval in zip(mid, frame[f"{metric}_ci"], strict=True):
+        low, high = interval if isinstance(interval, (tuple, list)) and len(interval) == 2 else (None, None)
+        if math.isnan(m):
+            below.append(0.0)
+            above.append(0.0)
+            unbounded.append(False)
+            continue
+        below.append(max(0.0, (m - low) * scale) if low is not None else 0.0)
+        above.append(max(0.0, (high - m) * scale) if high is not None else 0.0)
+        unbounded.append(high is None)
+    return [below, above], unbounded
+
+
 def users_axis(axis: Any, users: Sequence[int]) -> None:
     """A log2 x axis ticked at the concurrency levels."""
     axis.set_xscale("log", base=2)

@@ -70,7 +70,7 @@ def stage_line(head: dict[str, Any], event: str) -> StageEvent:
                 "kv_cache_type", "status", "reason", "prefix_tokens", "server_state", "workload",
                 "phase", "server_args", "warning", "template_overhead_tokens", "client_cpu_frac",
                 "client_cpu_total_frac", "loop_lag_p99_s", "client_saturated", "client_rss_bytes",
-                "client_trust", "client_trust_why", "context_policy", "slot_context_tokens",
+                "client_trust", "client_trust_why", "context_policy", "slot_context_tokens", "client_error_s",
             )
             if _value(head, name) is not None
         },
@@ -129,6 +129,10 @@ def _one_stage(
     head = {**head, "stage_id": stage_id}
     start_line = stage_line(start, "stage_start") if start else None
     summary = summary_from_records(frame, stage_line(head, "stage_end"), slo, start_line)
+    if stored is not None:  # what only the load saw: the machine's other work during the stage
+        summary = summary.model_copy(
+            update={"other_cpu_frac": stored.other_cpu_frac, "machine_busy": stored.machine_busy}
+        )
     row = _row(summary)
     if not end:
         row["ended_unix_s"] = None
@@ -286,6 +290,13 @@ def level_table(
         if slo is not None:
             open_loop = key == "rate_rps"
             row.update(_pooled(records, used["stage_id"].astype(str).tolist(), slo, open_loop))
+        if "client_trust" in used:
+            untrusted = used[used["client_trust"].isin(("degraded", "saturated"))].to_dict("records")
+            reasons = [str(_value(stage, "client_trust_why") or stage["client_trust"]) for stage in untrusted]
+            row["client_untrusted"] = "; ".join(dict.fromkeys(reasons)) or None
+        if "machine_busy" in used:
+            busy = [str(why) for why in used["machine_busy"] if isinstance(why, str) and why]
+            row["machine_busy"] = "; ".join(dict.fromkeys(busy)) or None
         if "delivered_concurrency" in used:
             concurrency = used["delivered_concurrency"].dropna()
             row["delivered_concurrency"] = float(concurrency.max()) if not concurrency.empty else None

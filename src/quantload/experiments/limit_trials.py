@@ -67,16 +67,16 @@ class TrialVerdict:
     sureness: str = ""
 
 
-def judge_trial(
-    summary: StageSummary | None, slo: Slo, hard_failure_frac: float, machine_busy: str | None = None
-) -> TrialVerdict:
+def judge_trial(summary: StageSummary | None, slo: Slo, hard_failure_frac: float) -> TrialVerdict:
     """The SLO verdict of one trial stage, from its summary (its level's requests are its own)."""
     if summary is None:
         return TrialVerdict("misses", True, "the trial stage never ended")
     if summary.status != "ok":
         return TrialVerdict("misses", True, f"stage {summary.status}: {summary.reason}", summary.requests)
     in_flight = summary.delivered_concurrency if summary.open_loop else summary.users
-    verdict: Verdict = judge(summary.counts, slo, in_flight, hard_failure_frac, machine_busy)
+    verdict: Verdict = judge(
+        summary.counts, slo, in_flight, hard_failure_frac, summary.machine_busy, summary.client_untrusted
+    )
     if verdict.outcome == "unjudged":
         return TrialVerdict("misses", True, "no request was measured", 0, verdict.sureness)
     figures = _figures(summary)

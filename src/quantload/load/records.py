@@ -329,6 +329,7 @@ class StageEvent(_JsonLine):
     client_trust: str | None = None  # quantload.load.client_health.ClientTrust: ok, degraded, saturated
     client_trust_why: str | None = None
     client_rss_bytes: int | None = None
+    client_error_s: float | None = None  # the timing error the client is stated within (its calibration)
     level_outcome: str | None = None  # a decided stage: its level's verdict at its end (quantload.slo)
     level_requests: int | None = None  # the requests that verdict rested on (its level's stages so far)
 

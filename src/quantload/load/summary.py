@@ -59,6 +59,7 @@ class StageFigures:
     slo: Slo
     open_loop: bool
     block_requests: int = 2  # the design effect's blocks (quantload.load.level_judgement)
+    margin_s: float = 0.0  # the client's stated timing error (TTFTs this close under the limit are near it)
     counter: SloCounter = field(init=False)
     errors: dict[str, int] = field(default_factory=dict)
     ttft_s: array[float] = field(default_factory=lambda: array("d"))
@@ -75,7 +76,7 @@ class StageFigures:
     itl_known: bool = True  # every ok request brought its gaps (records.jsonl does; a table may not)
 
     def __post_init__(self) -> None:
-        self.counter = SloCounter(self.slo, self.open_loop, self.block_requests)
+        self.counter = SloCounter(self.slo, self.open_loop, self.block_requests, self.margin_s)
 
     def add(
         self,
@@ -220,6 +221,7 @@ class StageSummary(BaseModel):
     client_trust: str | None = None
     client_trust_why: str | None = None
     client_rss_bytes: int | None = None
+    client_error_s: float | None = None  # the timing error the client is stated within
     # the judged TTFT and the TPOT at the SLO's own percentiles
     ttft_at_slo_s: float | None = None
     tpot_at_slo_s: float | None = None
@@ -228,6 +230,10 @@ class StageSummary(BaseModel):
     intervals: dict[str, Interval] = Field(default_factory=dict)
     level_outcome: str | None = None  # a decided stage: its level's verdict at its end
     level_requests: int | None = None
+    # other processes' share of the machine's CPUs during the stage (quantload.machine_share), and
+    # why the stage measured the machine rather than the server when it did
+    other_cpu_frac: float | None = None
+    machine_busy: str | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -237,6 +243,13 @@ class StageSummary(BaseModel):
     def counts(self) -> SloCounts:
         """The SLO counts as the judge takes them."""
         return SloCounts.from_dict(self.slo_counts)
+
+    @property
+    def client_untrusted(self) -> str | None:
+        """Why the client's timing may be worse than its stated error (None: trusted)."""
+        if self.client_trust in ("degraded", "saturated"):
+            return self.client_trust_why or f"the client was {self.client_trust}"
+        return None
 
     @property
     def failed_frac(self) -> float | None:
@@ -273,7 +286,8 @@ def new_figures(stage: StageEvent, slo: Slo) -> StageFigures:
     """Empty figures for the stage a line names (its arrival process decides how TTFT is judged,
     its users the design effect's blocks)."""
     open_loop = is_open_loop(stage.arrival, stage.stage_rate_rps)
-    return StageFigures(slo, open_loop, level_block_requests(slo, stage.stage_users or 1, open_loop))
+    blocks = level_block_requests(slo, stage.stage_users or 1, open_loop)
+    return StageFigures(slo, open_loop, blocks, stage.client_error_s or 0.0)
 
 
 _INTERVALS: tuple[tuple[str, str, float], ...] = (
@@ -397,6 +411,7 @@ def summarize(
         client_trust=end.client_trust,
         client_trust_why=end.client_trust_why,
         client_rss_bytes=end.client_rss_bytes,
+        client_error_s=end.client_error_s,
         ttft_at_slo_s=percentile(_judged_ttft(figures), PERCENTILES[figures.slo.ttft_percentile] * 100),
         tpot_at_slo_s=percentile(figures.tpot_s, PERCENTILES[figures.slo.tpot_percentile] * 100),
         intervals=_intervals(figures, itl),

@@ -38,7 +38,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
+from quantload import machine_share
 from quantload.childproc import die_with_parent
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
@@ -161,10 +163,22 @@ class PlanOutcome:
         )
 
 
-def _figures(stage: StagePlan, slo: Slo) -> StageFigures:
+def _local_server(url: str) -> set[int]:
+    """The processes serving `url` when it is on this machine's loopback (none otherwise)."""
+    try:
+        parsed = urlsplit(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return set()
+    if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return set()
+    return machine_share.listening_pids(port)
+
+
+def _figures(stage: StagePlan, slo: Slo, margin_s: float) -> StageFigures:
     open_loop = is_open_loop(stage.arrival, stage.rate_rps)
     judged = stage.decision.slo if stage.decision is not None else slo
-    return StageFigures(judged, open_loop, level_block_requests(judged, stage.users, open_loop))
+    return StageFigures(judged, open_loop, level_block_requests(judged, stage.users, open_loop), margin_s)
 
 
 class InvocationWatch:
@@ -179,9 +193,11 @@ class InvocationWatch:
         self.records = NewLines(run_dir.records_path)
         self.stages = NewLines(run_dir.stages_path)
         self.figures: dict[str, StageFigures] = {
-            stage.stage_id: _figures(stage, slo) for stage in plan.stages
+            stage.stage_id: _figures(stage, slo, plan.trust_error_s) for stage in plan.stages
         }
         self.starts: dict[str, StageEvent] = {}
+        self.cpu: dict[str, machine_share.CpuSample] = {}  # each running stage's CPU clocks at its start
+        self.server_pids = _local_server(plan.target.url)
         self.events: list[StageEvent] = []
         self.summaries: dict[str, StageSummary] = {}
         self.done = 0
@@ -205,6 +221,7 @@ class InvocationWatch:
             self.events.append(event)
             if event.event == "stage_start":
                 self.starts[event.stage_id] = event
+                self.cpu[event.stage_id] = machine_share.sample(self.server_pids)
                 self.note = (
                     f"{self.plan.target.name} {event.experiment}"
                     f" stage {event.stage_index + 1}/{len(self.plan.stages)}"
@@ -213,6 +230,13 @@ class InvocationWatch:
                 # a finished stage's figures are let go: a soak of many slices holds one at a time
                 figures = self.figures.pop(event.stage_id)
                 summary = summarize(event, figures, self.starts.pop(event.stage_id, None))
+                started = self.cpu.pop(event.stage_id, None)
+                if started is not None:
+                    found = machine_share.between(started, machine_share.sample(self.server_pids))
+                    if found is not None:
+                        summary = summary.model_copy(
+                            update={"other_cpu_frac": found.other_cpu_frac, "machine_busy": found.reason()}
+                        )
                 self.summaries[event.stage_id] = summary
                 self.run_dir.append_summary(summary)
 

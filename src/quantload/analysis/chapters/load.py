@@ -25,6 +25,7 @@ from quantload.analysis.plotting import (
     colors,
     column_values,
     error_bars,
+    interval_bars,
     log_scale_if_wide,
     new_figure,
     save_figure,
@@ -34,7 +35,8 @@ from quantload.experiments.registry import REGISTRY
 
 
 def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
-    """TTFT p50 (solid) and p99 (dashed) against users, per quant, min-max of repeats as bars."""
+    """TTFT p50 (solid) and p99 (dashed) against users, per quant, from each level's requests
+    together; bars: their confidence intervals; hollow: a p99 the requests cannot bound above."""
     levels, slo = analysis.levels, analysis.slo
     if levels.empty or levels["ttft_p50_s"].dropna().empty:
         return None
@@ -44,18 +46,18 @@ def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
     plotted: list[float] = []
     for quant, frame in levels.groupby("quant", sort=False):
         users = [int(u) for u in frame["users"]]
+        color = palette.get(str(quant))
         for metric, style, label in (("ttft_p50_s", "-o", "p50"), ("ttft_p99_s", "--s", "p99")):
             values = [v * 1000 for v in column_values(frame, metric)]
             plotted += values
+            bars, unbounded = interval_bars(frame, metric, 1000)
             axis.errorbar(
-                users,
-                values,
-                yerr=error_bars(frame, metric, 1000),
-                fmt=style,
-                capsize=3,
-                color=palette.get(str(quant)),
-                label=f"{quant} {label}",
+                users, values, yerr=bars, fmt=style, capsize=3, color=color, label=f"{quant} {label}"
             )
+            open_points = [(u, v) for u, v, no in zip(users, values, unbounded, strict=True) if no]
+            if open_points:
+                axis.plot(*zip(*open_points, strict=True), style[-1], color=color, markerfacecolor="white",
+                          linestyle="none")  # fmt: skip
     axis.axhline(
         slo.ttft_s * 1000,
         color="black",
@@ -66,7 +68,11 @@ def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
     users_axis(axis, sorted({int(u) for u in levels["users"]}))
     log_scale_if_wide(axis, plotted)
     axis.set_ylabel("TTFT (ms)")
-    axis.set_title("Time to first token against concurrency (median of repeats, bars: min–max)")
+    axis.set_title(
+        "Time to first token against concurrency (each level's requests together;"
+        f" bars: {fmt.percent(slo.confidence, 0)} interval; hollow: no upper bound)",
+        fontsize=9,
+    )
     axis.legend(fontsize=8, ncols=2)
     return save_figure(figure, path)
 

@@ -340,6 +340,7 @@ class StageController:
             line.loop_lag_p99_s = self.health.lag_p99_s()
             line.loop_lag_max_s = self.health.lag_max_s()
             line.client_rss_bytes = self.health.resident_bytes()
+            line.client_error_s = plan.trust_error_s
             line.client_saturated = self.health.saturated(plan.saturation_cpu_frac, plan.saturation_lag_s)
             senders = max(workers, 1) if self.master else 1
             trust = self.health.trust(trust_bounds(plan), stage.users / senders)
