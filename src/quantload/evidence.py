@@ -60,18 +60,45 @@ def alternatives(allowed: float, side: Decision) -> tuple[float, ...]:
     raise ValueError("side is meets or misses")
 
 
+Coefficients = tuple[tuple[float, float], ...]  # per alternative: log(q/a), log((1-q)/(1-a))
+
+
+def coefficients(allowed: float, side: Decision) -> Coefficients:
+    """What the e-value of `side` needs of each alternative, computed once per allowance."""
+    return tuple(
+        (math.log(q / allowed), math.log((1.0 - q) / (1.0 - allowed))) for q in alternatives(allowed, side)
+    )
+
+
+def log_mixture(over: float, of: float, terms: Coefficients) -> float:
+    """The log of the mixture likelihood ratio with these coefficients."""
+    if of <= 0:
+        return 0.0
+    under = of - over
+    values = [over * up + under * down for up, down in terms]
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
+
+
 def log_e_value(over: float, of: float, allowed: float, side: Decision) -> float:
     """The log of the mixture likelihood ratio of `side` against the share being exactly `allowed`,
     after `of` requests of which `over` were over the limit (real numbers: counts after the design
     effect)."""
-    if of <= 0:
-        return 0.0
-    terms = [
-        over * math.log(q / allowed) + (of - over) * math.log((1.0 - q) / (1.0 - allowed))
-        for q in alternatives(allowed, side)
-    ]
-    top = max(terms)
-    return top + math.log(sum(math.exp(t - top) for t in terms) / len(terms))
+    return log_mixture(over, of, coefficients(allowed, side))
+
+
+@dataclass(frozen=True)
+class ShareRule:
+    """One share's allowance and the e-values' coefficients, made once (the load judges per
+    request)."""
+
+    allowed: float
+    meets: Coefficients
+    misses: Coefficients
+
+    @classmethod
+    def of(cls, allowed: float) -> ShareRule:
+        return cls(allowed, coefficients(allowed, "meets"), coefficients(allowed, "misses"))
 
 
 @dataclass(frozen=True)
@@ -122,20 +149,23 @@ def judge_share(
     over: int,
     of: int,
     blocks: Blocks,
-    allowed: float,
+    allowed: float | ShareRule,
     alpha_meets: float,
     alpha_misses: float,
     burst_requests: float,
+    estimate_more: bool = True,
 ) -> ShareEvidence:
     """The evidence about one share (failed, over the TTFT limit, over the TPOT limit).
 
     Meets when the meets e-value reaches 1/alpha_meets, misses when the misses one reaches
-    1/alpha_misses, else undecided with an estimate of the requests that would likely decide it.
+    1/alpha_misses, else undecided with (`estimate_more`) an estimate of the requests that would
+    likely decide it.
     """
+    rule = allowed if isinstance(allowed, ShareRule) else ShareRule.of(allowed)
     deff = design_effect(blocks, burst_requests) if of else 1.0
     over_eff, of_eff = over / deff, of / deff
-    log_meets = log_e_value(over_eff, of_eff, allowed, "meets")
-    log_misses = log_e_value(over_eff, of_eff, allowed, "misses")
+    log_meets = log_mixture(over_eff, of_eff, rule.meets)
+    log_misses = log_mixture(over_eff, of_eff, rule.misses)
     need_meets, need_misses = -math.log(alpha_meets), -math.log(alpha_misses)
     decision: Decision = "undecided"
     if log_misses >= need_misses:
@@ -143,9 +173,9 @@ def judge_share(
     elif log_meets >= need_meets:
         decision = "meets"
     more = None
-    if decision == "undecided":
-        more = _more_requests(over, of, allowed, deff, need_meets - log_meets, need_misses - log_misses)
-    return ShareEvidence(over, of, allowed, deff, log_meets, log_misses, decision, more)
+    if decision == "undecided" and estimate_more:
+        more = _more_requests(over, of, rule.allowed, deff, need_meets - log_meets, need_misses - log_misses)
+    return ShareEvidence(over, of, rule.allowed, deff, log_meets, log_misses, decision, more)
 
 
 def _more_requests(

@@ -33,6 +33,7 @@ from quantload.evidence import (
     Blocks,
     Decision,
     ShareEvidence,
+    ShareRule,
     fewest_requests_to_meet,
     judge_share,
     upper_share,
@@ -325,29 +326,54 @@ class ShareTest:
         return f"{self.count} of {self.of} requests {self.what} ({percent(share, 1)})"
 
 
+@dataclass(frozen=True)
+class SloRules:
+    """The SLO's three shares as the judge weighs them, made once (the load weighs per request)."""
+
+    failed: ShareRule
+    ttft: ShareRule
+    tpot: ShareRule
+
+    @classmethod
+    def of(cls, slo: Slo) -> SloRules:
+        return cls(
+            ShareRule.of(slo.max_failed_frac),
+            ShareRule.of(slo.ttft_allowed_frac),
+            ShareRule.of(slo.tpot_allowed_frac),
+        )
+
+
 def weigh(
-    counts: SloCounts, slo: Slo, burst_requests: float, bounds: bool = False, near_counts_over: bool = False
+    counts: SloCounts,
+    slo: Slo,
+    burst_requests: float,
+    bounds: bool = False,
+    near_counts_over: bool = False,
+    rules: SloRules | None = None,
+    estimate_more: bool = True,
 ) -> tuple[ShareTest, ...]:
     """The evidence about each of the SLO's shares (pure arithmetic, the load processes call it per
-    request; `bounds` adds each share's upper bound, which needs scipy). `near_counts_over`: a
-    client not trusted within its stated error cannot meet a limit closer than that error, so the
-    TTFTs within it under the limit count as over for the meets side."""
+    request with the SLO's `rules` made once and no estimate of more requests; `bounds` adds each
+    share's upper bound, which needs scipy). `near_counts_over`: a client not trusted within its
+    stated error cannot meet a limit closer than that error, so the TTFTs within it under the limit
+    count as over for the meets side."""
     alpha = slo.alpha
     misses_alpha = alpha / 3  # one of three shares missing by chance: at most alpha in all
+    made = rules if rules is not None else SloRules.of(slo)
     shares = (
-        ("failed", counts.failed, counts.requests, counts.share_blocks("failed"), slo.max_failed_frac),
+        ("failed", counts.failed, counts.requests, counts.share_blocks("failed"), made.failed),
         (
             f"over the TTFT limit ({duration(slo.ttft_s)})",
-            counts.ttft_over, counts.ok, counts.share_blocks("ttft_over"), slo.ttft_allowed_frac,
+            counts.ttft_over, counts.ok, counts.share_blocks("ttft_over"), made.ttft,
         ),
         (
             f"over the TPOT limit ({duration(slo.tpot_s)})",
-            counts.tpot_over, counts.tpot_judged, counts.share_blocks("tpot_over"), slo.tpot_allowed_frac,
+            counts.tpot_over, counts.tpot_judged, counts.share_blocks("tpot_over"), made.tpot,
         ),
     )  # fmt: skip
     tests = []
     for index, (what, over, of, blocks, allowed) in enumerate(shares):
-        evidence = judge_share(over, of, blocks, allowed, alpha, misses_alpha, burst_requests)
+        evidence = judge_share(over, of, blocks, allowed, alpha, misses_alpha, burst_requests, estimate_more)
         if index == 1 and near_counts_over and counts.ttft_near and evidence.decision == "meets":
             cautious = judge_share(
                 over + counts.ttft_near, of, blocks, allowed, alpha, misses_alpha, burst_requests

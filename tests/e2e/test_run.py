@@ -160,7 +160,7 @@ def test_every_report_section_has_numbers(ci_run: Path) -> None:
     assert summary["mixed_verdict"].startswith("F16: ")
     assert [line["quant"] for line in summary["limits"]] == ["F16", "Q8_0", "Q4_K_M"]
     for line in summary["limits"]:
-        assert line["trials"] and line["seconds"] > 0 and line["ending"] in ("found", "capped", "max_level", "never_held")
+        assert line["trials"] and line["seconds"] > 0 and line["ending"] in ("found", "capped", "max_level", "never_met")
     assert all("search" in c["sentence"] and c["sweep_sentence"] for c in summary["capacity"])
     report = (ci_run / "report.md").read_text()
     for title in ("## Finding the limit", "## Multi-turn sessions", "## Mixed traffic", "## Asked and delivered"):

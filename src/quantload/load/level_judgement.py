@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from quantload.evidence import Decision
-from quantload.slo import Slo, SloCounter, block_size, burst_prior, decision_of, weigh
+from quantload.slo import Slo, SloCounter, SloRules, block_size, burst_prior, decision_of, weigh
 
 OPEN_LOOP_BLOCK_REQUESTS = 32  # open loop: blocks of this many requests (the in-flight count varies)
 
@@ -36,6 +36,7 @@ class LevelJudgement:
     max_requests: int
     max_s: float
     counter: SloCounter = field(init=False)
+    rules: SloRules = field(init=False)
     spent_s: float = 0.0  # seconds of sending in the level's finished stages
     e2e_sum_s: float = 0.0
     e2e_count: int = 0
@@ -44,6 +45,7 @@ class LevelJudgement:
     def __post_init__(self) -> None:
         blocks = level_block_requests(self.slo, self.users, self.open_loop)
         self.counter = SloCounter(self.slo, self.open_loop, blocks)
+        self.rules = SloRules.of(self.slo)
 
     @property
     def requests(self) -> int:
@@ -73,7 +75,8 @@ class LevelJudgement:
             self.e2e_sum_s += e2e_s
             self.e2e_count += 1
         counts = self.counter.counts()
-        self.outcome = decision_of(weigh(counts, self.slo, burst_prior(self.slo, self.in_flight())))
+        burst = burst_prior(self.slo, self.in_flight())
+        self.outcome = decision_of(weigh(counts, self.slo, burst, rules=self.rules, estimate_more=False))
         return self.outcome
 
     def out_of_budget(self, sending_s: float = 0.0) -> bool:
