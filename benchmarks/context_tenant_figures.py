@@ -66,9 +66,9 @@ kind = "lengths"
 input_lengths = "fixed:128"
 output_lengths = "fixed:16"
 
-[report]
-slo_ttft_p99_s = 5.0
-slo_tpot_s = 0.5
+[slo]
+ttft_s = 5.0
+tpot_s = 0.5
 
 [context]
 conversations = 20
@@ -79,7 +79,6 @@ ctx_per_slot = 1024
 [limit]
 max_users = 16
 time_cap_s = 60.0
-repeats = 2
 requests_per_user = 2
 min_requests = 4
 

@@ -45,7 +45,7 @@ MODEL = "smollm2-135m"
 # an SLO this machine can meet (at the default TTFT p99 1 s / TPOT 100 ms barely one user holds).
 COMMON: dict[str, dict[str, Any]] = {
     "server": {"threads": 1},
-    "report": {"slo_ttft_p99_s": 3.0, "slo_tpot_s": 0.25},
+    "slo": {"ttft_s": 3.0, "tpot_s": 0.25},
     "load": {"max_prompt_tokens": 200, "max_tokens": 32},
     "limit": {"time_cap_s": 150.0, "max_users": 16},
 }

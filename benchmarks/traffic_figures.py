@@ -141,14 +141,15 @@ def mixed_lines(rows: list[dict[str, Any]], verdict: str) -> list[str]:
 
 
 def limit_lines(summary: dict[str, Any]) -> list[str]:
-    lines = ["| quant | search | limit | confirmed | ending | trials | search s | the sweep alone |",
+    lines = ["| quant | search | limit | misses from | ending | trials | search s | the sweep alone |",
              "|---|---|---:|---|---|---:|---:|---|"]  # fmt: skip
     sweep = {
         v["quant"]: v.get("sweep_sentence") or v.get("sentence", "") for v in summary.get("capacity", [])
     }
     for line in summary.get("limits", []):
+        missed = line.get("lowest_miss", line.get("lowest_broken"))
         lines.append(
-            f"| {line['quant']} | {line['kind']} | {_number(line['limit'], 2)} | {line['confirmed']}"
+            f"| {line['quant']} | {line['kind']} | {_number(line['limit'], 2)} | {_number(missed, 2)}"
             f" | {line['ending']} | {len(line['trials'])} | {line['seconds']:.0f}"
             f" | {sweep.get(line['quant'], '')} |"
         )

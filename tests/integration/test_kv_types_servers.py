@@ -18,7 +18,7 @@ import pytest
 from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
-from quantload.config import ReportSettings, load_config
+from quantload.config import load_config
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import iter_records, iter_stage_events
@@ -26,6 +26,7 @@ from quantload.paths import cache_root
 from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import server_name
+from quantload.slo import Slo
 from quantload.stack.run_steps import RunSteps, Served
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -88,7 +89,7 @@ def test_every_cache_type_is_served_checked_and_loaded_then_stopped(
                 socket.create_connection(("127.0.0.1", int(other)), timeout=1).close()
 
     run = load_run(run_dir)
-    table = kv_type_table(run, stage_table(run, ReportSettings()), ["F16"]).set_index("cache_type")
+    table = kv_type_table(run, stage_table(run, Slo(1.0, 0.1)), ["F16"]).set_index("cache_type")
     assert list(table.index) == list(TYPES)
     for kind in TYPES:
         row = table.loc[kind]

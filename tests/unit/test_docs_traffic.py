@@ -14,6 +14,7 @@ from quantload.config import (
     MixedSettings,
     NoisyNeighbourSettings,
     SessionSettings,
+    SloSettings,
     SoakSettings,
     TenantSettings,
     TraceSettings,
@@ -24,7 +25,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "traffic.md"
 SECTIONS: dict[str, type[BaseModel]] = {
     "workload": WorkloadSettings, "sessions": SessionSettings, "trace": TraceSettings, "mixed": MixedSettings,
     "limit": LimitSettings, "context": ContextSettings, "noisy_neighbour": NoisyNeighbourSettings,
-    "soak": SoakSettings,
+    "soak": SoakSettings, "slo": SloSettings,
 }  # fmt: skip
 
 

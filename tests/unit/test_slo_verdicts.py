@@ -105,7 +105,7 @@ def test_a_budget_below_what_the_percentile_needs_is_refused_naming_the_minimum(
 def test_the_old_report_keys_read_as_the_slo(tmp_path: object) -> None:
     settings = Settings.model_validate({"report": {"slo_ttft_p99_s": 0.25, "slo_tpot_s": 0.04}})
     assert (settings.slo.ttft_s, settings.slo.tpot_s, settings.slo.ttft_percentile) == (0.25, 0.04, "p99")
-    with pytest.raises(ConfigError, match="limit.repeats"):
+    with pytest.raises(ConfigError, match=r"limit\.repeats"):
         from quantload.config import load_config
 
         (tmp_path / "quantload.toml").write_text("[limit]\nrepeats = 3\n")  # type: ignore[operator]

@@ -22,8 +22,7 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import level_counts
 from quantload.comparison import LimitRange
-from quantload.load import LimitLine, level_text
-from quantload.load.limit_search import unit
+from quantload.load import LimitLine, level_text, level_unit
 from quantload.slo import Outcome, Slo, judge
 
 
@@ -213,7 +212,7 @@ def search_sentence(line: LimitLine) -> str:
     parts = []
     if line.limit is not None:
         shown = level_text(line.limit, line.kind)
-        parts.append(f"{shown} {unit(line.limit, line.kind)} met it")
+        parts.append(f"{shown} {level_unit(line.limit, line.kind)} met it")
     if line.undecided:
         parts.append(f"undecided at {', '.join(level_text(x, line.kind) for x in line.undecided)}")
     if line.lowest_miss is not None:

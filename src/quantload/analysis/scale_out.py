@@ -32,7 +32,7 @@ class LevelSignals:
     users: int
     deferred_max: float | None
     busy_ratio_mean: float | None
-    meets_slo: bool | None
+    meets_slo: bool | None  # None: the level was not decided
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def level_signals(
                 check.users,
                 float(deferred.max()) if not deferred.empty else None,
                 ratio,
-                check.meets,
+                {"meets": True, "misses": False}.get(check.outcome),  # undecided: neither
             )
         )
     return tuple(found)

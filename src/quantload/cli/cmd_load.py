@@ -65,10 +65,17 @@ def _stage(s: StageSummary) -> str:
     return f"{s.experiment}{phase} {load} #{s.repeat} cache {'on' if s.cache_prompt else 'off'}"
 
 
+def _level(s: StageSummary) -> str:
+    if s.level_outcome is None:
+        return "-"
+    busy = " (busy machine)" if s.machine_busy and s.level_outcome == "misses" else ""
+    return f"{s.level_outcome}{busy} after {s.level_requests}"
+
+
 def _table(summaries: list[StageSummary]) -> Table:
     table = Table(
-        "target", "stage", "status", "ok", "TTFT p50/p99 ms", "TPOT ms", "tok/s", "conc.", "client",
-        title="quantload load: one row per stage",
+        "target", "stage", "status", "ok", "TTFT p50/p99 ms", "TPOT ms", "tok/s", "conc.", "client", "level",
+        title="quantload load: one row per stage (level: its level's SLO verdict when the stage ended)",
     )  # fmt: skip
     for s in summaries:
         client = s.client_trust or (
@@ -84,6 +91,7 @@ def _table(summaries: list[StageSummary]) -> Table:
             "-" if s.output_tok_s is None else f"{s.output_tok_s:.1f}",
             "-" if s.delivered_concurrency is None else f"{s.delivered_concurrency:.2f}",
             client,
+            _level(s),
         )
     return table
 

@@ -43,6 +43,7 @@ from quantload.load import (
     StageSummary,
     Trial,
     TrialLine,
+    TrialOutcome,
     assemble_plan,
     decided_timeout_s,
     level_text,
@@ -50,7 +51,6 @@ from quantload.load import (
     stage_decision,
     stage_plan,
 )
-from quantload.load.limit_search import TrialOutcome
 from quantload.progress import ProgressCallback
 from quantload.served import ServedTarget
 from quantload.slo import Slo, Verdict, judge

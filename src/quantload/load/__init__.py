@@ -66,12 +66,20 @@ if TYPE_CHECKING:
         write_calibration,
     )
     from quantload.load.datasets import read_dataset
-    from quantload.load.fakeserver import FakeScript, FakeServerProcess, serve_forever
+    from quantload.load.fakeserver import FakeScript, FakeServerProcess, SlowEpisodes, serve_forever
     from quantload.load.history_trim import whole_prompt_tokens
     from quantload.load.http1 import ProtocolError
     from quantload.load.lengths import LengthDistribution, parse_length_distribution
+    from quantload.load.level_judgement import LevelJudgement
     from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine, read_limits
-    from quantload.load.limit_search import LimitResult, LimitSearch, Trial, level_text
+    from quantload.load.limit_search import (
+        LimitResult,
+        LimitSearch,
+        Trial,
+        TrialOutcome,
+        level_text,
+        level_unit,
+    )
     from quantload.load.openai_chunks import classify_stream
     from quantload.load.plan import (
         LoadPlan,
@@ -96,7 +104,7 @@ if TYPE_CHECKING:
         usable_cores,
         workers_absent,
     )
-    from quantload.load.prompts import Prompt, select_prompts
+    from quantload.load.prompts import Prompt, load_builtin, select_prompts
     from quantload.load.records import (
         JsonlAppender,
         RequestRecord,
@@ -121,12 +129,19 @@ if TYPE_CHECKING:
     from quantload.load.workload_builder import WorkloadBuilder, ignored_flags
     from quantload.load.workloads import (
         LengthsWorkload,
+        PromptSetWorkload,
         SessionWorkload,
         StageRequests,
         cycle_prompts,
     )
 
 _HOME: dict[str, str] = {
+    "TrialOutcome": "limit_search",
+    "level_unit": "limit_search",
+    "SlowEpisodes": "fakeserver",
+    "LevelJudgement": "level_judgement",
+    "load_builtin": "prompts",
+    "PromptSetWorkload": "workloads",
     "StampSwitch": "arrival",
     "enable_kernel_stamps": "arrival",
     "read_stamped": "arrival",
@@ -213,6 +228,7 @@ __all__ = [
     "JsonlAppender",
     "LengthDistribution",
     "LengthsWorkload",
+    "LevelJudgement",
     "LimitLine",
     "LimitResult",
     "LimitSearch",
@@ -223,10 +239,12 @@ __all__ = [
     "PlannedRequest",
     "PlannedTurn",
     "Prompt",
+    "PromptSetWorkload",
     "ProtocolError",
     "RequestRecord",
     "SearchExperiment",
     "SessionWorkload",
+    "SlowEpisodes",
     "StageDecision",
     "StageEvent",
     "StageFigures",
@@ -238,6 +256,7 @@ __all__ = [
     "TenantLoad",
     "Trial",
     "TrialLine",
+    "TrialOutcome",
     "WorkerLoop",
     "WorkersSetting",
     "WorkloadBuilder",
@@ -257,6 +276,8 @@ __all__ = [
     "iter_records",
     "iter_stage_events",
     "level_text",
+    "level_unit",
+    "load_builtin",
     "machine_limits",
     "master_listen_port",
     "most_workers",

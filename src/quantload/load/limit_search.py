@@ -62,7 +62,8 @@ class LimitResult:
         took = f"{len(self.trials)} trials, {self.seconds:.0f} s"
         parts = []
         if self.limit is not None:
-            parts.append(f"{level_text(self.limit, self.kind)} {unit(self.limit, self.kind)} met the SLO")
+            shown = f"{level_text(self.limit, self.kind)} {level_unit(self.limit, self.kind)}"
+            parts.append(f"{shown} met the SLO")
         if self.undecided:
             parts.append(f"undecided at {', '.join(level_text(x, self.kind) for x in self.undecided)}")
         if self.lowest_miss is not None:
@@ -82,7 +83,7 @@ class LimitResult:
         return f"{said} ({took})"
 
 
-def unit(level: float, kind: LimitKind) -> str:
+def level_unit(level: float, kind: LimitKind) -> str:
     """'user', 'users' or 'requests/s'."""
     if kind != "users":
         return "requests/s"

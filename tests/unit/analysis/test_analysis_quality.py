@@ -21,6 +21,7 @@ from quantload.analysis.run_tables import quant_table
 from quantload.analysis.stage_tables import stage_table
 from quantload.config import ReportSettings
 from quantload.rundir.kv_file import KvResult
+from quantload.slo import Slo
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
 # SmolLM2-135M's quick-profile figures (benchmarks/figures): F16 floor, Q8_0, Q4_K_M with f16 and q8_0
@@ -71,8 +72,13 @@ def test_no_kld_is_said_and_leaves_no_rows() -> None:
 # ----------------------------------------------------------------------------- the verdict at a limit
 
 
-def verdict(quant: str, max_users: int | None, tested: tuple[int, ...] = (1, 2, 4, 8, 16)) -> CapacityVerdict:
-    return CapacityVerdict(quant, max_users, tested, 100.0, 1.0, f"{quant} ...", ())
+def verdict(
+    quant: str, max_users: int | None, tested: tuple[int, ...] = (1, 2, 4, 8, 16), missed: int | None = -1
+) -> CapacityVerdict:
+    """A capacity that meets up to `max_users` and misses from the next level tested (or `missed`)."""
+    above = [u for u in tested if max_users is not None and u > max_users]
+    first_miss = (above[0] if above else None) if missed == -1 else missed
+    return CapacityVerdict(quant, max_users, tested, 100.0, 1.0, f"{quant} ...", (), first_miss_users=first_miss)
 
 
 def test_the_most_users_within_the_limit_and_what_a_looser_limit_would_give() -> None:
@@ -80,27 +86,35 @@ def test_the_most_users_within_the_limit_and_what_a_looser_limit_would_give() ->
     chosen = quality_verdict(verdicts, kld_set(LOSSES), 0.05)
     assert (chosen.quant, chosen.max_users, chosen.kld_mean_nats) == ("Q8_0", 8, 0.004119)
     assert chosen.within_limit == ("F16", "Q8_0") and chosen.over_limit == ("Q4_K_M",)
-    assert chosen.sentence == (
-        "Within a quality loss of at most 0.05 nats mean KLD from F16 (report.max_kld_mean_nats), Q8_0"
-        " serves the most users within the SLO: up to 8 concurrent users, at a mean KLD of 0.004119 nats;"
-        " Q4_K_M would serve 16 concurrent users but loses 0.056713 nats."
+    assert chosen.sentence.startswith(
+        "Within a quality loss of at most 0.05 nats mean KLD from F16 (report.max_kld_mean_nats), Q8_0 is"
+        " chosen: it serves up to 8 concurrent users within the SLO, at a mean KLD of 0.004119 nats"
     )
+    assert "Q8_0 beats F16 by x1.00" not in chosen.sentence and "Q8_0 beats F16 by x2.00" in chosen.sentence
+    assert "Q4_K_M would serve more (Q4_K_M beats Q8_0" in chosen.sentence
+    assert chosen.sentence.endswith("but loses 0.056713 nats.")
     looser = quality_verdict(verdicts, kld_set(LOSSES), 0.1)
     assert looser.quant == "Q4_K_M" and "highest level tested" in looser.sentence
 
 
 def test_the_limit_search_counts_where_the_run_searched() -> None:
-    searched = dataclasses.replace(verdict("F16", 1), searched_users=3.0)  # the sweep held 1, the search 3
+    searched = dataclasses.replace(verdict("F16", 1), searched_users=3.0, searched_lowest_miss=4.0)
     chosen = quality_verdict([searched, verdict("Q8_0", 2)], kld_set(LOSSES), 0.05)
     assert (chosen.quant, chosen.max_users) == ("F16", 3)
     assert "up to 3 concurrent users" in chosen.sentence and "highest level tested" not in chosen.sentence
 
 
-def test_equal_capacity_goes_to_the_smaller_loss() -> None:
-    verdicts = [verdict("F16", 8), verdict("Q8_0", 8), verdict("Q4_K_M", 8)]
+def test_capacities_the_data_cannot_tell_apart_go_to_the_smaller_loss() -> None:
+    verdicts = [verdict("F16", 4, missed=None), verdict("Q8_0", 8), verdict("Q4_K_M", 8)]
     chosen = quality_verdict(verdicts, kld_set(LOSSES), 0.1)
-    assert chosen.quant == "F16"
-    assert "(Q8_0, Q4_K_M serve as many and lose more, so F16 is chosen)" in chosen.sentence
+    assert chosen.quant == "F16"  # nothing shows F16 serves fewer: it never missed
+    assert "no difference shown between F16 and Q8_0" in chosen.sentence
+    assert "Q8_0 loses more" in chosen.sentence
+
+
+def test_a_decided_difference_beats_a_smaller_loss() -> None:
+    verdicts = [verdict("F16", 4), verdict("Q8_0", 8)]
+    assert quality_verdict(verdicts, kld_set(LOSSES), 0.1).quant == "Q8_0"
 
 
 def test_the_served_cache_type_decides_which_kld_counts() -> None:
@@ -120,7 +134,7 @@ def test_no_kld_no_slo_and_unmeasured_quantizations_are_said() -> None:
     assert quality_verdict(verdicts, None, 0.05).quant is None
     assert "was not measured" in quality_verdict(verdicts, None, 0.05).sentence
     none_fit = quality_verdict(verdicts, kld_set(LOSSES), 0.05)
-    assert none_fit.quant is None and "(F16, Q8_0), none meets the SLO" in none_fit.sentence
+    assert none_fit.quant is None and "(F16, Q8_0), none was shown to meet the SLO" in none_fit.sentence
     partial = {"F16": LOSSES["F16"], "Q8_0": LOSSES["Q8_0"]}
     chosen = quality_verdict([verdict("Q8_0", 4), verdict("Q4_K_M", 8)], kld_set(partial), 0.05)
     assert chosen.quant == "Q8_0" and chosen.not_measured == ("Q4_K_M",)
@@ -165,7 +179,7 @@ def stage_output_tok_s(folder: Path, quant: str, cache_type: str) -> float:
 
 def test_the_trade_off_table_has_memory_speed_and_kld_per_cache_type(kv_run: Path) -> None:
     run = load_run(kv_run)
-    table = kv_type_table(run, stage_table(run, ReportSettings()), QUANTS).set_index(["quant", "cache_type"])
+    table = kv_type_table(run, stage_table(run, Slo(1.0, 0.1)), QUANTS).set_index(["quant", "cache_type"])
     assert list(table.index) == [(q, t) for q in QUANTS for t in ("f16", "q8_0")]
     q8 = table.loc[("Q8_0", "q8_0")]
     assert q8["kv_predicted_mib"] == kv_bytes(34 / 32) / 2**20 and q8["kv_reported_mib"] == 382.5
@@ -185,7 +199,7 @@ def test_a_run_without_kv_types_has_no_table_and_a_planned_missing_one_is_a_gap(
     plain = write_synthetic_run(tmp_path / "plain", quants=QUANTS)
     write_quality(plain, {"F16": {"f16": (0.0, 0.0)}})
     run = load_run(plain)
-    assert kv_type_table(run, stage_table(run, ReportSettings()), QUANTS).empty
+    assert kv_type_table(run, stage_table(run, Slo(1.0, 0.1)), QUANTS).empty
     config = json.loads((plain / "config.json").read_text())
     config["settings"]["kv_types"] = {"requests": 4}  # planned, never ran
     (plain / "config.json").write_text(json.dumps(config))
@@ -209,7 +223,7 @@ def test_the_report_shows_the_quality_loss_the_verdict_at_the_limit_and_the_kv_t
     assert "kld_mean_nats" in csv[0] and "same_top_p_pct" in csv[0]
     assert summary["quality_loss"]["sentences"] == list(quality_loss(kld_set(LOSSES), QUANTS, "").sentences)
     assert len(summary["quality_loss"]["rows"]) == 6
-    assert summary["quality_verdict"]["max_kld_mean_nats"] == 0.05 == summary["slo"]["max_kld_mean_nats"]
+    assert summary["quality_verdict"]["max_kld_mean_nats"] == 0.05 and summary["slo"]["ttft_percentile"] == "p99"
     assert summary["quality_verdict"]["over_limit"] == ["Q4_K_M"]
     assert {(r["quant"], r["cache_type"]) for r in summary["kv_cache_types"]} == {
         (q, t) for q in QUANTS for t in ("f16", "q8_0")

@@ -161,7 +161,7 @@ def limit_line(quant: str, limit: float | None, missed: float | None, ending: st
         TrialLine(
             level=level, outcome="meets" if missed is None or level < missed else "misses", hard_failure=False,
             seconds=10.0, why="x",
-        )  # fmt: skip
+        )
         for level in levels
     ]
     return LimitLine(

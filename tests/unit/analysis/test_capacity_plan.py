@@ -140,7 +140,7 @@ def test_the_plan_picks_the_quantization_needing_fewest_servers() -> None:
 
 def _verdict(quant: str, meets: dict[int, bool]) -> CapacityVerdict:
     checks = tuple(
-        LevelCheck(quant, users, None, None, 0.0, ok, ok, "") for users, ok in meets.items()
+        LevelCheck(quant, users, None, None, 0.0, "meets" if ok else "misses", "") for users, ok in meets.items()
     )
     return CapacityVerdict(quant, None, tuple(meets), None, None, "", checks)
 

@@ -16,7 +16,7 @@ from load_api import context, settings_context
 from quantload.analysis.context_tables import conversation_table, policy_table, turn_table
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
-from quantload.config import ReportSettings, Settings, load_config
+from quantload.config import Settings, load_config
 from quantload.errors import ConfigError
 from quantload.experiments import context_overflow, registry
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
@@ -31,6 +31,7 @@ from quantload.load.stream_result import StreamResult
 from quantload.load.tickets import StageContext, StageTracker, Ticket, TurnTicket
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
+from quantload.slo import Slo
 
 REFUSAL = (
     b'{"error":{"code":400,"message":"request (259 tokens) exceeds the available context size (256 tokens),'
@@ -244,7 +245,7 @@ def test_each_policy_gets_its_stage_on_its_variant_and_the_report_reads_them(tmp
     assert {r.id_slot for r in trim} == {0, 1}  # pinned: each conversation keeps a slot of its own
 
     data = load_run(tmp_path)
-    stages = stage_table(data, ReportSettings())
+    stages = stage_table(data, Slo(1.0, 0.1))
     policies = policy_table(conversation_table(data.records, stages), ["Q4_K_M"])
     by_policy = {row["policy"]: row for row in policies.to_dict("records")}
     assert (by_policy["fail"]["completed"], by_policy["trim"]["completed"]) == (0, 4)

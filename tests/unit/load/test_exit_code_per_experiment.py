@@ -36,9 +36,10 @@ think_time_s = 0.0
 [mixed]
 decode_requests = 2
 batch_sizes = ["2048/512"]
+[slo]
+level_max_s = 2
 [limit]
 max_users = 2
-repeats = 1
 requests_per_user = 1
 min_requests = 2
 time_cap_s = 60

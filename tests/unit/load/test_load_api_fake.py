@@ -194,7 +194,9 @@ def test_cli_load_headless(fake: FakeServer, tmp_path: Path) -> None:
     ])  # fmt: skip
     assert code == 0
     summary = json.loads((tmp_path / "load-summary.json").read_text())
-    assert [(s["users"], s["status"], s["ok"]) for s in summary] == [(1, "ok", 3), (2, "ok", 3)]
+    assert [(s["users"], s["status"]) for s in summary] == [(1, "ok"), (2, "ok")]
+    # each level sends its 3 requests, then the same again until it is decided: the fast fake meets
+    assert all(s["ok"] >= 3 and s["level_outcome"] == "meets" for s in summary)
     assert {r.run_id for r in records_of(tmp_path)} == {"cli-run"}
 
 

@@ -168,8 +168,9 @@ def test_trials_are_one_stage_at_their_level() -> None:
     users = trial_plan(settings, TARGET, single_drawn(8), "limit_users", 4.0, "run", "inv", 2)
     (stage,) = users.stages
     assert (stage.experiment, stage.users, stage.rate_rps, stage.timeout_s, stage.phase) == (
-        "limit_users", 4, None, 60.0, "trial 2"
-    )
+        "limit_users", 4, None, 60.0 + settings.slo.level_max_s, "trial 2"
+    )  # its own bound for the planned requests, and the level's budget for deciding
+    assert stage.decision is not None and stage.decision.level == "inv" and stage.decision.min_requests == 4
     rate = trial_plan(settings, TARGET, single_drawn(8), "limit_rate", 3.0, "run", "inv", 0)
     offsets = [r.offset_s for r in rate.stages[0].requests]
     assert rate.stages[0].rate_rps == 3.0 and offsets[0] == 0.0 and offsets == sorted(offsets)
