@@ -951,7 +951,7 @@ class SloSettings(_Section):
         " at this confidence",
     )  # fmt: skip
     level_max_requests: int = Field(
-        default=5000, ge=1, le=MAX_LEVEL_REQUESTS,
+        default=10000, ge=1, le=MAX_LEVEL_REQUESTS,
         description="the most requests a level (a sweep level's repeats together, a limit-search"
         " level) sends while undecided",
     )  # fmt: skip
