@@ -283,7 +283,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="runs per design and share (at least 50)")
     parser.add_argument(
-        "--budget", type=int, default=5000, help="requests a level may send (the full profile's)"
+        "--budget", type=int, default=10000, help="requests a level may send (the full profile's)"
     )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--http", action="store_true", help="also decide through the real load")
