@@ -296,7 +296,7 @@ def analyze(
     quants = tuple(run.quants())
     stages = stage_table(run, slo) if stages is None else stages
     levels = level_table(stages, "sweep", "users", quants, run.records, slo)
-    soaks = soak_view(run, stages)
+    soaks = soak_view(run, stages, slo)
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + soaks.gaps
     notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + soaks.notes
     if run.stages.empty and not run.records.empty:

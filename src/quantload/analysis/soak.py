@@ -20,17 +20,19 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.drift import Drift, fit_drift
 from quantload.analysis.run_data import Gap, RunData
+from quantload.analysis.stage_tables import stage_counts
 from quantload.experiments import soak
 from quantload.experiments.soak_watch import SoakLine, read_soak_lines
 from quantload.rundir import SOAK_JSONL
 from quantload.rundir.jsonl import BadLines
+from quantload.slo import Slo, judge
 
 SLICE_COLUMNS: tuple[str, ...] = (
     "slice", "stage_id", "status", "started_unix_s", "ended_unix_s", "mid_unix_s", "requests",
     "ok", "failed", "errors", "good_frac", "goodput_rps", "requests_per_s", "ttft_p50_s",
     "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "client_rss_bytes", "server_rss_bytes",
     "kv_cells_used", "kv_cells_used_max", "slots_busy_max", "client_cpu_frac", "loop_lag_p99_s",
-    "client_saturated",
+    "client_saturated", "slo_outcome", "slo_why",
 )  # fmt: skip
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "unix_s", "server_rss_bytes", "kv_cells_used", "kv_cells_total", "slots_busy",
@@ -143,11 +145,14 @@ def _within(samples: pd.DataFrame, start: float | None, end: float | None, colum
     return inside[column].dropna()
 
 
-def slice_table(stages: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
-    """One row per slice of a soak's stage rows, with the readings taken inside each."""
+def slice_table(stages: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> pd.DataFrame:
+    """One row per slice of a soak's stage rows, with the readings taken inside each and the slice's
+    own SLO verdict (meets, misses or undecided: quantload.slo)."""
     rows = []
     for stage in stages.to_dict("records"):
         open_loop = stage.get("rate_rps") is not None and not pd.isna(stage.get("rate_rps"))
+        in_flight = fmt.cell_float(stage.get("delivered_concurrency" if open_loop else "users"))
+        verdict = judge(stage_counts(stage), slo, in_flight, machine_busy=stage.get("machine_busy") or None)
         start, end = fmt.cell_float(stage.get("started_unix_s")), fmt.cell_float(stage.get("ended_unix_s"))
         server = _within(samples, start, end, "server_rss_bytes")
         used = _within(samples, start, end, "kv_cells_used")
@@ -179,6 +184,8 @@ def slice_table(stages: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
                 "client_cpu_frac": stage.get("client_cpu_frac"),
                 "loop_lag_p99_s": stage.get("loop_lag_p99_s"),
                 "client_saturated": stage.get("client_saturated"),
+                "slo_outcome": verdict.outcome,
+                "slo_why": verdict.text(),
             }
         )
     table = pd.DataFrame(rows, columns=list(SLICE_COLUMNS))
@@ -214,7 +221,7 @@ def _invocation_of(stage_id: str) -> str:
     return stage_id.rsplit("-", 1)[0]
 
 
-def soak_view(run: RunData, stages: pd.DataFrame) -> SoakView:
+def soak_view(run: RunData, stages: pd.DataFrame, slo: Slo) -> SoakView:
     """Every soak of the run (see the module docstring), with its gaps."""
     view = SoakView()
     lines, bad = read_lines(run)
@@ -236,7 +243,7 @@ def soak_view(run: RunData, stages: pd.DataFrame) -> SoakView:
         )
         start = starts.get(invocation)
         samples, errors = sample_frame(lines, invocation)
-        slices = slice_table(mine, samples)
+        slices = slice_table(mine, samples, slo)
         first = mine.iloc[0] if not mine.empty else None
         soak_run = SoakRun(
             server=start.server if start else str(first["server"]) if first is not None else "",

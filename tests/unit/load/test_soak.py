@@ -375,7 +375,7 @@ def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Pa
              "invocation": "soak-x", "server": "s", "quant": "Q4_K_M", "users": 2, "slices": 3}  # fmt: skip
     (tmp_path / "soak.jsonl").write_text(json.dumps(start) + '\n{"schema": "quantload.soak/1", "ev\n')
     run = load_run(tmp_path)
-    view = soak_view(run, stage_table(run, Slo(1.0, 0.1)))
+    view = soak_view(run, stage_table(run, Slo(1.0, 0.1)), Slo(1.0, 0.1))
     assert view.notes == [
         "1 line of soak.jsonl could not be read (torn, foreign or damaged: line 2) and were left out"
     ]

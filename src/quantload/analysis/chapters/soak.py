@@ -184,12 +184,13 @@ def _run_blocks(run: SoakRun) -> list[Block]:
             fmt.mib(value(r["server_rss_bytes"])),
             fmt.mib(value(r["client_rss_bytes"])),
             fmt.number(value(r["kv_cells_used"]), 0),
+            str(r.get("slo_outcome") or fmt.DASH),
         )
         for r in slices.to_dict("records")
     )
     columns = ("slice", "status", "ok / sent", "errors", "good", "goodput /s", "TTFT p50", "TTFT p99",
-               "TPOT p50", "TPOT p99", "server memory", "client memory", "KV cells")  # fmt: skip
-    numeric = (True, False, True, False, *([True] * 9))
+               "TPOT p50", "TPOT p99", "server memory", "client memory", "KV cells", "SLO")  # fmt: skip
+    numeric = (True, False, True, False, *([True] * 9), False)
     table = Table(columns, slice_rows, numeric)
     blocks.append(Details(f"Every slice of {run.quant or run.server}", (table,)))
     if run.reading_errors:
