@@ -266,6 +266,7 @@ def _within(progress: ProgressCallback, elapsed_s: float, cap_s: float, trial_no
     """A trial's own progress as the search's: the bar follows the time cap, the note the trial."""
 
     def show(completed: float, total: float | None, note: str = "") -> None:
-        progress(min(elapsed_s, cap_s), cap_s, f"{trial_note}: {int(completed)}/{int(total or 0)} requests")
+        sent = f"{int(completed)}/{int(total)}" if total else f"{int(completed)}"
+        progress(min(elapsed_s, cap_s), cap_s, f"{trial_note}: {sent} requests")
 
     return show

@@ -19,7 +19,8 @@ a dead target costs at most a few failed requests, never a hang. A /metrics port
 process holds costs one warning line (this load's series would be missing from Prometheus).
 
 Progress: `progress(done, total, note)` with measured requests done out of planned, read twice a
-second from those new lines.
+second from those new lines; a plan whose stages are decided as they go (their requests are
+planned, then sent again until their level is decided) has no total: its note names the stage.
 
 Grafana: given `observe=` settings with a `grafana_url`, the plan's stages are pushed as
 annotations once they have all ended (quantload.observe.annotations); a Grafana that does not
@@ -370,7 +371,7 @@ def run_plan(plan: LoadPlan, context: RunContext, *, layout: ProcessLayout | Non
         env[API_KEY_ENV] = api_key
     chosen = layout if layout is not None else default_layout(plan, settings, context.metrics_port)
     watch = InvocationWatch(plan, run_dir, context.slo)
-    total = plan.total_requests
+    total = None if any(stage.decision is not None for stage in plan.stages) else plan.total_requests
     started: list[_Started] = []
     handles: list[IO[bytes]] = []
     exit_note = ""
