@@ -35,7 +35,10 @@ def context(
     progress: ProgressCallback = no_progress,
     **sections: Any,
 ) -> RunContext:
-    """A run context writing into `run_dir`, with `load` and any other sections (by name) set."""
+    """A run context writing into `run_dir`, with `load` and any other sections (by name) set. A
+    level is decided within 5 s unless `slo` says otherwise (tests must not wait out the full
+    profile's ten minutes on a level that stays undecided)."""
+    sections.setdefault("slo", {"level_max_s": 5.0})
     settings = Settings.model_validate(
         {**({"load": load.model_dump()} if load is not None else {}), **sections}
     )

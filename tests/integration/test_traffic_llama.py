@@ -53,6 +53,7 @@ def settings(**sections: dict[str, Any]) -> Settings:
             users=(2,), repeats=1, max_tokens=8, warmup_requests=1, request_timeout_s=60, stage_timeout_s=180,
             first_round_jitter_s=0.02, metrics_port=0,
         ),
+        "slo": {"level_max_s": 5.0},  # a level decided within 5 s, or undecided
     }  # fmt: skip
     for name, values in sections.items():
         base[name] = {**base.get(name, {}), **values}
