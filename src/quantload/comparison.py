@@ -160,11 +160,18 @@ def compare_percentiles(
         ratio: np.ndarray = np.percentile(x, q, axis=axis) / np.where(below > 0, below, np.nan)
         return ratio
 
+    if min(clean_a) == max(clean_a) and min(clean_b) == max(clean_b):  # no spread: the ratio is exact
+        better_exact: Side | None = None if ratio == 1 else ("a" if ratio > 1 + margin else None)
+        if ratio < 1 / (1 + margin):
+            better_exact = "b"
+        return Comparison(better_exact, ratio, ratio, ratio, confidence, f"{basis}; every request alike")
     found = bootstrap(
         (np.asarray(clean_a), np.asarray(clean_b)), statistic, n_resamples=BOOTSTRAP_RESAMPLES,
         confidence_level=confidence, method="percentile", vectorized=True, random_state=seed,
     )  # fmt: skip
     low, high = float(found.confidence_interval.low), float(found.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return Comparison(None, ratio, None, None, confidence, f"{basis}; no interval")
     better: Side | None = None
     if math.isfinite(low) and low > 1 + margin:
         better = "a"

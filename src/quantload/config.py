@@ -361,6 +361,11 @@ class LoadSettings(_Section):
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
     )
     saturation_cpu_frac: float = Field(default=0.9, gt=0, le=MAX_CPU_FRAC)
+    interference_cpu_frac: float = Field(
+        default=0.25, gt=0, le=1,
+        description="other processes' share of the machine's CPUs during a stage above which the stage"
+        " measured the machine, not the server: its misses are undecided (1 = never)",
+    )  # fmt: skip
     saturation_lag_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
 
     @model_validator(mode="after")

@@ -5,8 +5,9 @@ At a stage's start and end, three CPU clocks are read from /proc: the whole mach
 Locust processes, and the servers quantload started), and the time of the servers under test
 (their process trees; a server quantload did not start is found by the loopback port it listens
 on). What the machine spent beyond quantload's tree and the servers, as a share of all its CPUs,
-is other work; above `cpu_share.BUSY_OTHER_CPU_FRAC` the stage is interfered: its latencies may
-be the machine's, and the SLO judge does not call it a miss. Linux only; elsewhere nothing is
+is other work; above a threshold (`load.interference_cpu_frac`, 25 % by default, as
+`cpu_share.BUSY_OTHER_CPU_FRAC` for llama-bench) the stage is interfered: its latencies may be the
+machine's, and the SLO judge does not call it a miss. Linux only; elsewhere nothing is
 known (None) and nothing is judged.
 """
 
@@ -138,17 +139,13 @@ class Interference:
     other_cpu_frac: float  # of all CPUs
     seconds: float
 
-    @property
-    def busy(self) -> bool:
-        return cpu_share.busy(self.other_cpu_frac)
-
-    def reason(self) -> str | None:
-        """Why the stage measured the machine, or None when it did not."""
-        if not self.busy:
+    def reason(self, threshold: float = cpu_share.BUSY_OTHER_CPU_FRAC) -> str | None:
+        """Why the stage measured the machine (other work above `threshold` of its CPUs), or None."""
+        if self.other_cpu_frac <= threshold:
             return None
         return (
             f"other processes took {self.other_cpu_frac:.0%} of the machine's CPUs during the stage"
-            f" (more than {cpu_share.BUSY_OTHER_CPU_FRAC:.0%}): the machine, not the server, was measured"
+            f" (more than {threshold:.0%}): the machine, not the server, was measured"
         )
 
 

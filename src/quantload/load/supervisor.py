@@ -186,8 +186,11 @@ class InvocationWatch:
     """One invocation's new lines: its measured records feed each stage's figures; each stage's
     end line turns them into its summary, appended to summaries.jsonl at once."""
 
-    def __init__(self, plan: LoadPlan, run_dir: RunDir, slo: Slo) -> None:
+    def __init__(
+        self, plan: LoadPlan, run_dir: RunDir, slo: Slo, interference_cpu_frac: float = 0.25
+    ) -> None:
         self.plan = plan
+        self.interference_cpu_frac = interference_cpu_frac
         self.run_dir = run_dir
         self.slo = slo
         self.head = f"{plan.invocation}-"
@@ -236,7 +239,10 @@ class InvocationWatch:
                     found = machine_share.between(started, machine_share.sample(self.server_pids))
                     if found is not None:
                         summary = summary.model_copy(
-                            update={"other_cpu_frac": found.other_cpu_frac, "machine_busy": found.reason()}
+                            update={
+                                "other_cpu_frac": found.other_cpu_frac,
+                                "machine_busy": found.reason(self.interference_cpu_frac),
+                            }
                         )
                 self.summaries[event.stage_id] = summary
                 self.run_dir.append_summary(summary)
@@ -370,7 +376,7 @@ def run_plan(plan: LoadPlan, context: RunContext, *, layout: ProcessLayout | Non
     if api_key:
         env[API_KEY_ENV] = api_key
     chosen = layout if layout is not None else default_layout(plan, settings, context.metrics_port)
-    watch = InvocationWatch(plan, run_dir, context.slo)
+    watch = InvocationWatch(plan, run_dir, context.slo, settings.interference_cpu_frac)
     total = None if any(stage.decision is not None for stage in plan.stages) else plan.total_requests
     started: list[_Started] = []
     handles: list[IO[bytes]] = []

@@ -33,8 +33,12 @@ SLO = SloSettings(
 
 
 def search_settings(**limit: object) -> Settings:
+    # the fake's scripted waits decide here, not other work on a busy test machine
     return Settings(
-        load=LoadSettings(metrics_port=0, warmup_requests=1, request_timeout_s=20, first_round_jitter_s=0.005),
+        load=LoadSettings(
+            metrics_port=0, warmup_requests=1, request_timeout_s=20, first_round_jitter_s=0.005,
+            interference_cpu_frac=1.0,
+        ),
         limit=LimitSettings.model_validate(
             {"max_users": 16, "requests_per_user": 3, "min_requests": 6, "time_cap_s": 240, **limit}
         ),
