@@ -75,6 +75,17 @@ MAX_NATS = 1_000.0
 MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
 
 
+COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
+# A CMake CUDA architecture (`90`, `89-real`, `90a`) and an extra CMake cache entry (`-DNAME=VALUE`).
+CudaArchitecture = Annotated[str, Field(pattern=r"^[0-9]{2,3}[a-z]?(-real|-virtual)?$"), COMMA_FREE]
+_CMAKE_FLAG = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=")
+# Set through their own keys (toolchain.backend, toolchain.cuda_architectures), never cmake_flags.
+_CMAKE_KEYS_OWNED = {
+    "GGML_CUDA": "toolchain.backend",
+    "CMAKE_CUDA_ARCHITECTURES": "toolchain.cuda_architectures",
+}
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -85,6 +96,37 @@ class ToolchainSettings(_Section):
     llama_bin: Path | None = None
     cache_dir: Path | None = None
     build_jobs: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = all cores")
+    backend: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="what llama.cpp is built for: auto = CUDA where NVML lists a GPU and nvcc is"
+        " found, else the CPU",
+    )
+    cuda_architectures: tuple[CudaArchitecture, ...] = Field(
+        default=(),
+        description="CMake CUDA architectures, e.g. ['90']; empty = those of the GPUs found",
+    )
+    cmake_flags: tuple[str, ...] = Field(
+        default=(),
+        description="extra CMake cache entries for the llama.cpp build, e.g."
+        " ['-DGGML_CUDA_FA_ALL_QUANTS=ON']",
+    )
+    build_timeout_s: float = Field(
+        default=10800.0, gt=0, le=MAX_SECONDS, description="stop a llama.cpp build that runs longer"
+    )
+
+    @field_validator("cmake_flags")
+    @classmethod
+    def _cmake_cache_entries(cls, flags: tuple[str, ...]) -> tuple[str, ...]:
+        for flag in flags:
+            if not _CMAKE_FLAG.match(flag):
+                raise ValueError(
+                    f"{flag!r} is not a CMake cache entry: write -DNAME=VALUE, e.g. -DGGML_AVX512=OFF"
+                )
+            name = flag[2:].split("=", 1)[0].split(":", 1)[0]
+            if name in _CMAKE_KEYS_OWNED:
+                owner = _CMAKE_KEYS_OWNED[name]
+                raise ValueError(f"{flag!r}: set {owner} instead, so the build's cache key holds it")
+        return flags
 
 
 class ModelSettings(_Section):
@@ -238,7 +280,6 @@ class SpeedSettings(_Section):
     )
 
 
-COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
 
 
 def _experiment_names() -> tuple[str, ...]:

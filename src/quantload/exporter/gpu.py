@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -24,38 +24,11 @@ from prometheus_client.registry import Collector
 from quantload.exporter import names
 from quantload.exporter.names import MetricSpec
 from quantload.exporter.ratelimit import RateLimitedLog
+from quantload.nvml import Nvml, NvmlLoader, not_supported
 
-NVML_ERROR_NOT_SUPPORTED = 3  # nvml.h's code for a query this GPU cannot answer
 INIT_TIMEOUT_S = 10.0  # nvmlInit can take seconds on a machine without the persistence daemon
 
 _log = logging.getLogger(__name__)
-
-
-class Nvml(Protocol):
-    """The part of `pynvml` this module calls (a test passes a fake with the same names)."""
-
-    NVMLError: type[Exception]
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int: ...
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
-    def nvmlDeviceGetUUID(self, handle: Any) -> str: ...
-    def nvmlDeviceGetName(self, handle: Any) -> str: ...
-    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...  # .gpu, percent
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...  # .used, .total, bytes
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...  # milliwatts
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...  # millijoules
-
-
-NvmlLoader = Callable[[], Nvml]
-
-
-def system_nvml() -> Nvml:
-    """The real bindings (`pynvml` from nvidia-ml-py); they load NVML's shared library at nvmlInit."""
-    import pynvml
-
-    return cast(Nvml, pynvml)
 
 
 @dataclass(frozen=True)
@@ -183,7 +156,7 @@ class GpuCollector(Collector):
                 try:
                     value = quantity.read(self._nvml, device.handle)
                 except self._nvml.NVMLError as error:
-                    if _not_supported(error):
+                    if not_supported(error):
                         self._unsupported.add(key)
                         self._logger.info(
                             "GPU telemetry: GPU %d (%s) does not report %s: left out",
@@ -200,10 +173,6 @@ class GpuCollector(Collector):
                     continue
                 samples.append((device.index, quantity.spec.name, value))
         return samples
-
-
-def _not_supported(error: BaseException) -> bool:
-    return getattr(error, "value", None) == NVML_ERROR_NOT_SUPPORTED
 
 
 def _families(samples: Sequence[Sample], devices: Sequence[_Device]) -> list[Metric]:

@@ -11,8 +11,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from quantload.errors import QuantloadError
 from quantload.exporter.collector import LlamaServerCollector
-from quantload.exporter.gpu import GpuCollector, NvmlLoader, open_gpu_telemetry, system_nvml
+from quantload.exporter.gpu import GpuCollector, open_gpu_telemetry
 from quantload.exporter.targets import ExporterTarget
+from quantload.nvml import NvmlLoader, system_nvml
 
 
 class ExporterError(QuantloadError):
