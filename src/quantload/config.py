@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -84,6 +85,22 @@ _CMAKE_KEYS_OWNED = {
     "GGML_CUDA": "toolchain.backend",
     "CMAKE_CUDA_ARCHITECTURES": "toolchain.cuda_architectures",
 }
+
+
+
+
+def _gpu_layers(value: Any) -> int | str:
+    """`auto`, `all` or a whole number of layers from 0 (the CPU) to MAX_LAYERS."""
+    if value in ("auto", "all"):
+        return str(value)
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) > MAX_LAYERS:
+        raise ValueError("takes auto, all or a number of layers from 0 (the CPU) up")
+    return int(text)
+
+
+# `server.gpu_layers`: auto, all or a number of layers (0 = the CPU).
+GpuLayersSetting = Annotated[int | Literal["auto", "all"], BeforeValidator(_gpu_layers)]
 
 
 class _Section(BaseModel):
@@ -224,7 +241,11 @@ class ServerSettings(_Section):
     cache_type_k: CacheType = "f16"
     cache_type_v: CacheType = "f16"
     threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
-    gpu_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
+    gpu_layers: GpuLayersSetting = Field(
+        default="auto",
+        description="layers on the GPU for llama-server, llama-bench and llama-perplexity: auto"
+        " (what fits), all, or a number (0 = every layer on the CPU)",
+    )
     api_key: SecretStr | None = None
     startup_timeout_s: float = Field(default=180.0, gt=0, le=MAX_SECONDS)
     extra_args: tuple[str, ...] = ()
@@ -905,6 +926,9 @@ class TuneSettings(_Section):
         default=("none",), min_length=1,
         description="ngram = speculation.ngram_type; draft = speculation.draft_model",
     )
+    gpu_layers: tuple[Annotated[GpuLayersSetting, COMMA_FREE], ...] = Field(
+        default=(), description="-ngl values (auto, all or a number); empty = server.gpu_layers alone"
+    )
     objective: Literal["users", "rate"] = Field(
         default="users", description="the limit search it maximizes (goodput breaks ties)"
     )
@@ -925,7 +949,8 @@ class TuneSettings(_Section):
     )
 
     @field_validator(
-        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation"
+        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation",
+        "gpu_layers",
     )
     @classmethod
     def _each_once(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:

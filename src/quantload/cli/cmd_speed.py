@@ -91,7 +91,9 @@ def register(app: typer.Typer) -> None:
             check_is_gguf(model)
         labels = result_labels(models, [read_gguf(model).file_type for model in models])
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
-            toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+            toolchain = ensure_toolchain(
+                settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
+            )
         with cli.err_console.status("measuring memory bandwidth and arithmetic rate"):
             cache = cache_root(settings.toolchain.cache_dir, cli.environ)
             limits = probe(cache, settings.speed, refresh=reprobe)

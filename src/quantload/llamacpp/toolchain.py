@@ -9,6 +9,7 @@ used when it is there, and a step that needs it without it stops in one line nam
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from quantload.errors import ToolchainError
 from quantload.gpus import GpuInventory, InventoryReader, read_gpu_inventory
 from quantload.llamacpp.backend import BuildBackend, choose_backend, find_nvcc
 from quantload.llamacpp.build import TOOL_NAMES, build_tools, built_bin_dir, read_build_record
+from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.sdist import PINNED_SDIST, ensure_source_tree, source_dir
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback, no_progress
@@ -41,6 +43,7 @@ class Toolchain:
     sdist: str | None = None
     build: Mapping[str, object] = field(default_factory=dict)
     backend: BuildBackend | None = None  # our own build's; None for a folder of the user's
+    gpu_layers: GpuLayers | None = None  # server.gpu_layers for the measuring tools; None: theirs
 
     def path(self, name: str) -> Path:
         """Path of one tool, e.g. `llama-server`; ToolchainError when this llama.cpp lacks it."""
@@ -53,6 +56,14 @@ class Toolchain:
             )
         return self.tools[name]
 
+    def layer_args(self, tool: str) -> list[str]:
+        """`-ngl` for `tool` as `server.gpu_layers` says (llamacpp.offload), or nothing."""
+        return gpu_layer_args(tool, self.gpu_layers)
+
+    def placing_layers(self, gpu_layers: GpuLayers) -> Toolchain:
+        """These tools, with `gpu_layers` on the GPU for every tool that loads a model."""
+        return dataclasses.replace(self, gpu_layers=gpu_layers)
+
     def version_record(self) -> dict[str, object]:
         """What every result file records about the llama.cpp in use."""
         return {
@@ -61,6 +72,7 @@ class Toolchain:
             "binary_version": self.binary_version,
             "bin_dir": str(self.tools["llama-server"].parent),
             "backend": self.backend.record() if self.backend is not None else None,
+            "gpu_layers": self.gpu_layers,
         }
 
     @property
@@ -197,9 +209,18 @@ def ensure_toolchain(
     environ: Mapping[str, str],
     progress: ProgressCallback = no_progress,
     gpus: InventoryReader = read_gpu_inventory,
+    gpu_layers: GpuLayers | None = None,
 ) -> Toolchain:
     """The tools, building them from the pinned sdist into the cache when none are found, for
-    the backend this machine calls for (`cache_backend`)."""
+    the backend this machine calls for (`cache_backend`); with `gpu_layers` (server.gpu_layers)
+    every measuring tool places that many layers on the GPU."""
+    chain = _ensure(settings, environ, progress, gpus)
+    return chain.placing_layers(gpu_layers) if gpu_layers is not None else chain
+
+
+def _ensure(
+    settings: ToolchainSettings, environ: Mapping[str, str], progress: ProgressCallback, gpus: InventoryReader
+) -> Toolchain:
     if settings.llama_bin is not None or _from_path(environ) is not None:
         found = find_toolchain(settings, environ, gpus)
         assert found is not None

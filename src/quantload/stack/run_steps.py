@@ -68,7 +68,9 @@ class RunSteps:
         self.cache = cache
 
     def toolchain(self, progress: ProgressCallback) -> Toolchain:
-        return ensure_toolchain(self.settings.toolchain, self.environ, progress)
+        return ensure_toolchain(
+            self.settings.toolchain, self.environ, progress, gpu_layers=self.settings.server.gpu_layers
+        )
 
     def prepare(self, toolchain: Toolchain, run_dir: Path, progress: ProgressCallback) -> PreparedModels:
         prepare = self.settings.prepare

@@ -191,11 +191,13 @@ def gpu_energy_section(analysis: Analysis) -> Section | None:
     if not table.empty:
         blocks.append(
             Paragraph(
-                "From the exporter's NVML series: the increase of each GPU's energy counter over a"
-                " quantization's load window (its first request sent to its last one's end, warm-ups"
-                " and failures included), summed over every GPU the exporter saw, then divided by"
-                " the output tokens and the requests of that window. Servers idling on the same GPUs"
-                " are in the figure."
+                "From the exporter's NVML series: the increase of the energy counter of the GPUs"
+                " the quantization's server used (its log's devices, matched to NVML by PCI"
+                " address), over its load window (its first request sent to its last one's end,"
+                " warm-ups and failures included), divided by the output tokens and the requests of"
+                " that window. Other GPUs, idle or serving another file, are not in it. Where the"
+                " run measured the GPUs idle before the load, their idle draw over the window is"
+                " taken off to give the load's own energy (the last columns)."
             )
         )
         rows = tuple(
@@ -209,6 +211,9 @@ def gpu_energy_section(analysis: Analysis) -> Section | None:
                 str(r["output_tokens"]),
                 fmt.number(value(r["j_per_output_token"]), 3),
                 fmt.number(value(r["j_per_request"]), 1),
+                fmt.number(value(r.get("idle_power_w")), 1),
+                fmt.number(value(r.get("load_j_per_output_token")), 3),
+                fmt.number(value(r.get("load_j_per_request")), 1),
                 str(r["source"]),
             )
             for r in table.to_dict("records")
@@ -223,9 +228,12 @@ def gpu_energy_section(analysis: Analysis) -> Section | None:
             "output tokens",
             "J / output token",
             "J / request",
+            "idle power (W)",
+            "load's J / output token",
+            "load's J / request",
             "from",
         )
-        numeric = (False, True, True, True, True, True, True, True, True, False)
+        numeric = (False, True, True, True, True, True, True, True, True, True, True, True, False)
         blocks.append(Table(columns, rows, numeric, name="gpu_energy"))
     blocks += notes
     return Section("gpu", "GPU energy (NVML)", tuple(blocks))
