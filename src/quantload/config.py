@@ -969,8 +969,14 @@ class ObserveSettings(_Section):
         default=0.5, gt=0, le=MAX_SECONDS, description="keep below Prometheus' scrape timeout (1 s)"
     )
     exporter_targets: tuple[str, ...] = Field(
-        default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH]"
+        default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH,gpus=ID+ID]"
     )
+    idle_baseline: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="watch the GPUs idle before the load (their draw doing nothing, taken off the"
+        " load's energy): auto = in `run` when a server offloaded layers, on = also in `load`",
+    )
+    idle_baseline_s: float = Field(default=15.0, gt=0, le=3600.0, description="length of the idle baseline")
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
     scrape_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)

@@ -14,8 +14,10 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.gpu_energy import SECTION as GPU_SECTION
+from quantload.analysis.gpu_energy import read_gpu_file
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.prometheus_tables import MIN_SCRAPES, QUANTILES, SERVER_SERIES
+from quantload.rundir.gpu_file import GpuFile
 
 
 def _stage_marks(axis: Any, stages: pd.DataFrame, origin_s: float, label: bool) -> None:
@@ -181,13 +183,45 @@ def server_section(analysis: Analysis, plots: Plots) -> Section:
     return Section("server", "Server side (Prometheus)", tuple(blocks))
 
 
+def offload_blocks(gpu_file: GpuFile | None) -> list[Block]:
+    """Each server's layers on the GPU against `server.gpu_layers`, from its log (gpu.json)."""
+    if gpu_file is None or not gpu_file.offload:
+        return []
+    rows = tuple(
+        (
+            quant,
+            str(entry.get("requested", "")),
+            f"{entry['offloaded']}/{entry['layers']}" if entry.get("layers") else "none logged",
+            ", ".join(str(d.get("name", "")) for d in entry.get("devices", [])) or "-",
+            str(entry.get("verdict", "")),
+        )
+        for quant, entry in gpu_file.offload.items()
+    )
+    short = [quant for quant, entry in gpu_file.offload.items() if entry.get("verdict") == "fewer than asked"]
+    lines = [
+        "Layers each server put on the GPU, from its own log (`offloaded N/M layers to GPU`), against"
+        " server.gpu_layers."
+    ]
+    if short:
+        lines.append(
+            f"{', '.join(short)} offloaded fewer layers than asked: part of those models ran on the CPU,"
+            " and their speed and energy are not the GPU's alone."
+        )
+    return [
+        Paragraph(" ".join(lines)),
+        Table(("quant", "asked", "offloaded", "devices", "check"), rows, (False,) * 5, name="gpu_offload"),
+    ]
+
+
 def gpu_energy_section(analysis: Analysis) -> Section | None:
-    """Energy per output token and per request per quantization, or why it is missing."""
+    """Each server's layers on the GPU, and energy per output token and per request per
+    quantization, or why it is missing."""
     table = analysis.gpu_energy
     notes = gap_blocks(analysis, GPU_SECTION)
-    if table.empty and not notes:
+    offload = offload_blocks(read_gpu_file(analysis.run.run_dir))
+    if table.empty and not notes and not offload:
         return None
-    blocks: list[Block] = []
+    blocks: list[Block] = [*offload]
     if not table.empty:
         blocks.append(
             Paragraph(
@@ -236,7 +270,7 @@ def gpu_energy_section(analysis: Analysis) -> Section | None:
         numeric = (False, True, True, True, True, True, True, True, True, True, True, True, False)
         blocks.append(Table(columns, rows, numeric, name="gpu_energy"))
     blocks += notes
-    return Section("gpu", "GPU energy (NVML)", tuple(blocks))
+    return Section("gpu", "GPU offload and energy (NVML)", tuple(blocks))
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
