@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from quantload.nvml import NVML_DEVICE_MIG_ENABLE, Nvml, NvmlLoader, system_nvml, text
+from quantload.nvml import (
+    NVML_CLOCK_MEM,
+    NVML_CLOCK_SM,
+    NVML_DEVICE_MIG_ENABLE,
+    Nvml,
+    NvmlLoader,
+    system_nvml,
+    text,
+)
 
 INVENTORY_TIMEOUT_S = 10.0
 _PCI = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-9a-fA-F]+)")
@@ -43,6 +51,10 @@ class GpuInfo:
     power_limit_w: float | None = None
     mig_enabled: bool = False
     mig_uuids: tuple[str, ...] = ()
+    max_memory_clock_mhz: int | None = None
+    memory_bus_width_bits: int | None = None
+    max_sm_clock_mhz: int | None = None
+    cuda_cores: int | None = None
 
     @property
     def cuda_architecture(self) -> str | None:
@@ -108,6 +120,8 @@ def describe_gpu(nvml: Nvml, index: int, handle: Any) -> GpuInfo:
     memory = _optional(lambda: nvml.nvmlDeviceGetMemoryInfo(handle), nvml)
     limit_mw = _optional(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle), nvml)
     mig_enabled, mig_uuids = _mig_uuids(nvml, handle)
+    memory_clock = _optional(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_MEM), nvml)
+    sm_clock = _optional(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM), nvml)
     return GpuInfo(
         index=index,
         uuid=text(nvml.nvmlDeviceGetUUID(handle)),
@@ -118,7 +132,15 @@ def describe_gpu(nvml: Nvml, index: int, handle: Any) -> GpuInfo:
         power_limit_w=limit_mw / 1000.0 if limit_mw else None,
         mig_enabled=mig_enabled,
         mig_uuids=mig_uuids,
+        max_memory_clock_mhz=int(memory_clock) if memory_clock else None,
+        memory_bus_width_bits=_positive(_optional(lambda: nvml.nvmlDeviceGetMemoryBusWidth(handle), nvml)),
+        max_sm_clock_mhz=int(sm_clock) if sm_clock else None,
+        cuda_cores=_positive(_optional(lambda: nvml.nvmlDeviceGetNumGpuCores(handle), nvml)),
     )
+
+
+def _positive(value: int | None) -> int | None:
+    return int(value) if value else None
 
 
 def _read(nvml: Nvml) -> GpuInventory:

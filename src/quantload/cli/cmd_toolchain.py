@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the llama.cpp tools (QUANTLOAD_LLAMA_BIN, PATH) or build them once from the pinned
         sdist: for CUDA where NVML lists a GPU and nvcc is found (the GPUs' architectures), else
-        for the CPU ([toolchain] backend, cuda_architectures, cmake_flags)."""
+        for the CPU (toolchain.backend, .cuda_architectures, .cmake_flags)."""
         cli = cli_context(ctx)
         settings = cli.config().settings.toolchain
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
