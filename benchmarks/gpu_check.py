@@ -256,12 +256,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _toolchain(work: Path, environ: Mapping[str, str], inventory: GpuInventory) -> Toolchain:
+def _toolchain_settings(work: Path, environ: Mapping[str, str]) -> ToolchainSettings:
+    """QUANTLOAD_LLAMA_BIN to reuse; the build cache under `work`; the bundle's sdist, offline."""
     llama_bin = environ.get("QUANTLOAD_LLAMA_BIN")
-    cmake_flags = tuple(flag for flag in environ.get("GPU_CHECK_CMAKE_FLAGS", "").split() if flag)
-    settings = ToolchainSettings(
-        llama_bin=Path(llama_bin) if llama_bin else None, cache_dir=work / "cache", cmake_flags=cmake_flags
+    sdist_dir = environ.get("QUANTLOAD_TOOLCHAIN__SDIST_DIR")
+    return ToolchainSettings(
+        llama_bin=Path(llama_bin) if llama_bin else None,
+        cache_dir=work / "cache",
+        cmake_flags=tuple(flag for flag in environ.get("GPU_CHECK_CMAKE_FLAGS", "").split() if flag),
+        sdist_dir=Path(sdist_dir) if sdist_dir else None,
     )
+
+
+def _toolchain(work: Path, environ: Mapping[str, str], inventory: GpuInventory) -> Toolchain:
+    settings = _toolchain_settings(work, environ)
     last = [0.0]
 
     def progress(completed: float, total: float | None, note: str = "") -> None:
@@ -294,7 +302,7 @@ def main(
     toolchain = _toolchain(work, env, inventory)
     figures["llama_cpp"] = toolchain.version_record()
     figures["build_seconds"] = toolchain.build.get("build_seconds")
-    tree = functools.partial(ensure_llama_source, ToolchainSettings(cache_dir=work / "cache"), env)
+    tree = functools.partial(ensure_llama_source, _toolchain_settings(work, env), env)
     models = [options.tiny or write_tiny_model(tree(), work / "tiny-F16.gguf")]
     if options.big_params > 0:
         shape = big_shape(options.big_params)

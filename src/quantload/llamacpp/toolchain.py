@@ -229,7 +229,7 @@ def _ensure(
     found = _from_cache(settings, environ, backend)
     if found is not None:
         return found
-    tree = ensure_source_tree(cache_root(settings.cache_dir, environ))
+    tree = ensure_source_tree(cache_root(settings.cache_dir, environ), local_dir=settings.sdist_dir)
     build_tools(
         tree, jobs=settings.build_jobs, progress=progress, backend=backend, timeout_s=settings.build_timeout_s
     )
@@ -241,4 +241,4 @@ def _ensure(
 
 def ensure_llama_source(settings: ToolchainSettings, environ: Mapping[str, str]) -> Path:
     """The pinned llama.cpp source tree (for its vocabulary files), downloaded if needed."""
-    return ensure_source_tree(cache_root(settings.cache_dir, environ))
+    return ensure_source_tree(cache_root(settings.cache_dir, environ), local_dir=settings.sdist_dir)
