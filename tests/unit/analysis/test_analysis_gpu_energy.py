@@ -102,3 +102,11 @@ def test_the_section_shows_each_servers_layers_on_the_gpu_and_says_which_fell_sh
         ("F16", "all", "12/25", "-", "fewer than asked"),
     )
     assert any("F16 offloaded fewer layers than asked" in b.text for b in section.blocks if isinstance(b, Paragraph))
+
+
+def test_a_cpu_build_left_to_auto_adds_no_gpu_section(tmp_path: Path) -> None:
+    merge_offload(tmp_path / "gpu.json", "Q8_0", check_offload("auto", parse_offload("main: model loaded\n")))
+    assert gpu_energy_section(_Shown(pd.DataFrame(columns=COLUMNS), run=_Run(tmp_path))) is None  # type: ignore[arg-type]
+    merge_offload(tmp_path / "gpu.json", "F16", check_offload("all", parse_offload("main: model loaded\n")))
+    section = gpu_energy_section(_Shown(pd.DataFrame(columns=COLUMNS), run=_Run(tmp_path)))  # type: ignore[arg-type]
+    assert section is not None  # asked for the GPU and got the CPU: said

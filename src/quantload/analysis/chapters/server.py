@@ -184,9 +184,12 @@ def server_section(analysis: Analysis, plots: Plots) -> Section:
 
 
 def offload_blocks(gpu_file: GpuFile | None) -> list[Block]:
-    """Each server's layers on the GPU against `server.gpu_layers`, from its log (gpu.json)."""
-    if gpu_file is None or not gpu_file.offload:
+    """Each server's layers on the GPU against `server.gpu_layers`, from its log (gpu.json); nothing
+    for a CPU-only llama.cpp that was left to its default (auto) or asked for none."""
+    entries = gpu_file.offload.values() if gpu_file is not None else ()
+    if not any(entry.get("layers") or entry.get("requested") not in ("auto", "0") for entry in entries):
         return []
+    assert gpu_file is not None
     rows = tuple(
         (
             quant,
