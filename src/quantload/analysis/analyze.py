@@ -12,7 +12,7 @@ from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_v
 from quantload.analysis.context_tables import conversation_table, policy_table
 from quantload.analysis.context_tables import turn_table as context_turn_table
 from quantload.analysis.gpu_energy import WHAT as GPU_ENERGY_WHAT
-from quantload.analysis.gpu_energy import gpu_energy_table
+from quantload.analysis.gpu_energy import gpu_energy_table, read_gpu_file
 from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
 from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
@@ -317,7 +317,7 @@ def analyze(
             quant_of = {str(s.stage_id): str(s.quant) for s in stages.itertuples()}
             server = server_in_flight(client, windows, quant_of)
             hist = histogram_check(client, stages, run.records, scrape_interval_s)
-            energy, energy_gaps = gpu_energy_table(client, run.records, quants)
+            energy, energy_gaps = gpu_energy_table(client, run.records, quants, read_gpu_file(run.run_dir))
             gaps += energy_gaps
         except PrometheusQueryError as error:
             notes.append(f"Prometheus stopped answering while the report read it: {error.problem}")

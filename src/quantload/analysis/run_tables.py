@@ -334,7 +334,10 @@ def roofline_frame(speed: SpeedFile | None, quants: Sequence[str]) -> pd.DataFra
     rows: list[dict[str, Any]] = []
     for quant in [q for q in quants if q in speed.results] + [q for q in speed.results if q not in quants]:
         entry = speed.results[quant]
-        for phase, ceiling in (("prefill", entry.roofline.prefill), ("decode", entry.roofline.decode)):
+        roof = entry.roofline
+        if roof is None:
+            continue
+        for phase, ceiling in (("prefill", roof.prefill), ("decode", roof.decode)):
             bench = entry.bench.prefill if phase == "prefill" else entry.bench.decode
             rows.append(
                 {
@@ -349,8 +352,10 @@ def roofline_frame(speed: SpeedFile | None, quants: Sequence[str]) -> pd.DataFra
                     "bound": ceiling.bound,
                     "fraction_of_ceiling": ceiling.fraction_of_ceiling,
                     "bytes_per_token": ceiling.bytes_per_token,
-                    "bits_per_weight": entry.roofline.bits_per_weight,
-                    "explanation": entry.roofline.explanation,
+                    "bits_per_weight": roof.bits_per_weight,
+                    "explanation": roof.explanation,
+                    "device": roof.device,
+                    "device_note": roof.device_note,
                 }
             )
     return pd.DataFrame(rows)

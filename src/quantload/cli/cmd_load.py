@@ -37,10 +37,11 @@ from quantload.load import (
 )
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
-from quantload.rundir import make_run_id, write_json_atomic
+from quantload.rundir import GPU_JSON, make_run_id, write_json_atomic
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.steps.load import run_experiment
+from quantload.steps.serve import watch_idle
 
 SUMMARY_JSON = "load-summary.json"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -305,6 +306,10 @@ def register(app: typer.Typer) -> None:
                 warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
                 cwd=cli.cwd, environ=cli.environ,
             )  # fmt: skip
+            if settings.observe.idle_baseline == "on":  # these servers are not ours: asked for only
+                seconds = settings.observe.idle_baseline_s
+                cli.err_console.print(f"GPUs idle for {seconds:g} s before the load (observe.idle_baseline)")
+                watch_idle([target.quant for target in targets], seconds, out / GPU_JSON)
             for target in targets:
                 if absent:
                     break

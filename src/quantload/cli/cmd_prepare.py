@@ -59,7 +59,9 @@ def register(app: typer.Typer) -> None:
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         preflight(settings.prepare, settings.quality, cache)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
-            toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+            toolchain = ensure_toolchain(
+                settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
+            )
         title = "the given files" if settings.prepare.files else settings.model.source
         with progress_bar(cli.err_console, f"prepare {title}") as progress:
             prepared = prepare_model_files(

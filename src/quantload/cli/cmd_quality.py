@@ -168,7 +168,9 @@ def _scan(cli: CliContext, settings: Settings, models: list[Path], out: Path) ->
     out = check_out_dir(out)
     cache = cache_root(settings.toolchain.cache_dir, cli.environ)
     with progress_bar(cli.err_console, "llama.cpp build") as progress:
-        toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+        toolchain = ensure_toolchain(
+            settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
+        )
     types = quant_types(toolchain)
     types.file_type(settings.sensitivity.base, "sensitivity.base (--base)")  # a typo fails before work
     text = quality_text(settings.quality, cache, cli.environ)
@@ -276,7 +278,9 @@ def register(app: typer.Typer) -> None:
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
         text = quality_text(settings.quality, cache, cli.environ)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
-            toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+            toolchain = ensure_toolchain(
+                settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
+            )
         # with --out, llama-perplexity's own output is kept beside it, one log per run
         log_dir = out.parent / LOGS_DIR if out is not None else None
         failures: list[str] = []

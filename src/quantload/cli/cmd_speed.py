@@ -23,24 +23,24 @@ from quantload.steps.speed import measure_file_speed, probe
 def speed_table(speeds: SpeedFile) -> Table:
     """One row per file and test: measured tokens/s, the ceiling, the bound and the fraction."""
     table = Table(
-        "quant", "test", "tokens/s", "+/- sd", "ceiling", "bound", "of ceiling", "MB/token",
-        title="llama-bench speed against this machine's roofline",
+        "quant", "test", "tokens/s", "+/- sd", "ceiling", "bound", "of ceiling", "MB/token", "device",
+        title="llama-bench speed against the roofline of the device it ran on",
     )  # fmt: skip
     for label, entry in speeds.results.items():
-        bench = entry.bench
-        for test, ceiling in (
-            (bench.prefill, entry.roofline.prefill),
-            (bench.decode, entry.roofline.decode),
-        ):
+        bench, roof = entry.bench, entry.roofline
+        for test in (bench.prefill, bench.decode):
+            ceiling = None if roof is None else roof.prefill if test is bench.prefill else roof.decode
+            name = f"pp{test.n_prompt}" if test is bench.prefill else f"tg{test.n_gen}"
             table.add_row(
                 label,
-                ceiling.test,
+                name,
                 f"{test.tokens_per_s:,.1f}",
                 f"{test.stddev_tokens_per_s:,.1f}",
-                f"{ceiling.ceiling_tokens_per_s:,.0f}",
-                ceiling.bound,
-                f"{ceiling.fraction_of_ceiling:.0%}",
-                f"{ceiling.bytes_per_token / 1e6:,.2f}",
+                f"{ceiling.ceiling_tokens_per_s:,.0f}" if ceiling else "-",
+                ceiling.bound if ceiling else "-",
+                f"{ceiling.fraction_of_ceiling:.0%}" if ceiling else "-",
+                f"{ceiling.bytes_per_token / 1e6:,.2f}" if ceiling else "-",
+                roof.device if roof else "GPU, limits unknown",
             )
     return table
 
@@ -91,7 +91,9 @@ def register(app: typer.Typer) -> None:
             check_is_gguf(model)
         labels = result_labels(models, [read_gguf(model).file_type for model in models])
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
-            toolchain = ensure_toolchain(settings.toolchain, cli.environ, progress)
+            toolchain = ensure_toolchain(
+                settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
+            )
         with cli.err_console.status("measuring memory bandwidth and arithmetic rate"):
             cache = cache_root(settings.toolchain.cache_dir, cli.environ)
             limits = probe(cache, settings.speed, refresh=reprobe)
@@ -113,6 +115,9 @@ def register(app: typer.Typer) -> None:
         if note is not None:
             cli.console.print(note, style="yellow", highlight=False)
         for label, entry in speeds.results.items():
-            cli.console.print(f"{label}: {entry.roofline.explanation}", highlight=False)
+            said = entry.roofline.explanation if entry.roofline else f"no roofline: {entry.roofline_missing}"
+            cli.console.print(f"{label}: {said}", highlight=False)
+            if entry.roofline and entry.roofline.device != "cpu":
+                cli.console.print(f"{label}: set against {entry.roofline.device_note}", highlight=False)
         if out is not None:
             cli.console.print(f"written to {out}", highlight=False)

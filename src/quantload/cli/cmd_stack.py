@@ -12,8 +12,10 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.compose.containers import connect, default_project_name, project_containers
+from quantload.compose.gpu_devices import assign_gpus
 from quantload.compose.server_kv import KV_JSON, check_servers, kv_json, put_file, run_folder_of
 from quantload.errors import ConfigError
+from quantload.gpus import read_gpu_inventory
 
 ProjectOption = Annotated[
     str | None,
@@ -28,6 +30,14 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(stack, name="stack")
+
+    @stack.command("gpus")
+    def gpus(ctx: typer.Context) -> None:
+        """Lines for .env giving each server of the GPU override its own GPU (QL_GPU_DEVICE_*),
+        from the GPUs NVML lists here; they share in turn when there are fewer."""
+        cli_context(ctx)
+        for line in assign_gpus(read_gpu_inventory()):
+            typer.echo(line)
 
     @stack.command("ps")
     def ps(

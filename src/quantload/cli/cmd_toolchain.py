@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """Find the llama.cpp tools (QUANTLOAD_LLAMA_BIN, PATH) or build them once from the pinned sdist."""
+        """Find the llama.cpp tools (QUANTLOAD_LLAMA_BIN, PATH) or build them once from the pinned
+        sdist: for CUDA where NVML lists a GPU and nvcc is found (the GPUs' architectures), else
+        for the CPU (toolchain.backend, .cuda_architectures, .cmake_flags)."""
         cli = cli_context(ctx)
         settings = cli.config().settings.toolchain
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
@@ -38,3 +40,7 @@ def register(app: typer.Typer) -> None:
             table.add_row(name, str(path))
         cli.console.print(table)
         cli.console.print(f"binary reports: {chain.binary_version}")
+        if chain.backend is not None:
+            architectures = ", ".join(chain.backend.cuda_architectures)
+            built_for = f"{chain.backend.name} ({architectures})" if architectures else chain.backend.name
+            cli.console.print(f"built for: {built_for}, because {chain.backend.reason}")

@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 
 from quantload.config import Settings
 from quantload.kvcheck import KvCheck
+from quantload.llamacpp.offload import GpuLayers
 from quantload.llamacpp.server_help import ServerBuild
 from quantload.load import LimitLine, StageSummary
 from quantload.run_context import RunContext
@@ -46,6 +47,7 @@ class ServerFlags:
     cache_type: str | None = None  # K and V alike (flash attention on where a quantized V needs it)
     extra_args: tuple[str, ...] = ()  # added to the run's own flags
     label: str = ""  # how stages and logs name the variant, e.g. "-b 256 -ub 256"
+    gpu_layers: GpuLayers | None = None  # -ngl: auto, all or a number
 
 
 @dataclass(frozen=True)

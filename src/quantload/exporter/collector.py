@@ -5,6 +5,10 @@ target's labels are known), waiting at most `timeout_s` in all. A target that fa
 error of its class, reports `quantload_target_up 0` and logs one rate-limited line; the other
 targets and the scrape itself carry on.
 
+Where a target's log is known, its model's placement is followed there (exporter.placement): the
+layers it offloaded and, matched by PCI address to the GPUs NVML lists, the GPUs it uses, as
+`quantload_server_gpu_info` series the report joins with the GPUs' energy.
+
 llama-server's throughput gauges (`predicted_tokens_seconds`, `prompt_tokens_seconds`) average
 over the time since the previous read of `/metrics` and reset on every read: this exporter must be
 the only reader of each server's `/metrics`, and Prometheus must scrape the exporter only.
@@ -27,6 +31,7 @@ from quantload.exporter import names
 from quantload.exporter.fetch import ERROR_CLASSES, LOADING_DETAIL, PARSE, Fetched, Fetcher, TargetRequest
 from quantload.exporter.labels import UNKNOWN, discover
 from quantload.exporter.names import MetricSpec
+from quantload.exporter.placement import LogFollower, server_gpus
 from quantload.exporter.ratelimit import RateLimitedLog
 from quantload.exporter.server_metrics import ServerDataError, ServerSample, parse_server_metrics
 from quantload.exporter.slots import (
@@ -37,6 +42,8 @@ from quantload.exporter.slots import (
     parse_slots,
 )
 from quantload.exporter.targets import ExporterTarget, check_unique
+from quantload.gpus import GpuInfo, GpuInventory
+from quantload.llamacpp.offload import OffloadLog
 
 LOG_HEAD_BYTES = 1024 * 1024
 MODELS_PATH = "/v1/models"
@@ -69,6 +76,7 @@ class _TargetState:
     was_up: bool | None = None
     model_bytes: float | None = None  # /v1/models' meta.size: the file's tensors, for the dashboard's order
     model_asked: bool = False  # /v1/models is read once, whatever it answers
+    log_follower: LogFollower | None = None  # the model's placement, from the server's log
 
     @property
     def labels(self) -> dict[str, str]:
@@ -133,9 +141,11 @@ class LlamaServerCollector(Collector):
         *,
         log_interval_s: float = 60.0,
         logger: logging.Logger | None = None,
+        gpus: Sequence[GpuInfo] = (),
     ) -> None:
         check_unique(list(targets))
         self._timeout_s = timeout_s
+        self._inventory = GpuInventory(tuple(gpus))
         self._states = [_new_state(t) for t in targets]
         self._fetcher = Fetcher(timeout_s, len(self._states) + 2)
         self._ratelimited = RateLimitedLog(logger or _log, log_interval_s)
@@ -199,6 +209,21 @@ class LlamaServerCollector(Collector):
             out.add(names.TARGET_MODEL_BYTES, state.labels, state.model_bytes)
         if reading.slots is not None:
             _add_slots(out, state.labels, reading.slots, kv)
+        self._add_placement(out, state)
+
+    def _add_placement(self, out: _Families, state: _TargetState) -> None:
+        """The server's offloaded layers and its GPUs (see the module docstring)."""
+        target = state.target
+        if state.log_follower is None and target.log_path is not None:
+            state.log_follower = LogFollower(target.log_path)
+        placement = state.log_follower.follow() if state.log_follower is not None else None
+        if placement is not None and placement.offloaded is not None and placement.layers is not None:
+            out.add(names.SERVER_OFFLOADED_LAYERS, state.labels, float(placement.offloaded))
+            out.add(names.SERVER_OFFLOADABLE_LAYERS, state.labels, float(placement.layers))
+        if placement is None and not target.gpus:
+            return
+        for used in server_gpus(placement or OffloadLog(), target.gpus, self._inventory):
+            out.add(names.SERVER_GPU_INFO, {**state.labels, **used.labels}, 1.0)
 
     def close(self) -> None:
         """Close the connections to the servers and stop the worker threads."""

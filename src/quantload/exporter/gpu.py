@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -24,46 +24,27 @@ from prometheus_client.registry import Collector
 from quantload.exporter import names
 from quantload.exporter.names import MetricSpec
 from quantload.exporter.ratelimit import RateLimitedLog
+from quantload.gpus import GpuInfo, describe_gpu
+from quantload.nvml import Nvml, NvmlLoader, not_supported
 
-NVML_ERROR_NOT_SUPPORTED = 3  # nvml.h's code for a query this GPU cannot answer
 INIT_TIMEOUT_S = 10.0  # nvmlInit can take seconds on a machine without the persistence daemon
 
 _log = logging.getLogger(__name__)
-
-
-class Nvml(Protocol):
-    """The part of `pynvml` this module calls (a test passes a fake with the same names)."""
-
-    NVMLError: type[Exception]
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int: ...
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
-    def nvmlDeviceGetUUID(self, handle: Any) -> str: ...
-    def nvmlDeviceGetName(self, handle: Any) -> str: ...
-    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...  # .gpu, percent
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...  # .used, .total, bytes
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...  # milliwatts
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...  # millijoules
-
-
-NvmlLoader = Callable[[], Nvml]
-
-
-def system_nvml() -> Nvml:
-    """The real bindings (`pynvml` from nvidia-ml-py); they load NVML's shared library at nvmlInit."""
-    import pynvml
-
-    return cast(Nvml, pynvml)
 
 
 @dataclass(frozen=True)
 class _Device:
     index: int
     handle: Any
-    uuid: str
-    name: str
+    info: GpuInfo
+
+    @property
+    def uuid(self) -> str:
+        return self.info.uuid
+
+    @property
+    def name(self) -> str:
+        return self.info.name
 
     @property
     def labels(self) -> dict[str, str]:
@@ -82,6 +63,7 @@ QUANTITIES: tuple[_Quantity, ...] = (
     _Quantity(names.GPU_MEMORY_TOTAL, lambda n, h: float(n.nvmlDeviceGetMemoryInfo(h).total)),
     _Quantity(names.GPU_POWER, lambda n, h: n.nvmlDeviceGetPowerUsage(h) / 1000.0),
     _Quantity(names.GPU_ENERGY, lambda n, h: n.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0),
+    _Quantity(names.GPU_POWER_LIMIT, lambda n, h: n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
 )
 
 # (device index, metric name, value) for one scrape
@@ -148,6 +130,11 @@ class GpuCollector(Collector):
     def gpu_count(self) -> int:
         return len(self._devices)
 
+    @property
+    def gpus(self) -> tuple[GpuInfo, ...]:
+        """What NVML told of each GPU at start-up (PCI address, MIG slices, ...)."""
+        return tuple(device.info for device in self._devices)
+
     def describe(self) -> list[Metric]:
         """Nothing: registering must not read the GPUs."""
         return []
@@ -166,7 +153,7 @@ class GpuCollector(Collector):
         if error is not None:
             self._ratelimited.log(logging.WARNING, "gpu/error", f"GPU telemetry: {_error_text(error)}")
             return []
-        return _families(cast(list[Sample], samples), self._devices)
+        return [*_families(cast(list[Sample], samples), self._devices), _mig_family(self._devices)]
 
     def close(self) -> None:
         """Release NVML (bounded like a scrape; a hung NVML is left to the process's end)."""
@@ -183,7 +170,7 @@ class GpuCollector(Collector):
                 try:
                     value = quantity.read(self._nvml, device.handle)
                 except self._nvml.NVMLError as error:
-                    if _not_supported(error):
+                    if not_supported(error):
                         self._unsupported.add(key)
                         self._logger.info(
                             "GPU telemetry: GPU %d (%s) does not report %s: left out",
@@ -202,10 +189,6 @@ class GpuCollector(Collector):
         return samples
 
 
-def _not_supported(error: BaseException) -> bool:
-    return getattr(error, "value", None) == NVML_ERROR_NOT_SUPPORTED
-
-
 def _families(samples: Sequence[Sample], devices: Sequence[_Device]) -> list[Metric]:
     specs = {q.spec.name: q.spec for q in QUANTITIES}
     by_index = {d.index: d for d in devices}
@@ -220,13 +203,20 @@ def _families(samples: Sequence[Sample], devices: Sequence[_Device]) -> list[Met
     return list(families.values())
 
 
+def _mig_family(devices: Sequence[_Device]) -> Metric:
+    spec = names.GPU_MIG_ENABLED
+    family = Metric(spec.name, spec.doc, spec.kind)
+    for device in devices:
+        family.add_sample(spec.name, device.labels, float(device.info.mig_enabled))
+    return family
+
+
 def _list_devices(nvml: Nvml) -> list[_Device]:
     nvml.nvmlInit()
     devices = []
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid, name = str(nvml.nvmlDeviceGetUUID(handle)), str(nvml.nvmlDeviceGetName(handle))
-        devices.append(_Device(index, handle, uuid, name))
+        devices.append(_Device(index, handle, describe_gpu(nvml, index, handle)))
     if not devices:
         nvml.nvmlShutdown()
     return devices

@@ -78,3 +78,27 @@ GPU_ENERGY = MetricSpec(
     "counter",
     "Energy the GPU consumed since its driver was loaded, joules (NVML total energy consumption)",
 )
+GPU_POWER_LIMIT = MetricSpec(
+    "quantload_gpu_power_limit_watts", "gauge", "The power limit the driver enforces, watts (NVML)"
+)
+GPU_MIG_ENABLED = MetricSpec(
+    "quantload_gpu_mig_enabled",
+    "gauge",
+    "1 when the GPU is split into MIG slices: its power and energy are the whole card's, all slices'",
+)
+
+# Per server, from its log (and the exporter's NVML): where its layers are. `quantload_server_*`
+# labels plus, for the GPU info, `gpu`, `uuid`, `mig` (yes|no) and `source` (log|target).
+SERVER_GPU_INFO = MetricSpec(
+    "quantload_server_gpu_info",
+    "gauge",
+    "1 for each GPU the server's model is loaded on (its log's PCI address, or the target's gpus=)",
+)
+SERVER_OFFLOADED_LAYERS = MetricSpec(
+    "quantload_server_offloaded_layers", "gauge", "Layers the server put on a GPU (its log's N of N/M)"
+)
+SERVER_OFFLOADABLE_LAYERS = MetricSpec(
+    "quantload_server_offloadable_layers",
+    "gauge",
+    "Layers the server's model has to offload, the output layer included (its log's M of N/M)",
+)

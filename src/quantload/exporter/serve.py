@@ -11,8 +11,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from quantload.errors import QuantloadError
 from quantload.exporter.collector import LlamaServerCollector
-from quantload.exporter.gpu import GpuCollector, NvmlLoader, open_gpu_telemetry, system_nvml
+from quantload.exporter.gpu import GpuCollector, open_gpu_telemetry
 from quantload.exporter.targets import ExporterTarget
+from quantload.nvml import NvmlLoader, system_nvml
 
 
 class ExporterError(QuantloadError):
@@ -69,10 +70,10 @@ def start_exporter(
     hung NVML and hung servers together keep a scrape within 1.5 x `timeout_s` (under Prometheus's
     1 s scrape timeout at the default 0.5 s).
     """
-    collector = LlamaServerCollector(targets, timeout_s)
+    gpu = open_gpu_telemetry(nvml, timeout_s / 2) if nvml is not None else None
+    collector = LlamaServerCollector(targets, timeout_s, gpus=gpu.gpus if gpu is not None else ())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    gpu = open_gpu_telemetry(nvml, timeout_s / 2) if nvml is not None else None
     if gpu is not None:
         registry.register(gpu)
     try:

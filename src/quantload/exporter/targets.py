@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from quantload.errors import ConfigError
 from quantload.served import ServedTarget
 
-_OPTION_KEYS = ("quant", "model", "api_key", "api_key_env", "kv_cells", "log")
+_OPTION_KEYS = ("quant", "model", "api_key", "api_key_env", "kv_cells", "log", "gpus")
 
 
 class ExporterTarget(ServedTarget):
@@ -27,11 +27,13 @@ class ExporterTarget(ServedTarget):
     exporter's series join the load's records; when `quant` or `model` is empty it is read once
     from the server's `/props`. `kv_cells` is the number of KV cells the server allocated; when
     unknown it is read from `log_path` (the server's `-lv 4` log) or, failing that, estimated from
-    `/slots`.
+    `/slots`. `gpus` names the GPUs the server uses (NVML indexes, GPU or MIG UUIDs) where its
+    log cannot tell them (exporter.placement).
     """
 
     kv_cells: int | None = None
     log_path: Path | None = None
+    gpus: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -55,7 +57,8 @@ def secret_options(spec: str) -> bool:
 
 
 def parse_target(spec: str, environ: Mapping[str, str] | None = None) -> ExporterTarget:
-    """Parse `NAME=URL[,quant=Q][,model=M][,api_key_env=VAR|api_key=K][,kv_cells=N][,log=PATH]`.
+    """Parse `NAME=URL[,quant=Q][,model=M][,api_key_env=VAR|api_key=K][,kv_cells=N][,log=PATH]
+    [,gpus=ID+ID...]` (a GPU's NVML index, GPU-... or MIG-... UUID; `+` between several).
 
     `api_key_env=VAR` reads the key from `environ` (default: this process's environment)."""
     name, sep, rest = spec.partition("=")
@@ -99,6 +102,7 @@ def parse_target(spec: str, environ: Mapping[str, str] | None = None) -> Exporte
             api_key=SecretStr(api_key) if api_key else None,
             kv_cells=int(kv_cells) if kv_cells is not None else None,
             log_path=Path(log) if log else None,
+            gpus=tuple(part.strip() for part in fields.get("gpus", "").split("+") if part.strip()),
         )
     except ConfigError as error:
         raise ConfigError(f"exporter target {name}: {error.problem}", error.hint) from None

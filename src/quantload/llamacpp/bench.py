@@ -196,9 +196,16 @@ def usable_cpus() -> int:
 
 
 def bench_command(
-    binary: Path, model_path: Path, prompt_tokens: int, gen_tokens: int, reps: int, threads: int
+    binary: Path,
+    model_path: Path,
+    prompt_tokens: int,
+    gen_tokens: int,
+    reps: int,
+    threads: int,
+    layer_args: Sequence[str] = (),
 ) -> list[str]:
-    """The llama-bench command line; `threads` 0 keeps llama-bench's default."""
+    """The llama-bench command line; `threads` 0 keeps llama-bench's default; `layer_args` place
+    the layers (`Toolchain.layer_args`)."""
     command = [
         str(binary),
         "-m", str(model_path),
@@ -210,7 +217,7 @@ def bench_command(
     ]  # fmt: skip
     if threads > 0:
         command += ["-t", str(threads)]
-    return command
+    return command + list(layer_args)
 
 
 class _StepProgress:
@@ -268,7 +275,8 @@ def measure_speed(
     With `log_path`, everything the tool prints is appended there as it comes.
     """
     command = bench_command(
-        toolchain.path("llama-bench"), model_path, prompt_tokens, gen_tokens, reps, threads
+        toolchain.path("llama-bench"), model_path, prompt_tokens, gen_tokens, reps, threads,
+        toolchain.layer_args("llama-bench"),
     )
     load_start = load_average_1m()
     with logged_output(log_path, command, _StepProgress(progress, reps)) as on_output:

@@ -3,7 +3,9 @@
 A build is complete when its marker is written and every tool of TOOL_NAMES is in bin/. A cache
 built before a tool was added (the four tools without llama-imatrix) is completed in place: the
 configured tree is kept and `cmake --build` compiles only the missing target, reusing the
-libraries already built.
+libraries already built. Each backend (`llamacpp.backend`: the CPU, or CUDA for some
+architectures, with the user's extra flags) builds in a folder of its own beside the source tree;
+the plain CPU build keeps `build/`. A build that runs past its time limit is stopped, whole.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from quantload.childproc import die_with_parent
 from quantload.errors import ToolchainError
+from quantload.llamacpp.backend import BuildBackend
 from quantload.llamacpp.sdist import PINNED_SDIST, SdistPin
 from quantload.progress import ProgressCallback, no_progress
 
@@ -45,14 +49,18 @@ INSTALL_HINT = (
 )
 
 
-def build_dir(tree: Path) -> Path:
-    """The build folder beside the source tree."""
-    return tree.parent / "build"
+CPU_BACKEND = BuildBackend("cpu", "the CPU build")
+DEFAULT_BUILD_TIMEOUT_S = 3 * 3600.0
 
 
-def built_bin_dir(tree: Path) -> Path | None:
+def build_dir(tree: Path, backend: BuildBackend = CPU_BACKEND) -> Path:
+    """The build folder of `backend` beside the source tree (`build/` for the plain CPU build)."""
+    return tree.parent / backend.cache_key
+
+
+def built_bin_dir(tree: Path, backend: BuildBackend = CPU_BACKEND) -> Path | None:
     """The folder of finished binaries, if a complete build is recorded there."""
-    build = build_dir(tree)
+    build = build_dir(tree, backend)
     marker = build / BUILD_MARKER
     bins = build / "bin"
     if marker.is_file() and all(os.access(bins / name, os.X_OK) for name in TOOL_NAMES):
@@ -60,9 +68,9 @@ def built_bin_dir(tree: Path) -> Path | None:
     return None
 
 
-def read_build_record(tree: Path) -> dict[str, object]:
-    """What the build marker says: sdist, flags, seconds."""
-    data: dict[str, object] = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
+def read_build_record(tree: Path, backend: BuildBackend = CPU_BACKEND) -> dict[str, object]:
+    """What the build marker says: sdist, flags, backend, seconds."""
+    data: dict[str, object] = json.loads((build_dir(tree, backend) / BUILD_MARKER).read_text())
     return data
 
 
@@ -89,9 +97,15 @@ def guarded(command: list[str]) -> list[str]:
     return [sys.executable, "-m", GUARD_MODULE, "--", *command]
 
 
-def run_logged(command: list[str], log: Path, on_line: ProgressCallback | None = None) -> None:
+def run_logged(
+    command: list[str],
+    log: Path,
+    on_line: ProgressCallback | None = None,
+    deadline: float | None = None,
+) -> None:
     """Run one build command, its output appended to `log` (and ninja's steps to `on_line`);
-    ToolchainError when it fails. Its whole process tree ends with quantload (`guarded`)."""
+    ToolchainError when it fails or is still running at `deadline` (time.monotonic()). Its whole
+    process tree ends with quantload (`guarded`), and is stopped at the deadline."""
     with log.open("a", encoding="utf-8") as sink:
         sink.write("$ " + " ".join(command) + "\n")
         sink.flush()
@@ -100,6 +114,7 @@ def run_logged(command: list[str], log: Path, on_line: ProgressCallback | None =
             start_new_session=True, preexec_fn=die_with_parent(),
         )  # fmt: skip
         assert process.stdout is not None
+        watchdog = _stop_at(process, deadline)
         try:
             for line in process.stdout:
                 sink.write(line)
@@ -112,9 +127,16 @@ def run_logged(command: list[str], log: Path, on_line: ProgressCallback | None =
                         on_line(int(percent.group(1)), 100, line.strip()[-60:])
             code = process.wait()
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if process.poll() is None:  # interrupted: the guard stops the whole build tree
                 process.terminate()
                 process.wait(timeout=30)
+    if deadline is not None and time.monotonic() >= deadline and code != 0:
+        raise ToolchainError(
+            "building llama.cpp ran past toolchain.build_timeout_s and was stopped",
+            f"raise toolchain.build_timeout_s, or build fewer CUDA architectures; log in {log}",
+        )
     if code != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
         raise ToolchainError(
@@ -123,22 +145,36 @@ def run_logged(command: list[str], log: Path, on_line: ProgressCallback | None =
         )
 
 
+def _stop_at(process: subprocess.Popen[str], deadline: float | None) -> threading.Timer | None:
+    """A timer that ends `process` (and so, through the guard, its whole tree) at `deadline`."""
+    if deadline is None:
+        return None
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), process.terminate)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def build_tools(
     tree: Path,
     jobs: int = 0,
     progress: ProgressCallback = no_progress,
     pin: SdistPin = PINNED_SDIST,
+    backend: BuildBackend = CPU_BACKEND,
+    timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
 ) -> Path:
-    """Configure and build the tools; return the bin folder. Reuses a finished build, and
-    completes one that lacks a tool added since (only that target is compiled).
+    """Configure and build the tools for `backend`; return the bin folder. Reuses a finished
+    build, and completes one that lacks a tool added since (only that target is compiled). A build
+    still running after `timeout_s` is stopped (ToolchainError); what it compiled stays for the
+    next try.
 
     A lock file serializes builds: a second process waits for the first and then reuses its work.
     """
-    done = built_bin_dir(tree)
+    done = built_bin_dir(tree, backend)
     if done is not None:
         return done
     check_build_prerequisites()
-    build = build_dir(tree)
+    build = build_dir(tree, backend)
     build.mkdir(parents=True, exist_ok=True)
     with (build / ".quantload-build.lock").open("w") as lock:
         try:
@@ -146,39 +182,49 @@ def build_tools(
         except BlockingIOError:
             progress(0, None, "waiting for another build of llama.cpp")
             fcntl.flock(lock, fcntl.LOCK_EX)
-        done = built_bin_dir(tree)
+        done = built_bin_dir(tree, backend)
         if done is not None:
             return done
-        return _build_locked(tree, build, jobs, progress, pin)
+        deadline = time.monotonic() + timeout_s
+        return _build_locked(tree, build, jobs, progress, pin, backend, deadline)
 
 
 def _build_locked(
-    tree: Path, build: Path, jobs: int, progress: ProgressCallback, pin: SdistPin
+    tree: Path,
+    build: Path,
+    jobs: int,
+    progress: ProgressCallback,
+    pin: SdistPin,
+    backend: BuildBackend,
+    deadline: float,
 ) -> Path:
     log = build / "quantload-build.log"
     started = time.monotonic()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    flags = [*CMAKE_FLAGS, *backend.cmake_flags()]
     if not (build / "CMakeCache.txt").is_file():
-        progress(0, None, "configuring")
-        run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *CMAKE_FLAGS], log)
+        progress(0, None, f"configuring ({backend.name})")
+        run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *flags], log, deadline=deadline)
     n_jobs = jobs or os.cpu_count() or 1
     run_logged(
         ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *TOOL_NAMES],
         log,
         on_line=progress,
+        deadline=deadline,
     )
     earlier = _earlier_record(build)
     record = {
         "sdist": pin.requirement,
         "targets": list(TOOL_NAMES),
-        "cmake_flags": list(CMAKE_FLAGS),
+        "cmake_flags": flags,
+        "backend": backend.record(),
         "jobs": n_jobs,
         "build_seconds": round(time.monotonic() - started, 1),
     }
     if earlier is not None:  # an earlier build completed with the targets it lacked
         record["completed_from"] = earlier
     (build / BUILD_MARKER).write_text(json.dumps(record, indent=2) + "\n")
-    bins = built_bin_dir(tree)
+    bins = built_bin_dir(tree, backend)
     if bins is None:
         raise ToolchainError(f"the build finished but {build / 'bin'} lacks a tool", f"see {log}")
     return bins

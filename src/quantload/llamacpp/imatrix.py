@@ -50,7 +50,7 @@ def run_imatrix(
     partial = out.with_name(out.name + ".partial.gguf")
     command = [
         str(toolchain.path("llama-imatrix")), "-m", str(model), "-f", str(text), "-o", str(partial),
-        "-c", str(ctx_tokens), "--chunks", str(chunks),
+        "-c", str(ctx_tokens), "--chunks", str(chunks), *toolchain.layer_args("llama-imatrix"),
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)
     planned = [chunks]

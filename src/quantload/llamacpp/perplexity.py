@@ -229,7 +229,7 @@ def run_perplexity(
     """
     command = perplexity_command(
         toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads,
-        extra_args,
+        [*toolchain.layer_args("llama-perplexity"), *extra_args],
     )
 
     def run_once() -> ToolRun:

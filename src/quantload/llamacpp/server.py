@@ -10,6 +10,7 @@ from pathlib import Path
 from quantload.childproc import POLL_S, LoggedProcess
 from quantload.config import ServerSettings
 from quantload.errors import ServerError
+from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.toolchain import Toolchain
 
 PORT_ATTEMPTS = 3
@@ -30,7 +31,7 @@ class ServerSpec:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     threads: int = 0
-    gpu_layers: int = 0
+    gpu_layers: GpuLayers = "auto"  # passed always: 0 keeps a GPU build on the CPU
     api_key: str | None = None
     verbosity: int = 4
     slot_save_path: Path | None = None  # enables /slots actions (erase) for a known cache state
@@ -74,8 +75,7 @@ class ServerSpec:
         ]
         if self.threads:
             args += ["-t", str(self.threads)]
-        if self.gpu_layers:
-            args += ["-ngl", str(self.gpu_layers)]
+        args += gpu_layer_args("llama-server", self.gpu_layers)
         if self.slot_save_path is not None:
             args += ["--slot-save-path", str(self.slot_save_path)]
         return [*args, *self.extra_args]

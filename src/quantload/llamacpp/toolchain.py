@@ -1,12 +1,15 @@
 """Finding the llama.cpp tools: a configured folder, PATH, or our own cached build.
 
-Our own build always has every tool of TOOL_NAMES. A folder of the user's (QUANTLOAD_LLAMA_BIN,
-PATH) needs the four REQUIRED_TOOLS; llama-imatrix is used when it is there, and a step that needs
-it without it stops in one line naming the folder (`Toolchain.path`).
+Our own build always has every tool of TOOL_NAMES, built for the backend `llamacpp.backend` chooses
+(CUDA for the GPUs found where nvcc is, else the CPU), each backend in a cache folder of its own. A
+folder of the user's (QUANTLOAD_LLAMA_BIN, PATH) needs the four REQUIRED_TOOLS; llama-imatrix is
+used when it is there, and a step that needs it without it stops in one line naming the folder
+(`Toolchain.path`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -17,7 +20,10 @@ from typing import Literal
 
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
+from quantload.gpus import GpuInventory, InventoryReader, read_gpu_inventory
+from quantload.llamacpp.backend import BuildBackend, choose_backend, find_nvcc
 from quantload.llamacpp.build import TOOL_NAMES, build_tools, built_bin_dir, read_build_record
+from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.sdist import PINNED_SDIST, ensure_source_tree, source_dir
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback, no_progress
@@ -36,6 +42,8 @@ class Toolchain:
     binary_version: str
     sdist: str | None = None
     build: Mapping[str, object] = field(default_factory=dict)
+    backend: BuildBackend | None = None  # our own build's; None for a folder of the user's
+    gpu_layers: GpuLayers | None = None  # server.gpu_layers for the measuring tools; None: theirs
 
     def path(self, name: str) -> Path:
         """Path of one tool, e.g. `llama-server`; ToolchainError when this llama.cpp lacks it."""
@@ -48,6 +56,14 @@ class Toolchain:
             )
         return self.tools[name]
 
+    def layer_args(self, tool: str) -> list[str]:
+        """`-ngl` for `tool` as `server.gpu_layers` says (llamacpp.offload), or nothing."""
+        return gpu_layer_args(tool, self.gpu_layers)
+
+    def placing_layers(self, gpu_layers: GpuLayers) -> Toolchain:
+        """These tools, with `gpu_layers` on the GPU for every tool that loads a model."""
+        return dataclasses.replace(self, gpu_layers=gpu_layers)
+
     def version_record(self) -> dict[str, object]:
         """What every result file records about the llama.cpp in use."""
         return {
@@ -55,6 +71,8 @@ class Toolchain:
             "sdist": self.sdist,
             "binary_version": self.binary_version,
             "bin_dir": str(self.tools["llama-server"].parent),
+            "backend": self.backend.record() if self.backend is not None else None,
+            "gpu_layers": self.gpu_layers,
         }
 
     @property
@@ -109,10 +127,11 @@ def _checked(
     origin: Origin,
     sdist: str | None = None,
     build: Mapping[str, object] | None = None,
+    backend: BuildBackend | None = None,
 ) -> Toolchain:
     version = binary_version(tools["llama-server"])
     check_tools_run(tools)
-    return Toolchain(tools, origin, version, sdist=sdist, build=build or {})
+    return Toolchain(tools, origin, version, sdist=sdist, build=build or {}, backend=backend)
 
 
 def _tools_in(folder: Path) -> dict[str, Path] | None:
@@ -148,35 +167,73 @@ def _from_path(environ: Mapping[str, str]) -> dict[str, Path] | None:
     return None
 
 
-def find_toolchain(settings: ToolchainSettings, environ: Mapping[str, str]) -> Toolchain | None:
+def cache_backend(
+    settings: ToolchainSettings, environ: Mapping[str, str], gpus: InventoryReader = read_gpu_inventory
+) -> BuildBackend:
+    """The backend our own build is (or would be) made for on this machine."""
+    if settings.backend == "cpu":  # no need to ask NVML or look for nvcc
+        return choose_backend("cpu", GpuInventory(), None, (), settings.cmake_flags)
+    return choose_backend(
+        settings.backend, gpus(), find_nvcc(environ), settings.cuda_architectures, settings.cmake_flags
+    )
+
+
+def _from_cache(
+    settings: ToolchainSettings, environ: Mapping[str, str], backend: BuildBackend
+) -> Toolchain | None:
+    tree = source_dir(cache_root(settings.cache_dir, environ))
+    bins = built_bin_dir(tree, backend)
+    built = _tools_in(bins) if bins is not None else None
+    if built is None:
+        return None
+    record = read_build_record(tree, backend)
+    return _checked(built, "cache", sdist=PINNED_SDIST.requirement, build=record, backend=backend)
+
+
+def find_toolchain(
+    settings: ToolchainSettings,
+    environ: Mapping[str, str],
+    gpus: InventoryReader = read_gpu_inventory,
+) -> Toolchain | None:
     """The tools already available, without building anything; None if there are none."""
     if settings.llama_bin is not None:
         return _checked(_from_configured(settings.llama_bin), "QUANTLOAD_LLAMA_BIN")
     on_path = _from_path(environ)
     if on_path is not None:
         return _checked(on_path, "PATH")
-    tree = source_dir(cache_root(settings.cache_dir, environ))
-    bins = built_bin_dir(tree)
-    if bins is None:
-        return None
-    built = _tools_in(bins)
-    if built is None:
-        return None
-    return _checked(built, "cache", sdist=PINNED_SDIST.requirement, build=read_build_record(tree))
+    return _from_cache(settings, environ, cache_backend(settings, environ, gpus))
 
 
 def ensure_toolchain(
     settings: ToolchainSettings,
     environ: Mapping[str, str],
     progress: ProgressCallback = no_progress,
+    gpus: InventoryReader = read_gpu_inventory,
+    gpu_layers: GpuLayers | None = None,
 ) -> Toolchain:
-    """The tools, building them from the pinned sdist into the cache when none are found."""
-    found = find_toolchain(settings, environ)
+    """The tools, building them from the pinned sdist into the cache when none are found, for
+    the backend this machine calls for (`cache_backend`); with `gpu_layers` (server.gpu_layers)
+    every measuring tool places that many layers on the GPU."""
+    chain = _ensure(settings, environ, progress, gpus)
+    return chain.placing_layers(gpu_layers) if gpu_layers is not None else chain
+
+
+def _ensure(
+    settings: ToolchainSettings, environ: Mapping[str, str], progress: ProgressCallback, gpus: InventoryReader
+) -> Toolchain:
+    if settings.llama_bin is not None or _from_path(environ) is not None:
+        found = find_toolchain(settings, environ, gpus)
+        assert found is not None
+        return found
+    backend = cache_backend(settings, environ, gpus)
+    found = _from_cache(settings, environ, backend)
     if found is not None:
         return found
-    tree = ensure_source_tree(cache_root(settings.cache_dir, environ))
-    build_tools(tree, jobs=settings.build_jobs, progress=progress)
-    built = find_toolchain(settings, environ)
+    tree = ensure_source_tree(cache_root(settings.cache_dir, environ), local_dir=settings.sdist_dir)
+    build_tools(
+        tree, jobs=settings.build_jobs, progress=progress, backend=backend, timeout_s=settings.build_timeout_s
+    )
+    built = _from_cache(settings, environ, backend)
     if built is None:
         raise ToolchainError("llama.cpp was built but its tools cannot be found", "run again")
     return built
@@ -184,4 +241,4 @@ def ensure_toolchain(
 
 def ensure_llama_source(settings: ToolchainSettings, environ: Mapping[str, str]) -> Path:
     """The pinned llama.cpp source tree (for its vocabulary files), downloaded if needed."""
-    return ensure_source_tree(cache_root(settings.cache_dir, environ))
+    return ensure_source_tree(cache_root(settings.cache_dir, environ), local_dir=settings.sdist_dir)

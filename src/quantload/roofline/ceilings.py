@@ -16,11 +16,21 @@ With one token per pass the memory ceiling is the lower: decode is memory-bound 
 read per generated token"). A 512-token micro-batch divides the weight bytes by 512, so prefill is
 compute-bound ("arithmetic rate / (2 x parameters)", with the output projection counted as above).
 Attention's own arithmetic (a few percent at these contexts) is left out of the flops.
+
+The limits are those of the device the test ran on (`device_ceilings`): this machine's CPU probe
+when llama-bench kept every layer on the CPU (or has no GPU backend); the GPU's (roofline.gpu_limits)
+when it offloaded every layer; with only some layers offloaded, the time per token adds each
+device's share (a fraction f of the bytes at the GPU's rate, the rest at the CPU's), so the
+ceiling's rate is 1 / (f / GPU rate + (1 - f) / CPU rate). Several GPUs hold consecutive layers
+(llama.cpp's layer split) and run one after another: their rate is combined the same way. A test
+that ran on a GPU whose limits are not known gets no roofline: set against the CPU's limits it
+would read far above 100 %.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +41,7 @@ from quantload.kvcache import kv_shape_from_gguf, predict_kv
 from quantload.llamacpp.bench import BenchTest, SpeedResult
 from quantload.models.gguf_meta import GgufSummary
 from quantload.roofline.explain import explain_quant
+from quantload.roofline.gpu_limits import GpuLimits
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.weights import WeightTraffic, weight_traffic
 
@@ -76,6 +87,8 @@ class RooflineResult(BaseModel):
     prefill: BenchCeiling
     decode: BenchCeiling
     explanation: str = Field(description="one sentence: why this format decodes/prefills so")
+    device: Literal["cpu", "gpu", "cpu+gpu"] = Field(default="cpu", description="what the test ran on")
+    device_note: str = Field(default="", description="which device's limits, and where they come from")
 
 
 def _kv_bytes(summary: GgufSummary, context_tokens: int, type_k: str, type_v: str) -> int:
@@ -119,7 +132,75 @@ def prefill_cost(
     )
 
 
-def bench_ceiling(name: str, test: BenchTest, cost: TokenCost, limits: MachineLimits) -> BenchCeiling:
+@dataclass(frozen=True)
+class DeviceCeilings:
+    """The limits a test is set against: the device it ran on, and where the figures come from."""
+
+    device: Literal["cpu", "gpu", "cpu+gpu"]
+    note: str
+    bandwidth_bytes_per_s: float
+    arithmetic_flops_per_s: float
+
+    @property
+    def balance_flops_per_byte(self) -> float:
+        return self.arithmetic_flops_per_s / self.bandwidth_bytes_per_s
+
+
+class UnknownGpuCeilings(Exception):
+    """A test ran on a GPU whose limits are not known."""
+
+
+def _in_turn(rates: list[float], shares: list[float]) -> float:
+    """The rate of work split in `shares` done one part after another at `rates`."""
+    return 1.0 / sum(share / rate for share, rate in zip(shares, rates, strict=True) if share > 0)
+
+
+def offloaded_share(speed: SpeedResult, summary: GgufSummary) -> float:
+    """The share of the model's layers (repeating plus output) llama-bench put on a GPU: 0 when
+    it ran on the CPU alone (no GPU backend, or -ngl 0)."""
+    if "CUDA" not in speed.backends.upper() or speed.n_gpu_layers == 0:
+        return 0.0
+    blocks = summary.arch_value("block_count")
+    layers = int(blocks) + 1 if isinstance(blocks, int) else None
+    if speed.n_gpu_layers < 0 or layers is None:
+        return 1.0
+    return min(speed.n_gpu_layers, layers) / layers
+
+
+def device_ceilings(
+    speed: SpeedResult, summary: GgufSummary, cpu: MachineLimits, gpus: Sequence[GpuLimits] = ()
+) -> DeviceCeilings:
+    """The limits of what the test ran on (see the module docstring); UnknownGpuCeilings when it
+    ran on a GPU quantload has no limits for."""
+    cpu_note = "this machine's CPU (the probe)"
+    share = offloaded_share(speed, summary)
+    if share == 0.0:
+        return DeviceCeilings("cpu", cpu_note, cpu.bandwidth_bytes_per_s, cpu.arithmetic_flops_per_s)
+    if not gpus:
+        raise UnknownGpuCeilings(
+            f"llama-bench ran on a GPU ({speed.gpu_info or speed.backends}) whose limits are not known"
+            " (NVML did not answer here)"
+        )
+    each = [1.0 / len(gpus)] * len(gpus)
+    gpu_bandwidth = _in_turn([g.bandwidth_bytes_per_s for g in gpus], each)
+    gpu_arithmetic = _in_turn([g.arithmetic_flops_per_s for g in gpus], each)
+    named = "; ".join(
+        f"{g.name}: bandwidth from {g.bandwidth_source}, arithmetic from {g.arithmetic_source}" for g in gpus
+    )
+    if share >= 1.0:
+        return DeviceCeilings("gpu", named, gpu_bandwidth, gpu_arithmetic)
+    shares = [share, 1.0 - share]
+    return DeviceCeilings(
+        "cpu+gpu",
+        f"{share:.0%} of the layers on the GPU ({named}), the rest on {cpu_note}",
+        _in_turn([gpu_bandwidth, cpu.bandwidth_bytes_per_s], shares),
+        _in_turn([gpu_arithmetic, cpu.arithmetic_flops_per_s], shares),
+    )
+
+
+def bench_ceiling(
+    name: str, test: BenchTest, cost: TokenCost, limits: DeviceCeilings | MachineLimits
+) -> BenchCeiling:
     """The roofline of one test, given what one of its tokens costs."""
     memory = limits.bandwidth_bytes_per_s / cost.bytes_per_token
     compute = limits.arithmetic_flops_per_s / cost.flops_per_token
@@ -142,8 +223,12 @@ def bench_ceiling(name: str, test: BenchTest, cost: TokenCost, limits: MachineLi
     )
 
 
-def roofline(speed: SpeedResult, summary: GgufSummary, limits: MachineLimits) -> RooflineResult:
-    """Prefill and decode of the file `summary` describes, measured in `speed`, against `limits`."""
+def roofline(
+    speed: SpeedResult, summary: GgufSummary, machine: MachineLimits, gpus: Sequence[GpuLimits] = ()
+) -> RooflineResult:
+    """Prefill and decode of the file `summary` describes, measured in `speed`, against the limits
+    of the device it ran on (`device_ceilings`; UnknownGpuCeilings for a GPU without limits)."""
+    limits = device_ceilings(speed, summary, machine, gpus)
     traffic = weight_traffic(summary)
     prefill_ctx = speed.prefill.n_depth + speed.prefill.n_prompt
     decode_ctx = speed.decode.n_depth + speed.decode.n_gen
@@ -175,4 +260,6 @@ def roofline(speed: SpeedResult, summary: GgufSummary, limits: MachineLimits) ->
         prefill=prefill,
         decode=decode,
         explanation=explain_quant(summary.file_type, traffic, prefill, decode),
+        device=limits.device,
+        device_note=limits.note,
     )

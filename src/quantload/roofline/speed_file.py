@@ -24,6 +24,11 @@ context_tokens, weight_bytes_per_token, kv_bytes_per_token, bytes_per_token, flo
 intensity_flops_per_byte, memory_ceiling_tokens_per_s, compute_ceiling_tokens_per_s,
 ceiling_tokens_per_s, bound ("memory" | "compute"), measured_tokens_per_s, fraction_of_ceiling}.
 
+RooflineResult also says the `device` the test ran on (cpu, gpu, cpu+gpu) and `device_note`
+(whose limits, from where); an entry's `roofline` is null, with `roofline_missing` saying why,
+where that device's limits are not known. `gpus`: GpuLimits (quantload.roofline.gpu_limits) of
+the GPUs NVML listed when a test ran on one.
+
 MachineLimits (quantload.roofline.probe): bandwidth_bytes_per_s, bandwidth_samples_bytes_per_s[],
 bandwidth_method, buffer_bytes, read_threads, arithmetic_flops_per_s,
 arithmetic_samples_flops_per_s[], arithmetic_method, matrix_size, machine{hostname, cpu_model,
@@ -41,6 +46,7 @@ from quantload import cpu_share
 from quantload.errors import ConfigError
 from quantload.llamacpp.bench import SpeedResult
 from quantload.roofline.ceilings import RooflineResult
+from quantload.roofline.gpu_limits import GpuLimits
 from quantload.roofline.probe import MachineLimits
 from quantload.rundir import read_json, write_json_atomic
 
@@ -48,12 +54,14 @@ SPEED_SCHEMA: Final = "quantload.speed/1"
 
 
 class SpeedEntry(BaseModel):
-    """One file's llama-bench result and its roofline."""
+    """One file's llama-bench result and its roofline (None, and why, where the limits of the
+    device it ran on are not known)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bench: SpeedResult
-    roofline: RooflineResult
+    roofline: RooflineResult | None
+    roofline_missing: str | None = None
 
 
 class SpeedFile(BaseModel):
@@ -63,11 +71,15 @@ class SpeedFile(BaseModel):
 
     schema_id: Literal["quantload.speed/1"] = Field(default=SPEED_SCHEMA, alias="schema")
     machine: MachineLimits | None = None
+    gpus: tuple[GpuLimits, ...] = Field(default=(), description="the GPUs' limits, where any ran a test")
     results: dict[str, SpeedEntry] = Field(default_factory=dict)
 
-    def with_entry(self, label: str, entry: SpeedEntry, machine: MachineLimits) -> SpeedFile:
+    def with_entry(
+        self, label: str, entry: SpeedEntry, machine: MachineLimits, gpus: tuple[GpuLimits, ...] = ()
+    ) -> SpeedFile:
         """A copy with `entry` stored (or replaced) under `label` and `machine` as the limits."""
-        return self.model_copy(update={"machine": machine, "results": {**self.results, label: entry}})
+        update = {"machine": machine, "results": {**self.results, label: entry}}
+        return self.model_copy(update={**update, "gpus": gpus or self.gpus})
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object as written to disk."""
@@ -85,10 +97,12 @@ def load_speed_file(path: Path) -> SpeedFile:
         ) from None
 
 
-def save_speed_entry(path: Path, label: str, entry: SpeedEntry, machine: MachineLimits) -> SpeedFile:
+def save_speed_entry(
+    path: Path, label: str, entry: SpeedEntry, machine: MachineLimits, gpus: tuple[GpuLimits, ...] = ()
+) -> SpeedFile:
     """Add `entry` under `label` to the file at `path` (created if absent), atomically."""
     current = load_speed_file(path) if path.exists() else SpeedFile()
-    updated = current.with_entry(label, entry, machine)
+    updated = current.with_entry(label, entry, machine, gpus)
     write_json_atomic(path, updated.to_json())
     return updated
 

@@ -8,6 +8,7 @@ each file is read and written through:
   quality.json         perplexity per file, KL divergence from F16 (quantload.quality.results)
   speed.json           llama-bench and roofline per file (quantload.roofline.speed_file)
   kv.json              KV cache predicted vs reported per file (rundir.kv_file)
+  gpu.json             each server's GPU offload check and the GPUs' idle baselines (rundir.gpu_file)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
   summaries.jsonl      one line per load stage: its summary, written when it ends (quantload.load.summary)
@@ -36,6 +37,7 @@ MANIFEST_JSON = "manifest.json"
 QUALITY_JSON = "quality.json"
 SPEED_JSON = "speed.json"
 KV_JSON = "kv.json"
+GPU_JSON = "gpu.json"
 RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
 LIMITS_JSONL = "limits.jsonl"

@@ -35,7 +35,7 @@ from quantload.errors import QuantloadError
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, no_check
 from quantload.exporter import ExporterHandle
-from quantload.llamacpp.server import free_port
+from quantload.llamacpp.server import LlamaServer, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load import machine_limits, most_workers
 from quantload.observe.prometheus import PrometheusProcess
@@ -164,6 +164,7 @@ class NativeRun:
         write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
         self.ports = RunPorts.pick(self.settings)
         self.dead_quants: set[str] = set()
+        self.on_gpu: dict[str, bool] = {}  # quant -> its server offloaded layers (offload check)
         self.context = RunContext(
             RunDir(self.run_dir), self.run_id, self.settings, warn=view.message,
             loadgen_port=self.ports.loadgen, cwd=cwd or Path.cwd(), environ=environ,
@@ -353,6 +354,7 @@ class NativeRun:
                 served = [self._serve(toolchain, models, quant, serving) for quant in quants]
                 started = [item for item in served if not isinstance(item, Failed)]
                 self._watch(exporter, prometheus, started)
+                self._idle_baseline(started)
                 for item in started:
                     self._load(item, toolchain)
                 return
@@ -364,6 +366,7 @@ class NativeRun:
                         continue
                     self._watch(exporter, prometheus, [one])
                     this_server.callback(exporter.set_targets, [])
+                    self._idle_baseline([one])
                     self._load(one, toolchain)
 
     def _serve(
@@ -386,7 +389,36 @@ class NativeRun:
             "kv", quant, f"KV check {quant}",
             lambda _: self.steps.check_kv(toolchain, server, quant, self.run_dir),
         )  # fmt: skip
+        self._check_offload(server, quant)
         return Served(quant, server, name=server_name(quant), model=models.model_name)
+
+    def _check_offload(self, server: LlamaServer, quant: str) -> None:
+        """The layers on the GPU against server.gpu_layers (gpu.json); fewer than asked is said."""
+        check = self._attempt(
+            "offload", quant, f"GPU offload check {quant}",
+            lambda _: self.steps.check_offload(server, quant, self.run_dir),
+        )  # fmt: skip
+        if isinstance(check, Failed):
+            return
+        self.on_gpu[quant] = check.on_gpu
+        if check.verdict == "fewer than asked":
+            self.view.message(f"llama-server {quant}: {check.line}")
+            self.state.note(f"{quant}: {check.line}")
+
+    def _idle_baseline(self, served: Sequence[Served]) -> None:
+        """The GPUs watched idle before the load (observe.idle_baseline: auto = when a server
+        offloaded layers)."""
+        mode = self.settings.observe.idle_baseline
+        if not served or mode == "off":
+            return
+        if mode == "auto" and not any(self.on_gpu.get(item.quant) for item in served):
+            return
+        quants = [item.quant for item in served]
+        seconds = self.settings.observe.idle_baseline_s
+        self._attempt(
+            "idle_baseline", None, f"GPUs idle for {seconds:g} s (baseline)",
+            lambda _: self.steps.idle_baseline(quants, self.run_dir),
+        )  # fmt: skip
 
     def _watch(
         self, exporter: ExporterHandle, prometheus: PrometheusProcess | None, served: Sequence[Served]

@@ -25,6 +25,7 @@ from quantload.experiments.base import (
 )
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck, merge_kv_file
+from quantload.llamacpp.offload import OffloadCheck
 from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.server_help import ServerBuild, server_build
@@ -38,7 +39,8 @@ from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.run_context import RunContext
-from quantload.rundir import KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
+from quantload.rundir import GPU_JSON, KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
+from quantload.rundir.gpu_file import IdleWindow
 from quantload.served import ServedTarget
 from quantload.stack.server_variants import ServerVariants
 from quantload.steps.load import run_experiment
@@ -50,7 +52,7 @@ from quantload.steps.prepare import (
 )
 from quantload.steps.quality import measure_file_quality, quality_text
 from quantload.steps.report import write_report
-from quantload.steps.serve import check_kv, server_spec
+from quantload.steps.serve import check_kv, check_server_offload, server_spec, watch_idle
 from quantload.steps.speed import measure_file_speed, probe
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
@@ -68,7 +70,9 @@ class RunSteps:
         self.cache = cache
 
     def toolchain(self, progress: ProgressCallback) -> Toolchain:
-        return ensure_toolchain(self.settings.toolchain, self.environ, progress)
+        return ensure_toolchain(
+            self.settings.toolchain, self.environ, progress, gpu_layers=self.settings.server.gpu_layers
+        )
 
     def prepare(self, toolchain: Toolchain, run_dir: Path, progress: ProgressCallback) -> PreparedModels:
         prepare = self.settings.prepare
@@ -139,6 +143,12 @@ class RunSteps:
 
     def check_kv(self, toolchain: Toolchain, server: LlamaServer, quant: str, run_dir: Path) -> KvCheck:
         return check_kv(server, quant, run_dir / KV_JSON, toolchain.version_record())
+
+    def check_offload(self, server: LlamaServer, quant: str, run_dir: Path) -> OffloadCheck:
+        return check_server_offload(server, quant, run_dir / GPU_JSON)
+
+    def idle_baseline(self, quants: Sequence[str], run_dir: Path) -> IdleWindow:
+        return watch_idle(quants, self.settings.observe.idle_baseline_s, run_dir / GPU_JSON)
 
     def exporter(self, port: int) -> ExporterHandle:
         observe = self.settings.observe

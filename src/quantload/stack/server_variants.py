@@ -44,6 +44,7 @@ def variant_spec(spec: ServerSpec, flags: ServerFlags) -> ServerSpec:
         slots=flags.slots if flags.slots is not None else spec.slots,
         ctx_per_slot=flags.ctx_per_slot if flags.ctx_per_slot is not None else spec.ctx_per_slot,
         extra_args=(*spec.extra_args, *flags.extra_args),
+        gpu_layers=flags.gpu_layers if flags.gpu_layers is not None else spec.gpu_layers,
     )
     if flags.cache_type is not None:
         spec = dataclasses.replace(cache_type_spec(spec, flags.cache_type), port=spec.port)

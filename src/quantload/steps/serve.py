@@ -1,8 +1,11 @@
-"""The serve step: a llama-server of one file, and its KV cache checked against the prediction."""
+"""The serve step: a llama-server of one file, its KV cache checked against the prediction, its
+layers' placement checked against `server.gpu_layers`, and the GPUs watched idle before a load."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from quantload.config import ServerSettings
@@ -10,8 +13,10 @@ from quantload.errors import QuantloadError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, predict_kv
 from quantload.kvcheck import KvCheck, kv_check_from_log, merge_kv_file
 from quantload.llamacpp.kld import needs_flash_attention
+from quantload.llamacpp.offload import OffloadCheck, check_offload, parse_offload
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.models.gguf_meta import read_gguf
+from quantload.rundir.gpu_file import IdleWindow, add_idle_window, merge_offload
 
 
 def server_spec(
@@ -62,3 +67,28 @@ def check_kv(
     if out is not None:
         merge_kv_file(out, label, check, llama_cpp)
     return check
+
+
+def check_server_offload(server: LlamaServer, label: str, out: Path | None = None) -> OffloadCheck:
+    """The layers the server was asked to put on the GPU against those its latest launch logged;
+    with `out`, filed in that gpu.json under `label`."""
+    check = check_offload(server.spec.gpu_layers, parse_offload(server.launch_log_text()))
+    if out is not None:
+        merge_offload(out, label, check)
+    return check
+
+
+def watch_idle(
+    quants: Sequence[str],
+    seconds: float,
+    out: Path,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> IdleWindow:
+    """Let the servers of `quants` sit idle for `seconds` (nothing is sent to them) and file the
+    span in gpu.json: the GPUs' draw then is their idle baseline (analysis.gpu_energy)."""
+    start = clock()
+    sleep(seconds)
+    window = IdleWindow(quants=tuple(quants), start_unix_s=start, end_unix_s=clock())
+    add_idle_window(out, window)
+    return window

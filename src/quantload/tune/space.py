@@ -3,9 +3,10 @@
 A configuration is one value of each dimension: slots (`-np`, each with the same context per
 slot), the `-b/-ub` pair, the KV-cache type (K and V alike, flash attention on where a quantized
 V cache needs it unless the configuration says otherwise), flash attention, threads, batching
-(continuous or `-nocb`), and speculation (none, the n-gram type of `[speculation]`, or its draft
-model). The grid is every combination in the declared order, less those llama.cpp cannot run (a
-quantized V cache with flash attention off); `check_space` says what is wrong with a space
+(continuous or `-nocb`), speculation (none, the n-gram type of `[speculation]`, or its draft
+model), and, where `tune.gpu_layers` lists values, the layers on the GPU (`-ngl`). The grid is
+every combination in the declared order, less those llama.cpp cannot run (a quantized V cache
+with flash attention off); `check_space` says what is wrong with a space
 before any server starts: a KV-cache or speculation type this build lacks, a draft that is missing
 or of another vocabulary, a space with nothing left to run.
 """
@@ -18,12 +19,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import ServerFlags
 from quantload.experiments.speculation import check_draft, draft_args, ngram_args
 from quantload.llamacpp.kld import needs_flash_attention
+from quantload.llamacpp.offload import GpuLayers
 from quantload.llamacpp.server_help import ServerBuild
 
 
@@ -39,14 +42,17 @@ class TuneConfig:
     threads: int  # 0 = llama.cpp's default
     batching: str  # continuous, static
     speculation: str  # none, ngram, draft
+    gpu_layers: str = ""  # -ngl: auto, all or a number; "" = server.gpu_layers
 
     @property
     def key(self) -> str:
-        """A short stable name, e.g. "np8 b2048/512 kv-f16 fa-auto t0 cb spec-none"."""
+        """A short stable name, e.g. "np8 b2048/512 kv-f16 fa-auto t0 cb spec-none" (and
+        " ngl-all" where the space varies the GPU layers)."""
         batching = "cb" if self.batching == "continuous" else "nocb"
+        layers = f" ngl-{self.gpu_layers}" if self.gpu_layers else ""
         return (
             f"np{self.slots} b{self.batch} kv-{self.cache_type} fa-{self.flash_attn} t{self.threads}"
-            f" {batching} spec-{self.speculation}"
+            f" {batching} spec-{self.speculation}{layers}"
         )
 
     def args(self, settings: Settings) -> tuple[str, ...]:
@@ -74,10 +80,17 @@ class TuneConfig:
             cache_type=self.cache_type,
             extra_args=self.args(settings),
             label=label,
+            gpu_layers=_layers(self.gpu_layers),
         )
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _layers(text: str) -> GpuLayers | None:
+    if not text:
+        return None
+    return int(text) if text.isdigit() else cast(GpuLayers, text)
 
 
 def runnable(config: TuneConfig) -> bool:
@@ -97,8 +110,9 @@ def configurations(settings: Settings) -> list[TuneConfig]:
         tune.threads,
         tune.batching,
         tune.speculation,
+        [str(layers) for layers in tune.gpu_layers] or [""],
     )
-    made = (TuneConfig(s, ctx, b, c, f, t, bt, sp) for s, b, c, f, t, bt, sp in grid)
+    made = (TuneConfig(s, ctx, b, c, f, t, bt, sp, ngl) for s, b, c, f, t, bt, sp, ngl in grid)
     return [config for config in made if runnable(config)]
 
 

@@ -12,11 +12,13 @@ import pandas as pd
 
 from quantload.analysis import build_report
 from quantload.analysis.chapters.server import gpu_energy_section
-from quantload.analysis.document import Bullets, Table
+from quantload.analysis.document import Bullets, Paragraph, Table
 from quantload.analysis.gpu_energy import COLUMNS, NO_GPU_WHY, WHAT, gpu_energy_table, load_windows
 from quantload.analysis.run_data import Gap
+from quantload.llamacpp.offload import check_offload, parse_offload
 from quantload.llamacpp.server import free_port
 from quantload.observe.promql import PrometheusClient
+from quantload.rundir.gpu_file import merge_offload
 
 
 def _records() -> pd.DataFrame:
@@ -50,11 +52,17 @@ def test_no_gpu_series_in_prometheus_is_one_gap_line_not_an_error() -> None:
 
 
 @dataclass
+class _Run:
+    run_dir: Path = Path("/nonexistent/run")
+
+
+@dataclass
 class _Shown:
-    """The two fields of Analysis the GPU section reads."""
+    """The fields of Analysis the GPU section reads."""
 
     gpu_energy: pd.DataFrame
     gaps: tuple[Gap, ...] = field(default_factory=tuple)
+    run: _Run = field(default_factory=_Run)
 
 
 def test_the_section_shows_the_table_and_says_what_is_missing() -> None:
@@ -77,3 +85,28 @@ def test_a_report_without_prometheus_says_the_gpu_energy_is_not_measured(synthet
     paths = build_report(synthetic_run, f"http://127.0.0.1:{free_port()}")
     markdown = paths.markdown.read_text()
     assert f"not measured: {WHAT}: " in markdown
+
+
+def test_the_section_shows_each_servers_layers_on_the_gpu_and_says_which_fell_short(tmp_path: Path) -> None:
+    logs = {
+        "Q8_0": "using device CUDA0 (NVIDIA H100) (0000:3b:00.0) - 80000 MiB free\nload_tensors: offloaded 25/25 layers to GPU\n",
+        "F16": "load_tensors: offloaded 12/25 layers to GPU\n",
+    }
+    for quant, log in logs.items():
+        merge_offload(tmp_path / "gpu.json", quant, check_offload("all", parse_offload(log)))
+    section = gpu_energy_section(_Shown(pd.DataFrame(columns=COLUMNS), run=_Run(tmp_path)))  # type: ignore[arg-type]
+    assert section is not None
+    (table,) = [b for b in section.blocks if isinstance(b, Table)]
+    assert table.rows == (
+        ("Q8_0", "all", "25/25", "CUDA0", "as asked"),
+        ("F16", "all", "12/25", "-", "fewer than asked"),
+    )
+    assert any("F16 offloaded fewer layers than asked" in b.text for b in section.blocks if isinstance(b, Paragraph))
+
+
+def test_a_cpu_build_left_to_auto_adds_no_gpu_section(tmp_path: Path) -> None:
+    merge_offload(tmp_path / "gpu.json", "Q8_0", check_offload("auto", parse_offload("main: model loaded\n")))
+    assert gpu_energy_section(_Shown(pd.DataFrame(columns=COLUMNS), run=_Run(tmp_path))) is None  # type: ignore[arg-type]
+    merge_offload(tmp_path / "gpu.json", "F16", check_offload("all", parse_offload("main: model loaded\n")))
+    section = gpu_energy_section(_Shown(pd.DataFrame(columns=COLUMNS), run=_Run(tmp_path)))  # type: ignore[arg-type]
+    assert section is not None  # asked for the GPU and got the CPU: said

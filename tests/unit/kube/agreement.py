@@ -46,6 +46,7 @@ COUNTERPARTS: dict[str, tuple[str, str]] = {
                                        "locust-worker", "load", "report")},
 }  # fmt: skip
 RUN_FOLDER_VARIABLE = "QL_RUN"
+BUILD_ONLY_PROFILE = "build"
 LOG_FILE_VARIABLE = "LLAMA_ARG_LOG_FILE"
 # flags whose value is a port the container itself listens on
 LISTEN_FLAGS = ("--port", "--web-port", "--ql-metrics-port", "--metrics-port")
@@ -100,7 +101,7 @@ def compose_files(root: Path, gpu: bool) -> dict[str, Any]:
         return base
     merged = copy.deepcopy(base)
     for name, override in read_yaml(root / "docker-compose.gpu.yml")["services"].items():
-        service = merged["services"][name]
+        service = merged["services"].setdefault(name, {})  # a service of the override alone: as it is
         for key, value in override.items():
             if key == "environment":
                 service["environment"] = {**(service.get("environment") or {}), **value}
@@ -170,12 +171,19 @@ def compose_view(name: str, raw: Mapping[str, Any], resolved: Mapping[str, Any])
 
 
 def compose_views(root: Path, env: Mapping[str, str], gpu: bool) -> dict[str, View]:
+    """Every compose service that runs (a build-only one, profile `build`, has no counterpart). On
+    the GPU box compose's `prepare` only makes the files, as the servers' init containers do on
+    Kubernetes, and `measure` measures, as the prepare Job does: it is compared with that Job."""
     raw = compose_files(root, gpu)
     resolved = interpolate_tree(raw, env)
-    return {
+    views = {
         name: compose_view(name, raw["services"][name], service)
         for name, service in resolved["services"].items()
+        if BUILD_ONLY_PROFILE not in service.get("profiles", [])
     }
+    if gpu and "measure" in views:
+        views["prepare"] = views.pop("measure")
+    return views
 
 
 # ---------------------------------------------------------------- Kubernetes side

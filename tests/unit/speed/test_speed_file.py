@@ -44,7 +44,7 @@ def test_entries_merge_by_quant_and_round_trip(tmp_path: Path, fake_toolchain: T
     data = json.loads(path.read_text())
     assert data["schema"] == SPEED_SCHEMA
     assert list(data["results"]) == ["Q8_0", "Q4_K_M"]
-    assert set(data["results"]["Q8_0"]) == {"bench", "roofline"}
+    assert set(data["results"]["Q8_0"]) == {"bench", "roofline", "roofline_missing"}
     assert data["machine"]["bandwidth_bytes_per_s"] == 5e9
     assert data["results"]["Q8_0"]["roofline"]["decode"]["bound"] == "memory"
     assert load_speed_file(path) == updated

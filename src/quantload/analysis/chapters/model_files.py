@@ -120,6 +120,14 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
                     f" {machine.arithmetic_flops_per_s / 1e9:.1f} GFLOP/s ({machine.arithmetic_method})."
                 )
             )
+        speed_file = analysis.run.speed
+        if speed_file is not None and speed_file.gpus and (roof["device"] != "cpu").any():
+            blocks.append(Paragraph(" ".join(
+                f"GPU {g.name}: memory bandwidth {g.bandwidth_bytes_per_s / 1e9:,.0f} GB/s"
+                f" ({g.bandwidth_source}), arithmetic {g.arithmetic_flops_per_s / 1e12:,.0f} TFLOP/s"
+                f" ({g.arithmetic_source})."
+                for g in speed_file.gpus
+            ) + " Each test is set against the device it ran on (column device)."))
         roof_rows = tuple(
             (
                 str(r["quant"]),
@@ -131,6 +139,7 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
                 fmt.number(r["memory_ceiling_tok_s"]),
                 fmt.number(r["compute_ceiling_tok_s"]),
                 f"{r['bits_per_weight']:.2f}",
+                str(r.get("device", "cpu")),
             )
             for r in roof.to_dict("records")
         )
@@ -144,17 +153,22 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
             "memory ceiling",
             "compute ceiling",
             "bits/weight",
+            "device",
         )
         blocks.append(
             Table(
                 columns,
                 roof_rows,
-                (False, False, True, True, False, True, True, True, True),
+                (False, False, True, True, False, True, True, True, True, False),
                 "Roofline from the speed step: the ceiling is the lower of the memory and compute"
                 " limits for each test's bytes and FLOPs per token.",
             )
         )
         blocks.append(Bullets(tuple(dict.fromkeys(str(e) for e in roof["explanation"]))))
+    speeds = analysis.run.speed
+    for quant, entry in (speeds.results.items() if speeds is not None else ()):
+        if entry.roofline is None:
+            blocks.append(Paragraph(f"No roofline for {quant}: {entry.roofline_missing}.", "warning"))
     blocks += gap_blocks(analysis, "speed")
     return Section("quality_speed", "Quality, speed and the roofline", tuple(blocks))
 

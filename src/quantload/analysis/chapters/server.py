@@ -14,8 +14,10 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.gpu_energy import SECTION as GPU_SECTION
+from quantload.analysis.gpu_energy import read_gpu_file
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.prometheus_tables import MIN_SCRAPES, QUANTILES, SERVER_SERIES
+from quantload.rundir.gpu_file import GpuFile
 
 
 def _stage_marks(axis: Any, stages: pd.DataFrame, origin_s: float, label: bool) -> None:
@@ -181,21 +183,58 @@ def server_section(analysis: Analysis, plots: Plots) -> Section:
     return Section("server", "Server side (Prometheus)", tuple(blocks))
 
 
+def offload_blocks(gpu_file: GpuFile | None) -> list[Block]:
+    """Each server's layers on the GPU against `server.gpu_layers`, from its log (gpu.json); nothing
+    for a CPU-only llama.cpp that was left to its default (auto) or asked for none."""
+    entries = gpu_file.offload.values() if gpu_file is not None else ()
+    if not any(entry.get("layers") or entry.get("requested") not in ("auto", "0") for entry in entries):
+        return []
+    assert gpu_file is not None
+    rows = tuple(
+        (
+            quant,
+            str(entry.get("requested", "")),
+            f"{entry['offloaded']}/{entry['layers']}" if entry.get("layers") else "none logged",
+            ", ".join(str(d.get("name", "")) for d in entry.get("devices", [])) or "-",
+            str(entry.get("verdict", "")),
+        )
+        for quant, entry in gpu_file.offload.items()
+    )
+    short = [quant for quant, entry in gpu_file.offload.items() if entry.get("verdict") == "fewer than asked"]
+    lines = [
+        "Layers each server put on the GPU, from its own log (`offloaded N/M layers to GPU`), against"
+        " server.gpu_layers."
+    ]
+    if short:
+        lines.append(
+            f"{', '.join(short)} offloaded fewer layers than asked: part of those models ran on the CPU,"
+            " and their speed and energy are not the GPU's alone."
+        )
+    return [
+        Paragraph(" ".join(lines)),
+        Table(("quant", "asked", "offloaded", "devices", "check"), rows, (False,) * 5, name="gpu_offload"),
+    ]
+
+
 def gpu_energy_section(analysis: Analysis) -> Section | None:
-    """Energy per output token and per request per quantization, or why it is missing."""
+    """Each server's layers on the GPU, and energy per output token and per request per
+    quantization, or why it is missing."""
     table = analysis.gpu_energy
     notes = gap_blocks(analysis, GPU_SECTION)
-    if table.empty and not notes:
+    offload = offload_blocks(read_gpu_file(analysis.run.run_dir))
+    if table.empty and not notes and not offload:
         return None
-    blocks: list[Block] = []
+    blocks: list[Block] = [*offload]
     if not table.empty:
         blocks.append(
             Paragraph(
-                "From the exporter's NVML series: the increase of each GPU's energy counter over a"
-                " quantization's load window (its first request sent to its last one's end, warm-ups"
-                " and failures included), summed over every GPU the exporter saw, then divided by"
-                " the output tokens and the requests of that window. Servers idling on the same GPUs"
-                " are in the figure."
+                "From the exporter's NVML series: the increase of the energy counter of the GPUs"
+                " the quantization's server used (its log's devices, matched to NVML by PCI"
+                " address), over its load window (its first request sent to its last one's end,"
+                " warm-ups and failures included), divided by the output tokens and the requests of"
+                " that window. Other GPUs, idle or serving another file, are not in it. Where the"
+                " run measured the GPUs idle before the load, their idle draw over the window is"
+                " taken off to give the load's own energy (the last columns)."
             )
         )
         rows = tuple(
@@ -209,6 +248,9 @@ def gpu_energy_section(analysis: Analysis) -> Section | None:
                 str(r["output_tokens"]),
                 fmt.number(value(r["j_per_output_token"]), 3),
                 fmt.number(value(r["j_per_request"]), 1),
+                fmt.number(value(r.get("idle_power_w")), 1),
+                fmt.number(value(r.get("load_j_per_output_token")), 3),
+                fmt.number(value(r.get("load_j_per_request")), 1),
                 str(r["source"]),
             )
             for r in table.to_dict("records")
@@ -223,12 +265,15 @@ def gpu_energy_section(analysis: Analysis) -> Section | None:
             "output tokens",
             "J / output token",
             "J / request",
+            "idle power (W)",
+            "load's J / output token",
+            "load's J / request",
             "from",
         )
-        numeric = (False, True, True, True, True, True, True, True, True, False)
+        numeric = (False, True, True, True, True, True, True, True, True, True, True, True, False)
         blocks.append(Table(columns, rows, numeric, name="gpu_energy"))
     blocks += notes
-    return Section("gpu", "GPU energy (NVML)", tuple(blocks))
+    return Section("gpu", "GPU offload and energy (NVML)", tuple(blocks))
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
