@@ -201,7 +201,7 @@ def test_speculation_is_measured_against_off_and_a_variant_that_did_not_speculat
                 "output_tok_s": 1.0,
             }
         )
-        records.append(
+        records += [  # six requests alike: the speed-up is exact, decided without a spread
             {
                 "stage_id": stage,
                 "completion_tokens": 100.0,
@@ -210,7 +210,7 @@ def test_speculation_is_measured_against_off_and_a_variant_that_did_not_speculat
                 "draft_n": drafted,
                 "draft_n_accepted": 30.0 if drafted else None,
             }
-        )
+        ] * 6
     checks = [
         VariantLine(
             run_id="r",
@@ -243,7 +243,8 @@ def test_speculation_is_measured_against_off_and_a_variant_that_did_not_speculat
     assert pd.isna(table.loc["spec draft d", "decode_speedup"])  # faster, but not speculation: no speed-up
     verdict = speculation_verdict(table.reset_index())
     assert (
-        "repeat traffic at 1 user: x2.00 decode tok/s with ngram default (75 % of drafts accepted)" in verdict
+        "repeat traffic at 1 user: x2.00 [2.00, 2.00] decode tok/s with ngram default (75 % of drafts accepted)"
+        in verdict
     )
     assert "not speculating, so not counted: spec draft d" in verdict
 

@@ -77,7 +77,8 @@ def test_the_rate_search_finds_the_scripted_rate_limit(tmp_path: Path) -> None:
         ttft_ms=(10.0, 10.0), itl_ms=(2.0, 2.0), tokens=4, rate_limit_rps=8.0, close_after_stream=True,
         pathological=False,
     )  # fmt: skip
-    settings = search_settings(start_rate_rps=4.0, max_rate_rps=64.0, trial_seconds=4.0, rate_resolution=0.2)
+    settings = search_settings(start_rate_rps=4.0, max_rate_rps=64.0, trial_seconds=4.0, rate_resolution=0.3)
+    settings = settings.model_copy(update={"slo": SLO.model_copy(update={"level_max_s": 12.0})})
     with FakeServerProcess(script) as fake:
         target = ServedTarget(name="fake", quant="Q8_0", model="m", url=fake.url)
         done = run_experiment("limit_rate", target, settings_context(tmp_path, settings, "rate"))
