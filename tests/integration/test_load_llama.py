@@ -103,7 +103,8 @@ def test_closed_loop_stages_with_the_cache_controlled(llama: ServedTarget, tmp_p
     ]  # fmt: skip
     records = records_of(tmp_path)
     measured = [r for r in records if not r.warmup]
-    assert len(measured) == 16 and len([r for r in records if r.warmup]) == 4
+    # each stage sends its 4 prompts, then the same again until its level is decided (5 s at most)
+    assert len(measured) >= 16 and len([r for r in records if r.warmup]) == 4
     for record in measured:
         assert record.ok, record.error
         assert record.cache_prompt is False
@@ -119,8 +120,8 @@ def test_closed_loop_stages_with_the_cache_controlled(llama: ServedTarget, tmp_p
     by_stage: dict[str, list[str]] = {}
     for record in measured:
         by_stage.setdefault(record.stage_id or "", []).append(record.prompt_id)
-    assert len({tuple(sorted(ids)) for ids in by_stage.values()}) == 1
-    assert all(s.ttft_p50_s is not None and s.ok == 4 for s in summaries)
+    assert len({tuple(sorted(set(ids))) for ids in by_stage.values()}) == 1
+    assert all(s.ttft_p50_s is not None and s.ok >= 4 and s.level_outcome is not None for s in summaries)
     for summary in summaries:  # goodput: the requests that met the SLO (1 s TTFT, 100 ms TPOT) on their own
         mine = [r for r in measured if r.stage_id == summary.stage_id]
         met = [r for r in mine if (r.ttft_s or 9) <= 1.0 and (r.tpot_s or 0) <= 0.1 and r.within_deadline]
@@ -173,7 +174,7 @@ def test_prompt_cache_experiment(llama: ServedTarget, tmp_path: Path) -> None:
 def test_distributed_master_and_two_workers(llama: ServedTarget, tmp_path: Path) -> None:
     load = small(workers=2, users=(2,), repeats=1)
     summaries = experiment("sweep", llama, load, tmp_path, "it-dist")
-    assert [(s.status, s.ok) for s in summaries] == [("ok", 4)]
+    assert [s.status for s in summaries] == ["ok"] and summaries[0].ok >= 4  # then sent until decided
     measured = [r for r in records_of(tmp_path) if not r.warmup]
     assert len(measured) == 4 and all(r.ok for r in measured)
     assert len({r.worker for r in measured}) == 2  # one user on each worker

@@ -70,8 +70,9 @@ def summary_of(paths: ReportPaths) -> dict[str, object]:
     return data
 
 
-def median_of_stage_percentiles(run_dir: Path, quant: str, users: int, q: float) -> float:
-    """Recomputed from the raw files: per complete stage the exact percentile, then the median."""
+def level_percentile(run_dir: Path, quant: str, users: int, q: float) -> float:
+    """Recomputed from the raw files: the exact percentile of the level's complete stages' requests
+    together."""
     complete = {
         e["stage_id"]
         for e in jsonl(run_dir / "stages.jsonl")
@@ -82,7 +83,7 @@ def median_of_stage_percentiles(run_dir: Path, quant: str, users: int, q: float)
         wanted = (r.quant, r.stage_users, r.experiment) == (quant, users, "sweep") and r.stage_id in complete
         if wanted and not r.warmup and r.ok and r.ttft_s is not None:
             per_stage.setdefault(r.stage_id or "", []).append(r.ttft_s)
-    return float(np.median([np.percentile(v, q, method="linear") for v in per_stage.values()]))
+    return float(np.percentile([x for v in per_stage.values() for x in v], q, method="linear"))
 
 
 # ------------------------------------------------------------------------------------------- tests
@@ -118,7 +119,7 @@ def test_report_of_a_complete_run_matches_the_run_files(run_copy: Path) -> None:
         )
         for users in (1, 2):
             for q in (50, 99):
-                expected = median_of_stage_percentiles(run_copy, quant, users, q)
+                expected = level_percentile(run_copy, quant, users, q)
                 assert float(row[f"ttft_p{q}_s_at_{users}_users"]) == pytest.approx(expected, rel=1e-5)
             assert float(row[f"output_tok_s_at_{users}_users_max"]) >= float(
                 row[f"output_tok_s_at_{users}_users_min"]
@@ -167,13 +168,16 @@ def stop_the_run_during_its_last_quant(run_dir: Path) -> str:
     state["steps"].append({"name": "load", "quant": "Q4_K_M", "status": "running", "started_unix_s": time.time(),
                            "finished_unix_s": None, "error": None})  # fmt: skip
     (run_dir / "run.json").write_text(json.dumps(state))
-    records = (run_dir / "records.jsonl").read_text().splitlines()
-    q4 = [line for line in records if '"quant":"Q4_K_M"' in line and '"experiment":"sweep"' in line]
-    kept = [line for line in records if '"quant":"Q4_K_M"' not in line] + q4[:7]
-    (run_dir / "records.jsonl").write_text("\n".join(kept) + "\n" + q4[7][:60])
     events = (run_dir / "stages.jsonl").read_text().splitlines()
     q4_events = [line for line in events if '"quant":"Q4_K_M"' in line]
     kept_events = [line for line in events if '"quant":"Q4_K_M"' not in line] + q4_events[:3]
+    first, second = (json.loads(line)["stage_id"] for line in q4_events[1:3])  # 1 user ended, 2 started
+    records = (run_dir / "records.jsonl").read_text().splitlines()
+    q4 = [line for line in records if '"quant":"Q4_K_M"' in line and '"experiment":"sweep"' in line]
+    whole = [line for line in q4 if json.loads(line)["stage_id"] == first]
+    cut = [line for line in q4 if json.loads(line)["stage_id"] == second]
+    kept = [line for line in records if '"quant":"Q4_K_M"' not in line] + whole + cut[:3]
+    (run_dir / "records.jsonl").write_text("\n".join(kept) + "\n" + cut[3][:60])
     (run_dir / "stages.jsonl").write_text("\n".join(kept_events) + "\n")
     (run_dir / "kv.json").unlink()
     return "the load step for Q4_K_M was still running when the run stopped"

@@ -140,7 +140,7 @@ def slots_verdict(table: pd.DataFrame) -> str:
     for quant, group in table.groupby("quant", sort=False):
         held = group[group["limit_users"].notna()]
         if held.empty:
-            sentences.append(f"{quant}: no slot count held the SLO")
+            sentences.append(f"{quant}: no slot count was shown to meet the SLO")
             continue
         best = float(held["limit_users"].max())
         enough = held[held["limit_users"] >= PAYING_FRAC * best].iloc[0]

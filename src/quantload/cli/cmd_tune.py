@@ -62,7 +62,14 @@ def _show(cli: Any, result: TuneResult) -> None:
         summary = quant.summary
         cli.console.print(_ranking(quant.quant, summary))
         if summary["winner"] is None:
-            cli.console.print(f"{quant.quant}: no configuration held the SLO", highlight=False)
+            against = summary["against_baseline"]
+            said = (
+                against["sentence"]
+                if against is not None
+                else "no configuration was shown to meet the SLO at any level"
+            )
+            cli.console.print(f"{quant.quant}: no winner: {said}", highlight=False, soft_wrap=True)
+            cli.console.print(f"  search: {summary['cost']['sentence']}", highlight=False, soft_wrap=True)
             continue
         cli.console.print(f"winner for {quant.quant}: {summary['winner']}", highlight=False)
         cli.console.print(f"  llama-server: {summary['command']}", highlight=False, soft_wrap=True)

@@ -463,7 +463,11 @@ class NativeRun:
             account=lambda outcome, _: (outcome.busy_s, None),
         )  # fmt: skip
         if isinstance(tuned, Failed) or tuned.winner is None:
-            why = tuned.why if isinstance(tuned, Failed) else "no configuration held the SLO"
+            why = (
+                tuned.why
+                if isinstance(tuned, Failed)
+                else "no configuration was shown to beat the configured flags"
+            )
             self.state.note(f"{quant}: tuning found no winner ({why}); served with the configured flags")
             return
         winner = tuned.winner

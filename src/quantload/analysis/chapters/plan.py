@@ -54,7 +54,7 @@ def _inputs_line(plan: CapacityPlan) -> str:
 def _quant_sentence(plan: CapacityPlan, item: QuantPlan) -> str:
     limit = item.limit
     if limit.users is None:
-        return f"{item.quant}: no load level held the SLO, so no server can be sized for it."
+        return f"{item.quant}: no load level was shown to meet the SLO, so no server can be sized for it."
     rate = f", {fmt.number(limit.rps, 2)} good requests/s" if limit.rps else ""
     text = (
         f"{item.quant}: one server holds {limit.users} concurrent user(s){rate} within the SLO"
@@ -146,7 +146,8 @@ def plan_section(analysis: Analysis) -> Section:
         "longest prompt (TTFT)", "longest context (TPOT)",
     )  # fmt: skip
     caption = (
-        "Limits per server are the highest load level that held the SLO in the run; servers ="
+        "Limits per server are the highest load level shown to meet the SLO in the run (never an"
+        " undecided one); servers ="
         " ceil(target / (limit × (1 − headroom))). Memory = weights (file) + KV cache (exact, kv.json)"
         " + output and compute buffers (llama-server's log). Per-request limits: a straight line"
         " through latency against length at the busiest level within the SLO, plus the p99 of its"
