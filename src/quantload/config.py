@@ -84,6 +84,9 @@ MAX_CPU_FRAC = 1_000.0
 MAX_GROWTH = 1_000.0
 MAX_NATS = 1_000.0
 MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
+MAX_WEIGHT = 1e6  # a tenant's weight in the fairness index
+# KV cells of one llama-server (-c): llama.cpp reads -c as a 32-bit int
+MAX_KV_CELLS = 2**31 - 1
 
 
 class _Section(BaseModel):
@@ -141,8 +144,8 @@ class PrepareSettings(_Section):
         description="off; computed (llama-imatrix on prepare.calibration, cached by the reference's and"
         " the text's hashes); or the path of an imatrix file (GGUF or legacy .dat)",
     )
-    imatrix_chunks: int = Field(default=100, ge=1, description="chunks llama-imatrix computes over")
-    imatrix_ctx: int = Field(default=512, ge=16, description="tokens per llama-imatrix chunk (-c)")
+    imatrix_chunks: int = Field(default=100, ge=1, le=MAX_COUNT, description="chunks llama-imatrix computes over")
+    imatrix_ctx: int = Field(default=512, ge=16, le=MAX_TOKENS, description="tokens per llama-imatrix chunk (-c)")
     calibration: str = Field(
         default=DEFAULT_CALIBRATION,
         description="the text the imatrix is computed on, never the scored one: wikitext-2-train"
@@ -636,19 +639,21 @@ class ContextSettings(_Section):
     server's tokenizer, shift: the server runs with --context-shift and --keep."""
 
     conversations: int = Field(
-        default=20, ge=0, description="conversations per policy (0: no context experiment)"
+        default=20, ge=0, le=MAX_COUNT, description="conversations per policy (0: no context experiment)"
     )
-    users: int = Field(default=4, ge=1, description="conversations in flight at once")
-    slots: int = Field(default=4, ge=1, description="llama-server slots (-np) of the experiment's server")
+    users: int = Field(default=4, ge=1, le=MAX_USERS, description="conversations in flight at once")
+    slots: int = Field(
+        default=4, ge=1, le=MAX_THREADS, description="llama-server slots (-np) of the experiment's server"
+    )
     ctx_per_slot: int = Field(
-        default=1024, ge=256, description="tokens each slot holds (the context the conversations outgrow)"
+        default=1024, ge=256, le=MAX_TOKENS, description="tokens each slot holds (the context the conversations outgrow)"
     )
     turns: int = Field(
         default=0, ge=0, le=200,
         description="user turns per conversation; 0 = enough for the history to reach 1.5 times the slot",
     )  # fmt: skip
     system_prompt_tokens: int = Field(
-        default=128, ge=1, description="tokens of the system prompt every conversation starts with"
+        default=128, ge=1, le=MAX_TOKENS, description="tokens of the system prompt every conversation starts with"
     )
     turn_tokens: Distribution = Field(default="uniform:40-80", description="tokens of each user turn")
     reply_tokens: Distribution = Field(
@@ -662,7 +667,7 @@ class ContextSettings(_Section):
         default=("fail", "trim", "shift"), min_length=1, description="the policies measured, in order"
     )
     keep_tokens: int | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_TOKENS,
         description="--keep of the shift policy's server: tokens a shift keeps from the prompt's start;"
         " unset = the system prompt's whole length",
     )  # fmt: skip
@@ -707,14 +712,18 @@ class TenantSettings(_Section):
     rate), its weight in the fairness index and, optionally, its own SLO."""
 
     name: str = Field(description="how records, stages, series and the report name it")
-    users: int | None = Field(default=None, ge=1, description="closed-loop users")
-    rate_rps: float | None = Field(default=None, gt=0, description="open-loop Poisson arrivals per second")
-    rate_users: int = Field(default=16, ge=1, description="users serving an open-loop tenant's arrivals")
-    weight: float = Field(default=1.0, gt=0, description="its share per stream in the fairness index")
-    slo_ttft_p99_s: float | None = Field(
-        default=None, gt=0, description="its TTFT limit; unset = the report's"
+    users: int | None = Field(default=None, ge=1, le=MAX_USERS, description="closed-loop users")
+    rate_rps: float | None = Field(
+        default=None, gt=0, le=MAX_RATE_RPS, description="open-loop Poisson arrivals per second"
     )
-    slo_tpot_s: float | None = Field(default=None, gt=0, description="its TPOT limit; unset = the report's")
+    rate_users: int = Field(default=16, ge=1, le=MAX_USERS, description="users serving an open-loop tenant's arrivals")
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, description="its share per stream in the fairness index")
+    slo_ttft_p99_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="its TTFT limit; unset = the report's"
+    )
+    slo_tpot_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="its TPOT limit; unset = the report's"
+    )
     workload: WorkloadSettings | None = Field(default=None, description="its traffic; unset = [workload]")
     sessions: SessionSettings | None = Field(
         default=None, description="its conversations (workload kind sessions); unset = [sessions]"
@@ -753,15 +762,17 @@ class NoisyNeighbourSettings(_Section):
     neighbour: str | None = Field(
         default=None, description="the tenant whose load steps up; unset = the last of [[tenants]]"
     )
-    steps: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+    steps: tuple[Annotated[float, Field(ge=0, le=MAX_RATE_RPS)], ...] = Field(
         default=(0, 2, 4, 8), min_length=2,
         description="the neighbour's load per stage: users (a closed-loop tenant) or requests/s (open loop)",
     )  # fmt: skip
-    requests_per_user: int = Field(default=8, ge=1, description="closed-loop requests per user and stage")
+    requests_per_user: int = Field(
+        default=8, ge=1, le=MAX_COUNT, description="closed-loop requests per user and stage"
+    )
     step_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="an open-loop tenant's arrivals last this long"
     )
-    repeats: int = Field(default=1, ge=1, description="repeats of every step")
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS, description="repeats of every step")
     cache_prompt: bool = Field(default=False, description="cache_prompt of the stages")
 
     @field_validator("steps")
@@ -781,9 +792,9 @@ class BatchingSettings(_Section):
     server restarted with -cb and with -nocb, closed loop at the limit and Poisson near it."""
 
     users: int = Field(
-        default=0, ge=0, description="closed-loop users; 0 = the limit this run found (else searched)"
+        default=0, ge=0, le=MAX_USERS, description="closed-loop users; 0 = the limit this run found (else searched)"
     )
-    requests: int = Field(default=24, ge=1, description="measured requests per stage")
+    requests: int = Field(default=24, ge=1, le=MAX_COUNT, description="measured requests per stage")
     rate_frac: float = Field(
         default=0.8, gt=0, le=2, description="Poisson rate as a share of continuous batching's"
         " closed-loop requests/s at the limit",
@@ -802,7 +813,7 @@ class SlotsSettings(_Section):
         default=(1, 2, 4, 8, 16), min_length=1, description="the -np values, each a server restart"
     )
     kv_cells: int = Field(
-        default=0, ge=0, description="KV cells (tokens) of all slots together; 0 = server.slots x"
+        default=0, ge=0, le=MAX_KV_CELLS, description="KV cells (tokens) of all slots together; 0 = server.slots x"
         " server.ctx_per_slot",
     )
 
@@ -833,10 +844,14 @@ class SpeculationSettings(_Section):
         default=("repeat", "free"), min_length=1,
         description="repeat = prompts asking to repeat or edit a given text; free = the prompt set",
     )
-    requests: int = Field(default=8, ge=1, description="measured requests per stage at 1 user")
-    users: int = Field(default=0, ge=0, description="the loaded level; 0 = the limit this run found")
-    max_tokens: int = Field(default=160, ge=2, description="max_tokens of every request")
-    prompt_max_tokens: int = Field(default=300, ge=8, description="prompts of at most this many tokens")
+    requests: int = Field(default=8, ge=1, le=MAX_COUNT, description="measured requests per stage at 1 user")
+    users: int = Field(
+        default=0, ge=0, le=MAX_USERS, description="the loaded level; 0 = the limit this run found"
+    )
+    max_tokens: int = Field(default=160, ge=2, le=MAX_TOKENS, description="max_tokens of every request")
+    prompt_max_tokens: int = Field(
+        default=300, ge=8, le=MAX_TOKENS, description="prompts of at most this many tokens"
+    )
     synth_lengths: tuple[Annotated[float, Field(ge=1, le=65)], ...] = Field(
         default=(), description="--spec-synth-len values measured too (benchmarking only)"
     )
@@ -853,7 +868,7 @@ class TuneSettings(_Section):
     slots: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(
         default=(4, 8), min_length=1, description="-np values, each slot of tune.ctx_per_slot"
     )
-    ctx_per_slot: int = Field(default=0, ge=0, description="0 = server.ctx_per_slot")
+    ctx_per_slot: int = Field(default=0, ge=0, le=MAX_TOKENS, description="0 = server.ctx_per_slot")
     batch_sizes: tuple[BatchPair, ...] = Field(
         default=("2048/512", "256/256"), min_length=1, description="-b/-ub pairs, UB at most B"
     )
@@ -886,7 +901,7 @@ class TuneSettings(_Section):
         description="the first rung's limit-search time cap; x eta per rung",
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
-    finalists: int = Field(default=2, ge=1, description="configurations confirmed with repeats")
+    finalists: int = Field(default=2, ge=1, le=MAX_COUNT, description="configurations confirmed with repeats")
     baseline: bool = Field(
         default=True, description="also search the server's configured flags as the finalists are"
         " searched (the winner against them, outside the budget)",
@@ -1023,7 +1038,7 @@ MAX_CALIBRATION_COUNTS = 8
 class CalibrateSettings(_Section):
     """`quantload calibrate`: the load client against a fake server of known timing."""
 
-    streams: tuple[int, ...] = Field(
+    streams: tuple[Annotated[int, Field(ge=1, le=MAX_CALIBRATION_STREAMS)], ...] = Field(
         default=(1, 8, 64, 256),
         description=f"rising stream counts to measure, each 1-{MAX_CALIBRATION_STREAMS},"
         f" at most {MAX_CALIBRATION_COUNTS}",
@@ -1128,7 +1143,28 @@ class Settings(_Section):
                     f"noisy_neighbour.steps are users of the closed-loop tenant {neighbour.name!r}:"
                     f" {fractional[0]:g} is not a whole number"
                 )
+            if noisy.steps[-1] > MAX_USERS:
+                raise ValueError(
+                    f"noisy_neighbour.steps are users of the closed-loop tenant {neighbour.name!r}:"
+                    f" {noisy.steps[-1]:g} is more than {MAX_USERS:,}"
+                )
+        self._kv_cells_fit()
         return self
+
+    def _kv_cells_fit(self) -> None:
+        """Every server a setting starts holds at most MAX_KV_CELLS cells (its -c)."""
+        tune_ctx = self.tune.ctx_per_slot or self.server.ctx_per_slot
+        servers = (
+            ("server.slots x server.ctx_per_slot", self.server.slots, self.server.ctx_per_slot),
+            ("tune.slots x tune.ctx_per_slot", max(self.tune.slots), tune_ctx),
+            ("context.slots x context.ctx_per_slot", self.context.slots, self.context.ctx_per_slot),
+        )
+        for keys, slots, ctx in servers:
+            if slots * ctx > MAX_KV_CELLS:
+                raise ValueError(
+                    f"{keys} is {slots * ctx:,} KV cells, more than the {MAX_KV_CELLS:,} llama-server"
+                    " takes as -c; lower one of them"
+                )
 
     @property
     def neighbour_tenant(self) -> TenantSettings | None:
