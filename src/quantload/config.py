@@ -144,8 +144,12 @@ class PrepareSettings(_Section):
         description="off; computed (llama-imatrix on prepare.calibration, cached by the reference's and"
         " the text's hashes); or the path of an imatrix file (GGUF or legacy .dat)",
     )
-    imatrix_chunks: int = Field(default=100, ge=1, le=MAX_COUNT, description="chunks llama-imatrix computes over")
-    imatrix_ctx: int = Field(default=512, ge=16, le=MAX_TOKENS, description="tokens per llama-imatrix chunk (-c)")
+    imatrix_chunks: int = Field(
+        default=100, ge=1, le=MAX_COUNT, description="chunks llama-imatrix computes over"
+    )
+    imatrix_ctx: int = Field(
+        default=512, ge=16, le=MAX_TOKENS, description="tokens per llama-imatrix chunk (-c)"
+    )
     calibration: str = Field(
         default=DEFAULT_CALIBRATION,
         description="the text the imatrix is computed on, never the scored one: wikitext-2-train"
@@ -646,14 +650,16 @@ class ContextSettings(_Section):
         default=4, ge=1, le=MAX_THREADS, description="llama-server slots (-np) of the experiment's server"
     )
     ctx_per_slot: int = Field(
-        default=1024, ge=256, le=MAX_TOKENS, description="tokens each slot holds (the context the conversations outgrow)"
+        default=1024, ge=256, le=MAX_TOKENS, description="tokens each slot holds (the context the"
+        " conversations outgrow)"
     )
     turns: int = Field(
         default=0, ge=0, le=200,
         description="user turns per conversation; 0 = enough for the history to reach 1.5 times the slot",
     )  # fmt: skip
     system_prompt_tokens: int = Field(
-        default=128, ge=1, le=MAX_TOKENS, description="tokens of the system prompt every conversation starts with"
+        default=128, ge=1, le=MAX_TOKENS, description="tokens of the system prompt every conversation"
+        " starts with"
     )
     turn_tokens: Distribution = Field(default="uniform:40-80", description="tokens of each user turn")
     reply_tokens: Distribution = Field(
@@ -716,8 +722,12 @@ class TenantSettings(_Section):
     rate_rps: float | None = Field(
         default=None, gt=0, le=MAX_RATE_RPS, description="open-loop Poisson arrivals per second"
     )
-    rate_users: int = Field(default=16, ge=1, le=MAX_USERS, description="users serving an open-loop tenant's arrivals")
-    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, description="its share per stream in the fairness index")
+    rate_users: int = Field(
+        default=16, ge=1, le=MAX_USERS, description="users serving an open-loop tenant's arrivals"
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=MAX_WEIGHT, description="its share per stream in the fairness index"
+    )
     slo_ttft_p99_s: float | None = Field(
         default=None, gt=0, le=MAX_SECONDS, description="its TTFT limit; unset = the report's"
     )
@@ -792,7 +802,8 @@ class BatchingSettings(_Section):
     server restarted with -cb and with -nocb, closed loop at the limit and Poisson near it."""
 
     users: int = Field(
-        default=0, ge=0, le=MAX_USERS, description="closed-loop users; 0 = the limit this run found (else searched)"
+        default=0, ge=0, le=MAX_USERS, description="closed-loop users; 0 = the limit this run found (else"
+        " searched)"
     )
     requests: int = Field(default=24, ge=1, le=MAX_COUNT, description="measured requests per stage")
     rate_frac: float = Field(
@@ -813,7 +824,8 @@ class SlotsSettings(_Section):
         default=(1, 2, 4, 8, 16), min_length=1, description="the -np values, each a server restart"
     )
     kv_cells: int = Field(
-        default=0, ge=0, le=MAX_KV_CELLS, description="KV cells (tokens) of all slots together; 0 = server.slots x"
+        default=0, ge=0, le=MAX_KV_CELLS, description="KV cells (tokens) of all slots together; 0 ="
+        " server.slots x"
         " server.ctx_per_slot",
     )
 
