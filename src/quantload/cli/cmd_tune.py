@@ -42,7 +42,7 @@ def _ranking(quant: str, summary: dict[str, Any]) -> Table:
         title=f"quantload tune {quant}: configurations, best first",
     )
     for row in summary["ranking"]:
-        limit = "did not run" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
+        limit = "not measured" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
         table.add_row(
             str(row["rank"]),
             row["key"],
@@ -61,6 +61,12 @@ def _show(cli: Any, result: TuneResult) -> None:
     for quant in result.quants:
         summary = quant.summary
         cli.console.print(_ranking(quant.quant, summary))
+        for row in summary["ranking"]:
+            if not row["ran"]:
+                said = f"  {row['key']}: not measured: {row['why']}"
+                cli.console.print(said, highlight=False, markup=False, soft_wrap=True)
+        for note in summary.get("notes", []):
+            cli.console.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
         if summary["winner"] is None:
             cli.console.print(f"{quant.quant}: no configuration held the SLO", highlight=False)
             continue

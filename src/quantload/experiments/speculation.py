@@ -53,6 +53,7 @@ from quantload.load import (
     stage_plan,
 )
 from quantload.models.vocab import draft_problem
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 
 NAME = "speculation"
@@ -189,10 +190,10 @@ def _stages(
     return summaries
 
 
-def request_drafts(context: ExperimentContext, stage_ids: set[str]) -> tuple[list[float], int]:
+def request_drafts(run_dir: RunDir, stage_ids: set[str]) -> tuple[list[float], int]:
     """The draft tokens each measured request of these stages reported, and how many there were."""
     drafts, requests = [], 0
-    for record in iter_records(context.run.run_dir.records_path):
+    for record in iter_records(run_dir.records_path):
         if record.stage_id in stage_ids and not record.warmup:
             requests += 1
             drafts.append(float((record.timings or {}).get("draft_n", 0.0)))
@@ -216,7 +217,7 @@ def _one_variant(
                 return [], check.why
         summaries = _stages(context, served.target, variant, levels)
         if check is not None:
-            drafts, requests = request_drafts(context, {s.stage_id for s in summaries})
+            drafts, requests = request_drafts(context.run.run_dir, {s.stage_id for s in summaries})
             check = check_after(served.target, check, drafts, requests)
         append_variant(context.run.run_dir, variant_line(context.run.run_id, NAME, served, check))
     if check is not None and not check.speculating:

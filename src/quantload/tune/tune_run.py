@@ -42,7 +42,7 @@ from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.prepare import PreparedModels
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
-from quantload.tune.space import check_space
+from quantload.tune.space import check_space, model_identity
 from quantload.tune.state_file import TUNE_JSONL
 
 
@@ -124,12 +124,18 @@ def tune_models(
             served = Served(quant, server, name=server_name(quant), model=models.model_name)
             variants = steps.server_variants(toolchain, served, run_dir, True)
             target = served.load_target()
+            model = model_identity(
+                settings.model.source, models.path(quant), models.manifest.files[quant].sha256
+            )
             outcome = tune_quant(
                 ExperimentContext(context.with_progress(progress), target, variants),
                 state if resume is not None else None,
+                model,
             )
             size = models.path(quant).stat().st_size
-            summary = quant_summary(outcome, server.spec, settings, toolchain.path("llama-server"), size)
+            summary = quant_summary(
+                outcome, server.spec, settings, toolchain.path("llama-server"), size, server.port
+            )
         done.append(QuantTune(quant, outcome, summary))
         write_tune_json(run_dir, quant, summary)
     return TuneResult(run_dir, tuple(done))
