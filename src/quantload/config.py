@@ -943,7 +943,9 @@ class ObserveSettings(_Section):
     )
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
-    scrape_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
+    scrape_interval_s: float = Field(
+        default=1.0, ge=0.01, le=MAX_SECONDS, description="Prometheus' durations count whole milliseconds"
+    )
     grafana_url: str | None = Field(
         default=None, description="stage annotations are pushed here after each load; unset = none"
     )
