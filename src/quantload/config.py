@@ -33,6 +33,7 @@ from quantload.errors import ConfigError, QuantloadError
 from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 from quantload.slo import Percentile, Slo
+from quantload.urls import host_problem
 
 CONFIG_FILE_NAME = "quantload.toml"
 ENV_PREFIX = "QUANTLOAD_"
@@ -87,6 +88,17 @@ MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
 MAX_WEIGHT = 1e6  # a tenant's weight in the fairness index
 # KV cells of one llama-server (-c): llama.cpp reads -c as a 32-bit int
 MAX_KV_CELLS = 2**31 - 1
+
+
+def _host(value: str) -> str:
+    """A host name or IP address, checked by its form (quantload.urls)."""
+    problem = host_problem(value)
+    if problem is not None:
+        raise ValueError(f"{problem}: give a host name or an IP address, e.g. 127.0.0.1 or 0.0.0.0")
+    return value
+
+
+Host = Annotated[str, AfterValidator(_host)]
 
 
 class _Section(BaseModel):
@@ -193,7 +205,7 @@ class SensitivitySettings(_Section):
 class ServerSettings(_Section):
     """How each llama-server is started."""
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
     slots: int = Field(default=8, ge=1, le=MAX_THREADS)
     ctx_per_slot: int = Field(default=4096, ge=256, le=MAX_TOKENS)
     kv_unified: bool = False
@@ -347,7 +359,7 @@ class LoadSettings(_Section):
         description="Locust workers on other hosts (`quantload load-worker`) the master waits for,"
         " besides load.workers of its own",
     )
-    master_host: str = Field(
+    master_host: Host = Field(
         default="127.0.0.1",
         description="address the Locust master listens on for workers (another host's workers"
         " need this host's address, or 0.0.0.0)",
@@ -363,7 +375,7 @@ class LoadSettings(_Section):
         default=60.0, gt=0, le=MAX_SECONDS,
         description="how long the master waits for its workers at each plan's start",
     )
-    metrics_host: str = "127.0.0.1"
+    metrics_host: Host = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
     )
@@ -403,6 +415,7 @@ class KvTypeSettings(_Section):
 
 
 MAX_SOAK_S = 86_400.0  # a day
+MIN_SOAK_S = 1.0  # a soak's shortest slice
 MAX_SOAK_SLICES = 1000
 
 
@@ -446,6 +459,11 @@ class SoakSettings(_Section):
 
     @model_validator(mode="after")
     def _bounded_slices(self) -> SoakSettings:
+        if 0 < self.duration_s < MIN_SOAK_S:
+            raise ValueError(
+                f"soak.duration_s {self.duration_s:g} s is too short to send anything: hold a soak for"
+                f" at least {MIN_SOAK_S:g} s (e.g. --duration 20m), or 0 for no soak"
+            )
         if self.duration_s / self.slice_s > MAX_SOAK_SLICES:
             raise ValueError(
                 f"duration_s / slice_s makes more than {MAX_SOAK_SLICES} slices; raise soak.slice_s"
@@ -933,7 +951,7 @@ class TuneSettings(_Section):
 class ObserveSettings(_Section):
     """Exporter, Prometheus and Grafana."""
 
-    exporter_host: str = "127.0.0.1"
+    exporter_host: Host = "127.0.0.1"
     exporter_port: int = Field(default=9646, ge=0, le=65535)
     exporter_timeout_s: float = Field(
         default=0.5, gt=0, le=MAX_SECONDS, description="keep below Prometheus' scrape timeout (1 s)"

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from quantload.cli.context import cli_context
+from quantload.cli.file_args import quant_labels
 from quantload.cli.run_view import RichRunView
 from quantload.cli.slo_options import (
     CONFIDENCE,
@@ -117,7 +118,7 @@ def register(app: typer.Typer) -> None:
         cli = cli_context(ctx)
         flags: dict[str, Any] = {
             "model.source": model,
-            "prepare.quants": [q.strip() for q in quants.split(",") if q.strip()] if quants else None,
+            "prepare.quants": quant_labels(quants),
             "run.profile": profile,
             "run.out": out,
             "tune.budget_s": budget,

@@ -104,8 +104,8 @@ def build_app() -> typer.Typer:
             cwd=Path.cwd(),
             environ=dict(os.environ),
             config_file=config_file,
-            console=Console(),
-            err_console=Console(stderr=True),
+            console=Console(markup=False),  # labels and paths are shown as they are, never as markup
+            err_console=Console(stderr=True, markup=False),
         )
 
     for register in commands.REGISTRARS:

@@ -52,7 +52,7 @@ from quantload.load import (
     select_prompts,
     stage_plan,
 )
-from quantload.models.vocab import draft_problem
+from quantload.models.vocab import draft_file_problem, draft_problem
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 
@@ -132,8 +132,10 @@ def check_draft(settings: Settings, build_types: Sequence[str], models: dict[str
                 f"speculation.draft_model: {problem} (target {quant}: {path.name})",
                 "give a GGUF of the same model at another precision, or unset speculation.draft_model",
             )
-    if not models and not spec.draft_model.is_file():
-        raise ConfigError(f"speculation.draft_model {spec.draft_model} does not exist", "check the path")
+    if not models:
+        problem = draft_file_problem(spec.draft_model)
+        if problem is not None:
+            raise ConfigError(f"speculation.draft_model: {problem}", "give a GGUF draft model, or unset it")
 
 
 def check(preflight: Preflight) -> None:

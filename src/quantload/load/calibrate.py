@@ -52,6 +52,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from quantload import http_errors
 from quantload.config import CalibrateSettings, LoadSettings, Settings
 from quantload.errors import QuantloadError
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
@@ -112,7 +113,7 @@ class RemoteFake:
             return answer.json()
         except (httpx.HTTPError, ValueError) as error:
             raise CalibrationError(
-                f"the calibration fake at {self.url} did not answer {path}: {error}",
+                f"the calibration fake at {self.url} did not answer {path}: {http_errors.said(error)}",
                 "start it on that host with `quantload calibrate --serve-fake HOST:PORT`",
             ) from None
 
