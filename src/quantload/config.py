@@ -922,7 +922,8 @@ class TuneSettings(_Section):
         default="users", description="the limit search it maximizes (goodput breaks ties)"
     )
     budget_s: float = Field(
-        default=3600.0, gt=0, le=MAX_SECONDS, description="per quantization; trials stop there"
+        default=3600.0, gt=0, le=MAX_SECONDS,
+        description="per quantization: its trials and baseline search stop there",
     )
     short_trial_s: float = Field(
         default=60.0,
@@ -934,7 +935,7 @@ class TuneSettings(_Section):
     finalists: int = Field(default=2, ge=1, le=MAX_COUNT, description="configurations confirmed with repeats")
     baseline: bool = Field(
         default=True, description="also search the server's configured flags as the finalists are"
-        " searched (the winner against them, outside the budget)",
+        " searched (the winner against them, within the budget)",
     )
 
     @field_validator(

@@ -38,6 +38,7 @@ from quantload.load import (
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import make_run_id, write_json_atomic
+from quantload.rundir.config_file import write_load_config
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.steps.load import run_experiment
@@ -319,6 +320,7 @@ def register(app: typer.Typer) -> None:
         for line in remote_worker_lines(settings.load):
             cli.err_console.print(line, highlight=False, soft_wrap=True)
         run = run_id or make_run_id(settings.model_dump(mode="json"))
+        write_load_config(out, config)  # the report's sections read the settings this load ran with
         summaries: list[StageSummary] = []
         limits = []
         searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command

@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             None, "--resume", help="Go on with the tune in this run directory."
         ),
         budget: float | None = typer.Option(
-            None, "--budget", help="Seconds per quantization (tune.budget_s)."
+            None, "--budget", help="Seconds per quantization, trials and baseline together (tune.budget_s)."
         ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
         slo_ttft: float | None = SLO_TTFT,

@@ -88,10 +88,21 @@ def objective_search(settings: Settings) -> SearchExperiment:
     return "limit_users" if settings.tune.objective == "users" else "limit_rate"
 
 
+def baseline_reserve_s(settings: Settings, final_cap_s: float) -> float:
+    """What `tune.budget_s` keeps for the baseline search (none without one): as long as one
+    finalist's trial where the budget allows it, else an equal share with the finalists."""
+    tune = settings.tune
+    if not tune.baseline:
+        return 0.0
+    return min(final_cap_s, tune.budget_s / (tune.finalists + 1))
+
+
 def new_search(settings: Settings, keys: Sequence[str]) -> SuccessiveHalving:
+    """The successive halving of `keys`, its budget `tune.budget_s` less the baseline's reserve."""
     tune, limit = settings.tune, settings.limit
     rungs = plan_rungs(len(keys), tune.eta, tune.finalists, tune.short_trial_s, limit.time_cap_s)
-    return SuccessiveHalving(tuple(keys), rungs, tune.budget_s)
+    reserve = baseline_reserve_s(settings, rungs[-1].time_cap_s)
+    return SuccessiveHalving(tuple(keys), rungs, max(tune.budget_s - reserve, 1.0))
 
 
 def _at_limit(outcome: SearchOutcome) -> tuple[float | None, float | None]:
@@ -122,15 +133,17 @@ def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> S
     loop: seconds of arrivals; at least two requests a level) and seconds a level may spend on being
     decided."""
     limit, frac = settings.limit, trial.rung.requests_frac
+    cap_s = max(1.0, min(trial.rung.time_cap_s, left_s))
     limit = limit.model_copy(
         update={
-            "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s)),
+            "time_cap_s": cap_s,
             "requests_per_user": max(1, round(limit.requests_per_user * frac)),
             "min_requests": max(2, round(fewest_requests(settings) * frac)),
-            "trial_seconds": max(2.0, limit.trial_seconds * frac),
+            "trial_seconds": max(2.0, min(limit.trial_seconds * frac, cap_s)),
         }
     )
-    slo = settings.slo.model_copy(update={"level_max_s": max(1.0, settings.slo.level_max_s * frac)})
+    level_s = max(1.0, min(settings.slo.level_max_s * frac, cap_s))  # a level never outlasts its cap
+    slo = settings.slo.model_copy(update={"level_max_s": level_s})
     return settings.model_copy(update={"limit": limit, "slo": slo})
 
 
@@ -200,11 +213,18 @@ def _run_trial(
 
 
 def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine:
-    """The server as configured, searched with the final rung's time cap and level budget."""
+    """The server as configured, searched as the finalists were: the final rung's time cap and
+    level budget, within what is left of `tune.budget_s` (at least its reserve)."""
     final = search.rungs[-1]
     settings = context.settings
-    limit = settings.limit.model_copy(update={"time_cap_s": final.time_cap_s})
-    run = context.run.with_settings(settings.model_copy(update={"limit": limit}))
+    reserve = baseline_reserve_s(settings, final.time_cap_s)
+    left_s = max(settings.tune.budget_s - search.elapsed_s, reserve)
+    cap_s = max(1.0, min(final.time_cap_s, left_s))
+    limit = settings.limit.model_copy(
+        update={"time_cap_s": cap_s, "trial_seconds": max(2.0, min(settings.limit.trial_seconds, cap_s))}
+    )
+    slo = settings.slo.model_copy(update={"level_max_s": max(1.0, min(settings.slo.level_max_s, cap_s))})
+    run = context.run.with_settings(settings.model_copy(update={"limit": limit, "slo": slo}))
     label = f"{EXPERIMENT} baseline"
     run.progress(0, None, f"{context.target.name} tune: the configured flags, as the finalists were searched")
     started = time.monotonic()

@@ -40,6 +40,7 @@ from quantload.served import server_alias, server_name
 from quantload.stack.native import RunView, new_run_dir
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.prepare import PreparedModels
+from quantload.text_format import span
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
 from quantload.tune.space import check_space, model_identity
@@ -82,6 +83,17 @@ def tuned_quants(settings: Settings, models: PreparedModels) -> list[str]:
     return [quant for quant in every if quant.upper() in asked] or every
 
 
+def time_said(settings: Settings, quant_count: int) -> str:
+    """What the tune will take, said before it starts: `tune.budget_s` per quantization bounds its
+    trials and its baseline search together."""
+    budget = settings.tune.budget_s
+    baseline = " and the configured flags' search" if settings.tune.baseline else ""
+    return (
+        f"tune: {quant_count} quantization(s), at most about {span(budget * quant_count)} of trials{baseline}"
+        f" ({span(budget)} each, tune.budget_s; a level under way when it runs out is finished)"
+    )
+
+
 def tune_models(
     config: ResolvedConfig,
     environ: Mapping[str, str],
@@ -102,6 +114,7 @@ def tune_models(
     models = steps.prepare(toolchain, run_dir, view.step(f"prepare {settings.model.source}"))
     quants = tuned_quants(settings, models)
     check_space(settings, build, {quant: models.path(quant) for quant in quants})
+    view.message(time_said(settings, len(quants)))
     context = RunContext(
         RunDir(run_dir),
         run_dir.name,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +24,10 @@ from quantload.tune.outcome import SearchCost, ranking, winner_command
 from quantload.tune.search import new_search, tune_quant
 from quantload.tune.space import configurations, space_key
 from quantload.tune.state_file import TUNE_JSON, TUNE_JSONL, TuneLine, read_tune
+from quantload.tune.tune_run import time_said
 
 MODEL = "tiny Q8_0-tiny.gguf sha256:0123456789abcdef"
+SCRIPT_LEVEL_SLACK_S = 6.0  # one level of the fake under way when the budget runs out, Locust's start included
 
 
 class RecordingVariants:
@@ -134,3 +137,26 @@ def test_the_report_notes_a_torn_tune_jsonl_and_an_unreadable_tune_json(tmp_path
     assert any("tune.json could not be read" in note for note in tables.notes)
     verdict = tune_verdict(tables)
     assert "tune.json could not be read" in verdict and "did not finish" not in verdict
+
+
+@pytest.mark.slow
+def test_the_budget_bounds_the_baseline_search_too(tmp_path: Path) -> None:
+    run = tune_context(tmp_path, budget_s=6.0, short_trial_s=2.0, finalists=1)
+    wide = run.settings.model_copy(
+        update={"limit": run.settings.limit.model_copy(update={"max_users": 64, "time_cap_s": 3600.0})}
+    )
+    run = dataclasses.replace(run, settings=wide)
+    started = time.monotonic()
+    with FakeServer(SCRIPT) as own:
+        target = TARGET.model_copy(update={"url": own.url})
+        outcome = tune_quant(ExperimentContext(run, target, RecordingVariants()), model=MODEL)
+    assert outcome.baseline is not None and outcome.baseline.ran
+    # the baseline keeps its share of the budget, not the limit search's hour: a few levels at most
+    assert outcome.baseline.seconds < 6.0 + SCRIPT_LEVEL_SLACK_S
+    assert time.monotonic() - started < 2 * 6.0 + 2 * SCRIPT_LEVEL_SLACK_S
+
+
+def test_the_time_a_tune_takes_is_said_before_it_starts(tmp_path: Path) -> None:
+    run = tune_context(tmp_path, budget_s=120.0)
+    said = time_said(run.settings, 2)
+    assert "2 quantization(s), at most about 4.0 min" in said and "(2.0 min each" in said
