@@ -25,7 +25,7 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     """`frame` as CSV at `path`, every text cell made inert (see the module docstring)."""
     safe = frame.copy()
     for column in safe.columns:
-        if safe[column].dtype == object:
+        if not pd.api.types.is_numeric_dtype(safe[column]):
             safe[column] = safe[column].map(inert)
     safe.columns = [inert(str(name)) for name in safe.columns]
     safe.to_csv(path, index=False, float_format="%.6g")
