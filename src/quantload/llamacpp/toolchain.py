@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from quantload.cache_lock import cache_lock
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
 from quantload.llamacpp.build import TOOL_NAMES, build_tools, built_bin_dir, read_build_record
@@ -170,18 +171,32 @@ def ensure_toolchain(
     environ: Mapping[str, str],
     progress: ProgressCallback = no_progress,
 ) -> Toolchain:
-    """The tools, building them from the pinned sdist into the cache when none are found."""
+    """The tools, building them from the pinned sdist into the cache when none are found. The
+    cache's tools are looked for and built under the cache's lock (quantload.cache_lock), so a run
+    never takes tools another run is still building."""
     found = find_toolchain(settings, environ)
-    if found is not None:
+    if found is not None and found.origin != "cache":
         return found
-    tree = ensure_source_tree(cache_root(settings.cache_dir, environ))
-    build_tools(tree, jobs=settings.build_jobs, progress=progress)
-    built = find_toolchain(settings, environ)
+    cache = cache_root(settings.cache_dir, environ)
+    with cache_lock(_lock_folder(cache), "the llama.cpp build", on_wait=lambda line: progress(0, None, line)):
+        found = find_toolchain(settings, environ)
+        if found is not None:
+            return found
+        tree = ensure_source_tree(cache)
+        build_tools(tree, jobs=settings.build_jobs, progress=progress)
+        built = find_toolchain(settings, environ)
     if built is None:
         raise ToolchainError("llama.cpp was built but its tools cannot be found", "run again")
     return built
 
 
+def _lock_folder(cache: Path) -> Path:
+    """The folder whose lock guards the pinned llama.cpp's source and build in `cache`."""
+    return source_dir(cache).parent
+
+
 def ensure_llama_source(settings: ToolchainSettings, environ: Mapping[str, str]) -> Path:
     """The pinned llama.cpp source tree (for its vocabulary files), downloaded if needed."""
-    return ensure_source_tree(cache_root(settings.cache_dir, environ))
+    cache = cache_root(settings.cache_dir, environ)
+    with cache_lock(_lock_folder(cache), "the llama.cpp source"):
+        return ensure_source_tree(cache)

@@ -185,7 +185,7 @@ def prepare_models(
     manifest_path = out_dir / MANIFEST_JSON
     seed_text = f" seed {tiny_seed}" if resolved.kind == "synthetic" else ""
     source_label = f"{resolved.origin}{seed_text}"
-    old = load_manifest(manifest_path)
+    old = load_manifest(manifest_path, locked=False)  # the caller holds the folder's lock
     old_files = old.files if old is not None else {}
     manifest = Manifest(
         source=resolved.as_dict(), llama_cpp=toolchain.version_record(), files={}, reference=reference_type
