@@ -367,7 +367,7 @@ def analyze(
         histogram_check=hist,
         prometheus_origin=prometheus.origin if client is not None else "",
         gaps=tuple(gaps),
-        notes=(*notes, *flags.tune.notes),
+        notes=(*notes, *flags.notes),
         plan=plan,
         scale_out=scale_out_signals(series, stages, verdicts),
         quality_loss=quality_loss(kld, quants, run.step_why("kld", None, QUALITY_JSON)),
