@@ -24,7 +24,7 @@ from quantload.rundir import read_json
 from quantload.steps.prepare import prepare_model_files
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock and fork")
-READ_FOR_S = 2.0
+READ_FOR_S = 1.2
 
 REWRITER = """
 import sys, time
