@@ -34,6 +34,7 @@ from quantload.errors import ConfigError, QuantloadError
 from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 from quantload.slo import Percentile, Slo
+from quantload.urls import host_problem
 
 CONFIG_FILE_NAME = "quantload.toml"
 ENV_PREFIX = "QUANTLOAD_"
@@ -85,6 +86,20 @@ MAX_CPU_FRAC = 1_000.0
 MAX_GROWTH = 1_000.0
 MAX_NATS = 1_000.0
 MAX_PLAN_AMOUNT = 1e12  # a plan's targets, prices and budgets
+MAX_WEIGHT = 1e6  # a tenant's weight in the fairness index
+# KV cells of one llama-server (-c): llama.cpp reads -c as a 32-bit int
+MAX_KV_CELLS = 2**31 - 1
+
+
+def _host(value: str) -> str:
+    """A host name or IP address, checked by its form (quantload.urls)."""
+    problem = host_problem(value)
+    if problem is not None:
+        raise ValueError(f"{problem}: give a host name or an IP address, e.g. 127.0.0.1 or 0.0.0.0")
+    return value
+
+
+Host = Annotated[str, AfterValidator(_host)]
 
 
 COMMA_FREE = "comma-free"  # Annotated marker: a text item that never holds a comma (env lists split)
@@ -203,8 +218,12 @@ class PrepareSettings(_Section):
         description="off; computed (llama-imatrix on prepare.calibration, cached by the reference's and"
         " the text's hashes); or the path of an imatrix file (GGUF or legacy .dat)",
     )
-    imatrix_chunks: int = Field(default=100, ge=1, description="chunks llama-imatrix computes over")
-    imatrix_ctx: int = Field(default=512, ge=16, description="tokens per llama-imatrix chunk (-c)")
+    imatrix_chunks: int = Field(
+        default=100, ge=1, le=MAX_COUNT, description="chunks llama-imatrix computes over"
+    )
+    imatrix_ctx: int = Field(
+        default=512, ge=16, le=MAX_TOKENS, description="tokens per llama-imatrix chunk (-c)"
+    )
     calibration: str = Field(
         default=DEFAULT_CALIBRATION,
         description="the text the imatrix is computed on, never the scored one: wikitext-2-train"
@@ -248,7 +267,7 @@ class SensitivitySettings(_Section):
 class ServerSettings(_Section):
     """How each llama-server is started."""
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
     slots: int = Field(default=8, ge=1, le=MAX_THREADS)
     ctx_per_slot: int = Field(default=4096, ge=256, le=MAX_TOKENS)
     kv_unified: bool = False
@@ -405,7 +424,7 @@ class LoadSettings(_Section):
         description="Locust workers on other hosts (`quantload load-worker`) the master waits for,"
         " besides load.workers of its own",
     )
-    master_host: str = Field(
+    master_host: Host = Field(
         default="127.0.0.1",
         description="address the Locust master listens on for workers (another host's workers"
         " need this host's address, or 0.0.0.0)",
@@ -421,7 +440,7 @@ class LoadSettings(_Section):
         default=60.0, gt=0, le=MAX_SECONDS,
         description="how long the master waits for its workers at each plan's start",
     )
-    metrics_host: str = "127.0.0.1"
+    metrics_host: Host = "127.0.0.1"
     metrics_port: int = Field(
         default=9647, ge=0, le=65535, description="load generator /metrics; workers use +1+i"
     )
@@ -466,6 +485,7 @@ class KvTypeSettings(_Section):
 
 
 MAX_SOAK_S = 86_400.0  # a day
+MIN_SOAK_S = 1.0  # a soak's shortest slice
 MAX_SOAK_SLICES = 1000
 
 
@@ -509,6 +529,11 @@ class SoakSettings(_Section):
 
     @model_validator(mode="after")
     def _bounded_slices(self) -> SoakSettings:
+        if 0 < self.duration_s < MIN_SOAK_S:
+            raise ValueError(
+                f"soak.duration_s {self.duration_s:g} s is too short to send anything: hold a soak for"
+                f" at least {MIN_SOAK_S:g} s (e.g. --duration 20m), or 0 for no soak"
+            )
         if self.duration_s / self.slice_s > MAX_SOAK_SLICES:
             raise ValueError(
                 f"duration_s / slice_s makes more than {MAX_SOAK_SLICES} slices; raise soak.slice_s"
@@ -706,19 +731,23 @@ class ContextSettings(_Section):
     server's tokenizer, shift: the server runs with --context-shift and --keep."""
 
     conversations: int = Field(
-        default=20, ge=0, description="conversations per policy (0: no context experiment)"
+        default=20, ge=0, le=MAX_COUNT, description="conversations per policy (0: no context experiment)"
     )
-    users: int = Field(default=4, ge=1, description="conversations in flight at once")
-    slots: int = Field(default=4, ge=1, description="llama-server slots (-np) of the experiment's server")
+    users: int = Field(default=4, ge=1, le=MAX_USERS, description="conversations in flight at once")
+    slots: int = Field(
+        default=4, ge=1, le=MAX_THREADS, description="llama-server slots (-np) of the experiment's server"
+    )
     ctx_per_slot: int = Field(
-        default=1024, ge=256, description="tokens each slot holds (the context the conversations outgrow)"
+        default=1024, ge=256, le=MAX_TOKENS, description="tokens each slot holds (the context the"
+        " conversations outgrow)"
     )
     turns: int = Field(
         default=0, ge=0, le=200,
         description="user turns per conversation; 0 = enough for the history to reach 1.5 times the slot",
     )  # fmt: skip
     system_prompt_tokens: int = Field(
-        default=128, ge=1, description="tokens of the system prompt every conversation starts with"
+        default=128, ge=1, le=MAX_TOKENS, description="tokens of the system prompt every conversation"
+        " starts with"
     )
     turn_tokens: Distribution = Field(default="uniform:40-80", description="tokens of each user turn")
     reply_tokens: Distribution = Field(
@@ -732,7 +761,7 @@ class ContextSettings(_Section):
         default=("fail", "trim", "shift"), min_length=1, description="the policies measured, in order"
     )
     keep_tokens: int | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_TOKENS,
         description="--keep of the shift policy's server: tokens a shift keeps from the prompt's start;"
         " unset = the system prompt's whole length",
     )  # fmt: skip
@@ -777,14 +806,22 @@ class TenantSettings(_Section):
     rate), its weight in the fairness index and, optionally, its own SLO."""
 
     name: str = Field(description="how records, stages, series and the report name it")
-    users: int | None = Field(default=None, ge=1, description="closed-loop users")
-    rate_rps: float | None = Field(default=None, gt=0, description="open-loop Poisson arrivals per second")
-    rate_users: int = Field(default=16, ge=1, description="users serving an open-loop tenant's arrivals")
-    weight: float = Field(default=1.0, gt=0, description="its share per stream in the fairness index")
-    slo_ttft_p99_s: float | None = Field(
-        default=None, gt=0, description="its TTFT limit; unset = the report's"
+    users: int | None = Field(default=None, ge=1, le=MAX_USERS, description="closed-loop users")
+    rate_rps: float | None = Field(
+        default=None, gt=0, le=MAX_RATE_RPS, description="open-loop Poisson arrivals per second"
     )
-    slo_tpot_s: float | None = Field(default=None, gt=0, description="its TPOT limit; unset = the report's")
+    rate_users: int = Field(
+        default=16, ge=1, le=MAX_USERS, description="users serving an open-loop tenant's arrivals"
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=MAX_WEIGHT, description="its share per stream in the fairness index"
+    )
+    slo_ttft_p99_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="its TTFT limit; unset = the report's"
+    )
+    slo_tpot_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="its TPOT limit; unset = the report's"
+    )
     workload: WorkloadSettings | None = Field(default=None, description="its traffic; unset = [workload]")
     sessions: SessionSettings | None = Field(
         default=None, description="its conversations (workload kind sessions); unset = [sessions]"
@@ -823,15 +860,17 @@ class NoisyNeighbourSettings(_Section):
     neighbour: str | None = Field(
         default=None, description="the tenant whose load steps up; unset = the last of [[tenants]]"
     )
-    steps: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+    steps: tuple[Annotated[float, Field(ge=0, le=MAX_RATE_RPS)], ...] = Field(
         default=(0, 2, 4, 8), min_length=2,
         description="the neighbour's load per stage: users (a closed-loop tenant) or requests/s (open loop)",
     )  # fmt: skip
-    requests_per_user: int = Field(default=8, ge=1, description="closed-loop requests per user and stage")
+    requests_per_user: int = Field(
+        default=8, ge=1, le=MAX_COUNT, description="closed-loop requests per user and stage"
+    )
     step_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="an open-loop tenant's arrivals last this long"
     )
-    repeats: int = Field(default=1, ge=1, description="repeats of every step")
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS, description="repeats of every step")
     cache_prompt: bool = Field(default=False, description="cache_prompt of the stages")
 
     @field_validator("steps")
@@ -851,9 +890,10 @@ class BatchingSettings(_Section):
     server restarted with -cb and with -nocb, closed loop at the limit and Poisson near it."""
 
     users: int = Field(
-        default=0, ge=0, description="closed-loop users; 0 = the limit this run found (else searched)"
+        default=0, ge=0, le=MAX_USERS, description="closed-loop users; 0 = the limit this run found (else"
+        " searched)"
     )
-    requests: int = Field(default=24, ge=1, description="measured requests per stage")
+    requests: int = Field(default=24, ge=1, le=MAX_COUNT, description="measured requests per stage")
     rate_frac: float = Field(
         default=0.8, gt=0, le=2, description="Poisson rate as a share of continuous batching's"
         " closed-loop requests/s at the limit",
@@ -872,7 +912,8 @@ class SlotsSettings(_Section):
         default=(1, 2, 4, 8, 16), min_length=1, description="the -np values, each a server restart"
     )
     kv_cells: int = Field(
-        default=0, ge=0, description="KV cells (tokens) of all slots together; 0 = server.slots x"
+        default=0, ge=0, le=MAX_KV_CELLS, description="KV cells (tokens) of all slots together; 0 ="
+        " server.slots x"
         " server.ctx_per_slot",
     )
 
@@ -903,10 +944,14 @@ class SpeculationSettings(_Section):
         default=("repeat", "free"), min_length=1,
         description="repeat = prompts asking to repeat or edit a given text; free = the prompt set",
     )
-    requests: int = Field(default=8, ge=1, description="measured requests per stage at 1 user")
-    users: int = Field(default=0, ge=0, description="the loaded level; 0 = the limit this run found")
-    max_tokens: int = Field(default=160, ge=2, description="max_tokens of every request")
-    prompt_max_tokens: int = Field(default=300, ge=8, description="prompts of at most this many tokens")
+    requests: int = Field(default=8, ge=1, le=MAX_COUNT, description="measured requests per stage at 1 user")
+    users: int = Field(
+        default=0, ge=0, le=MAX_USERS, description="the loaded level; 0 = the limit this run found"
+    )
+    max_tokens: int = Field(default=160, ge=2, le=MAX_TOKENS, description="max_tokens of every request")
+    prompt_max_tokens: int = Field(
+        default=300, ge=8, le=MAX_TOKENS, description="prompts of at most this many tokens"
+    )
     synth_lengths: tuple[Annotated[float, Field(ge=1, le=65)], ...] = Field(
         default=(), description="--spec-synth-len values measured too (benchmarking only)"
     )
@@ -923,7 +968,7 @@ class TuneSettings(_Section):
     slots: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(
         default=(4, 8), min_length=1, description="-np values, each slot of tune.ctx_per_slot"
     )
-    ctx_per_slot: int = Field(default=0, ge=0, description="0 = server.ctx_per_slot")
+    ctx_per_slot: int = Field(default=0, ge=0, le=MAX_TOKENS, description="0 = server.ctx_per_slot")
     batch_sizes: tuple[BatchPair, ...] = Field(
         default=("2048/512", "256/256"), min_length=1, description="-b/-ub pairs, UB at most B"
     )
@@ -950,7 +995,8 @@ class TuneSettings(_Section):
         default="users", description="the limit search it maximizes (goodput breaks ties)"
     )
     budget_s: float = Field(
-        default=3600.0, gt=0, le=MAX_SECONDS, description="per quantization; trials stop there"
+        default=3600.0, gt=0, le=MAX_SECONDS,
+        description="per quantization: its trials and baseline search stop there",
     )
     short_trial_s: float = Field(
         default=60.0,
@@ -959,10 +1005,10 @@ class TuneSettings(_Section):
         description="the first rung's limit-search time cap; x eta per rung",
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
-    finalists: int = Field(default=2, ge=1, description="configurations confirmed with repeats")
+    finalists: int = Field(default=2, ge=1, le=MAX_COUNT, description="configurations confirmed with repeats")
     baseline: bool = Field(
         default=True, description="also search the server's configured flags as the finalists are"
-        " searched (the winner against them, outside the budget)",
+        " searched (the winner against them, within the budget)",
     )
 
     @field_validator(
@@ -980,7 +1026,7 @@ class TuneSettings(_Section):
 class ObserveSettings(_Section):
     """Exporter, Prometheus and Grafana."""
 
-    exporter_host: str = "127.0.0.1"
+    exporter_host: Host = "127.0.0.1"
     exporter_port: int = Field(default=9646, ge=0, le=65535)
     exporter_timeout_s: float = Field(
         default=0.5, gt=0, le=MAX_SECONDS, description="keep below Prometheus' scrape timeout (1 s)"
@@ -996,7 +1042,9 @@ class ObserveSettings(_Section):
     idle_baseline_s: float = Field(default=15.0, gt=0, le=3600.0, description="length of the idle baseline")
     prometheus_binary: str = "prometheus"
     prometheus_port: int = Field(default=0, ge=0, le=65535, description="0 = a free port")
-    scrape_interval_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
+    scrape_interval_s: float = Field(
+        default=1.0, ge=0.01, le=MAX_SECONDS, description="Prometheus' durations count whole milliseconds"
+    )
     grafana_url: str | None = Field(
         default=None, description="stage annotations are pushed here after each load; unset = none"
     )
@@ -1103,7 +1151,7 @@ MAX_CALIBRATION_COUNTS = 8
 class CalibrateSettings(_Section):
     """`quantload calibrate`: the load client against a fake server of known timing."""
 
-    streams: tuple[int, ...] = Field(
+    streams: tuple[Annotated[int, Field(ge=1, le=MAX_CALIBRATION_STREAMS)], ...] = Field(
         default=(1, 8, 64, 256),
         description=f"rising stream counts to measure, each 1-{MAX_CALIBRATION_STREAMS},"
         f" at most {MAX_CALIBRATION_COUNTS}",
@@ -1208,7 +1256,28 @@ class Settings(_Section):
                     f"noisy_neighbour.steps are users of the closed-loop tenant {neighbour.name!r}:"
                     f" {fractional[0]:g} is not a whole number"
                 )
+            if noisy.steps[-1] > MAX_USERS:
+                raise ValueError(
+                    f"noisy_neighbour.steps are users of the closed-loop tenant {neighbour.name!r}:"
+                    f" {noisy.steps[-1]:g} is more than {MAX_USERS:,}"
+                )
+        self._kv_cells_fit()
         return self
+
+    def _kv_cells_fit(self) -> None:
+        """Every server a setting starts holds at most MAX_KV_CELLS cells (its -c)."""
+        tune_ctx = self.tune.ctx_per_slot or self.server.ctx_per_slot
+        servers = (
+            ("server.slots x server.ctx_per_slot", self.server.slots, self.server.ctx_per_slot),
+            ("tune.slots x tune.ctx_per_slot", max(self.tune.slots), tune_ctx),
+            ("context.slots x context.ctx_per_slot", self.context.slots, self.context.ctx_per_slot),
+        )
+        for keys, slots, ctx in servers:
+            if slots * ctx > MAX_KV_CELLS:
+                raise ValueError(
+                    f"{keys} is {slots * ctx:,} KV cells, more than the {MAX_KV_CELLS:,} llama-server"
+                    " takes as -c; lower one of them"
+                )
 
     @property
     def neighbour_tenant(self) -> TenantSettings | None:

@@ -1,8 +1,9 @@
-"""Where quantload keeps its caches."""
+"""Where quantload keeps its caches, and whether it can write where it is told to."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,11 +34,27 @@ def check_out_dir(path: Path, flag: str = "--out") -> Path:
         raise ConfigError(
             f"{flag} {path} cannot be created: {existing} is a file", "give a folder path you can write to"
         )
-    if not os.access(existing, os.W_OK | os.X_OK):
+    refused = write_refused(existing)
+    if refused is not None:
         raise ConfigError(
-            f"{flag} {path} cannot be written: {existing} is not writable", "give a folder you own"
+            f"{flag} {path} cannot be written: {existing} refuses a new file ({refused})",
+            "give a folder you own",
         )
     return path
+
+
+def write_refused(folder: Path) -> str | None:
+    """Why a new file cannot be made in `folder` (None: it can). The kernel is asked, with a file
+    made and removed at once: `os.access` says yes to root where the kernel still says no (/proc,
+    an immutable folder, a read-only bind mount)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "not writable"
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".quantload-probe-"):
+            pass
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return None
 
 
 def check_out_file(path: Path, flag: str = "--out") -> Path:

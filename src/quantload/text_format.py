@@ -22,6 +22,17 @@ def duration(value_s: float | None) -> str:
     return f"{ms:.1f} ms" if abs(ms) < 100 else f"{ms:.0f} ms"
 
 
+def span(value_s: float | None) -> str:
+    """A length of time a person plans by: '40 s', '3.5 min', '2.1 h' (never '0 min')."""
+    if value_s is None or is_missing(value_s):
+        return DASH
+    if abs(value_s) < 90:
+        return f"{value_s:.0f} s"
+    if abs(value_s) < 90 * 60:
+        return f"{value_s / 60:.1f} min"
+    return f"{value_s / 3600:.1f} h"
+
+
 def number(value: float | None, digits: int = 1) -> str:
     """A plain number with thousands separators."""
     if value is None or is_missing(value):

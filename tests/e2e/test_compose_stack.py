@@ -52,6 +52,7 @@ from compose_e2e.engine import Engine, EngineError, bridge_traffic_allowed, priv
 from compose_e2e.project import REPO, Compose, StackFailure
 from compose_e2e.timings import Timings
 
+from quantload.cache_lock import cache_lock
 from quantload.llamacpp.sdist import PINNED_SDIST, source_dir
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
@@ -189,6 +190,13 @@ def _env_file(path: Path, ports: dict[str, int]) -> None:
 
 
 def _build_images(stack: Stack, toolchain: Toolchain, environ: dict[str, str]) -> None:
+    """Every image, under the compose cache's lock: two runs on one machine never take each
+    other's half-made rootfs, wheels or build contexts (quantload.cache_lock)."""
+    with cache_lock(images.compose_cache(environ), "the compose images' cache", on_wait=print):
+        _build_images_locked(stack, toolchain, environ)
+
+
+def _build_images_locked(stack: Stack, toolchain: Toolchain, environ: dict[str, str]) -> None:
     timings, client, deadline = stack.timings, stack.client, stack.deadline
     cache = images.compose_cache(environ)
     with timings.measure("base rootfs (debootstrap)") as step:

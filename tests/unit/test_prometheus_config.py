@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,60 @@ def test_config_prometheus_refuses_bad_targets_in_one_line(
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--exporter", "10.0.0.9:99999"], "bad port '99999'"),
+        (["--exporter", "10.0.0.9:abc"], "bad port 'abc'"),
+        (["--exporter", "10.0.0.9:9646", "--listen", "127.0.0.1:0"], "has no port"),
+        (["--loadgen", "exa mple:9647"], "not a host name or IP address"),
+        (["--loadgen", "0.0.0.0:9647"], "not one Prometheus can reach"),
+        (["--exporter", "[::1:9646"], "--exporter"),
+        (["--exporter", "10.0.0.9:9646", "--scrape-interval", "inf"], "--scrape-interval"),
+        (["--exporter", "10.0.0.9:9646", "--scrape-interval", "nan"], "--scrape-interval"),
+        (["--exporter", "10.0.0.9:9646", "--scrape-interval", "0.0001"], "at least 0.01 s"),
+        (["--exporter", "10.0.0.9:9646", "--scrape-interval", "-1"], "--scrape-interval"),
+    ],
+)
+def test_config_prometheus_refuses_what_prometheus_could_not_use_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert cli_main(["config", "prometheus", "--out", str(tmp_path / "p"), *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("out", ["/proc/quantload-prometheus", "FILE"])
+def test_config_prometheus_refuses_an_out_it_cannot_write_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str
+) -> None:
+    if out == "FILE":
+        out = str(tmp_path / "a-file")
+        Path(out).write_text("x")
+    assert cli_main(["config", "prometheus", "--out", out, "--exporter", "10.0.0.9:9646"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_ipv6_targets_and_listen_addresses_are_written_as_prometheus_takes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "prom"
+    code = cli_main([
+        "config", "prometheus", "--out", str(out), "--listen", "[::]:9090",
+        "--exporter", "[fd00::5]:9646", "--loadgen", "http://[::1]:9647/metrics", "--scrape-interval", "0.25",
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert "--web.listen-address=[::]:9090" in capsys.readouterr().out
+    written = yaml.safe_load((out / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in written["scrape_configs"]}
+    assert jobs["prometheus"]["static_configs"] == [{"targets": ["[::1]:9090"]}]  # itself, reachably
+    assert jobs["exporter"]["static_configs"] == [{"targets": ["[fd00::5]:9646"]}]
+    assert jobs["loadgen"]["static_configs"] == [{"targets": ["[::1]:9647"]}]
+    assert written["global"]["scrape_interval"] == "250ms"
+    if shutil.which("promtool"):
+        result = _promtool("check", "config", str(out / "prometheus.yml"))
+        assert result.returncode == 0, result.stdout + result.stderr

@@ -8,8 +8,10 @@ ones) and across types; the example count is QUANTLOAD_FUZZ_EXAMPLES (200), dera
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import tempfile
 import types
 import typing
 from pathlib import Path
@@ -21,13 +23,15 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 
 from quantload.analysis.capacity_plan import MeasuredLimit, costs, servers_for
+from quantload.analysis.tenant_tables import tenant_slo
 from quantload.cli import cmd_load, cmd_report
 from quantload.cli.main import main
-from quantload.config import PlanSettings, Settings, load_config
+from quantload.config import MAX_USERS, PlanSettings, Settings, TenantSettings, load_config
 from quantload.errors import ConfigError, QuantloadError
 from quantload.load.lengths import parse_length_distribution
 from quantload.load.limit_search import LimitSearch, Trial
 from quantload.load.processes import choose_workers, usable_cores
+from quantload.slo import Slo
 
 EXAMPLES = int(os.environ.get("QUANTLOAD_FUZZ_EXAMPLES", "200"))
 BOUNDED = settings(
@@ -67,6 +71,11 @@ def values_for(annotation: Any) -> st.SearchStrategy[Any]:
         return NUMBERS
     if annotation in (str, Path, SecretStr):
         return st.text(max_size=24)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a nested table
+        fields = annotation.model_fields
+        return st.lists(st.sampled_from(sorted(fields)), max_size=4, unique=True).flatmap(
+            lambda keys: st.fixed_dictionaries({key: values_for(fields[key].annotation) for key in keys})
+        )
     return ANYTHING
 
 
@@ -146,6 +155,73 @@ def use_downstream(settings: Settings) -> None:
                  settings.sessions.turn_tokens, settings.sessions.reply_tokens):  # fmt: skip
         parse_length_distribution(text).sample(3, settings.load.seed)
     choose_workers(settings.load.workers, max(settings.load.users), usable_cores())
+
+
+def toml_value(value: Any) -> str | None:
+    """`value` written as TOML (None: TOML has no null, so the key is left out)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        text = repr(value)
+        return text if any(mark in text for mark in ".en") else text + ".0"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(t for item in value if (t := toml_value(item)) is not None) + "]"
+    if isinstance(value, dict):
+        pairs = [f"{key} = {t}" for key, item in value.items() if (t := toml_value(item)) is not None]
+        return "{ " + ", ".join(pairs) + " }"
+    return json.dumps(str(value))
+
+
+@st.composite
+def tenant_tables(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """One to three [[tenants]] tables: a name and a load of any number (users or a rate), often with
+    random other keys of any value (which may break the table on purpose)."""
+    tables = []
+    for index in range(draw(st.integers(1, 3))):
+        table = {"name": f"t{index}", draw(st.sampled_from(["users", "rate_rps"])): draw(NUMBERS)}
+        if draw(st.booleans()):
+            table.update(draw(values_for(TenantSettings)))
+        tables.append(table)
+    return tables
+
+
+@BOUNDED
+@given(tenants=tenant_tables(), steps=st.one_of(st.none(), values_for(tuple[float, ...])))
+def test_any_tenant_tables_give_settings_or_one_line(
+    tenants: list[dict[str, Any]], steps: Any, tmp_path_factory: Any
+) -> None:
+    folder = Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp()))
+    lines = []
+    for table in tenants:
+        lines.append("[[tenants]]")
+        lines += [f"{key} = {text}" for key, value in table.items() if (text := toml_value(value)) is not None]
+    if steps is not None:
+        lines += ["[noisy_neighbour]", f"steps = {toml_value(steps)}"]
+    (folder / "quantload.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    try:
+        resolved = load_config(folder, {}, {})
+    except ConfigError as error:
+        assert "\n" not in error.one_line()
+        return
+    settings = resolved.settings
+    assert _finite_everywhere(settings.model_dump(mode="python"))
+    neighbour = settings.neighbour_tenant
+    for tenant in settings.tenants:  # what a noisy-neighbour stage sums, at its largest step
+        step = max(settings.noisy_neighbour.steps) if tenant is neighbour else 0.0
+        users = (tenant.rate_users if tenant.open_loop else (tenant.users or 0)) + step
+        assert users <= 2 * MAX_USERS or tenant.open_loop
+        slo = tenant_slo(tenant, Slo(settings.slo.ttft_s, settings.slo.tpot_s))
+        assert math.isfinite(slo.ttft_s) and math.isfinite(slo.tpot_s)
 
 
 @pytest.mark.parametrize("key", sorted(k for k, a in FIELDS.items() if "float" in str(a)))

@@ -339,6 +339,7 @@ def analyze(
     plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
     gaps += _context_and_tenant_gaps(run, stages, plan)
     conversations = conversation_table(run.records, stages)
+    flags = server_flag_tables(run, stages, quants)
     noisy = noisy_table(run.records, stages, run.settings, slo, quants)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
@@ -366,7 +367,7 @@ def analyze(
         histogram_check=hist,
         prometheus_origin=prometheus.origin if client is not None else "",
         gaps=tuple(gaps),
-        notes=tuple(notes),
+        notes=(*notes, *flags.notes),
         plan=plan,
         scale_out=scale_out_signals(series, stages, verdicts),
         quality_loss=quality_loss(kld, quants, run.step_why("kld", None, QUALITY_JSON)),
@@ -386,7 +387,7 @@ def analyze(
         mixed_verdict=mixed_verdict(mixed),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
-        server_flags=server_flag_tables(run, stages, quants),
+        server_flags=flags,
         gpu_energy=energy,
         context_turns=context_turn_table(run.records, stages, quants),
         context_conversations=conversations,

@@ -19,6 +19,7 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis, analyze, run_slo
+from quantload.analysis.csv_file import write_csv
 from quantload.analysis.document import (
     Block,
     Bullets,
@@ -226,9 +227,15 @@ def _delta_row(metric: Metric, quant: str, a: Analysis, b: Analysis) -> dict[str
     }
 
 
+COMPARE_READS = (
+    "a comparison reads the two run folders only; `quantload report RUN` shows each run's Prometheus"
+    " sections"
+)
+
+
 def _offline(run_dir: Path, settings: ReportSettings, slo: Slo | None) -> Analysis:
     run = load_run(run_dir)
-    connection = PromConnection(None, "", ["not read for a comparison"])
+    connection = PromConnection(None, "", ["not read for a comparison"], how=COMPARE_READS)
     return analyze(run, settings, run_slo(run, slo), connection, 1.0)
 
 
@@ -240,13 +247,31 @@ def compare_rows(a: Analysis, b: Analysis) -> tuple[list[dict[str, Any]], list[M
     return [_delta_row(metric, quant, a, b) for quant in quants for metric in chosen], chosen
 
 
+def unrelated(a: Analysis, b: Analysis) -> list[str]:
+    """What keeps two runs from being compared like with like: another model, no quantization in
+    common (each a sentence; none when they are related)."""
+    said = []
+    if a.header.model and b.header.model and a.header.model != b.header.model:
+        said.append(
+            f"The two runs measured different models (A: {a.header.model}; B: {b.header.model}): each"
+            " row sets figures of one model beside the other's."
+        )
+    if a.quants and b.quants and not set(a.quants) & set(b.quants):
+        said.append(
+            f"The two runs share no quantization (A: {', '.join(a.quants)}; B: {', '.join(b.quants)}):"
+            " every row has a figure on one side only, so nothing is compared."
+        )
+    return said
+
+
 def _document(a: Analysis, b: Analysis, rows: list[dict[str, Any]], chosen: list[Metric]) -> Document:
     by_name = {m.name: m for m in chosen}
     facts = [("run", a.header.run_id, b.header.run_id)]
     right = dict(b.header.facts())
     for label, left in a.header.facts()[1:]:
         facts.append((label, left, right.get(label, fmt.DASH)))
-    blocks: list[Block] = [Table(("", "A", "B"), tuple(facts), (False, False, False))]
+    blocks: list[Block] = [Paragraph(line, "warning") for line in unrelated(a, b)]
+    blocks.append(Table(("", "A", "B"), tuple(facts), (False, False, False)))
     cells = []
     for r in rows:
         metric = by_name[r["metric"]]
@@ -312,5 +337,5 @@ def compare_runs(
     paths = ComparePaths(out / COMPARE_MD, out / COMPARE_HTML, out / COMPARE_CSV)
     paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
-    pd.DataFrame(rows).to_csv(paths.csv, index=False, float_format="%.6g")
+    write_csv(pd.DataFrame(rows), paths.csv)
     return paths

@@ -25,6 +25,12 @@ PROMETHEUS_HOW = (
     "install Prometheus (Debian/Ubuntu: apt-get install prometheus; macOS: brew install prometheus) "
     "so the next run records server metrics, or pass --prometheus URL of a Prometheus holding this run"
 )
+PROMETHEUS_HOW_INSTALLED = "pass --prometheus URL of a Prometheus holding this run"
+
+
+def prometheus_how(binary: str = "prometheus") -> str:
+    """How to get the Prometheus sections: install it only where it is not installed."""
+    return PROMETHEUS_HOW if shutil.which(binary) is None else PROMETHEUS_HOW_INSTALLED
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,11 @@ class PromConnection:
     client: PrometheusClient | None
     origin: str
     why_not: list[str] = field(default_factory=list)
+    how: str = PROMETHEUS_HOW  # how to get the sections it could not give
 
     def gap(self, what: str) -> Gap:
         """The note for a section that needs Prometheus."""
-        return Gap("prometheus", what, "; ".join(self.why_not) or "no Prometheus", PROMETHEUS_HOW)
+        return Gap("prometheus", what, "; ".join(self.why_not) or "no Prometheus", self.how)
 
 
 def _has_run_data(client: PrometheusClient, window: TimeWindow) -> bool:
@@ -124,7 +131,7 @@ def open_prometheus(
     """A connection to a Prometheus with the run's data (see the module docstring)."""
     why_not: list[str] = []
     if window is None:
-        yield PromConnection(None, "", ["the run has no load stages to look at"])
+        yield PromConnection(None, "", ["the run has no load stages to look at"], how=prometheus_how(binary))
         return
     recorded = run.state.prometheus if run.state is not None else None
     candidates = [(url, "the Prometheus the report was given")] if url else []
@@ -143,7 +150,7 @@ def open_prometheus(
     tsdb = _tsdb(run)
     if tsdb is None:
         why_not.append("the run folder holds no saved Prometheus data (prometheus/data)")
-        yield PromConnection(None, "", why_not)
+        yield PromConnection(None, "", why_not, how=prometheus_how(binary))
         return
     shown = _shown(tsdb, run.run_dir)
     if shutil.which(binary) is None:
@@ -152,4 +159,4 @@ def open_prometheus(
         return
     with _replay(tsdb, shown, binary, window, why_not) as client:
         origin = f"a Prometheus started by the report on a copy of {shown}"
-        yield PromConnection(client, origin if client else "", why_not)
+        yield PromConnection(client, origin if client else "", why_not, how=prometheus_how(binary))

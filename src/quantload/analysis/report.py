@@ -13,6 +13,7 @@ from pathlib import Path
 
 from quantload.analysis.analyze import Analysis, analyze_run
 from quantload.analysis.chapters import build_document, figures
+from quantload.analysis.csv_file import write_csv
 from quantload.analysis.document import Image, render_html, render_markdown
 from quantload.analysis.run_data import load_run
 from quantload.analysis.summary_json import ReportFiles, summary_file
@@ -138,7 +139,7 @@ def _write(analysis: Analysis, out: Path) -> ReportPaths:
     )
     paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
-    analysis.quant_table.to_csv(paths.csv, index=False, float_format="%.6g")
+    write_csv(analysis.quant_table, paths.csv)
     files = ReportFiles(
         md=REPORT_MD, html=REPORT_HTML, csv=TABLE_CSV, plots=[image.file for image in plots.values()]
     )

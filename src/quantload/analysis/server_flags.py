@@ -13,7 +13,8 @@ from quantload.analysis.run_data import RunData
 from quantload.analysis.slots_tables import slots_table, slots_verdict
 from quantload.analysis.speculation_tables import speculation_table, speculation_verdict
 from quantload.analysis.tune_tables import TuneTables, tune_tables, tune_verdict
-from quantload.experiments.variant_file import read_variants
+from quantload.experiments.variant_file import VARIANTS_JSONL, read_variants
+from quantload.rundir.jsonl import BadLines
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,17 @@ class ServerFlagTables:
     speculation_verdict: str
     tune: TuneTables
     tune_verdict: str
+    variants_note: str | None = None  # damaged lines of variants.jsonl
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The report's notes on what this chapter's files held that could not be read."""
+        return (*((self.variants_note,) if self.variants_note else ()), *self.tune.notes)
 
 
 def server_flag_tables(run: RunData, stages: pd.DataFrame, quants: Sequence[str]) -> ServerFlagTables:
-    variants = read_variants(run.run_dir)
+    bad = BadLines(VARIANTS_JSONL)
+    variants = read_variants(run.run_dir, bad)
     batching = batching_table(run.records, stages, quants)
     slots = slots_table(run.limits, variants, dict(run.summaries), run.records, quants)
     speculation = speculation_table(run.records, stages, variants, quants)
@@ -45,4 +53,5 @@ def server_flag_tables(run: RunData, stages: pd.DataFrame, quants: Sequence[str]
         speculation_verdict(speculation),
         tune,
         tune_verdict(tune),
+        bad.note(),
     )

@@ -10,13 +10,14 @@ the configured flags, what the search cost against the full grid).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from quantload import json_input
+from quantload.rundir.jsonl import BadLines
 from quantload.tune.state_file import TUNE_JSON, TUNE_JSONL, read_tune
 
 TRIAL_COLUMNS = (
@@ -43,10 +44,28 @@ class TuneTables:
     trials: pd.DataFrame
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
     objective: str | None = None
+    outcome_error: str | None = None  # why tune.json could not be read (None: read, or absent)
+    notes: tuple[str, ...] = ()  # the report's notes on what could not be read
+
+
+def _read_outcomes(path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """tune.json's outcome per quantization, and why it could not be read (None: it was, or it is
+    absent)."""
+    if not path.is_file():
+        return {}, None
+    try:
+        loaded = json_input.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        return {}, f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+    quants = loaded.get("quants") if isinstance(loaded, dict) else None
+    if not isinstance(quants, dict) or not all(isinstance(entry, dict) for entry in quants.values()):
+        return {}, "not a tune.json (no table of quantizations)"
+    return dict(quants), None
 
 
 def tune_tables(run_dir: Path) -> TuneTables:
-    lines = read_tune(run_dir / TUNE_JSONL)
+    bad = BadLines(TUNE_JSONL)
+    lines = read_tune(run_dir / TUNE_JSONL, bad)
     rows = [
         {
             "quant": line.quant,
@@ -66,15 +85,12 @@ def tune_tables(run_dir: Path) -> TuneTables:
         if line.kind in ("trial", "baseline")
     ]
     objective = next((line.objective for line in lines if line.kind == "start"), None)
-    outcomes: dict[str, dict[str, Any]] = {}
-    path = run_dir / TUNE_JSON
-    if path.is_file():
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-            outcomes = dict(loaded.get("quants", {})) if isinstance(loaded, dict) else {}
-        except ValueError:
-            outcomes = {}
-    return TuneTables(pd.DataFrame(rows, columns=list(TRIAL_COLUMNS)), outcomes, objective)
+    outcomes, error = _read_outcomes(run_dir / TUNE_JSON)
+    notes = [note for note in (bad.note(),) if note is not None]
+    if error is not None:
+        notes.append(f"{TUNE_JSON} could not be read ({error}); the tune's outcome is left out")
+    trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS))
+    return TuneTables(trials, outcomes, objective, error, tuple(notes))
 
 
 def tune_verdict(tables: TuneTables) -> str:
@@ -84,13 +100,21 @@ def tune_verdict(tables: TuneTables) -> str:
     sentences = []
     for quant in dict.fromkeys(tables.trials["quant"]):
         outcome = tables.outcomes.get(str(quant))
+        if outcome is None and tables.outcome_error is not None:
+            sentences.append(
+                f"{quant}: {TUNE_JSON} could not be read ({tables.outcome_error}); tune.jsonl has its"
+                " trials"
+            )
+            continue
         if outcome is None:
             sentences.append(f"{quant}: the tune did not finish (tune.jsonl has its trials so far)")
             continue
-        against = outcome.get("against_baseline") or {}
+        against = outcome.get("against_baseline")
+        against = against if isinstance(against, dict) else {}
         if outcome.get("winner") is None and not against.get("sentence"):
             sentences.append(f"{quant}: no configuration was shown to meet the SLO")
             continue
-        said = f"{quant}: {against.get('sentence') or 'winner ' + str(outcome['winner'])}"
-        sentences.append(f"{said}; {outcome['cost']['sentence']}")
+        said = f"{quant}: {against.get('sentence') or 'winner ' + str(outcome.get('winner'))}"
+        cost = outcome.get("cost")
+        sentences.append(f"{said}; {cost.get('sentence')}" if isinstance(cost, dict) else said)
     return "; ".join(sentences) + "."

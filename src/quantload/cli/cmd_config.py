@@ -17,9 +17,12 @@ from quantload.observe.prometheus import (
     LOADGEN_JOB,
     SELF_JOB,
     PrometheusError,
+    prometheus_duration,
     scrape_address,
     write_prometheus_config,
 )
+from quantload.paths import check_out_dir
+from quantload.urls import BadUrl, HostPort, host_port
 
 
 def _addresses(values: list[str], option: str) -> list[str]:
@@ -27,6 +30,16 @@ def _addresses(values: list[str], option: str) -> list[str]:
         return [scrape_address(value) for value in values]
     except PrometheusError as error:
         raise ConfigError(f"{option}: {error.problem}", "give HOST:PORT, e.g. 10.0.0.5:9646") from None
+
+
+def _listen(value: str) -> tuple[str, str]:
+    """--listen as Prometheus' --web.listen-address, and the target it scrapes itself at."""
+    try:
+        address = host_port(value)
+    except BadUrl as error:
+        raise ConfigError(f"--listen: {error}", "give HOST:PORT, e.g. 0.0.0.0:9090") from None
+    itself = HostPort("::1" if address.host == "::" else "127.0.0.1", address.port)
+    return address.address, (itself if address.unspecified else address).address
 
 
 def register(app: typer.Typer) -> None:
@@ -76,20 +89,25 @@ def register(app: typer.Typer) -> None:
         settings = cli.config().settings
         if not exporter and not loadgen:
             raise ConfigError("no scrape targets", "give --exporter HOST:PORT and/or --loadgen HOST:PORT")
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out {out} is a file", "give a folder")
+        listen_address, itself = _listen(listen)
         addresses = {
-            SELF_JOB: _addresses([listen], "--listen"),
+            SELF_JOB: [itself],
             EXPORTER_JOB: _addresses(exporter, "--exporter"),
             LOADGEN_JOB: _addresses(loadgen, "--loadgen"),
         }
         interval = scrape_interval if scrape_interval is not None else settings.observe.scrape_interval_s
-        if interval <= 0:
-            raise ConfigError(f"--scrape-interval {interval:g} is not above 0")
-        path = write_prometheus_config(out, addresses, interval)
+        try:
+            prometheus_duration(interval)
+        except PrometheusError as error:
+            raise ConfigError(f"--scrape-interval: {error.problem}", "e.g. --scrape-interval 1") from None
+        check_out_dir(out)
+        try:
+            path = write_prometheus_config(out, addresses, interval)
+        except PrometheusError as error:
+            raise ConfigError(error.problem, error.hint) from None
         cli.console.print(f"wrote {path}", highlight=False, soft_wrap=True)
         cli.console.print(
-            f"run: prometheus --config.file={path} --web.listen-address={addresses[SELF_JOB][0]}"
+            f"run: prometheus --config.file={path} --web.listen-address={listen_address}"
             " --storage.tsdb.path=<data folder>",
             highlight=False,
             soft_wrap=True,

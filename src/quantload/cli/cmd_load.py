@@ -38,10 +38,12 @@ from quantload.load import (
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import GPU_JSON, make_run_id, write_json_atomic
+from quantload.rundir.config_file import write_load_config
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.steps.load import run_experiment
 from quantload.steps.serve import watch_idle
+from quantload.urls import listen_problem
 
 SUMMARY_JSON = "load-summary.json"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -113,6 +115,29 @@ def remote_worker_lines(load: LoadSettings) -> list[str]:
             " (give --master-host this host's address, or 0.0.0.0)"
         )
     return lines
+
+
+def master_lines(load: LoadSettings, workers: int, host_flag: str | None, port_flag: int | None) -> list[str]:
+    """Warnings on the master's address flags where no worker joins a master (nothing reads them);
+    ConfigError, before any process starts, where workers will join one this machine cannot listen
+    on."""
+    if load.remote_workers == 0 and workers == 0:
+        flags = (("--master-host", host_flag), ("--master-port", port_flag))
+        given = [flag for flag, value in flags if value]
+        if given:
+            return [
+                f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} read only when workers join a"
+                " master (--remote-workers N for workers on other hosts, or load.workers): this load"
+                " runs in one process"
+            ]
+        return []
+    problem = listen_problem(load.master_host)
+    if problem is not None:
+        raise ConfigError(
+            f"load.master_host: the Locust master cannot listen on {load.master_host}: {problem}",
+            "give an address of this host (ip addr), or 0.0.0.0 for every one",
+        )
+    return []
 
 
 def register(app: typer.Typer) -> None:
@@ -258,7 +283,7 @@ def register(app: typer.Typer) -> None:
         for line in ignored_flags(settings, flags):
             cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         check_out_dir(out)
-        experiments = registry.against_any_server(experiment or ["sweep"])
+        experiments = registry.against_any_server(experiment or ["sweep"], settings)
         if duration is not None and all(kind.name != SOAK for kind in experiments):
             cli.err_console.print(
                 f"warning: --duration is read by the soak experiment only: add -e {SOAK}",
@@ -291,9 +316,12 @@ def register(app: typer.Typer) -> None:
         choice = choose_workers(settings.load.workers, most_users, usable_cores(), per_process)
         if choice.warning:
             cli.err_console.print(f"warning: {choice.warning}")
+        for line in master_lines(settings.load, choice.workers, master_host, master_port):
+            cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         for line in remote_worker_lines(settings.load):
             cli.err_console.print(line, highlight=False, soft_wrap=True)
         run = run_id or make_run_id(settings.model_dump(mode="json"))
+        write_load_config(out, config)  # the report's sections read the settings this load ran with
         summaries: list[StageSummary] = []
         limits = []
         searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command

@@ -11,6 +11,7 @@ import typer
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
 from quantload.load import WorkerLoop, master_listen_port, worker_argv
+from quantload.urls import host_problem
 
 LOG_NAME = "load-worker.log"
 
@@ -52,6 +53,8 @@ def register(app: typer.Typer) -> None:
         settings = cli.config(flags).settings
         if not master_host.strip():
             raise ConfigError("--master-host is empty", "give the address of the host running quantload load")
+        if (problem := host_problem(master_host)) is not None:
+            raise ConfigError(f"--master-host: {problem}", "give the master host's address")
         api_key = settings.server.api_key.get_secret_value() if settings.server.api_key else None
         if api_key_env is not None:
             api_key = cli.environ.get(api_key_env) or os.environ.get(api_key_env)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from quantload.analysis.run_tables import imatrix_text
 from quantload.cli.context import cli_context
-from quantload.cli.file_args import given_files
+from quantload.cli.file_args import given_files, quant_labels
 from quantload.cli.progress_view import progress_bar
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.paths import cache_root, check_out_dir
@@ -46,9 +46,7 @@ def register(app: typer.Typer) -> None:
         settings = cli.config(
             {
                 "model.source": model,
-                "prepare.quants": tuple(q.strip() for q in quants.split(",") if q.strip()) or None
-                if quants
-                else None,
+                "prepare.quants": quant_labels(quants),
                 "prepare.imatrix": imatrix,
                 "prepare.calibration": calibration,
                 "prepare.files": tuple(chosen) if chosen else None,

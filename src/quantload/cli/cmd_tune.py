@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from quantload.cli.context import cli_context
+from quantload.cli.file_args import quant_labels
 from quantload.cli.run_view import RichRunView
 from quantload.cli.slo_options import (
     CONFIDENCE,
@@ -42,7 +43,7 @@ def _ranking(quant: str, summary: dict[str, Any]) -> Table:
         title=f"quantload tune {quant}: configurations, best first",
     )
     for row in summary["ranking"]:
-        limit = "did not run" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
+        limit = "not measured" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
         table.add_row(
             str(row["rank"]),
             row["key"],
@@ -61,6 +62,12 @@ def _show(cli: Any, result: TuneResult) -> None:
     for quant in result.quants:
         summary = quant.summary
         cli.console.print(_ranking(quant.quant, summary))
+        for row in summary["ranking"]:
+            if not row["ran"]:
+                said = f"  {row['key']}: not measured: {row['why']}"
+                cli.console.print(said, highlight=False, markup=False, soft_wrap=True)
+        for note in summary.get("notes", []):
+            cli.console.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
         if summary["winner"] is None:
             against = summary["against_baseline"]
             said = (
@@ -103,7 +110,7 @@ def register(app: typer.Typer) -> None:
             None, "--resume", help="Go on with the tune in this run directory."
         ),
         budget: float | None = typer.Option(
-            None, "--budget", help="Seconds per quantization (tune.budget_s)."
+            None, "--budget", help="Seconds per quantization, trials and baseline together (tune.budget_s)."
         ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
         slo_ttft: float | None = SLO_TTFT,
@@ -118,7 +125,7 @@ def register(app: typer.Typer) -> None:
         cli = cli_context(ctx)
         flags: dict[str, Any] = {
             "model.source": model,
-            "prepare.quants": [q.strip() for q in quants.split(",") if q.strip()] if quants else None,
+            "prepare.quants": quant_labels(quants),
             "run.profile": profile,
             "run.out": out,
             "tune.budget_s": budget,

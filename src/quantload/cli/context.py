@@ -33,5 +33,7 @@ def cli_context(ctx: typer.Context) -> CliContext:
     """The CliContext stored on the typer context by the top-level callback."""
     obj = ctx.find_root().obj
     if not isinstance(obj, CliContext):
-        obj = CliContext(Path.cwd(), dict(os.environ), None, Console(), Console(stderr=True))
+        obj = CliContext(
+            Path.cwd(), dict(os.environ), None, Console(markup=False), Console(stderr=True, markup=False)
+        )
     return obj

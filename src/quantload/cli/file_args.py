@@ -15,3 +15,17 @@ def given_files(files: list[str] | None, trailing: list[str] | None) -> list[str
             "name files to measure with --files FILE [FILE...]",
         )
     return [*(files or []), *(trailing or [])] or None
+
+
+def quant_labels(text: str | None, flag: str = "--quants") -> tuple[str, ...] | None:
+    """`--quants Q8_0,Q4_K_M` as labels (None when the flag is not given); ConfigError for a value
+    that names none, instead of taking the defaults in silence."""
+    if text is None:
+        return None
+    labels = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not labels:
+        raise ConfigError(
+            f"{flag} {text!r} names no quantization",
+            f"give types, e.g. {flag} Q8_0,Q4_K_M, or leave {flag} out for prepare.quants",
+        )
+    return labels

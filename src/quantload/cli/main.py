@@ -20,7 +20,7 @@ from quantload import __version__
 from quantload.cli import commands
 from quantload.cli.context import CliContext
 from quantload.cli.stop_relay import StopRelay
-from quantload.errors import QuantloadError
+from quantload.errors import QuantloadError, write_failure
 
 INTERRUPTED_EXIT_CODE = 130  # the shell's code for a process ended by SIGINT
 REDELIVER_AFTER_S = 0.01  # a swallowed interrupt is sent again this much later
@@ -104,8 +104,8 @@ def build_app() -> typer.Typer:
             cwd=Path.cwd(),
             environ=dict(os.environ),
             config_file=config_file,
-            console=Console(),
-            err_console=Console(stderr=True),
+            console=Console(markup=False),  # labels and paths are shown as they are, never as markup
+            err_console=Console(stderr=True, markup=False),
         )
 
     for register in commands.REGISTRARS:
@@ -134,6 +134,13 @@ def _run(app: typer.Typer, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted")
         return INTERRUPTED_EXIT_CODE
+    except OSError as error:  # what only writing finds (a full disk mid-stage): one line, what is kept stays
+        failure = write_failure(error)
+        if failure is None:
+            raise
+        message = Text("error: ", style="bold red") + Text(failure.one_line())
+        Console(stderr=True, highlight=False, soft_wrap=True).print(message)
+        return 1
     except typer.Exit as done:
         return int(done.exit_code or 0)
     except typer.Abort:

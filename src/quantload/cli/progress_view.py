@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,10 +29,10 @@ def progress_bar(console: Console, description: str) -> Iterator[ProgressCallbac
         TimeElapsedColumn(),
         TextColumn("eta"),
         TimeRemainingColumn(),
-        TextColumn("{task.fields[note]}", style="dim"),
+        TextColumn("{task.fields[note]}", style="dim", markup=False),  # notes hold labels as they are
     )
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(description, total=None, note="")
+        task = progress.add_task(escape(description), total=None, note="")
 
         def update(completed: float, total: float | None, note: str = "") -> None:
             progress.update(task, completed=completed, total=total, note=note)

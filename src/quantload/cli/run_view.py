@@ -6,6 +6,7 @@ import time
 from types import TracebackType
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -33,7 +34,7 @@ class RichRunView:
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
-            TextColumn("{task.fields[note]}", style="dim"),
+            TextColumn("{task.fields[note]}", style="dim", markup=False),  # notes hold labels as they are
             console=console,
         )
         self._current: TaskID | None = None
@@ -68,7 +69,7 @@ class RichRunView:
         """Start a new line for `title` and return the callback that moves it."""
         self._close_current()
         elapsed = time.monotonic() - self.started
-        task = self._progress.add_task(f"{title} [dim](+{elapsed:.0f}s)[/]", total=None, note="")
+        task = self._progress.add_task(f"{escape(title)} [dim](+{elapsed:.0f}s)[/]", total=None, note="")
         self._current = task
         self._progress.update(self._run, note=f"now: {title}")
 

@@ -150,6 +150,11 @@ def no_check(preflight: Preflight) -> None:
     """The check of an experiment whose settings say all there is to check."""
 
 
+def runs_against_any_server(settings: Settings) -> str | None:
+    """The `foreign` check of an experiment that measures the same against any server."""
+    return None
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One experiment's declaration (see the module docstring)."""
@@ -165,3 +170,5 @@ class Experiment:
     searches: bool = False  # its stages are trials that may fail on purpose (a limit search)
     by_default: bool = True
     check: Callable[[Preflight], None] = no_check
+    # why it would measure nothing against a server quantload did not start (None: it measures)
+    foreign: Callable[[Settings], str | None] = runs_against_any_server

@@ -72,6 +72,17 @@ def missing(settings: Settings) -> str | None:
     return None if settings.context.conversations > 0 else "context.conversations is 0"
 
 
+def foreign(settings: Settings) -> str | None:
+    """Shift alone measures nothing against a server quantload cannot restart with its flags."""
+    if set(settings.context.policies) == {"shift"}:
+        return (
+            f"context.policies is only shift, which restarts the server with {SHIFT_ARGS}: a server"
+            " quantload did not start cannot be, so nothing would be measured (add fail or trim to"
+            " context.policies, or run it through `quantload run`)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class SystemPrompt:
     """The system prompt of one stage's conversations, and its tokens as the server counts them."""
@@ -230,6 +241,8 @@ def run(context: ExperimentContext) -> ExperimentRun:
                 " slot context (context.ctx_per_slot does not apply), and fail measures whatever"
                 " context shift the server was started with"
             )
+        if not policies:
+            raise ConfigError(f"the {NAME} experiment cannot run: {foreign(context.settings)}")
         for index, policy in enumerate(policies):
             summaries += _one_policy(context, context.target, policy, index, "server's own flags")
         return experiment_run(NAME, summaries)
@@ -252,4 +265,5 @@ EXPERIMENT = Experiment(
     missing=missing,
     run=run,
     server_flags="optional",
+    foreign=foreign,
 )

@@ -85,9 +85,11 @@ def for_any_server() -> tuple[str, ...]:
     return tuple(experiment.name for experiment in REGISTRY if experiment.server_flags != "required")
 
 
-def against_any_server(requested: Sequence[str]) -> list[Experiment]:
+def against_any_server(requested: Sequence[str], settings: Settings | None = None) -> list[Experiment]:
     """The experiments `quantload load` may run against servers it did not start; ConfigError for
-    an unknown name or one that needs to restart the server with other flags."""
+    an unknown name, one that needs to restart the server with other flags, and (given `settings`)
+    one whose input is missing or that would measure nothing against such a server: all before
+    any of them runs."""
     chosen = []
     for name in requested:
         experiment = get(name)
@@ -96,6 +98,10 @@ def against_any_server(requested: Sequence[str]) -> list[Experiment]:
                 f"the {name} experiment starts llama-servers of its own with other flags",
                 "run it through `quantload run`",
             )
+        why = None if settings is None else experiment.missing(settings) or experiment.foreign(settings)
+        if why is not None:
+            hint = "set it, or leave the experiment out"
+            raise ConfigError(f"the {name} experiment cannot run: {why}", hint)
         chosen.append(experiment)
     return chosen
 

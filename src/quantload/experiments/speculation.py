@@ -52,7 +52,8 @@ from quantload.load import (
     select_prompts,
     stage_plan,
 )
-from quantload.models.vocab import draft_problem
+from quantload.models.vocab import draft_file_problem, draft_problem
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 
 NAME = "speculation"
@@ -131,8 +132,10 @@ def check_draft(settings: Settings, build_types: Sequence[str], models: dict[str
                 f"speculation.draft_model: {problem} (target {quant}: {path.name})",
                 "give a GGUF of the same model at another precision, or unset speculation.draft_model",
             )
-    if not models and not spec.draft_model.is_file():
-        raise ConfigError(f"speculation.draft_model {spec.draft_model} does not exist", "check the path")
+    if not models:
+        problem = draft_file_problem(spec.draft_model)
+        if problem is not None:
+            raise ConfigError(f"speculation.draft_model: {problem}", "give a GGUF draft model, or unset it")
 
 
 def check(preflight: Preflight) -> None:
@@ -189,10 +192,10 @@ def _stages(
     return summaries
 
 
-def request_drafts(context: ExperimentContext, stage_ids: set[str]) -> tuple[list[float], int]:
+def request_drafts(run_dir: RunDir, stage_ids: set[str]) -> tuple[list[float], int]:
     """The draft tokens each measured request of these stages reported, and how many there were."""
     drafts, requests = [], 0
-    for record in iter_records(context.run.run_dir.records_path):
+    for record in iter_records(run_dir.records_path):
         if record.stage_id in stage_ids and not record.warmup:
             requests += 1
             drafts.append(float((record.timings or {}).get("draft_n", 0.0)))
@@ -216,7 +219,7 @@ def _one_variant(
                 return [], check.why
         summaries = _stages(context, served.target, variant, levels)
         if check is not None:
-            drafts, requests = request_drafts(context, {s.stage_id for s in summaries})
+            drafts, requests = request_drafts(context.run.run_dir, {s.stage_id for s in summaries})
             check = check_after(served.target, check, drafts, requests)
         append_variant(context.run.run_dir, variant_line(context.run.run_id, NAME, served, check))
     if check is not None and not check.speculating:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quantload.experiments.base import ServedVariant
 from quantload.load import JsonlAppender
 from quantload.rundir.handle import RunDir
-from quantload.rundir.jsonl import iter_jsonl
+from quantload.rundir.jsonl import BadLines, iter_jsonl
 
 VARIANT_SCHEMA = "quantload.variant/1"
 VARIANTS_JSONL = "variants.jsonl"
@@ -110,6 +110,6 @@ def append_variant(run_dir: RunDir, line: VariantLine) -> None:
         appender.close()
 
 
-def read_variants(run_dir: Path) -> list[VariantLine]:
-    """Every variant line of a run folder (unreadable lines skipped)."""
-    return list(iter_jsonl(run_dir / VARIANTS_JSONL, VariantLine.from_json_line))
+def read_variants(run_dir: Path, bad: BadLines | None = None) -> list[VariantLine]:
+    """Every variant line of a run folder; an unreadable one is counted in `bad`."""
+    return list(iter_jsonl(run_dir / VARIANTS_JSONL, VariantLine.from_json_line, bad))

@@ -49,6 +49,12 @@ class QuantTypes:
         upper = name.upper()
         if upper in self.file_types and upper not in NOT_A_FILE_TYPE:
             return upper
+        if upper in NOT_A_FILE_TYPE:
+            raise ConfigError(
+                f"{where}: {name!r} is llama-quantize's copy of the source's tensors as they are, not a"
+                " quantization: the file would be the reference again",
+                "the reference file is listed as F16 (or BF16, F32); leave COPY out",
+            )
         choices = [t for t in self.file_types if t not in NOT_A_FILE_TYPE]
         raise ConfigError(
             f"{where}: {name!r} is not a type this llama-quantize knows{_nearest(upper, choices)}",

@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantload.childproc import die_with_parent
+from quantload.childproc import start_child, stop_group
 from quantload.errors import ModelError
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.progress import ProgressCallback, no_progress
@@ -70,17 +70,17 @@ def _run(command: list[str], log_path: Path, label: str, progress: ProgressCallb
     with log_path.open("w", encoding="utf-8") as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            preexec_fn=die_with_parent(),
-        )  # fmt: skip
+        process = start_child(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            step = _TENSOR_STEP.match(line)
-            if step:
-                progress(int(step.group(1)), int(step.group(2)), label)
-        return process.wait()
+        try:
+            for line in process.stdout:
+                log.write(line)
+                step = _TENSOR_STEP.match(line)
+                if step:
+                    progress(int(step.group(1)), int(step.group(2)), label)
+            return process.wait()
+        finally:
+            stop_group(process)  # interrupted: the tool goes too; ended: nothing of it is left
 
 
 def quantize(

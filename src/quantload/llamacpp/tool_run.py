@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from quantload import cpu_share
-from quantload.childproc import die_with_parent
+from quantload.childproc import start_child, stop_group
 from quantload.errors import MeasurementError, ModelError, ToolchainError
 from quantload.progress import ProgressCallback
 
@@ -227,13 +227,12 @@ def run_tool(
     started = time.monotonic()
     cpu_at_start = cpu_share.mark()
     try:
-        process = subprocess.Popen(
-            list(command),
+        process = start_child(
+            command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
-            preexec_fn=die_with_parent(),
         )
     except OSError as error:
         raise ToolchainError(f"{command[0]} cannot run: {error}", "rebuild or reinstall llama.cpp") from None
@@ -266,9 +265,8 @@ def run_tool(
             if not timed_out:
                 timed_out = not _exited_by(process, deadline)
         finally:
-            if process.poll() is None:
-                process.kill()  # our own child, by its PID: timed out, interrupted or failed
-            process.wait()
+            # timed out, interrupted or failed: the tool and anything it started, by its group
+            stop_group(process, grace_s=0.0)
             process.stdout.close()
             process.stderr.close()
     return ToolRun(

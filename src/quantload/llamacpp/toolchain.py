@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from quantload.cache_lock import cache_lock
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
 from quantload.gpus import GpuInventory, InventoryReader, read_gpu_inventory
@@ -213,7 +214,9 @@ def ensure_toolchain(
 ) -> Toolchain:
     """The tools, building them from the pinned sdist into the cache when none are found, for
     the backend this machine calls for (`cache_backend`); with `gpu_layers` (server.gpu_layers)
-    every measuring tool places that many layers on the GPU."""
+    every measuring tool places that many layers on the GPU. The cache's tools are looked for and
+    built under the cache's lock (quantload.cache_lock), so a run never takes tools another run is
+    still building."""
     chain = _ensure(settings, environ, progress, gpus)
     return chain.placing_layers(gpu_layers) if gpu_layers is not None else chain
 
@@ -229,16 +232,29 @@ def _ensure(
     found = _from_cache(settings, environ, backend)
     if found is not None:
         return found
-    tree = ensure_source_tree(cache_root(settings.cache_dir, environ), local_dir=settings.sdist_dir)
-    build_tools(
-        tree, jobs=settings.build_jobs, progress=progress, backend=backend, timeout_s=settings.build_timeout_s
-    )
-    built = _from_cache(settings, environ, backend)
+    cache = cache_root(settings.cache_dir, environ)
+    with cache_lock(_lock_folder(cache), "the llama.cpp build", on_wait=lambda line: progress(0, None, line)):
+        found = _from_cache(settings, environ, backend)
+        if found is not None:
+            return found
+        tree = ensure_source_tree(cache, local_dir=settings.sdist_dir)
+        build_tools(
+            tree, jobs=settings.build_jobs, progress=progress, backend=backend,
+            timeout_s=settings.build_timeout_s,
+        )  # fmt: skip
+        built = _from_cache(settings, environ, backend)
     if built is None:
         raise ToolchainError("llama.cpp was built but its tools cannot be found", "run again")
     return built
 
 
+def _lock_folder(cache: Path) -> Path:
+    """The folder whose lock guards the pinned llama.cpp's source and build in `cache`."""
+    return source_dir(cache).parent
+
+
 def ensure_llama_source(settings: ToolchainSettings, environ: Mapping[str, str]) -> Path:
     """The pinned llama.cpp source tree (for its vocabulary files), downloaded if needed."""
-    return ensure_source_tree(cache_root(settings.cache_dir, environ), local_dir=settings.sdist_dir)
+    cache = cache_root(settings.cache_dir, environ)
+    with cache_lock(_lock_folder(cache), "the llama.cpp source"):
+        return ensure_source_tree(cache, local_dir=settings.sdist_dir)

@@ -40,7 +40,6 @@ import dataclasses
 import json
 import os
 import platform
-import shutil
 import socket
 import tempfile
 import time
@@ -52,6 +51,8 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from quantload import http_errors
+from quantload.cache_lock import cache_lock
 from quantload.config import CalibrateSettings, LoadSettings, Settings
 from quantload.errors import QuantloadError
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
@@ -112,7 +113,7 @@ class RemoteFake:
             return answer.json()
         except (httpx.HTTPError, ValueError) as error:
             raise CalibrationError(
-                f"the calibration fake at {self.url} did not answer {path}: {error}",
+                f"the calibration fake at {self.url} did not answer {path}: {http_errors.said(error)}",
                 "start it on that host with `quantload calibrate --serve-fake HOST:PORT`",
             ) from None
 
@@ -478,12 +479,19 @@ def machine_limits(settings: Settings, cwd: Path) -> MachineLimits:
 
 
 def write_calibration(result: Calibration, out_dir: Path) -> Path:
-    """Write `calibration-<UTC time>.json` and copy it to `latest.json`; return the first."""
+    """Write `calibration-<UTC time>.json` and, unless a newer one is there, `latest.json`: under
+    the folder's lock, each whole (two calibrations at once never leave half a file); return the
+    first."""
     stamp = datetime.fromtimestamp(result.created_unix_s, UTC).strftime("%Y%m%dT%H%M%SZ")
     path = out_dir / f"calibration-{stamp}.json"
-    write_json_atomic(path, result.model_dump(mode="json"))
-    latest = out_dir / LATEST_JSON
-    partial = latest.with_suffix(".partial")
-    shutil.copyfile(path, partial)
-    partial.replace(latest)
+    data = result.model_dump(mode="json")
+    with cache_lock(out_dir, "the calibration"):
+        write_json_atomic(path, data)
+        latest = out_dir / LATEST_JSON
+        try:
+            newest = Calibration.model_validate_json(latest.read_text(encoding="utf-8")).created_unix_s
+        except (OSError, ValueError):
+            newest = None
+        if newest is None or newest <= result.created_unix_s:
+            write_json_atomic(latest, data)
     return path

@@ -73,6 +73,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from quantload.childproc import start_child, stop_group
 from quantload.stats import percentile
 
 MAX_LATENESS_SAMPLES = 500_000
@@ -721,7 +722,7 @@ class FakeServerProcess:
         """Start the process; returns once it listens. RuntimeError if it does not start."""
         self._folder = tempfile.TemporaryDirectory(prefix="quantload-fake-")
         port_file = Path(self._folder.name) / "port"
-        self._process = subprocess.Popen(
+        self._process = start_child(
             self.command(port_file), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + self.start_timeout_s
@@ -746,13 +747,8 @@ class FakeServerProcess:
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL) and remove its folder."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        if process is not None:
+            stop_group(process)
         if self._folder is not None:
             self._folder.cleanup()
             self._folder = None

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantload.childproc import die_with_parent
+from quantload.childproc import start_child, stop_group
 from quantload.load.plan import API_KEY_ENV
 from quantload.load.processes import ENTRY_MODULE, LOCUST_MASTER_PORT, MASTER_LOST_EXIT
 from quantload.load.supervisor import LoadError, failure_cause
@@ -126,28 +126,14 @@ class WorkerLoop:
         with self.log_path.open("ab") as log:
             log.write(f"--- worker {number}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            process = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                preexec_fn=die_with_parent(),
+            process = start_child(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
             )
         self.on_event(f"worker {number} (pid {process.pid}) waiting for its master")
         try:
             returncode = process.wait()
         except BaseException:  # Ctrl-C, SIGTERM: the worker goes with us
-            _stop(process)
+            stop_group(process, STOP_GRACE_S)
             raise
         return WorkerEnded(number, returncode, time.monotonic() - started)
 
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-    try:
-        process.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=STOP_GRACE_S)

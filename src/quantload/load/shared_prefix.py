@@ -11,6 +11,7 @@ from importlib import resources
 import httpx
 
 from quantload.errors import ServerError
+from quantload.http_errors import said
 
 TOLERANCE = 0.02
 
@@ -31,7 +32,7 @@ def count_tokens(client: httpx.Client, url: str, text: str, api_key: str | None 
             f"{url.rstrip('/')}/tokenize", json={"content": text}, headers=_headers(api_key)
         )
     except httpx.HTTPError as error:
-        raise ServerError(f"cannot reach {url}/tokenize: {error}", "is the server up?") from None
+        raise ServerError(f"cannot reach {url}/tokenize: {said(error)}", "is the server up?") from None
     if response.status_code != 200:
         raise ServerError(
             f"{url}/tokenize answered HTTP {response.status_code}",

@@ -29,9 +29,12 @@ answer costs one warning line, never the load.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -42,7 +45,7 @@ from typing import IO, TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 from quantload import machine_share
-from quantload.childproc import die_with_parent
+from quantload.childproc import start_child, stop_group
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
 from quantload.load.client import Endpoint, EndpointError
@@ -269,16 +272,14 @@ class InvocationWatch:
 
 
 def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Every load process and what it started: all signalled at once, each waited for in turn
+    (within STOP_GRACE_S, then killed)."""
     for process in processes:
         if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM)
     for process in processes:
-        try:
-            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_GRACE_S)
+        stop_group(process, STOP_GRACE_S)
 
 
 @dataclass(frozen=True)
@@ -288,6 +289,12 @@ class _Started:
     spec: LoadProcess
     process: subprocess.Popen[bytes]
     log_path: Path
+
+
+def _keep_started(
+    started: list[_Started], spec: LoadProcess, log_path: Path, process: subprocess.Popen[bytes]
+) -> None:
+    started.append(_Started(spec, process, log_path))
 
 
 def failure_cause(log_path: Path, returncode: int) -> str:
@@ -390,17 +397,16 @@ def run_plan(plan: LoadPlan, context: RunContext, *, layout: ProcessLayout | Non
             handle: IO[bytes] = log_path.open("ab")
             handles.append(handle)
             try:
-                process = subprocess.Popen(
-                    list(spec.argv),
+                start_child(
+                    spec.argv,
+                    functools.partial(_keep_started, started, spec, log_path),
                     stdout=handle,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     env=env,
-                    preexec_fn=die_with_parent(),
                 )
             except OSError as error:
                 raise LoadError(f"cannot start the load process: {error}") from None
-            started.append(_Started(spec, process, log_path))
         driver = started[0].process
         progress(0, total, watch.note)
         deadline = time.monotonic() + _time_bound_s(plan)

@@ -24,6 +24,7 @@ import httpx
 
 from quantload import json_input
 from quantload.errors import ServerError
+from quantload.http_errors import said
 
 PROBE_TEXT = "Hello there, how are you today?"
 MAX_ADJUSTMENTS = 6
@@ -52,7 +53,7 @@ class ServerTokenizer:
         try:
             response = self._client.post(f"{self.url}{path}", json=body)
         except httpx.HTTPError as error:
-            raise ServerError(f"cannot reach {self.url}{path}: {error}", "is the server up?") from None
+            raise ServerError(f"cannot reach {self.url}{path}: {said(error)}", "is the server up?") from None
         if response.status_code in (401, 403):
             raise ServerError(
                 f"{self.url}{path} answered HTTP {response.status_code}: the server "

@@ -4,7 +4,9 @@ cached like the test split) or a file of the user's; never the text quality is s
 Checked before any work: the file exists and is not empty, it holds at least the 2 x
 prepare.imatrix_ctx tokens llama-imatrix needs for one chunk (a token is at least one byte, so a
 text with fewer bytes is certainly too short), and it is not the scored text (the same bytes, or a
-text holding the scored text's opening, which is what llama-perplexity scores first).
+text holding the scored text's opening, which is what llama-perplexity scores first). Where the
+scored text is not on disk yet (a standalone `quantload prepare` before any quality run), the
+default one, WikiText-2's test split, is known by its first sentence.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from quantload.quality.dataset import (
 )
 
 OPENING_BYTES = 4096  # the scored text's opening looked for inside the calibration text
+# WikiText-2's test split (the default scored text) opens with this sentence (its article 1)
+WIKITEXT_TEST_OPENING = b"Robert Boulter is an English film , television and theatre actor"
 SETTING = "prepare.calibration"
 
 
@@ -57,9 +61,11 @@ def check_calibration_file(path: Path, ctx_tokens: int, scored: Path | None) -> 
             f" least {needed} tokens (2 x prepare.imatrix_ctx = {ctx_tokens})",
             "give a longer text, or lower prepare.imatrix_ctx",
         )
-    if scored is not None and scored.is_file() and _holds_scored_text(path, scored):
+    known = scored is not None and scored.is_file() and _holds_scored_text(path, scored)
+    if known or (scored is None and WIKITEXT_TEST_OPENING in path.read_bytes()):
+        shown = scored or "WikiText-2's test split"
         raise ConfigError(
-            f"{SETTING} = {path} holds the text quality is scored on ({scored}): an importance"
+            f"{SETTING} = {path} holds the text quality is scored on ({shown}): an importance"
             " matrix calibrated on it would flatter every file made with it",
             f"calibrate on other text ({DEFAULT_CALIBRATION}, WikiText-2's train split, by default)",
         )

@@ -6,10 +6,17 @@ importance matrix (`Q4_K_M-imatrix`), or a mix's name. A type llama-quantize ref
 importance matrix (IQ2_XS, ...) is quantized with `prepare.imatrix` and labelled `-imatrix`, or
 refused in one line when there is none. The reference file (the best precision the source has:
 F32, BF16 or F16) is always made first; F16/BF16/F32 in `prepare.quants` name it or a copy of it.
+
+A mix's override `NAME=TYPE` is a regular expression llama-quantize searches every tensor name
+for (std::regex): one that does not compile is refused with the parser's reason, and once the
+reference is made, one that matches none of its tensors (`check_overrides_match`) is refused too,
+before any quantized file is made (it would make a copy of the mix's base type).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,9 +115,32 @@ def _overrides(mix: MixSettings, types: QuantTypes) -> tuple[tuple[str, ...], li
         pattern, eq, kind = item.partition("=")
         if not eq or not pattern or not kind:
             raise ConfigError(f"{where}: {item!r} is not NAME=TYPE", "e.g. attn_v=q8_0")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ConfigError(
+                f"{where}: {pattern!r} is not a pattern llama-quantize can read ({error})",
+                r"give a tensor name or a regular expression searched in tensor names, e.g. attn_v or"
+                r" blk\.[0-3]\.attn_v",
+            ) from None
         checked.append(f"{pattern}={types.tensor_type(kind, where)}")
         named.append(kind.lower())
     return tuple(checked), named
+
+
+def check_overrides_match(plan: FilePlan, tensor_names: Sequence[str]) -> None:
+    """ConfigError for a mix override that matches none of the model's tensors (`tensor_names`,
+    the reference's)."""
+    for item in plan.files:
+        for override in item.options.tensor_types:
+            pattern = override.partition("=")[0]
+            if not any(re.search(pattern, name) for name in tensor_names):
+                examples = ", ".join(sorted(tensor_names)[:4])
+                raise ConfigError(
+                    f"prepare.mixes {item.label}: {override} matches none of the model's tensors, so the"
+                    f" file would be its base type {item.quant_type} (tensors are named like {examples})",
+                    "name a part of tensor names, e.g. attn_v or ffn_down",
+                )
 
 
 def _mix_file(mix: MixSettings, types: QuantTypes, with_imatrix: bool) -> PlannedFile:

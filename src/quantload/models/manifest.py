@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from quantload.cache_lock import cache_lock
 from quantload.rundir import MANIFEST_JSON, read_json, write_json_atomic
 
 SCHEMA = "quantload.manifest/1"
@@ -116,13 +117,22 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_manifest(path: Path) -> Manifest | None:
-    """The manifest at `path`, or None when absent or unreadable."""
+def load_manifest(path: Path, locked: bool = True) -> Manifest | None:
+    """The manifest at `path`, or None when absent or unreadable; read whole, under its folder's
+    shared lock (a prepare writing that folder is waited for: quantload.cache_lock), unless the
+    caller holds the folder's lock itself (`locked=False`)."""
     if not path.is_file():
         return None
+    if not locked:
+        return _read_manifest(path)
+    with cache_lock(path.parent, "the prepared files", shared=True):
+        return _read_manifest(path)
+
+
+def _read_manifest(path: Path) -> Manifest | None:
     try:
         return Manifest.from_json(read_json(path))
-    except ValueError:
+    except (OSError, ValueError):
         return None
 
 

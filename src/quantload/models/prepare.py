@@ -26,8 +26,9 @@ from quantload.llamacpp.quant_types import REFERENCE_TYPES, quant_types
 from quantload.llamacpp.quantize import QuantizeOptions, quantize
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.calibration import calibration_path, check_calibration_file, resolve_calibration
-from quantload.models.file_plan import FilePlan, PlannedFile, plan_files
+from quantload.models.file_plan import FilePlan, PlannedFile, check_overrides_match, plan_files
 from quantload.models.gguf_meta import read_gguf
+from quantload.models.gguf_scan import scan_gguf
 from quantload.models.imatrix_file import ImatrixRecord, computed_imatrix, given_imatrix, imatrix_metadata
 from quantload.models.manifest import Manifest, ManifestEntry, load_manifest, save_manifest, sha256_of
 from quantload.models.sources import ResolvedSource, resolve_source
@@ -184,7 +185,7 @@ def prepare_models(
     manifest_path = out_dir / MANIFEST_JSON
     seed_text = f" seed {tiny_seed}" if resolved.kind == "synthetic" else ""
     source_label = f"{resolved.origin}{seed_text}"
-    old = load_manifest(manifest_path)
+    old = load_manifest(manifest_path, locked=False)  # the caller holds the folder's lock
     old_files = old.files if old is not None else {}
     manifest = Manifest(
         source=resolved.as_dict(), llama_cpp=toolchain.version_record(), files={}, reference=reference_type
@@ -223,6 +224,7 @@ def prepare_models(
         origin=source_label,
     )  # fmt: skip
     reference = out_dir / manifest.files[reference_type].file
+    check_overrides_match(plan, list(scan_gguf(reference).tensors))  # before any file made from it
     reference_from = f"{reference_type} sha256:{manifest.files[reference_type].sha256[:16]}"
     imatrix = _imatrix(
         prepare, plan, toolchain, reference, cache, environ, log_dir, scored_text,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quantload.errors import QuantloadError
 from quantload.models.gguf_scan import scan_gguf
 
 MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
@@ -93,10 +94,23 @@ def vocab_mismatch(target: Vocab, draft: Vocab) -> str | None:
     return None
 
 
-def draft_problem(target_path: Path, draft_path: Path) -> str | None:
-    """Why the draft file cannot speculate for the target file, in one phrase; None when it can."""
+def draft_file_problem(draft_path: Path) -> str | None:
+    """Why `draft_path` is no draft model at all (missing, not GGUF, no vocabulary); None when it
+    could be one."""
     if not draft_path.is_file():
         return f"the draft model {draft_path} does not exist"
+    try:
+        draft = read_vocab(draft_path)
+    except QuantloadError as error:
+        return f"the draft model {draft_path.name} cannot be read: {error.problem}"
+    return None if draft.tokens else f"the draft model {draft_path.name} has no vocabulary ({TOKENS_KEY})"
+
+
+def draft_problem(target_path: Path, draft_path: Path) -> str | None:
+    """Why the draft file cannot speculate for the target file, in one phrase; None when it can."""
+    problem = draft_file_problem(draft_path)
+    if problem is not None:
+        return problem
     draft = read_vocab(draft_path)
     why = vocab_mismatch(read_vocab(target_path), draft)
     if why is None:

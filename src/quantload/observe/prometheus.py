@@ -13,12 +13,12 @@ and Prometheus itself. The rule files are copied beside it. Layout inside the ru
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -28,6 +28,7 @@ from quantload.childproc import LoggedProcess
 from quantload.errors import QuantloadError
 from quantload.llamacpp.server import free_port
 from quantload.rundir import LOGS_DIR, PROMETHEUS_DIR
+from quantload.urls import BadUrl, host_port
 
 EXPORTER_JOB = "exporter"
 LOADGEN_JOB = "loadgen"
@@ -46,17 +47,35 @@ class PrometheusError(QuantloadError):
     """Prometheus is missing, would not start, or its configuration cannot be written."""
 
 
+MIN_SCRAPE_INTERVAL_S = 0.01  # Prometheus' durations count whole milliseconds
+
+
 def scrape_address(url_or_address: str) -> str:
-    """`http://127.0.0.1:9646/metrics` or `127.0.0.1:9646` -> `127.0.0.1:9646`."""
-    text = url_or_address if "://" in url_or_address else f"http://{url_or_address}"
-    parts = urlsplit(text)
-    if not parts.hostname or parts.port is None:
-        raise PrometheusError(f"{url_or_address!r} is not host:port or a URL with a port")
-    return f"{parts.hostname}:{parts.port}"
+    """`http://127.0.0.1:9646/metrics` or `127.0.0.1:9646` -> `127.0.0.1:9646`, as a Prometheus
+    target (`[::1]:9646` for an IPv6 host: quantload.urls.host_port); PrometheusError naming what
+    is wrong, or a host that only says where a process listens (0.0.0.0)."""
+    try:
+        address = host_port(url_or_address)
+    except BadUrl as error:
+        raise PrometheusError(str(error)) from None
+    if address.unspecified:
+        raise PrometheusError(
+            f"{url_or_address!r} names every address of a host (where a process listens), not one"
+            " Prometheus can reach: give the host's own address"
+        )
+    return address.address
 
 
-def _seconds(value: float) -> str:
-    return f"{value:g}s" if value >= 1 else f"{round(value * 1000)}ms"
+def prometheus_duration(value_s: float) -> str:
+    """`value_s` as Prometheus writes a duration: whole seconds (`2s`) or milliseconds (`250ms`)."""
+    if not math.isfinite(value_s) or value_s < MIN_SCRAPE_INTERVAL_S:
+        raise PrometheusError(
+            f"a scrape interval of {value_s:g} s cannot be written for Prometheus (at least"
+            f" {MIN_SCRAPE_INTERVAL_S:g} s, a finite number)"
+        )
+    millis = round(value_s * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
 
 
 def native_config(
@@ -83,7 +102,7 @@ def native_config(
         scrape_configs.append(kept)
     config["scrape_configs"] = scrape_configs
     if scrape_interval_s is not None:
-        interval = _seconds(scrape_interval_s)
+        interval = prometheus_duration(scrape_interval_s)
         config["global"] = {
             **config.get("global", {}),
             "scrape_interval": interval,
@@ -132,14 +151,21 @@ def write_prometheus_config(
             f"cannot read {template_path}: {error}", "run from a quantload checkout"
         ) from None
     config = native_config(template, addresses, scrape_interval_s)
-    folder.mkdir(parents=True, exist_ok=True)
-    for rule_file in template.get("rule_files", []):
-        target = folder / rule_file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / rule_file, target)
     path = folder / "prometheus.yml"
     header = f"# Written by quantload from {template_path}; only addresses differ.\n"
-    path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for rule_file in template.get("rule_files", []):
+            target = folder / rule_file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / rule_file, target)
+        path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    except OSError as error:
+        raise PrometheusError(
+            f"cannot write the Prometheus configuration into {folder}: {error.strerror or error}"
+            f" ({error.filename or folder})",
+            "give a folder you can write to",
+        ) from None
     return path
 
 

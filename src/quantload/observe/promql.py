@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from quantload.errors import QuantloadError
+from quantload.http_errors import said
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries with more points per series
 
@@ -67,7 +68,7 @@ class PrometheusClient:
                 response = self._client.post(f"{self.url}{path}", data=form)
         except httpx.HTTPError as error:
             raise PrometheusQueryError(
-                f"Prometheus at {self.url} is not reachable: {error}",
+                f"Prometheus at {self.url} is not reachable: {said(error)}",
                 "is it running? (native mode starts it; compose: `docker compose up prometheus`)",
             ) from None
         try:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,11 +77,24 @@ def make_run_id(config_json: dict[str, Any], now: datetime | None = None) -> str
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file and rename it, so a reader never sees half a file."""
+    """Write JSON to a temporary file of its own and rename it, so a reader never sees half a file,
+    whoever else writes the same file at the same time."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file of this writer's own in the same folder, renamed
+    over it: a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    partial.replace(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    partial = Path(name)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> Any:

@@ -1,7 +1,10 @@
 """`config.json`: the run's resolved configuration (secrets masked) and where each value came from.
 
-The run writes it once, when the run directory is made; the report reads the settings back as the
-same typed `Settings` (SecretStr values were written as '**********' and stay masked).
+`quantload run` and `quantload tune` write it once, when the run directory is made; `quantload
+load` writes it into its --out (the latest load's, unless the folder is a run's), so every report
+section reads the settings a load ran with (its tenants, its contexts). The report reads the
+settings back as the same typed `Settings` (SecretStr values were written as '**********' and stay
+masked).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.config import ResolvedConfig, Settings, describe
-from quantload.rundir import read_json
+from quantload.rundir import CONFIG_JSON, RUN_JSON, read_json, write_json_atomic
 
 
 class ConfigFile(BaseModel):
@@ -31,6 +34,17 @@ class ConfigFile(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The JSON object as written to disk."""
         return {"settings": self.settings.model_dump(mode="json"), "sources": dict(self.sources)}
+
+
+def write_load_config(out: Path, config: ResolvedConfig) -> Path | None:
+    """The configuration of a `quantload load` into its --out, unless a run wrote its own there
+    (run.json beside it); returns the path written, or None."""
+    if (out / RUN_JSON).is_file():
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / CONFIG_JSON
+    write_json_atomic(path, ConfigFile.of(config).to_json())
+    return path
 
 
 def load_config_file(path: Path) -> ConfigFile:

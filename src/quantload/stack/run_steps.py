@@ -56,7 +56,7 @@ from quantload.steps.serve import check_kv, check_server_offload, server_spec, w
 from quantload.steps.speed import measure_file_speed, probe
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
-from quantload.tune.space import TuneConfig, check_space
+from quantload.tune.space import TuneConfig, check_space, model_identity
 
 SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
 
@@ -177,11 +177,13 @@ class RunSteps:
         self, served: Served, servers: ServerControl, context: RunContext, toolchain: Toolchain
     ) -> TuneOutcome:
         """Tune `served`'s flags ([tune]); its outcome goes to tune.jsonl and tune.json."""
-        outcome = tune_quant(ExperimentContext(context, served.load_target(), servers))
         spec = served.server.spec
+        model = model_identity(self.settings.model.source, spec.model_path)
+        outcome = tune_quant(ExperimentContext(context, served.load_target(), servers), model=model)
         summary = quant_summary(
-            outcome, spec, self.settings, toolchain.path("llama-server"), spec.model_path.stat().st_size
-        )
+            outcome, spec, self.settings, toolchain.path("llama-server"), spec.model_path.stat().st_size,
+            served.server.port,
+        )  # fmt: skip
         write_tune_json(context.run_dir.path, served.quant, summary)
         return outcome
 

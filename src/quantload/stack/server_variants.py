@@ -8,7 +8,9 @@ the prediction from the lines the variant itself logged.
 - A server that runs alone is restarted in place: stopped, started with the variant's spec on the
   same port, under the same names (so the exporter's target stays valid and the variant's series
   are the quantization's), logging to the same file; when the context ends it is restarted as it
-  was.
+  was. A variant that fails to start is replaced by the configured server at once, before its
+  error is raised: the next variant starts from the configured flags, and the run's server is
+  still there for the experiments after it.
 - Where every quantization's server runs at once, the variant is a second llama-server of the same
   file on a free port (named `<server>-<label>`, its own log), stopped when the context ends: the
   others keep running untouched.
@@ -90,23 +92,37 @@ class ServerVariants:
     @contextlib.contextmanager
     def _restarted(self, flags: ServerFlags) -> Iterator[ServedVariant]:
         server = self.server
-        own, port = server.spec, server.port
-        self._restart(variant_spec(dataclasses.replace(own, port=port), flags), port)
+        own, port = dataclasses.replace(server.spec, port=server.port), server.port
+        self._start_or_restore(variant_spec(own, flags), own)
         try:
             kv, why = _kv(server)
             target = self.target.model_copy(update={"url": server.url})
             yield ServedVariant(target, flags, kv, why, server.launch_log_text())
         finally:
-            self._restart(dataclasses.replace(own, port=port), port)
+            self._restart(own, port)
 
     def adopt(self, flags: ServerFlags) -> ServedVariant:
         """Restart the server in place with `flags` for good (see the module docstring)."""
         server = self.server
-        port = server.port
-        self._restart(variant_spec(dataclasses.replace(server.spec, port=port), flags), port)
+        own = dataclasses.replace(server.spec, port=server.port)
+        self._start_or_restore(variant_spec(own, flags), own)
         kv, why = _kv(server)
         target = self.target.model_copy(update={"url": server.url})
         return ServedVariant(target, flags, kv, why, server.launch_log_text())
+
+    def _start_or_restore(self, spec: ServerSpec, own: ServerSpec) -> None:
+        """Restart with `spec`; where that fails, restart with `own` before raising its error."""
+        try:
+            self._restart(spec, own.port)
+        except QuantloadError:
+            try:
+                self._restart(own, own.port)
+            except QuantloadError as error:
+                raise ServerError(
+                    f"the configured llama-server did not come back after a variant failed: {error.problem}",
+                    error.hint,
+                ) from None
+            raise
 
     def _restart(self, spec: ServerSpec, port: int) -> None:
         server = self.server

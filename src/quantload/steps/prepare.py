@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantload.cache_lock import cache_lock
 from quantload.config import ModelSettings, PrepareSettings, QualitySettings, ToolchainSettings
 from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source
@@ -103,16 +104,18 @@ def prepare_model_files(
     """
     prepare = prepare or PrepareSettings()
     started = time.monotonic()
-    if prepare.files:
-        manifest = adopt_files(prepare, cache, environ, toolchain.version_record(), progress)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_manifest(folder / MANIFEST_JSON, manifest)
-    else:
-        manifest = prepare_models(
-            model.source, folder, toolchain, cache, environ,
-            functools.partial(ensure_llama_source, toolchain_settings, environ),
-            prepare=prepare, tiny_seed=model.tiny_seed, progress=progress, scored_text=scored_text,
-        )  # fmt: skip
+    waiting = functools.partial(progress, 0, None)  # said once while another process writes the folder
+    with cache_lock(folder, "the prepared files", on_wait=waiting):  # two runs never see half of it
+        if prepare.files:
+            manifest = adopt_files(prepare, cache, environ, toolchain.version_record(), progress)
+            folder.mkdir(parents=True, exist_ok=True)
+            save_manifest(folder / MANIFEST_JSON, manifest)
+        else:
+            manifest = prepare_models(
+                model.source, folder, toolchain, cache, environ,
+                functools.partial(ensure_llama_source, toolchain_settings, environ),
+                prepare=prepare, tiny_seed=model.tiny_seed, progress=progress, scored_text=scored_text,
+            )  # fmt: skip
     prepared = PreparedModels(folder, _absolute(manifest, folder), time.monotonic() - started)
     if run_dir is not None:
         save_manifest(run_dir / MANIFEST_JSON, prepared.manifest)

@@ -163,10 +163,20 @@ class SuccessiveHalving:
                     return PlannedTrial(key, rung)
         return None
 
+    def accepts(self, key: str, rung: int) -> bool:
+        """Whether a trial of `key` at `rung` is one the search plans now: an entrant of a rung whose
+        entrants are decided, not measured yet (a resumed tune's lines may come in another order)."""
+        if self.out_of_budget or not 0 <= rung < len(self.rungs):
+            return False
+        entrants = self.entrants(rung)
+        done = {score.key for score in self.rung_scores(rung)}
+        return entrants is not None and key in entrants and key not in done
+
     def record(self, score: Score) -> None:
-        """Take the measurement of the trial `next_trial()` asked for."""
+        """Take the measurement of a trial the search plans now (`next_trial()`, or any that
+        `accepts`)."""
         planned = self.next_trial() if not self.out_of_budget else None
-        if planned is not None and (planned.key, planned.rung.index) != (score.key, score.rung):
+        if planned is not None and not self.accepts(score.key, score.rung):
             raise ValueError(
                 f"expected a trial of {planned.key!r} at rung {planned.rung.index},"
                 f" got {score.key!r} at rung {score.rung}"

@@ -44,10 +44,12 @@ from quantload.kvcache import MIB
 from quantload.llamacpp.server import ServerSpec
 from quantload.rundir import write_json_atomic
 from quantload.stack.server_variants import variant_spec
+from quantload.text_format import span
 from quantload.tune.search import TuneOutcome
 from quantload.tune.space import TuneConfig
 from quantload.tune.state_file import TUNE_JSON
 
+DEFAULT_SERVER_PORT = 8080  # llama-server's own default port
 # llama.cpp's environment variable of each flag a configuration may set (common/arg.cpp set_env).
 ENV_OF_FLAG: dict[str, str] = {
     "-b": "LLAMA_ARG_BATCH",
@@ -125,11 +127,14 @@ def ranking(outcome: TuneOutcome) -> list[RankedRow]:
     return rows
 
 
-def winner_command(spec: ServerSpec, config: TuneConfig, settings: Settings, binary: Path) -> str:
-    """The winner's llama-server command line, exactly as quantload launches its variant."""
+def winner_command(
+    spec: ServerSpec, config: TuneConfig, settings: Settings, binary: Path, port: int = 0
+) -> str:
+    """The winner's llama-server command line, exactly as quantload launches its variant, on the
+    port the server ran on (`port`, else the spec's; 8080, llama-server's own, where neither says)."""
     flags = config.server_flags(settings, "winner")
     tuned = variant_spec(spec, flags)
-    return shlex.join(tuned.command(binary, spec.port))
+    return shlex.join(tuned.command(binary, port or spec.port or DEFAULT_SERVER_PORT))
 
 
 def env_lines(config: TuneConfig) -> list[str]:
@@ -187,11 +192,11 @@ class SearchCost:
         return self.seconds / self.grid_seconds if self.grid_seconds else None
 
     def sentence(self) -> str:
-        said = f"{self.trials} trials in {self.seconds / 60:.1f} min for {self.configs} configurations"
+        said = f"{self.trials} trials in {span(self.seconds)} for {self.configs} configurations"
         if self.grid_seconds:
             said += (
                 f"; the full grid (each configuration searched as the finalists were) would take about"
-                f" {self.grid_seconds / 60:.0f} min: this search cost {self.share:.0%} of it"
+                f" {span(self.grid_seconds)}: this search cost {self.share:.0%} of it"
             )
         if self.ending == "budget":
             said += "; the budget ended the search before its last rung finished"
@@ -287,7 +292,12 @@ TUNE_RESULT_SCHEMA = "quantload.tune_result/1"
 
 
 def quant_summary(
-    outcome: TuneOutcome, spec: ServerSpec, settings: Settings, binary: Path, model_size_bytes: int
+    outcome: TuneOutcome,
+    spec: ServerSpec,
+    settings: Settings,
+    binary: Path,
+    model_size_bytes: int,
+    port: int = 0,
 ) -> dict[str, Any]:
     """A quantization's entry of tune.json (see the module docstring)."""
     winner = outcome.winner
@@ -301,13 +311,14 @@ def quant_summary(
         "ranking": [row.to_dict() for row in ranking(outcome)],
         "winner": winner.key if winner is not None else None,
         "winner_flags": winner.to_dict() if winner is not None else None,
-        "command": winner_command(spec, winner, settings, binary) if winner is not None else None,
+        "command": winner_command(spec, winner, settings, binary, port) if winner is not None else None,
         "env": env_lines(winner) if winner is not None else [],
         "compose_override": compose_override(winner, settings, outcome.quant) if winner is not None else None,
         "cost": {**cost.__dict__, "share": cost.share, "sentence": cost.sentence()},
         "plan": plan.to_dict() if plan is not None else None,
         "plan_lines": plan_lines(plan, settings.plan.currency),
         "against_baseline": against_baseline(outcome),
+        "notes": list(outcome.notes),
     }
 
 

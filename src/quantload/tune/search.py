@@ -30,8 +30,10 @@ from quantload.load import SearchExperiment
 from quantload.progress import ProgressCallback
 from quantload.text_format import duration
 from quantload.tune.halving import PlannedTrial, SuccessiveHalving, plan_rungs
+from quantload.tune.resume import Resumed, left_out_note, resume_tune, take_planned
 from quantload.tune.space import TuneConfig, configurations, space_key
-from quantload.tune.state_file import TUNE_JSONL, TuneLine, append_tune_line, lines_of, read_tune, rung_dicts
+from quantload.tune.state_file import TUNE_JSONL, TuneLine, append_tune_line, rung_dicts
+from quantload.tune.trial_trust import server_gone, speculation_after, speculation_before
 
 EXPERIMENT = "tune"
 
@@ -48,6 +50,7 @@ class TuneOutcome:
     busy_s: float  # the trials' time this invocation (a resumed search: the part it ran)
     baseline: TuneLine | None = None  # the configured flags, searched as the finalists were
     confidence: float = 0.95  # the SLO's: each limit's verdicts, and so the comparisons
+    notes: tuple[str, ...] = ()  # what a resume left out of the state (quantload.tune.resume)
 
     def config(self, key: str) -> TuneConfig:
         return next(config for config in self.configs if config.key == key)
@@ -55,7 +58,7 @@ class TuneOutcome:
     def against_baseline(self) -> Comparison | None:
         """The best configuration against the configured flags (None: no best, or no baseline)."""
         best, baseline = self.search.winner(), self.baseline
-        if best is None or baseline is None:
+        if best is None or baseline is None or not baseline.ran:
             return None
         return compare_limits(best.limit_range(), baseline.score().limit_range(), self.confidence)
 
@@ -85,10 +88,21 @@ def objective_search(settings: Settings) -> SearchExperiment:
     return "limit_users" if settings.tune.objective == "users" else "limit_rate"
 
 
+def baseline_reserve_s(settings: Settings, final_cap_s: float) -> float:
+    """What `tune.budget_s` keeps for the baseline search (none without one): as long as one
+    finalist's trial where the budget allows it, else an equal share with the finalists."""
+    tune = settings.tune
+    if not tune.baseline:
+        return 0.0
+    return min(final_cap_s, tune.budget_s / (tune.finalists + 1))
+
+
 def new_search(settings: Settings, keys: Sequence[str]) -> SuccessiveHalving:
+    """The successive halving of `keys`, its budget `tune.budget_s` less the baseline's reserve."""
     tune, limit = settings.tune, settings.limit
     rungs = plan_rungs(len(keys), tune.eta, tune.finalists, tune.short_trial_s, limit.time_cap_s)
-    return SuccessiveHalving(tuple(keys), rungs, tune.budget_s)
+    reserve = baseline_reserve_s(settings, rungs[-1].time_cap_s)
+    return SuccessiveHalving(tuple(keys), rungs, max(tune.budget_s - reserve, 1.0))
 
 
 def _at_limit(outcome: SearchOutcome) -> tuple[float | None, float | None]:
@@ -119,15 +133,17 @@ def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> S
     loop: seconds of arrivals; at least two requests a level) and seconds a level may spend on being
     decided."""
     limit, frac = settings.limit, trial.rung.requests_frac
+    cap_s = max(1.0, min(trial.rung.time_cap_s, left_s))
     limit = limit.model_copy(
         update={
-            "time_cap_s": max(1.0, min(trial.rung.time_cap_s, left_s)),
+            "time_cap_s": cap_s,
             "requests_per_user": max(1, round(limit.requests_per_user * frac)),
             "min_requests": max(2, round(fewest_requests(settings) * frac)),
-            "trial_seconds": max(2.0, limit.trial_seconds * frac),
+            "trial_seconds": max(2.0, min(limit.trial_seconds * frac, cap_s)),
         }
     )
-    slo = settings.slo.model_copy(update={"level_max_s": max(1.0, settings.slo.level_max_s * frac)})
+    level_s = max(1.0, min(settings.slo.level_max_s * frac, cap_s))  # a level never outlasts its cap
+    slo = settings.slo.model_copy(update={"level_max_s": level_s})
     return settings.model_copy(update={"limit": limit, "slo": slo})
 
 
@@ -157,15 +173,26 @@ def _run_trial(
         objective=settings.tune.objective,
     )
     started = time.monotonic()
+    outcome: SearchOutcome | None = None
     try:
         with context.servers.variant(flags) as variant:
-            outcome = run_limit_search(
-                objective_search(settings), ExperimentContext(trial_run, variant.target), variant=label
-            )
-            append_variant(context.run.run_dir, variant_line(context.run.run_id, EXPERIMENT, variant))
+            check = speculation_before(config.speculation != "none", variant)
+            problem = check.why if check is not None and not check.speculating else None
+            if problem is None:
+                outcome = run_limit_search(
+                    objective_search(settings), ExperimentContext(trial_run, variant.target), variant=label
+                )
+                problem = server_gone(variant.target)
+                stage_ids = {s.stage_id for s in outcome.summaries}
+                check = speculation_after(check, trial_run, variant, stage_ids) if problem is None else check
+                if problem is None and check is not None and not check.speculating:
+                    problem = check.why
+            append_variant(context.run.run_dir, variant_line(context.run.run_id, EXPERIMENT, variant, check))
     except QuantloadError as error:
+        problem = error.one_line()
+    if problem is not None or outcome is None:
         return base.model_copy(
-            update={"ran": False, "why": error.one_line(), "seconds": round(time.monotonic() - started, 3)}
+            update={"ran": False, "why": problem or "", "seconds": round(time.monotonic() - started, 3)}
         )
     goodput, tokens = _at_limit(outcome)
     return base.model_copy(
@@ -186,11 +213,18 @@ def _run_trial(
 
 
 def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine:
-    """The server as configured, searched with the final rung's time cap and level budget."""
+    """The server as configured, searched as the finalists were: the final rung's time cap and
+    level budget, within what is left of `tune.budget_s` (at least its reserve)."""
     final = search.rungs[-1]
     settings = context.settings
-    limit = settings.limit.model_copy(update={"time_cap_s": final.time_cap_s})
-    run = context.run.with_settings(settings.model_copy(update={"limit": limit}))
+    reserve = baseline_reserve_s(settings, final.time_cap_s)
+    left_s = max(settings.tune.budget_s - search.elapsed_s, reserve)
+    cap_s = max(1.0, min(final.time_cap_s, left_s))
+    limit = settings.limit.model_copy(
+        update={"time_cap_s": cap_s, "trial_seconds": max(2.0, min(settings.limit.trial_seconds, cap_s))}
+    )
+    slo = settings.slo.model_copy(update={"level_max_s": max(1.0, min(settings.slo.level_max_s, cap_s))})
+    run = context.run.with_settings(settings.model_copy(update={"limit": limit, "slo": slo}))
     label = f"{EXPERIMENT} baseline"
     run.progress(0, None, f"{context.target.name} tune: the configured flags, as the finalists were searched")
     started = time.monotonic()
@@ -198,8 +232,10 @@ def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine
         objective_search(settings), ExperimentContext(run, context.target), variant=label
     )
     goodput, tokens = _at_limit(outcome)
+    gone = server_gone(context.target)
     return TuneLine(
         kind="baseline",
+        ran=gone is None,
         run_id=run.run_id,
         quant=context.target.quant,
         server=context.target.name,
@@ -216,7 +252,7 @@ def _baseline(context: ExperimentContext, search: SuccessiveHalving) -> TuneLine
         goodput_rps=goodput,
         output_tok_s=tokens,
         seconds=round(time.monotonic() - started, 3),
-        why=outcome.line.sentence,
+        why=gone or outcome.line.sentence,
     )
 
 
@@ -241,9 +277,12 @@ def _progress(
     return show
 
 
-def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> TuneOutcome:
+def tune_quant(
+    context: ExperimentContext, resume_from: Path | None = None, model: str = ""
+) -> TuneOutcome:
     """Tune the target's server (see the module docstring); with `resume_from` (a tune.jsonl) the
-    trials already there are taken as measured and the search goes on from them."""
+    trials already there are taken as measured and the search goes on from them
+    (quantload.tune.resume). `model` names the model file tuned (`model_identity`)."""
     settings, run = context.settings, context.run
     if context.servers is None:
         raise ConfigError(
@@ -252,17 +291,17 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
     configs = configurations(settings)
     search = new_search(settings, [config.key for config in configs])
     state = run.run_dir.path / TUNE_JSONL
-    key = space_key(settings)
-    earlier = lines_of(read_tune(resume_from), context.target.quant) if resume_from is not None else []
-    if earlier and earlier[0].space_key != key:
-        raise ConfigError(
-            f"the tune of {context.target.quant} in {resume_from} searched another space, workload or SLO"
-            f" (key {earlier[0].space_key}, now {key})",
-            "resume with the settings it started with, or start a new tune",
-        )
-    trials = [line for line in earlier if line.kind == "trial"]
-    for line in trials:
-        search.record(line.score())
+    key = space_key(settings, model)
+    resumed = (
+        resume_tune(resume_from, context.target.quant, model, key, search)
+        if resume_from is not None
+        else Resumed.nothing()
+    )
+    for note in resumed.notes:
+        run.warn(f"{context.target.quant} tune: {note}")
+    earlier = list(resumed.lines)
+    trials = list(resumed.trials)
+    pending = list(resumed.pending)
     if not earlier:
         append_tune_line(
             state,
@@ -271,6 +310,7 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
                 run_id=run.run_id,
                 quant=context.target.quant,
                 server=context.target.name,
+                model=model or None,
                 space_key=key,
                 objective=settings.tune.objective,
                 configs=[c.key for c in configs],
@@ -291,15 +331,20 @@ def tune_quant(context: ExperimentContext, resume_from: Path | None = None) -> T
         append_tune_line(state, line)
         search.record(line.score())
         trials.append(line)
+        trials += take_planned(search, pending)
         busy += line.seconds
-    baseline = next((line for line in earlier if line.kind == "baseline"), None)
+    notes = list(resumed.notes)
+    if (left := left_out_note(pending, state)) is not None:
+        run.warn(f"{context.target.quant} tune: {left}")
+        notes.append(left)
+    baseline = resumed.baseline
     if baseline is None and settings.tune.baseline:
         baseline = _baseline(ExperimentContext(run.with_progress(run.progress), context.target), search)
         append_tune_line(state, baseline)
         busy += baseline.seconds
     outcome = TuneOutcome(
         context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy, baseline,
-        settings.slo.confidence,
+        settings.slo.confidence, tuple(notes),
     )  # fmt: skip
     best = search.winner()
     append_tune_line(

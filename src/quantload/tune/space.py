@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
@@ -116,16 +116,40 @@ def configurations(settings: Settings) -> list[TuneConfig]:
     return [config for config in made if runnable(config)]
 
 
-def space_key(settings: Settings) -> str:
-    """A hash of everything that decides what a trial measures: the space, the limit search, the
-    workload, the SLO and the load's request settings. A resumed tune must have the same."""
-    chosen = {
-        name: settings.model_dump(mode="json")[name]
-        for name in ("tune", "limit", "workload", "slo", "report", "speculation", "server")
+def model_identity(source: str, path: Path, sha256: str | None = None) -> str:
+    """The model file a tune measures, as its state records it: the model's source, the file's name
+    and its content hash (the manifest's), or its size where no hash is known."""
+    if sha256:
+        return f"{source} {path.name} sha256:{sha256[:16]}"
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = -1
+    return f"{source} {path.name} {size} bytes"
+
+
+def _draft_size(settings: Settings) -> int | None:
+    draft = settings.speculation.draft_model
+    try:
+        return draft.stat().st_size if draft is not None else None
+    except OSError:
+        return None
+
+
+def space_key(settings: Settings, model: str = "") -> str:
+    """A hash of everything that decides what a trial measures: the model file (`model_identity`)
+    and the draft's size, the space, the limit search, the workload, the SLO and the load's request
+    settings. A resumed tune must have the same."""
+    dumped: dict[str, Any] = settings.model_dump(mode="json")
+    chosen: dict[str, Any] = {
+        name: dumped[name] for name in ("limit", "workload", "slo", "report", "speculation", "server")
     }
-    load = settings.model_dump(mode="json")["load"]
-    chosen["load"] = {k: v for k, v in load.items() if k not in ("experiments", "metrics_port", "workers")}
-    chosen["tune"] = {k: v for k, v in chosen["tune"].items() if k != "budget_s"}  # more time may be given
+    chosen["model"] = model
+    chosen["draft_size"] = _draft_size(settings)
+    chosen["load"] = {
+        k: v for k, v in dumped["load"].items() if k not in ("experiments", "metrics_port", "workers")
+    }
+    chosen["tune"] = {k: v for k, v in dumped["tune"].items() if k != "budget_s"}  # more time may be given
     text = json.dumps(chosen, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

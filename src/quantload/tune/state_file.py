@@ -1,12 +1,17 @@
 """tune.jsonl (schema `quantload.tune/1`): a tune's state, appended as it goes, so it resumes.
 
-One `start` line per quantization when its search begins (the space's key: a hash of the space,
-the limit search, the workload and the SLO; the configurations and the rungs), one `trial` line
+One `start` line per quantization when its search begins (the model file it tunes; the space's
+key: a hash of that file, the space, the limit search, the workload and the SLO; the
+configurations and the rungs), one `trial` line
 as each trial ends (the configuration, the rung, the limit and goodput it measured, the memory
 its server reported, how long it took, why it could not run), one `baseline` line for the server's
 configured flags searched as the finalists were (`tune.baseline`), and one `end` line when the
 search of that quantization is over (the winner, and whether the budget ended it). A tune interrupted
 mid-trial loses only that trial: `--resume` records the trial lines again and goes on.
+
+Every line is read through one rule (quantload.rundir.jsonl): a line that does not parse, or a
+trial line that lacks its configuration or rung, is counted and named by its number, never a
+traceback (`read_tune` with a `BadLines` tally).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.load import JsonlAppender
-from quantload.rundir.jsonl import iter_jsonl
+from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.tune.halving import Rung, Score
 
 TUNE_SCHEMA = "quantload.tune/2"
@@ -39,6 +44,7 @@ class TuneLine(BaseModel):
     unix_s: float = Field(default_factory=time.time)
     # start
     space_key: str | None = None
+    model: str | None = None  # the model file tuned: its source, file name and content hash
     objective: str | None = None
     configs: list[str] = Field(default_factory=list)
     rungs: list[dict[str, float | int | bool]] = Field(default_factory=list)
@@ -77,7 +83,12 @@ class TuneLine(BaseModel):
 
     @classmethod
     def from_json_line(cls, line: str) -> TuneLine:
-        return cls.model_validate_json(line)
+        """One line, checked: a trial or baseline line names its configuration and rung."""
+        parsed = cls.model_validate_json(line)
+        named = parsed.key is not None and parsed.rung is not None and parsed.rung >= 0
+        if parsed.kind in ("trial", "baseline") and not named:
+            raise ValueError(f"a {parsed.kind} line without its configuration or rung")
+        return parsed
 
 
 def rung_dicts(rungs: tuple[Rung, ...]) -> list[dict[str, float | int | bool]]:
@@ -95,9 +106,10 @@ def append_tune_line(path: Path, line: TuneLine) -> None:
         appender.close()
 
 
-def read_tune(path: Path) -> list[TuneLine]:
-    """Every readable line of a tune.jsonl (a torn last line is skipped)."""
-    return list(iter_jsonl(path, TuneLine.from_json_line))
+def read_tune(path: Path, bad: BadLines | None = None) -> list[TuneLine]:
+    """Every readable line of a tune.jsonl; the others (a torn last line, a damaged one) are
+    counted in `bad`."""
+    return list(iter_jsonl(path, TuneLine.from_json_line, bad))
 
 
 def lines_of(lines: list[TuneLine], quant: str) -> list[TuneLine]:

@@ -40,9 +40,10 @@ from quantload.served import server_alias, server_name
 from quantload.stack.native import RunView, new_run_dir
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.prepare import PreparedModels
+from quantload.text_format import span
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
-from quantload.tune.space import check_space
+from quantload.tune.space import check_space, model_identity
 from quantload.tune.state_file import TUNE_JSONL
 
 
@@ -82,6 +83,17 @@ def tuned_quants(settings: Settings, models: PreparedModels) -> list[str]:
     return [quant for quant in every if quant.upper() in asked] or every
 
 
+def time_said(settings: Settings, quant_count: int) -> str:
+    """What the tune will take, said before it starts: `tune.budget_s` per quantization bounds its
+    trials and its baseline search together."""
+    budget = settings.tune.budget_s
+    baseline = " and the configured flags' search" if settings.tune.baseline else ""
+    return (
+        f"tune: {quant_count} quantization(s), at most about {span(budget * quant_count)} of trials{baseline}"
+        f" ({span(budget)} each, tune.budget_s; a level under way when it runs out is finished)"
+    )
+
+
 def tune_models(
     config: ResolvedConfig,
     environ: Mapping[str, str],
@@ -102,6 +114,7 @@ def tune_models(
     models = steps.prepare(toolchain, run_dir, view.step(f"prepare {settings.model.source}"))
     quants = tuned_quants(settings, models)
     check_space(settings, build, {quant: models.path(quant) for quant in quants})
+    view.message(time_said(settings, len(quants)))
     context = RunContext(
         RunDir(run_dir),
         run_dir.name,
@@ -124,12 +137,18 @@ def tune_models(
             served = Served(quant, server, name=server_name(quant), model=models.model_name)
             variants = steps.server_variants(toolchain, served, run_dir, True)
             target = served.load_target()
+            model = model_identity(
+                settings.model.source, models.path(quant), models.manifest.files[quant].sha256
+            )
             outcome = tune_quant(
                 ExperimentContext(context.with_progress(progress), target, variants),
                 state if resume is not None else None,
+                model,
             )
             size = models.path(quant).stat().st_size
-            summary = quant_summary(outcome, server.spec, settings, toolchain.path("llama-server"), size)
+            summary = quant_summary(
+                outcome, server.spec, settings, toolchain.path("llama-server"), size, server.port
+            )
         done.append(QuantTune(quant, outcome, summary))
         write_tune_json(run_dir, quant, summary)
     return TuneResult(run_dir, tuple(done))

@@ -93,8 +93,13 @@ def test_every_damaged_line_of_every_run_file_is_counted_named_and_noted(tmp_pat
     assert "1 line of limits.jsonl could not be read (torn, foreign or damaged: line 2) and were left out" in notes
     assert any(note.startswith("2 lines of records.jsonl") and "lines 3, 10" in note for note in notes), notes
     assert any(note.startswith("1 line of stages.jsonl") for note in notes), notes
+    (run_dir / "variants.jsonl").write_text('{"run_id": "r", "experiment": "slo\n')  # torn
+    (run_dir / "tune.jsonl").write_text('{"kind": "trial", "run_id": "r", "quant": "Q8_0", "server": "s"}\n')
     paths = build_report(run_dir, _no_prometheus())
-    assert "limits.jsonl could not be read" in paths.markdown.read_text()
+    markdown = paths.markdown.read_text()
+    assert "limits.jsonl could not be read" in markdown
+    assert "1 line of variants.jsonl could not be read" in markdown
+    assert "1 line of tune.jsonl could not be read" in markdown  # a trial line without its configuration
     summary = json.loads(paths.summary.read_text())
     assert [line["quant"] for line in summary["limits"]] == ["Q8_0"]
 

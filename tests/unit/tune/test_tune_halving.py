@@ -109,5 +109,8 @@ def test_a_resumed_search_replays_its_trials_and_asks_for_the_rest() -> None:
     rest = drive(resumed, limits(table))
     assert [(t.key, t.rung.index) for t in rest] == [(t.key, t.rung.index) for t in asked[9:]]
     assert resumed.winner() == whole.winner()
-    with pytest.raises(ValueError, match="expected a trial of"):
-        SuccessiveHalving(KEYS, plan_rungs(8, 3, 2, 60, 300), 1e9).record(Score("c5", 0, 1, 1))
+    early = SuccessiveHalving(KEYS, plan_rungs(8, 3, 2, 60, 300), 1e9)
+    early.record(Score("c5", 0, 1, 1))  # any entrant of a decided rung, in any order (a resumed state)
+    for twice_later_or_unknown in (Score("c5", 0, 1, 1), Score("c0", 1, 1, 1), Score("nope", 0, 1, 1)):
+        with pytest.raises(ValueError, match="expected a trial of"):
+            early.record(twice_later_or_unknown)

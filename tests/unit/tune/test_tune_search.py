@@ -130,7 +130,7 @@ def test_an_interrupted_tune_resumes_where_it_stopped_and_refuses_another_space(
     ]
     assert len(outcome.search.scores) == 3 and outcome.ending == "done"
     other = tune_context(tmp_path, baseline=False, slots=[2, 8])
-    with pytest.raises(ConfigError, match="searched another space, workload or SLO"):
+    with pytest.raises(ConfigError, match="searched another model, space, workload or SLO"):
         tune_quant(ExperimentContext(other, TARGET, FakeVariants()), resume_from=state)
 
 

@@ -118,6 +118,14 @@ def _soak_figure(analysis: Analysis, path: Path) -> Path | None:
 SOAK_FIGURES = (Figure("soak", "Soak: latency, memory and KV cells over time", _soak_figure),)
 
 
+def _memory_sentence(run: SoakRun) -> str:
+    """Where the server's memory was read from, or why it was not."""
+    if run.memory_source:
+        return f"Server memory read from {run.memory_source}."
+    why = run.memory_missing or "no source of the server's memory was found"
+    return f"Server memory not measured: {why.rstrip('.')}."
+
+
 def _run_blocks(run: SoakRun) -> list[Block]:
     slices = run.slices
     ok = slices[slices["status"] == "ok"]
@@ -131,7 +139,7 @@ def _run_blocks(run: SoakRun) -> list[Block]:
             f" in {len(slices)} slice(s) of {fmt.number(run.slice_s, 0)} s, {len(ok)} ended ok:"
             f" {fmt.number(requests, 0)} requests, {fmt.number(failed, 0)} failed"
             f" ({fmt.percent(failed / requests if requests else None, 2)})."
-            f" Server memory read from {run.memory_source or 'nowhere'}."
+            f" {_memory_sentence(run)}"
         )
     ]
     drain = run.drain_frac
