@@ -176,10 +176,10 @@ def test_distributed_master_and_two_workers(llama: ServedTarget, tmp_path: Path)
     summaries = experiment("sweep", llama, load, tmp_path, "it-dist")
     assert [s.status for s in summaries] == ["ok"] and summaries[0].ok >= 4  # then sent until decided
     measured = [r for r in records_of(tmp_path) if not r.warmup]
-    assert len(measured) == 4 and all(r.ok for r in measured)
+    assert len(measured) == summaries[0].requests and all(r.ok for r in measured)
     assert len({r.worker for r in measured}) == 2  # one user on each worker
     (end,) = ends_of(tmp_path)
-    assert end.workers == 2 and end.requests_done == 4
+    assert end.workers == 2 and end.requests_done == len(measured) and end.level_outcome is not None
 
 
 def test_locust_web_ui_shows_ttft_and_tpot_rows(llama: ServedTarget, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from quantload.paths import cache_root
 from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import server_name
+from quantload.slo import Slo
 from quantload.stack.run_steps import RunSteps, Served
 from support import run_quantload
 
@@ -112,7 +113,7 @@ def test_batching_slots_and_speculation_on_the_tiny_model(
     assert ngram is not None and not ngram.speculating
 
     run = load_run(run_dir)
-    tables = server_flag_tables(run, stage_table(run, settings.report), ["F16"])
+    tables = server_flag_tables(run, stage_table(run, Slo.of(settings.slo)), ["F16"])
     assert (
         set(tables.batching["server_args"]) == {"-cb", "-nocb"}
         and "static batching" in tables.batching_verdict
