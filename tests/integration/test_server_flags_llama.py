@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 # a median objective: a level is decided in a few requests, so the searches end within the ci profile
 LOOSE_SLO = {
     "slo.ttft_s": 20.0, "slo.tpot_s": 5.0, "slo.ttft_percentile": "p50", "slo.tpot_percentile": "p50",
-    "slo.max_failed_frac": 0.5,
+    "slo.max_failed_frac": 0.5, "slo.level_max_s": 30.0,
 }  # fmt: skip
 
 
@@ -143,6 +143,7 @@ def test_quantload_tune_on_the_tiny_model_resumes_and_refuses_a_budget_too_small
                 'ttft_percentile = "p50"',
                 'tpot_percentile = "p50"',
                 "max_failed_frac = 0.5",
+                "level_max_s = 30.0",
                 "[load]",
                 "max_tokens = 8",
                 "[limit]",
