@@ -963,7 +963,8 @@ class SpeculationSettings(_Section):
 class TuneSettings(_Section):
     """`quantload tune`: the space of server flags it searches per quantization, its objective
     and its budget (successive halving: short trials of every configuration first, the best
-    1/eta promoted to longer ones, the finalists confirmed with the limit search's repeats)."""
+    1/eta promoted to longer ones on decided differences, the finalists searched as the limit search
+    does)."""
 
     slots: tuple[Annotated[int, Field(ge=1, le=256)], ...] = Field(
         default=(4, 8), min_length=1, description="-np values, each slot of tune.ctx_per_slot"
@@ -1005,7 +1006,10 @@ class TuneSettings(_Section):
         description="the first rung's limit-search time cap; x eta per rung",
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
-    finalists: int = Field(default=2, ge=1, le=MAX_COUNT, description="configurations confirmed with repeats")
+    finalists: int = Field(
+        default=2, ge=1, le=MAX_COUNT,
+        description="configurations searched as the limit search does, at the last rung",
+    )
     baseline: bool = Field(
         default=True, description="also search the server's configured flags as the finalists are"
         " searched (the winner against them, within the budget)",
