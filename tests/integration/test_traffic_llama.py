@@ -74,16 +74,17 @@ def test_length_distributions_are_sent_and_delivered_as_asked(target: ServedTarg
                   "requests": 10},
     )  # fmt: skip
     done = run_experiment("sweep", target, settings_context(tmp_path, chosen, "it-lengths"))
-    assert [(s.status, s.ok, s.workload) for s in done.summaries] == [("ok", 10, "lengths")]
+    # the stage sends its 10 requests, then the same again until its level is decided
+    assert [(s.status, s.workload) for s in done.summaries] == [("ok", "lengths")] and done.summaries[0].ok >= 10
     records = measured(tmp_path)
-    assert len(records) == 10
+    assert len(records) >= 10
     for record in records:
         assert record.ok and record.workload == "lengths" and record.ignore_eos is True
         assert record.prompt_tokens_asked is not None and 30 <= record.prompt_tokens_asked <= 400
         assert record.prompt_tokens is not None and abs(record.prompt_tokens - record.prompt_tokens_asked) <= 2
         assert record.max_tokens in (4, 12) and record.completion_tokens == record.max_tokens
     exact = sum(r.prompt_tokens == r.prompt_tokens_asked for r in records)
-    assert exact >= 8, f"only {exact} of 10 prompts had exactly the asked length"
+    assert exact >= 0.8 * len(records), f"only {exact} of {len(records)} prompts had exactly the asked length"
     (end,) = ends(tmp_path)
     assert end.template_overhead_tokens is not None and end.template_overhead_tokens > 0
 
@@ -98,7 +99,7 @@ def test_a_sharegpt_dataset_asks_for_its_reply_lengths(target: ServedTarget, tmp
     dataset.write_text(json.dumps(rows))
     chosen = settings(workload={"kind": "dataset", "dataset": str(dataset), "requests": 4})
     done = run_experiment("sweep", target, settings_context(tmp_path, chosen, "it-dataset"))
-    assert [(s.status, s.ok) for s in done.summaries] == [("ok", 4)]
+    assert [s.status for s in done.summaries] == ["ok"] and done.summaries[0].ok >= 4
     by_prompt = {r.prompt_id: r for r in measured(tmp_path)}
     replies = {f"c{i}": 3 + i for i in range(4)}  # "word word ..." is one token a word
     for prompt_id, record in by_prompt.items():
@@ -206,7 +207,7 @@ def test_reasoning_content_counts_as_generated_and_the_answer_is_apart(
         target = ServedTarget(name="think", quant="Q4_K_M", model="tiny", url=thinking.url)
         chosen = settings(load={"ignore_eos": True, "prompt_count": 3, "users": (1,)})
         done = run_experiment("sweep", target, settings_context(tmp_path, chosen, "it-think"))
-    assert [(s.status, s.ok) for s in done.summaries] == [("ok", 3)]
+    assert [s.status for s in done.summaries] == ["ok"] and done.summaries[0].ok >= 3
     for record in measured(tmp_path):
         assert record.reasoning_chunks >= 1 and record.content_chunks >= record.reasoning_chunks
         assert record.ttft_s is not None and record.completion_tokens == 8
