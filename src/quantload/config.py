@@ -126,7 +126,9 @@ def _gpu_layers(value: Any) -> int | str:
 
 
 # `server.gpu_layers`: auto, all or a number of layers (0 = the CPU).
-GpuLayersSetting = Annotated[int | Literal["auto", "all"], BeforeValidator(_gpu_layers)]
+GpuLayersSetting = Annotated[
+    Annotated[int, Field(ge=0, le=MAX_LAYERS)] | Literal["auto", "all"], BeforeValidator(_gpu_layers)
+]
 
 
 class _Section(BaseModel):

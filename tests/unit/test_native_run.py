@@ -406,7 +406,7 @@ def test_a_tune_without_a_winner_leaves_the_configured_flags_and_says_so(tmp_pat
     run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
     run.execute()
     assert not any(call.startswith("adopt") for call in steps.calls) and "sweep Q8_0" in steps.calls
-    assert any("(no configuration held the SLO); served with the configured flags" in n for n in _run_json(run)["notes"])
+    assert any("(no configuration was shown to beat the configured flags); served with the configured flags" in n for n in _run_json(run)["notes"])
 def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp_path: Path) -> None:
     steps = FakeSteps()
     config = load_config(tmp_path, {}, {"model.source": "tiny", "load.experiments": ("sweep",)})

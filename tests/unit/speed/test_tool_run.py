@@ -34,7 +34,7 @@ def test_a_run_past_its_limit_is_killed() -> None:
     script = "import time; print('started', flush=True); time.sleep(60)"
     run = run_tool([PY, "-c", script], timeout_s=5.0)  # room for Python to start on a busy machine
     assert run.timed_out
-    assert run.signal_name == "SIGKILL"
+    assert run.signal_name in ("SIGTERM", "SIGKILL")  # its group signalled, then killed without grace
     assert run.stdout == "started\n"
     assert run.wall_time_s < 30
 
@@ -42,7 +42,7 @@ def test_a_run_past_its_limit_is_killed() -> None:
 def test_a_process_that_closes_its_output_but_keeps_running_is_killed_at_the_limit() -> None:
     script = "import os, time; os.close(1); os.close(2); time.sleep(60)"
     run = run_tool([PY, "-c", script], timeout_s=1.0)
-    assert run.timed_out and run.signal_name == "SIGKILL"
+    assert run.timed_out and run.signal_name in ("SIGTERM", "SIGKILL")
 
 
 def test_exit_status_is_kept() -> None:
