@@ -80,7 +80,7 @@ class FakeNvml:
         self.shutdowns = 0
 
     def loader(self) -> FakeNvml:
-        """The loader the exporter calls (as `quantload.exporter.gpu.system_nvml` is)."""
+        """The loader the exporter calls (as `quantload.nvml.system_nvml` is)."""
         return self
 
     # ---- the pynvml names

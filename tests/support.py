@@ -55,7 +55,8 @@ def run_quantload(
 
 def machine_has_gpu() -> bool:
     """Whether the exporter finds a GPU through NVML on this machine (so GPU series can exist)."""
-    from quantload.exporter.gpu import open_gpu_telemetry, system_nvml
+    from quantload.exporter.gpu import open_gpu_telemetry
+    from quantload.nvml import system_nvml
 
     telemetry = open_gpu_telemetry(system_nvml, 1.0)
     if telemetry is None:
