@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
             None, "--reference", help="With --files: the F16/BF16/F32 file KLD is measured against."
         ),
         imatrix: str | None = typer.Option(
-            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) \\[off]."
+            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) [off]."
         ),
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,

@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         confidence: float | None = CONFIDENCE,
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:
-        """Search the tune space of llama-server flags (\\[tune]) per quantization: successive halving by the
+        """Search the tune space of llama-server flags ([tune]) per quantization: successive halving by the
         limit search, the winner's command line, .env and compose lines, and its capacity plan."""
         cli = cli_context(ctx)
         flags: dict[str, Any] = {
