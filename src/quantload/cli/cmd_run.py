@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from quantload.cli.context import cli_context
+from quantload.cli.exclusive_option import EXCLUSIVE
 from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
 from quantload.cli.slo_options import (
@@ -54,6 +55,7 @@ def register(app: typer.Typer) -> None:
         imatrix: str | None = typer.Option(
             None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) [off]."
         ),
+        exclusive: bool | None = EXCLUSIVE,
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
         slo_tpot: float | None = SLO_TPOT,
@@ -75,6 +77,7 @@ def register(app: typer.Typer) -> None:
                 "prepare.files": tuple(files) if files else None,
                 "prepare.reference": reference,
                 "prepare.imatrix": imatrix,
+                "load.exclusive": exclusive,
                 **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
             }
         )

@@ -36,6 +36,7 @@ class ServerSpec:
     verbosity: int = 4
     slot_save_path: Path | None = None  # enables /slots actions (erase) for a known cache state
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    cpus: frozenset[int] | None = None  # the cores it runs on (load.exclusive); None: any
 
     @classmethod
     def from_settings(cls, settings: ServerSettings, model_path: Path, alias: str) -> ServerSpec:
@@ -75,6 +76,8 @@ class ServerSpec:
         ]
         if self.threads:
             args += ["-t", str(self.threads)]
+        elif self.cpus:  # pinned: one thread per core it has, not one per core of the machine
+            args += ["-t", str(len(self.cpus))]
         args += gpu_layer_args("llama-server", self.gpu_layers)
         if self.slot_save_path is not None:
             args += ["--slot-save-path", str(self.slot_save_path)]
@@ -173,6 +176,8 @@ class LlamaServer(LoggedProcess):
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
         self.launch(
-            self.spec.command(self.toolchain.path("llama-server"), self.port), self.spec.secret_env()
+            self.spec.command(self.toolchain.path("llama-server"), self.port),
+            self.spec.secret_env(),
+            self.spec.cpus,
         )
 

@@ -32,6 +32,7 @@ from typing import Protocol, TypeVar
 from quantload.analysis import ReportPaths
 from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
+from quantload.exclusive import core_plan, pin_this_process, wait_for_quiet
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, no_check
 from quantload.exporter import ExporterHandle
@@ -163,6 +164,7 @@ class NativeRun:
         )  # fmt: skip
         write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
         self.ports = RunPorts.pick(self.settings)
+        self.cores = core_plan(self.settings.load.exclusive)
         self.dead_quants: set[str] = set()
         self.on_gpu: dict[str, bool] = {}  # quant -> its server offloaded layers (offload check)
         self.context = RunContext(
@@ -304,7 +306,25 @@ class NativeRun:
         scan = functools.partial(self.steps.sensitivity, toolchain, reference_path, text, self.run_dir)
         self._attempt("sensitivity", None, "sensitivity scan", scan, measuring)
 
+    def _quiet(self, before: str, quant: str | None, server_pids: Sequence[int] = ()) -> None:
+        """With load.exclusive: wait (at most load.quiet_wait_s) until other processes leave the
+        machine, before `before`; how it went goes into the run's notes."""
+        load = self.settings.load
+        if not load.exclusive:
+            return
+
+        def wait(progress: ProgressCallback) -> None:
+            said = wait_for_quiet(
+                load.interference_cpu_frac, load.quiet_wait_s, server_pids,
+                lambda line: progress(0, None, line),
+            )  # fmt: skip
+            if said.waited_s >= 3 or not said.quiet:
+                self.state.note(said.sentence(before, load.interference_cpu_frac, load.quiet_wait_s))
+
+        self._attempt("quiet", quant, f"wait for a quiet machine before {before}", wait)
+
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
+        self._quiet("the machine limits probe and llama-bench", None)
         limits = self._attempt(
             "roofline_probe", None, "machine limits probe", lambda _: self.steps.probe(), measuring
         )  # fmt: skip
@@ -349,6 +369,12 @@ class NativeRun:
         with contextlib.ExitStack() as serving:
             exporter = self.steps.exporter(self.ports.exporter)  # one for the whole load phase
             serving.callback(exporter.stop)
+            if self.settings.load.exclusive:
+                self.state.note(f"--exclusive: {self.cores.why}")
+            if self.cores.client_cpus is not None:  # the load client starts from this process
+                before = pin_this_process(self.cores.client_cpus)
+                if before is not None:
+                    serving.callback(pin_this_process, before)
             if self.settings.run.servers_at_once:
                 self.state.note("servers ran all at once (they shared this machine's cores)")
                 served = [self._serve(toolchain, models, quant, serving) for quant in quants]
@@ -436,6 +462,8 @@ class NativeRun:
         # a server running alone is restarted in place for a variant; beside the others, a second one
         in_place = not self.settings.run.servers_at_once
         servers = self.steps.server_variants(toolchain, item, self.run_dir, in_place)
+        pid = item.server.pid
+        self._quiet(f"{item.quant}'s load", item.quant, [pid] if pid is not None else [])
         if self.settings.run.tune:
             self._tune(item, servers, toolchain)
         for experiment in registry.planned(self.settings):

@@ -8,6 +8,7 @@ the experiments that vary them). Tests of the orchestrator subclass it with fake
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
+from quantload.exclusive import core_plan
 from quantload.experiments.base import (
     ExperimentContext,
     ExperimentRun,
@@ -138,6 +140,7 @@ class RunSteps:
 
     def server(self, toolchain: Toolchain, model: Path, alias: str, quant: str, run_dir: Path) -> LlamaServer:
         spec = server_spec(self.settings.server, model, alias, slot_save_path=run_dir / SLOTS_DIR)
+        spec = dataclasses.replace(spec, cpus=core_plan(self.settings.load.exclusive).server_cpus)
         log_path = run_dir / LOGS_DIR / f"llama-server-{quant}.log"
         return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
 
