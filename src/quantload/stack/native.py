@@ -462,8 +462,9 @@ class NativeRun:
         # a server running alone is restarted in place for a variant; beside the others, a second one
         in_place = not self.settings.run.servers_at_once
         servers = self.steps.server_variants(toolchain, item, self.run_dir, in_place)
-        pid = item.server.pid
-        self._quiet(f"{item.quant}'s load", item.quant, [pid] if pid is not None else [])
+        if self.settings.load.exclusive:
+            pid = item.server.pid
+            self._quiet(f"{item.quant}'s load", item.quant, [pid] if pid is not None else [])
         if self.settings.run.tune:
             self._tune(item, servers, toolchain)
         for experiment in registry.planned(self.settings):

@@ -15,6 +15,7 @@ from quantload.analysis.chapters.parts import (
     Plots,
     cache_state_block,
     interval_text,
+    not_run_section,
     range_text,
     shown,
     value,
@@ -277,11 +278,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     """What each limit search found, how long it took, and its trials."""
     title = "Finding the limit"
     if not analysis.limits:
-        return Section(
-            "limit",
-            title,
-            (Paragraph(f"Not run: no limit search in this run ({', '.join(SEARCHES)}).", "muted"),),
-        )
+        return not_run_section("limit", title, f"no limit search in this run ({', '.join(SEARCHES)})")
     def level(found: float | None, kind: str) -> str:
         return fmt.DASH if found is None else fmt.number(found, 0 if kind == "users" else 2)
 
@@ -334,7 +331,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     )
     blocks.append(
         Details(
-            f"{len(trial_rows)} trial(s)",
+            fmt.counted(len(trial_rows), "trial"),
             (Table(("quant", "search", "trial", "level", "verdict", "why", "how sure", "took"), trial_rows),),
         )
     )
@@ -345,10 +342,8 @@ def open_loop_section(analysis: Analysis) -> Section:
     """Poisson arrivals at set rates; latency from the intended send time."""
     table = analysis.open_loop
     if table.empty:
-        return Section(
-            "open_loop",
-            "Open loop (Poisson arrivals)",
-            (Paragraph("Not run: no open-loop rates were configured (load.rates_rps).", "muted"),),
+        return not_run_section(
+            "open_loop", "Open loop (Poisson arrivals)", "no open-loop rates were configured (load.rates_rps)"
         )
     rows = tuple(
         (

@@ -462,7 +462,8 @@ def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
              "Δ KLD", "Δ MiB", "KLD per MiB", "time"),
             tuple(rows),
             (False, False, True, True, True, True, True, True, True, True),
-            f"From {scan.base_type}, one tensor group at a time; {scan.chunks_scored} chunk(s) scored."
+            f"From {scan.base_type}, one tensor group at a time;"
+            f" {fmt.counted(scan.chunks_scored, 'chunk')} scored."
             " Raised rows: KLD per MiB = nats removed per MiB added (higher pays more); lowered rows:"
             " nats added per MiB saved (lower costs less). Skipped groups (no tensor of the model):"
             f" {', '.join(scan.skipped_groups) or 'none'}.",

@@ -67,3 +67,13 @@ def cache_state_block(analysis: Analysis, label: str) -> list[Block]:
         if name == label:
             return [Paragraph(f"Cache state: {text}.", "muted")]
     return []
+
+
+def not_run_section(key: str, title: str, why: str, analysis: Analysis | None = None, *gaps: str) -> Section:
+    """A section whose part did not run: listed with the others that did not, with `why`, unless
+    the run meant to measure it (a "not measured" note of the `gaps` sections), when it keeps its
+    heading and says what went wrong."""
+    missing = gap_blocks(analysis, *gaps) if analysis is not None and gaps else []
+    if missing:
+        return Section(key, title, (Paragraph(f"Not run: {why}.", "muted"), *missing))
+    return Section(key, title, not_run=why)

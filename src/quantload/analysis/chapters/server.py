@@ -128,7 +128,7 @@ def server_section(analysis: Analysis, plots: Plots) -> Section:
             )
         if partial:
             text += (
-                f" {partial} of {len(hist)} stage(s) are shown but not judged: shorter than"
+                f" {partial} of {fmt.counted(len(hist), 'stage')} are shown but not judged: shorter than"
                 f" {MIN_SCRAPES} scrape intervals, or the scrapes caught a different number of requests"
                 " than the records hold."
             )
