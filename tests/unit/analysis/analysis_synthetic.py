@@ -186,3 +186,27 @@ def write_kv(folder: Path, quants: Sequence[str], served: str = "f16",
         "cache_types": {quant: {kind: kv_entry(kind, mib) for kind, mib in (others or {}).items()} for quant in quants},
     }  # fmt: skip
     (folder / "kv.json").write_text(json.dumps(data))
+
+
+def mark_busy(folder: Path, stage_ids: Sequence[str], other_cpu_frac: float) -> None:
+    """summaries.jsonl as the load writes it, the stages `stage_ids` marked as measured beside other
+    work that took `other_cpu_frac` of the CPUs (quantload.machine_share's words)."""
+    from quantload.config import SloSettings
+    from quantload.load.records import iter_records, iter_stage_events
+    from quantload.load.summary import summarize_stage
+    from quantload.machine_share import Interference
+    from quantload.slo import Slo
+
+    records = list(iter_records(folder / "records.jsonl"))
+    events = list(iter_stage_events(folder / "stages.jsonl"))
+    starts = {e.stage_id: e for e in events if e.event == "stage_start"}
+    lines = []
+    for end in (e for e in events if e.event == "stage_end"):
+        summary = summarize_stage(end, records, Slo.of(SloSettings()), starts.get(end.stage_id))
+        busy = end.stage_id in stage_ids
+        summary = summary.model_copy(update={
+            "other_cpu_frac": other_cpu_frac if busy else 0.02,
+            "machine_busy": Interference(other_cpu_frac, 10.0).reason(0.25) if busy else None,
+        })  # fmt: skip
+        lines.append(summary.to_json_line())
+    (folder / "summaries.jsonl").write_text("\n".join(lines) + "\n")

@@ -223,9 +223,9 @@ def quality_loss_section(analysis: Analysis) -> Section:
             str(r["quant"]) + (" (floor)" if r["is_floor"] else ""),
             str(r["cache_type"]),
             _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
-            fmt.number(value(r["kld_median_nats"]), KLD_DIGITS),
-            fmt.number(value(r["kld_p99_nats"]), 5),
-            fmt.number(value(r["kld_p99_9_nats"]), 5),
+            _nats(value(r["kld_median_nats"]), KLD_DIGITS),
+            _nats(value(r["kld_p99_nats"]), 5),
+            _nats(value(r["kld_p99_9_nats"]), 5),
             _pct(value(r["same_top_p_pct"]), value(r["same_top_p_error_pct"])),
             _pct(value(r["delta_p_rms_pct"])),
             _pct(value(r["ppl_change_pct"]), value(r["ppl_change_error_pct"]), signed=True),
@@ -300,10 +300,15 @@ def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
     ]
 
 
+def _nats(number: float | None, digits: int) -> str:
+    """A divergence: never shown below zero (llama-perplexity's rounding can print -0.000001)."""
+    return fmt.number(None if number is None else max(0.0, number), digits)
+
+
 def _plus(number: float | None, error: float | None) -> str:
     if number is None:
         return fmt.DASH
-    text = fmt.number(number, KLD_DIGITS)
+    text = _nats(number, KLD_DIGITS)
     return f"{text} ± {fmt.number(error, KLD_DIGITS)}" if error is not None else text
 
 
