@@ -76,7 +76,7 @@ def not_run_section(key: str, title: str, why: str, analysis: Analysis | None = 
     found = [gap for gap in analysis.gaps if gap.section in gaps] if analysis is not None else []
     if found and all(gap.why.startswith(NOT_RUN_WORDS) for gap in found):  # its input was not given
         return Section(key, title, not_run="; ".join(dict.fromkeys(gap.why for gap in found)))
-    if found:
+    if found and analysis is not None:
         return Section(key, title, (Paragraph(f"Not run: {why}.", "muted"), *gap_blocks(analysis, *gaps)))
     return Section(key, title, not_run=why)
 
