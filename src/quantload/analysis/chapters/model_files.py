@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -17,7 +17,7 @@ from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, gap_bl
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
 from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
-from quantload.analysis.quality_loss import KLD_DIGITS
+from quantload.analysis.quality_loss import KLD_DIGITS, nats_shown
 from quantload.roofline.speed_file import busy_note
 
 
@@ -25,16 +25,18 @@ def _quality_axis(table: pd.DataFrame) -> tuple[str, str, str, str] | None:
     """(value column, error column, axis label, unit) of the quality the plot shows: the mean KLD
     from F16 where it was measured, else perplexity; None when there is neither."""
     if "kld_mean_nats" in table and table["kld_mean_nats"].notna().any():
-        label = "mean KLD from F16, nats (lower is better; ±1 s.e.)"
+        label = "mean KLD from F16, nats (lower is better; bars: ±1 s.e.)"
         return "kld_mean_nats", "kld_mean_error_nats", label, "nats"
     if table["perplexity"].notna().any():
         return "perplexity", "perplexity_error", "perplexity (lower is better; bars: ±1 s.e.)", ""
     return None
 
 
-def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
+def quality_speed_figure(analysis: Analysis) -> Any | None:
     """Quality loss (mean KLD from F16, else perplexity) against llama-bench decode tokens/s and
-    against file size: the trade-off a quantization is chosen on."""
+    against file size: the trade-off a quantization is chosen on. Each point with its interval (±1
+    standard error); a KLD is never drawn below the floor (F16 against its own base, at least 0:
+    a divergence is never negative), and the floor is drawn and named."""
     table = analysis.quant_table
     if table.empty:
         return None
@@ -45,35 +47,46 @@ def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
     usable = table.dropna(subset=[quality])
     figure, axes = new_figure(11.0, 4.6, 1, 2, sharey=True)
     palette = colors(analysis.quants)
-    floor = analysis.quality_loss.floor_kld_mean_nats if quality == "kld_mean_nats" else None
+    is_kld = quality == "kld_mean_nats"
+    floor = max(0.0, analysis.quality_loss.floor_kld_mean_nats or 0.0) if is_kld else None
     panels = (
         (axes[0][0], "decode_tok_s", 1.0, "decode tokens/s (llama-bench, one stream)"),
         (axes[0][1], "file_size_bytes", 1 / 2**20, "file size, MiB"),
     )
+    top = 0.0
     for axis, column, scale, xlabel in panels:
         rows = usable.dropna(subset=[column]).to_dict("records")
         for row in rows:
-            x, y = float(row[column]) * scale, float(row[quality])
+            x, measured = float(row[column]) * scale, float(row[quality])
+            y = max(measured, floor) if floor is not None else measured
             spread = float(row[error]) if row.get(error) is not None and not pd.isna(row[error]) else 0.0
-            axis.errorbar([x], [y], yerr=[[spread]] * 2, fmt="none", ecolor="gray", capsize=3)
+            below = min(spread, y - floor) if floor is not None else spread
+            axis.errorbar([x], [y], yerr=[[below], [spread]], fmt="none", ecolor="gray", capsize=3)
             axis.scatter([x], [y], s=120, alpha=0.75, color=palette.get(str(row["quant"])),
-                         edgecolors="black", linewidths=0.5)  # fmt: skip
-            shown_y = 0.0 if abs(y) < 5e-7 else y  # llama-perplexity's -0.000000 floor
-            text = f"{row['quant']}\n{shown_y:.3g} {unit}".rstrip()
-            axis.annotate(text, (x, y), textcoords="offset points", xytext=(8, 6), fontsize=8)
+                         edgecolors="black", linewidths=0.5, clip_on=False, zorder=3)  # fmt: skip
+            shown_y = nats_shown(y) if is_kld else f"{y:.3f}"
+            axis.annotate(f"{row['quant']}\n{shown_y} {unit}".rstrip(), (x, y), textcoords="offset points",
+                          xytext=(8, 6), fontsize=8)  # fmt: skip
+            top = max(top, y + spread)
         if floor is not None:
-            axis.axhline(floor, color="gray", linestyle="--", linewidth=0.8)
-            axis.annotate(
-                "floor: F16 against its own base", (0.99, floor), xycoords=("axes fraction", "data"),
-                textcoords="offset points", xytext=(0, -10), fontsize=7, color="gray", ha="right",
-            )  # fmt: skip
+            axis.axhline(floor, color="gray", linestyle="--", linewidth=1.0, zorder=2,
+                         label=f"floor: F16 against its own base ({nats_shown(floor)} nats)")  # fmt: skip
         axis.set_xlabel(xlabel)
         axis.grid(True, alpha=0.3)
         axis.margins(0.25)
+    if floor is not None:  # nothing below the floor: the axis starts there, and the floor is named
+        axes[0][0].set_ylim(floor, top + 0.25 * ((top - floor) or 1e-6))
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
     axes[0][0].set_ylabel(label)
-    what = "Quality loss" if quality == "kld_mean_nats" else "Perplexity"
+    what = "Quality loss" if is_kld else "Perplexity"
     figure.suptitle(f"{what} against decode speed and against file size")
-    return save_figure(figure, path)
+    return figure
+
+
+def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
+    figure = quality_speed_figure(analysis)
+    return save_figure(figure, path) if figure is not None else None
 
 
 QUALITY_SPEED_SIZE = Figure(
