@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from quantload import machine_share
+from quantload.text_format import percent
 
 MIN_CORES_TO_PIN = 4
 QUIET_WINDOW_S = 2.0
@@ -79,15 +80,15 @@ class QuietWait:
 
     def sentence(self, before: str, threshold: float, bound_s: float) -> str:
         """One line for the run's notes."""
-        share = "an unknown share" if self.other_cpu_frac is None else f"{self.other_cpu_frac:.0%}"
+        share = "an unknown share" if self.other_cpu_frac is None else percent(self.other_cpu_frac, 0)
         if self.quiet:
             return (
                 f"waited {self.waited_s:.0f} s for a quiet machine before {before} (other processes"
-                f" then took {share} of the CPUs, at most {threshold:.0%} allowed)"
+                f" then took {share} of the CPUs, at most {percent(threshold, 0)} allowed)"
             )
         return (
             f"the machine stayed busy for {bound_s:.0f} s before {before} (other processes took"
-            f" {share} of the CPUs, more than {threshold:.0%}): it went ahead, and stages the other"
+            f" {share} of the CPUs, more than {percent(threshold, 0)}): it went ahead, and stages the other"
             " work disturbed are undecided, not misses"
         )
 
@@ -123,8 +124,8 @@ def wait_for_quiet(
             return QuietWait(waited, last, False)
         if say is not None:
             say(
-                f"waiting for a quiet machine: other processes take {last:.0%} of the CPUs"
-                f" (at most {threshold:.0%}; {bound_s - waited:.0f} s left)"
+                f"waiting for a quiet machine: other processes take {percent(last, 0)} of the CPUs"
+                f" (at most {percent(threshold, 0)}; {bound_s - waited:.0f} s left)"
             )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantload import cpu_share
+from quantload.text_format import percent
 
 PROC = Path("/proc")
 
@@ -181,8 +182,8 @@ class Interference:
         if self.other_cpu_frac <= threshold:
             return None
         return (
-            f"other processes took {self.other_cpu_frac:.0%} of {self.scope} during the stage"
-            f" (more than {threshold:.0%}): the machine, not the server, was measured"
+            f"other processes took {percent(self.other_cpu_frac, 0)} of {self.scope} during the stage"
+            f" (more than {percent(threshold, 0)}): the machine, not the server, was measured"
         )
 
 

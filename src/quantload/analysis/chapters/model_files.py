@@ -18,6 +18,7 @@ from quantload.analysis.document import Block, Bullets, Details, Paragraph, Sect
 from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.quality_loss import KLD_DIGITS, nats_shown
+from quantload.cpu_share import BUSY_OTHER_CPU_FRAC
 from quantload.roofline.speed_file import busy_note
 
 
@@ -94,6 +95,35 @@ QUALITY_SPEED_SIZE = Figure(
 )
 
 
+def _of_ceiling(fraction: float | None) -> str:
+    """A measured rate's share of its ceiling; above the ceiling, flagged instead of a share over
+    100 %: the ceiling is what is wrong."""
+    if fraction is None:
+        return fmt.DASH
+    return "above it ⚠" if fraction > 1.0 else fmt.percent(fraction, 0)
+
+
+def roofline_flags(analysis: Analysis) -> list[Block]:
+    """Warnings that the roofline's ceilings cannot be read as ceilings: one moved between probes
+    by more than its noise, or a measured rate went above its ceiling."""
+    lines = []
+    speed = analysis.run.speed
+    if speed is not None and speed.machine is not None:
+        lines += [f"Unsure ceiling: {move}." for move in speed.machine.moves()]
+    roof = analysis.roofline
+    for row in roof.to_dict("records") if not roof.empty else []:
+        fraction = value(row.get("fraction_of_ceiling"))
+        if fraction is not None and fraction > 1.0:
+            lines.append(
+                f"{row['quant']} {row['test']} ran at {fmt.number(value(row['measured_tok_s']))} tok/s,"
+                f" above its {row['bound']} ceiling of {fmt.number(value(row['ceiling_tok_s']))} tok/s"
+                f" ({fmt.percent(fraction, 0)}): a rate cannot beat a true ceiling, so this ceiling is wrong"
+                " here (the probe ran slower than the kernels can, e.g. beside other work, or an int8 kernel"
+                " outruns the f32 probe); rerun `quantload speed --reprobe` on a quiet machine."
+            )
+    return [Bullets(tuple(lines), "warning")] if lines else []
+
+
 def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
     """Quality details, the quality/speed/size plot and the roofline."""
     blocks: list[Block] = [*shown(plots, QUALITY_SPEED_SIZE)]
@@ -119,10 +149,13 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
             )
         )
     blocks += gap_blocks(analysis, "quality")
-    busy = busy_note(analysis.run.speed)
+    settings = analysis.run.settings
+    threshold = settings.load.interference_cpu_frac if settings is not None else BUSY_OTHER_CPU_FRAC
+    busy = busy_note(analysis.run.speed, threshold)
     if busy:
         blocks.append(Paragraph(busy, "warning"))
     roof = analysis.roofline
+    blocks += roofline_flags(analysis)
     if not roof.empty:
         machine = analysis.run.speed.machine if analysis.run.speed else None
         if machine is not None:
@@ -148,7 +181,7 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
                 fmt.number(r["measured_tok_s"]),
                 fmt.number(r["ceiling_tok_s"]),
                 str(r["bound"]),
-                fmt.percent(r["fraction_of_ceiling"], 0),
+                _of_ceiling(value(r["fraction_of_ceiling"])),
                 fmt.number(r["memory_ceiling_tok_s"]),
                 fmt.number(r["compute_ceiling_tok_s"]),
                 f"{r['bits_per_weight']:.2f}",
