@@ -384,7 +384,7 @@ class NativeRun:
                 for item in started:
                     self._load(item, toolchain)
                 return
-            self.state.note("servers ran one at a time, so they did not compete for cores")
+            self.state.note("servers ran one at a time, so no server competed with another for cores")
             for quant in quants:
                 with contextlib.ExitStack() as this_server:
                     one = self._serve(toolchain, models, quant, this_server)
