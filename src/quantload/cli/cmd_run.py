@@ -94,3 +94,5 @@ def register(app: typer.Typer) -> None:
             cli.console.print(f"report: {outcome.report.html}", highlight=False)
             cli.console.print(f"        {outcome.report.markdown}", highlight=False)
         cli.console.print(f"run directory: {outcome.run_dir}", highlight=False)
+        for line in outcome.again:  # said at the start, minutes ago: said again where it is seen
+            cli.err_console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -81,10 +81,12 @@ class Failed:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """Where the run is, and its report when one was written."""
+    """Where the run is, its report when one was written, and what the run said early that its
+    last lines say again (a step skipped for want of an input, and how to give it)."""
 
     run_dir: Path
     report: ReportPaths | None
+    again: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class NativeRun:
         self.ports = RunPorts.pick(self.settings)
         self.cores = core_plan(self.settings.load.exclusive)
         self.dead_quants: set[str] = set()
+        self.said_early: list[str] = []  # lines the run's end repeats (RunOutcome.again)
         self.on_gpu: dict[str, bool] = {}  # quant -> its server offloaded layers (offload check)
         self.context = RunContext(
             RunDir(self.run_dir), self.run_id, self.settings, warn=view.message,
@@ -205,7 +208,7 @@ class NativeRun:
         finally:
             if self.state.status == "running":
                 self.state.finish(status)
-        return RunOutcome(self.run_dir, report)
+        return RunOutcome(self.run_dir, report, tuple(self.said_early))
 
     def _attempt(
         self,
@@ -273,7 +276,9 @@ class NativeRun:
             text = self.steps.quality_text()
         except QuantloadError as error:
             self.state.skip("quality", None, error.one_line())
-            self.view.message(f"quality skipped: {error.one_line()}")
+            said = f"quality skipped: {error.one_line()}"
+            self.view.message(said)
+            self.said_early.append(said)
             return
         for quant in quants:
             measure = functools.partial(

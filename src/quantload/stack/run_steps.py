@@ -70,6 +70,7 @@ class RunSteps:
         self.settings = settings
         self.environ = environ
         self.cache = cache
+        self.watching: ExporterHandle | None = None  # the exporter `exporter` started, told of restarts
 
     def toolchain(self, progress: ProgressCallback) -> Toolchain:
         return ensure_toolchain(
@@ -155,9 +156,10 @@ class RunSteps:
 
     def exporter(self, port: int) -> ExporterHandle:
         observe = self.settings.observe
-        return start_exporter(
+        self.watching = start_exporter(
             [], port=port, timeout_s=observe.exporter_timeout_s, host=observe.exporter_host
         )
+        return self.watching
 
     def experiment(
         self, experiment: str, target: ServedTarget, context: RunContext, servers: ServerControl | None
@@ -168,7 +170,10 @@ class RunSteps:
         self, toolchain: Toolchain, served: Served, run_dir: Path, in_place: bool
     ) -> ServerControl:
         """Variants of `served`'s server with other flags (restarted in place when it runs alone)."""
-        return ServerVariants(served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place)
+        planned = self.watching.restarting if self.watching is not None else None
+        return ServerVariants(
+            served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place, planned
+        )
 
     def server_build(self, toolchain: Toolchain) -> ServerBuild:
         return server_build(toolchain)
