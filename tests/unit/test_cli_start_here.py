@@ -65,6 +65,13 @@ def test_the_top_help_imports_no_subcommand_and_no_heavy_library() -> None:
     assert not {f"quantload.cli.{entry.module}" for entry in COMMANDS} & loaded
 
 
+@pytest.mark.parametrize("command", ["run", "tune"])
+def test_every_profile_is_offered_where_a_profile_is_chosen(command: str) -> None:
+    shown = " ".join(_help(command).split())
+    offered = shown.split("--profile", 1)[1].split("--", 1)[0]
+    assert all(profile in offered for profile in PROFILE_NAMES), offered
+
+
 @pytest.mark.parametrize("entry", COMMANDS, ids=[entry.name for entry in COMMANDS])
 def test_each_listed_summary_is_how_the_command_describes_itself(entry: Any) -> None:
     own = " ".join(_help(entry.name).split())

@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Environment variable holding the API key.")
         ] = None,
         run_id: Annotated[str | None, typer.Option(help="Run id (default: time + config hash).")] = None,
-        exclusive: Annotated[bool | None, EXCLUSIVE] = None,
+        exclusive: bool | None = EXCLUSIVE,
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
         slo_tpot: float | None = SLO_TPOT,

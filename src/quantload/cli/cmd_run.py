@@ -32,9 +32,11 @@ def register(app: typer.Typer) -> None:
     def run(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, or a local F16 .gguf"
+            None, "--model", help="qwen2.5-0.5b (default; downloaded), smollm2-135m, tiny, or a local F16 .gguf"
         ),
-        profile: str | None = typer.Option(None, "--profile", help="quick, full (default; also: seed) or ci"),
+        profile: str | None = typer.Option(
+            None, "--profile", help="quick, full (default; also: seed), ci or wide (quick over seven types)."
+        ),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
         dataset: Path | None = typer.Option(
             None, "--dataset", help="WikiText-2 wiki.test.raw (else downloaded when online)."

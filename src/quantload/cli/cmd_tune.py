@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         ),
         quants: str | None = typer.Option(None, "--quants", help="Quantizations to tune, e.g. Q8_0,Q4_K_M."),
         profile: str | None = typer.Option(
-            None, "--profile", help="quick, full or ci (the limit search's presets)."
+            None, "--profile", help="quick, full, ci or wide (the limit search's presets)."
         ),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
         resume: Path | None = typer.Option(
