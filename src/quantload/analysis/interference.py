@@ -62,7 +62,7 @@ class BusyMachine:
             parts.append(
                 f"other processes took up to {worst} of the CPUs during {self.stages_busy} of"
                 f" {self.stages_judged} load stages ({'; '.join(self.where)}; {self.window}), so those"
-                " stages measured the machine, not the server: their verdicts are undecided, not misses"
+                " stages measured the machine, not the server: a miss there is undecided, not a miss"
             )
         if self.tools:
             lead = "and more" if parts else "other processes took more"

@@ -129,7 +129,7 @@ def test_a_busy_machine_is_told_on_the_first_screen_with_when_how_much_and_what_
     busy = next(line for line in box.splitlines() if "machine was busy" in line)
     assert "other processes took up to 62 % of the CPUs during 2 of 36 load stages" in busy
     assert "(Q8_0 sweep at 1, 2 users; " in busy and " UTC)" in busy  # which stages, and when
-    assert "their verdicts are undecided, not misses" in busy
+    assert "a miss there is undecided, not a miss" in busy
     assert "`quantload run --exclusive` (`make run EXCLUSIVE=1`)" in busy
     page = paths.html.read_text()
     first_screen = page.split('id="quant-table"', 1)[0]
