@@ -31,9 +31,8 @@ SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--token", "--password"})
 MASK = "***"
 
 
-def die_with_parent(cpus: frozenset[int] | None = None) -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child receive SIGTERM when its parent ends (Linux only), and
-    run on the cores `cpus` only when given (every thread it starts inherits them).
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when its parent ends (Linux only).
 
     The libc function is looked up here, in the parent, so the child only makes one call
     between fork and exec. A child whose parent is already gone by then exits at once.
@@ -45,14 +44,11 @@ def die_with_parent(cpus: frozenset[int] | None = None) -> Callable[[], None] | 
     except (OSError, AttributeError):
         return None
     parent_pid = os.getpid()
-    pinned = sorted(cpus) if cpus else None
 
     def preexec() -> None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent_pid:
             os._exit(1)
-        if pinned:
-            os.sched_setaffinity(0, pinned)
 
     return preexec
 
@@ -94,17 +90,11 @@ class LoggedProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
-    def launch(
-        self,
-        command: Sequence[str],
-        secret_env: Mapping[str, str] | None = None,
-        cpus: frozenset[int] | None = None,
-    ) -> None:
+    def launch(self, command: Sequence[str], secret_env: Mapping[str, str] | None = None) -> None:
         """Start `command`, writing the command line itself first into the log (secrets masked).
 
         `secret_env` holds secrets the child reads from its environment instead of its command
-        line (so `ps` cannot show them); their values never reach the log either. `cpus`: the
-        cores it runs on (None: any).
+        line (so `ps` cannot show them); their values never reach the log either.
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         secrets = tuple(secret_env.values()) if secret_env else ()
@@ -118,7 +108,7 @@ class LoggedProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **secret_env} if secret_env else None,
-                preexec_fn=die_with_parent(cpus),
+                preexec_fn=die_with_parent(),
             )
 
     def alive(self) -> bool:

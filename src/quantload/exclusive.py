@@ -129,12 +129,12 @@ def wait_for_quiet(
             )
 
 
-def pin_this_process(cpus: frozenset[int]) -> frozenset[int] | None:
-    """Run every thread of this process (and the children it starts from now on) on `cpus`;
-    returns the cores it ran on before (None where affinity cannot be set)."""
+def pin_process(pid: int, cpus: frozenset[int]) -> frozenset[int] | None:
+    """Run every thread of process `pid` (and the threads and children it starts from now on) on
+    `cpus`; returns the cores it ran on before (None where affinity cannot be set)."""
     try:
-        before = frozenset(os.sched_getaffinity(0))
-        for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        before = frozenset(os.sched_getaffinity(pid))
+        for task in os.listdir(f"/proc/{pid}/task"):
             try:
                 os.sched_setaffinity(int(task), cpus)
             except OSError:
@@ -142,3 +142,8 @@ def pin_this_process(cpus: frozenset[int]) -> frozenset[int] | None:
     except (AttributeError, OSError):
         return None
     return before
+
+
+def pin_this_process(cpus: frozenset[int]) -> frozenset[int] | None:
+    """`pin_process` of this process: the load client it starts runs on `cpus` too."""
+    return pin_process(os.getpid(), cpus)

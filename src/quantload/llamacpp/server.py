@@ -10,6 +10,7 @@ from pathlib import Path
 from quantload.childproc import POLL_S, LoggedProcess
 from quantload.config import ServerSettings
 from quantload.errors import ServerError
+from quantload.exclusive import pin_process
 from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.toolchain import Toolchain
 
@@ -176,8 +177,8 @@ class LlamaServer(LoggedProcess):
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
         self.launch(
-            self.spec.command(self.toolchain.path("llama-server"), self.port),
-            self.spec.secret_env(),
-            self.spec.cpus,
+            self.spec.command(self.toolchain.path("llama-server"), self.port), self.spec.secret_env()
         )
+        if self.spec.cpus and self.pid is not None:  # before it loads its model and starts its threads
+            pin_process(self.pid, self.spec.cpus)
 

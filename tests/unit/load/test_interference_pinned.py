@@ -10,7 +10,6 @@ client it starts) on the others, so the share other processes took is read on th
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from quantload.analysis.capacity import capacity
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import level_table, stage_table
 from quantload.config import LoadSettings, Settings, SloSettings
-from quantload.exclusive import pin_this_process, usable_cpus, wait_for_quiet
+from quantload.exclusive import pin_process, pin_this_process, usable_cpus, wait_for_quiet
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
 from quantload.slo import Slo
@@ -49,11 +48,6 @@ def _settings() -> Settings:
         experiments=("sweep",), interference_cpu_frac=THRESHOLD,
     )  # fmt: skip
     return Settings(load=load, slo=SLO)
-
-
-def _pin_tasks(pid: int, cpus: frozenset[int]) -> None:
-    for task in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(task), cpus)
 
 
 @pytest.fixture
@@ -94,7 +88,7 @@ def test_a_stage_beside_a_busy_loop_on_the_servers_core_is_undecided_and_alone_d
         pytest.skip("taskset (util-linux) is not installed")
     with FakeServerProcess(SLOW) as fake:
         assert fake.pid is not None
-        _pin_tasks(fake.pid, server_core)
+        assert pin_process(fake.pid, server_core) is not None
         target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
 
         quiet = wait_for_quiet(THRESHOLD, QUIET_BOUND_S, [fake.pid], server_cpus=server_core)
