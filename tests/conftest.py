@@ -10,6 +10,7 @@ import functools
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,49 @@ from support import CI_API_KEY, GRAFANA_ANNOTATIONS_JSON, clean_env, missing, ru
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LONG_TESTS_ENV = "QUANTLOAD_LONG_TESTS"
+
+
+# The tiers `make test` runs, in its order, and what each one needs: said as each begins.
+TIERS = {
+    "unit": "pure logic with fakes, seconds each",
+    "integration": "the real llama.cpp tools, Prometheus, Locust and Chromium on the tiny model",
+    "e2e": "quantload run end to end, compose, hosts in network namespaces: minutes each",
+}
+
+
+def pytest_collection(session: pytest.Session) -> None:
+    """Say that collecting has begun: importing every test module takes a while."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("collecting the tests (every test module is imported first)")
+
+
+class TierLines:
+    """A line as each tier begins, and, past the unit tier, the name of each test as it starts
+    (they run for minutes where a dot would be all there is to see)."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+        self.tier = ""
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        parts = nodeid.split("/")
+        tier = parts[1] if parts[0] == "tests" and len(parts) > 2 else parts[0]
+        if tier not in TIERS:
+            return
+        if tier != self.tier:
+            self.tier = tier
+            self.reporter.write_line("")
+            self.reporter.write_line(f"== {tier} tests: {TIERS[tier]} ==", bold=True)
+        if tier != "unit" and self.reporter.verbosity <= 0:
+            self.reporter.write_line(f"   {nodeid}")
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is set up
+def pytest_configure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        config.pluginmanager.register(TierLines(reporter), "quantload-tier-lines")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -453,6 +453,17 @@ class LoadSettings(_Section):
         " measured the machine, not the server: its misses are undecided (1 = never)",
     )  # fmt: skip
     saturation_lag_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
+    exclusive: bool = Field(
+        default=False,
+        description="before each server's load and each speed measurement, wait for other processes"
+        " to leave the machine (load.quiet_wait_s at most), and pin the server and the load client to"
+        " separate cores where there are enough",
+    )
+    quiet_wait_s: float = Field(
+        default=120.0, ge=0, le=MAX_SECONDS,
+        description="with load.exclusive: the longest wait for other processes to take no more than"
+        " load.interference_cpu_frac of the CPUs",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _prompt_bounds_in_order(self) -> LoadSettings:

@@ -32,6 +32,26 @@ def machine_busy_s() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def cores_busy_s(cpus: frozenset[int]) -> float | None:
+    """The busy CPU seconds so far of the cores `cpus` alone (their `cpuN` lines of /proc/stat);
+    None where unknown or where one of them is not listed."""
+    try:
+        lines = PROC_STAT.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    found: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 9 or not fields[0].startswith("cpu") or fields[0] == "cpu":
+            continue
+        core = int(fields[0][3:])
+        if core in cpus:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+            found[core] = (user + nice + system + irq + softirq + steal) / tick
+    return sum(found.values()) if set(found) == set(cpus) else None
+
+
 def _own_cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -67,6 +87,7 @@ def other_cpu_frac(since: CpuMark) -> float | None:
     return round(min(1.0, max(0.0, others_s / capacity_s)), 3)
 
 
-def busy(other_frac: float | None) -> bool:
-    """True when other work took enough of the machine to distort a measurement."""
-    return other_frac is not None and other_frac > BUSY_OTHER_CPU_FRAC
+def busy(other_frac: float | None, threshold: float = BUSY_OTHER_CPU_FRAC) -> bool:
+    """True when other work took enough of the machine to distort a measurement (more than
+    `threshold` of its CPUs: load.interference_cpu_frac, the same rule as the load's stages)."""
+    return other_frac is not None and other_frac > threshold

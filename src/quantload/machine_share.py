@@ -5,10 +5,12 @@ At a stage's start and end, three CPU clocks are read from /proc: the whole mach
 Locust processes, and the servers quantload started), and the time of the servers under test
 (their process trees; a server quantload did not start is found by the loopback port it listens
 on). What the machine spent beyond quantload's tree and the servers, as a share of all its CPUs,
-is other work; above a threshold (`load.interference_cpu_frac`, 25 % by default, as
-`cpu_share.BUSY_OTHER_CPU_FRAC` for llama-bench) the stage is interfered: its latencies may be the
-machine's, and the SLO judge does not call it a miss. Linux only; elsewhere nothing is
-known (None) and nothing is judged.
+is other work; above a threshold (`load.interference_cpu_frac`, 25 % by default, the same rule
+llama-bench and the roofline probe are held to) the stage is interfered: its latencies may be the
+machine's, and the SLO judge does not call it a miss. Where the servers run on cores of their own
+and quantload on none of them (`--exclusive` on a machine with cores to spare, or a server pinned
+by hand), the share is read on those cores alone: their busy time less the servers' own, which is
+what the server lost. Linux only; elsewhere nothing is known (None) and nothing is judged.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantload import cpu_share
+from quantload.text_format import percent
 
 PROC = Path("/proc")
 
@@ -102,21 +105,54 @@ def listening_pids(port: int) -> set[int]:
 
 @dataclass(frozen=True)
 class CpuSample:
-    """The three CPU clocks at one moment (None where /proc cannot tell)."""
+    """The three CPU clocks at one moment (None where /proc cannot tell); with `server_cpus`, the
+    busy time of the servers' own cores too."""
 
     wall_s: float
     machine_busy_s: float | None
     ours_s: float
     servers_s: float
+    server_cpus: frozenset[int] | None = None
+    server_cores_busy_s: float | None = None
+    all_servers_s: float = 0.0  # every server's tree, quantload's own servers included
 
 
-def sample(server_pids: Iterable[int] = ()) -> CpuSample:
-    """The machine's, quantload's and the servers' CPU time now."""
+def _affinity(pid: int) -> frozenset[int] | None:
+    try:
+        return frozenset(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):
+        return None
+
+
+def server_cores(server_pids: Iterable[int]) -> frozenset[int] | None:
+    """The cores the servers are pinned to, when they run on some of the machine's cores only and
+    quantload's own process on none of those: then what other processes take from the servers
+    is read on those cores alone. None: the whole machine is read."""
+    pinned: set[int] = set()
+    for pid in server_pids:
+        cores = _affinity(pid)
+        if cores is None:
+            return None
+        pinned |= cores
+    ours = _affinity(os.getpid())
+    every = frozenset(range(os.cpu_count() or 1))
+    if not pinned or ours is None or pinned >= every or pinned & ours:
+        return None
+    return frozenset(pinned)
+
+
+def sample(server_pids: Iterable[int] = (), server_cpus: frozenset[int] | None = None) -> CpuSample:
+    """The machine's, quantload's and the servers' CPU time now (and the servers' cores' busy time
+    when `server_cpus` is given)."""
     table = _processes()
     servers = [pid for pid in server_pids]
     ours = tree_cpu_s([os.getpid()], table)
     foreign = [pid for pid in servers if pid not in _descendants(os.getpid(), table)]
-    return CpuSample(time.monotonic(), cpu_share.machine_busy_s(), ours, tree_cpu_s(foreign, table))
+    cores = cpu_share.cores_busy_s(server_cpus) if server_cpus else None
+    return CpuSample(
+        time.monotonic(), cpu_share.machine_busy_s(), ours, tree_cpu_s(foreign, table),
+        server_cpus, cores, tree_cpu_s(servers, table),
+    )  # fmt: skip
 
 
 def _descendants(root: int, table: dict[int, tuple[int, float]]) -> set[int]:
@@ -134,29 +170,49 @@ def _descendants(root: int, table: dict[int, tuple[int, float]]) -> set[int]:
 
 @dataclass(frozen=True)
 class Interference:
-    """What other processes took of the machine between two samples."""
+    """What other processes took of the machine (or of the servers' own cores) between two
+    samples."""
 
-    other_cpu_frac: float  # of all CPUs
+    other_cpu_frac: float  # of all CPUs, or of the servers' cores
     seconds: float
+    scope: str = "the machine's CPUs"  # what the share is of
 
     def reason(self, threshold: float = cpu_share.BUSY_OTHER_CPU_FRAC) -> str | None:
         """Why the stage measured the machine (other work above `threshold` of its CPUs), or None."""
         if self.other_cpu_frac <= threshold:
             return None
         return (
-            f"other processes took {self.other_cpu_frac:.0%} of the machine's CPUs during the stage"
-            f" (more than {threshold:.0%}): the machine, not the server, was measured"
+            f"other processes took {percent(self.other_cpu_frac, 0)} of {self.scope} during the stage"
+            f" (more than {percent(threshold, 0)}): the machine, not the server, was measured"
         )
 
 
 def between(first: CpuSample, last: CpuSample) -> Interference | None:
-    """The other processes' share of the machine between two samples (None: unknown)."""
+    """The other processes' share of the machine between two samples (None: unknown): of the
+    servers' own cores when both samples read them, else of all the machine's CPUs."""
+    seconds = last.wall_s - first.wall_s
+    cores = first.server_cpus
+    if (
+        cores
+        and cores == last.server_cpus
+        and first.server_cores_busy_s is not None
+        and last.server_cores_busy_s is not None
+        and seconds > 0
+    ):
+        spent = last.server_cores_busy_s - first.server_cores_busy_s
+        servers = max(0.0, last.all_servers_s - first.all_servers_s)
+        share = (spent - servers) / (seconds * len(cores))
+        scope = f"the server's core{'s' if len(cores) > 1 else ''} {_cores(cores)}"
+        return Interference(round(min(1.0, max(0.0, share)), 3), round(seconds, 3), scope)
     if first.machine_busy_s is None or last.machine_busy_s is None:
         return None
-    seconds = last.wall_s - first.wall_s
     capacity = seconds * (os.cpu_count() or 1)
     if capacity <= 0:
         return None
     ours = (last.ours_s - first.ours_s) + max(0.0, last.servers_s - first.servers_s)
     others = (last.machine_busy_s - first.machine_busy_s) - ours
     return Interference(round(min(1.0, max(0.0, others / capacity)), 3), round(seconds, 3))
+
+
+def _cores(cpus: frozenset[int]) -> str:
+    return ",".join(str(core) for core in sorted(cpus))

@@ -45,3 +45,8 @@ def percent(fraction: float | None, digits: int = 1, signed: bool = False) -> st
     if fraction is None or is_missing(fraction):
         return DASH
     return f"{fraction * 100:+.{digits}f} %" if signed else f"{fraction * 100:.{digits}f} %"
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """'1 stage', '3 stages' ('1 thing(s)' never)."""
+    return f"{count:,} {noun if count == 1 else (plural or noun + 's')}"

@@ -16,7 +16,7 @@ import pytest
 
 from quantload.analysis import ReportPaths
 from quantload.config import load_config
-from quantload.errors import MeasurementError, ModelError, ServerError
+from quantload.errors import ConfigError, MeasurementError, ModelError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentRun, ServedVariant, ServerFlags
 from quantload.llamacpp.offload import OffloadCheck, check_offload, parse_offload
@@ -437,3 +437,15 @@ def test_the_gpus_are_watched_idle_before_the_load_of_a_server_that_offloaded_la
     quiet = FakeSteps(gpu_logs={"Q8_0": on_gpu})
     NativeRun(off, {}, tmp_path / "off", Silent(), quiet).execute()
     assert not [call for call in quiet.calls if call.startswith("idle")]
+
+
+def test_an_offline_run_says_how_to_give_the_text_at_its_start_and_again_in_its_last_lines(tmp_path: Path) -> None:
+    from quantload.quality.dataset import _offline_hint
+
+    hint = _offline_hint(tmp_path, "https://example.invalid/wikitext-2-raw-v1.zip")
+    assert "--dataset PATH" in hint and "`make run DATASET=PATH`" in hint  # the flag and the make variable
+    steps = FakeSteps(fail={"quality_text": ConfigError("WikiText-2 cannot be downloaded: offline", hint)})
+    outcome = _run(tmp_path, steps).execute()
+    (again,) = outcome.again
+    assert again.startswith("quality skipped: WikiText-2 cannot be downloaded: offline") and "DATASET=PATH" in again
+    assert outcome.report is not None  # the run went on without quality

@@ -235,7 +235,7 @@ def _with_search(quant: str, sweep: str, users: LimitLine | None, rate: LimitLin
     parts = []
     if users is not None and users.limit is not None:
         parts.append(
-            f"{quant} meets the SLO up to {level_text(users.limit, 'users')} concurrent user(s), the limit"
+            f"{quant} meets the SLO up to {_users(int(users.limit))}, the limit"
             f" the search found: {search_sentence(users)}"
         )
     elif users is not None:

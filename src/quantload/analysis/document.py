@@ -72,14 +72,47 @@ class Details:
     blocks: tuple[Block, ...]
 
 
-Block = Paragraph | Bullets | Table | Image | Facts | Details
+@dataclass(frozen=True)
+class Callout:
+    """The report's answer, boxed: a heading and labelled lines ("Choice", "Limited by"), each
+    (label, text); a warning line is shown apart from the others."""
+
+    heading: str
+    lines: tuple[tuple[str, str], ...]
+    warning: str = ""
+
+
+Block = Paragraph | Bullets | Table | Image | Facts | Details | Callout
 
 
 @dataclass(frozen=True)
 class Section:
+    """A report section; one that did not run holds only why (`not_run`), and the document lists
+    all of those together instead of a heading each."""
+
     key: str
     title: str
     blocks: tuple[Block, ...] = field(default_factory=tuple)
+    not_run: str = ""
+
+
+NOT_RUN_KEY = "not-run"
+
+
+def gathered(sections: tuple[Section, ...], before: str = "") -> tuple[Section, ...]:
+    """`sections` with those that did not run taken out and listed, with their reasons, in one
+    section placed before the section keyed `before` (at the end when there is none)."""
+    skipped = [section for section in sections if section.not_run]
+    kept = [section for section in sections if not section.not_run]
+    if not skipped:
+        return tuple(kept)
+    lines = tuple(f"{section.title}: {section.not_run}" for section in skipped)
+    count = len(skipped)
+    summary = f"{count} part{'s' if count != 1 else ''} of the report did not run; why each"
+    listing = Section(NOT_RUN_KEY, "Not run in this run", (Details(summary, (Bullets(lines, "muted"),)),))
+    keys = [section.key for section in kept]
+    at = keys.index(before) if before in keys else len(kept)
+    return (*kept[:at], listing, *kept[at:])
 
 
 @dataclass(frozen=True)
@@ -98,19 +131,35 @@ _SUFFIX = {"plain": "", "verdict": "**", "warning": "", "muted": "_"}
 _MD_ACTIVE = re.compile(r"([\\`*\[\]])")  # backslash, code, emphasis, links and images
 _MD_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # Q4_K_M stays as it is
 _MD_LINE_START = re.compile(r"^(#|>|[-+] |\d+[.)] )")
-_HTML_LIKE = re.compile(r"&(?=#?\w+;)|[<>]")
+# what could start HTML (a tag, an entity) becomes an entity; "p < 0.05" and "a > b" stay readable
+_MD_HTML_LIKE = re.compile(r"&(?=#?\w+;)|<(?=[A-Za-z/!?])")
+# `a command` in display text: shown as code in both files; a lone backquote is just a character
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _md_plain(text: str) -> str:
+    text = _MD_HTML_LIKE.sub(lambda found: html.escape(found.group(0)), text)
+    return _MD_EDGE_UNDERSCORE.sub(r"\\_", _MD_ACTIVE.sub(r"\\\1", text))
 
 
 def _md_text(text: str) -> str:
     """Display text as Markdown that shows exactly that text, as report.html does: whatever a run's
-    labels, paths and messages hold, no HTML and no Markdown of theirs gets through."""
-    text = _HTML_LIKE.sub(lambda found: html.escape(found.group(0)), text.replace("\n", " "))
-    text = _MD_EDGE_UNDERSCORE.sub(r"\\_", _MD_ACTIVE.sub(r"\\\1", text))
-    return _MD_LINE_START.sub(r"\\\1", text)
+    labels, paths and messages hold, no HTML and no Markdown of theirs gets through; a "<" that
+    starts no tag stays as it is, so the raw file reads as well as the rendered one; `commands` in
+    backquotes are code spans."""
+    text = text.replace("\n", " ")
+    parts, last = [], 0
+    for found in CODE_SPAN.finditer(text):
+        parts.append(_md_plain(text[last : found.start()]))
+        parts.append(f"`{found.group(1)}`")
+        last = found.end()
+    parts.append(_md_plain(text[last:]))
+    return _MD_LINE_START.sub(r"\\\1", "".join(parts))
 
 
 def _md_cell(text: str) -> str:
-    return _md_text(text).replace("|", "\\|")
+    """A table cell: its lines joined with a middle dot (a Markdown cell holds one line)."""
+    return _md_text(" · ".join(text.split("\n"))).replace("|", "\\|")
 
 
 def _md_table(table: Table) -> list[str]:
@@ -139,6 +188,12 @@ def _md_block(block: Block, level: int) -> list[str]:
         for inner in block.blocks:
             lines += [*_md_block(inner, level + 1), ""]
         return lines
+    if isinstance(block, Callout):
+        lines = [f"> **{_md_text(block.heading)}**", ">"]
+        lines += [f"> - **{_md_text(label)}:** {_md_text(text)}" for label, text in block.lines]
+        if block.warning:
+            lines += [">", f"> ⚠ {_md_text(block.warning)}"]
+        return lines
     raise TypeError(f"unknown block {type(block).__name__}")
 
 
@@ -162,7 +217,19 @@ BARE_TEMPLATE = (
 
 
 def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+    """Display text as HTML: escaped, `commands` in backquotes as code."""
+    parts, last = [], 0
+    for found in CODE_SPAN.finditer(text):
+        parts.append(html.escape(text[last : found.start()], quote=True))
+        parts.append(f"<code>{html.escape(found.group(1), quote=True)}</code>")
+        last = found.end()
+    parts.append(html.escape(text[last:], quote=True))
+    return "".join(parts)
+
+
+def _lines(text: str) -> str:
+    """A cell's lines, each escaped, one under the other."""
+    return "<br>".join(_e(line) for line in text.split("\n"))
 
 
 _SPREAD = re.compile(r"^(.+?) (\(.+\)|± .+)$")
@@ -170,9 +237,9 @@ _SPREAD = re.compile(r"^(.+?) (\(.+\)|± .+)$")
 
 def _html_cell(text: str, numeric: bool) -> str:
     """A numeric 'median (min–max)' or 'value ± error' cell shows its spread on a second, smaller line."""
-    found = _SPREAD.match(text) if numeric else None
+    found = _SPREAD.match(text) if numeric and "\n" not in text else None
     if found is None:
-        return _e(text)
+        return _lines(text)
     return f'{_e(found.group(1))}<span class="range">{_e(found.group(2))}</span>'
 
 
@@ -182,7 +249,7 @@ def _html_class(table: Table, index: int) -> str:
 
 def _html_table(table: Table) -> str:
     head = "".join(
-        f'<th class="{_html_class(table, i)}" scope="col">{_e(c)}</th>'
+        f'<th class="{_html_class(table, i)}" scope="col">{_lines(c)}</th>'
         for i, c in enumerate(table.columns)
     )
     body = "".join(
@@ -227,6 +294,10 @@ def _html_block(block: Block, base: Path) -> str:
     if isinstance(block, Details):
         inner = "".join(_html_block(b, base) for b in block.blocks)
         return f"<details><summary>{_e(block.summary)}</summary>{inner}</details>"
+    if isinstance(block, Callout):
+        rows = "".join(f"<dt>{_e(label)}</dt><dd>{_e(text)}</dd>" for label, text in block.lines)
+        warning = f'<p class="busy">⚠ {_e(block.warning)}</p>' if block.warning else ""
+        return f'<div class="decision"><h3>{_e(block.heading)}</h3><dl>{rows}</dl>{warning}</div>'
     raise TypeError(f"unknown block {type(block).__name__}")
 
 
@@ -239,7 +310,9 @@ def _template() -> Template:
 
 def render_html(document: Document, base: Path) -> str:
     """The whole report as one HTML page; images are read from `base` and embedded."""
-    toc = "".join(f'<li><a href="#{s.key}">{_e(s.title)}</a></li>' for s in document.sections)
+    entries = "".join(f'<li><a href="#{s.key}">{_e(s.title)}</a></li>' for s in document.sections)
+    count = len(document.sections)
+    toc = f"<details><summary>Contents ({count} sections)</summary><ol>{entries}</ol></details>"
     body = "".join(
         f'<section id="{s.key}"><h2>{_e(s.title)}</h2>'
         + "".join(_html_block(b, base) for b in s.blocks)
@@ -247,5 +320,5 @@ def render_html(document: Document, base: Path) -> str:
         for s in document.sections
     )
     return _template().safe_substitute(
-        title=_e(document.title), subtitle=_e(document.subtitle), toc=f"<ol>{toc}</ol>", body=body
+        title=_e(document.title), subtitle=_e(document.subtitle), toc=toc, body=body
     )

@@ -7,9 +7,12 @@ from typing import Any
 
 import pandas as pd
 
-from quantload.text_format import DASH, duration, is_missing, number, percent
+from quantload.text_format import DASH, counted, duration, is_missing, number, percent
 
-__all__ = ["DASH", "cell_float", "duration", "mib", "number", "percent", "utc", "with_interval", "with_range"]
+__all__ = [
+    "DASH", "cell_float", "counted", "duration", "mib", "number", "percent", "utc", "with_interval",
+    "with_range",
+]  # fmt: skip
 
 
 def cell_float(value: Any) -> float | None:

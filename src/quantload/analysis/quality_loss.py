@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -57,10 +58,18 @@ class QualityLoss:
         }
 
 
+def nats_shown(kld_nats: float | None) -> str:
+    """A mean KLD as llama-perplexity prints it, six decimals; one below zero (llama-perplexity's
+    rounding: a divergence is never negative) shows as 0.000000."""
+    if kld_nats is None:
+        return fmt.DASH
+    return fmt.number(max(0.0, kld_nats), KLD_DIGITS)
+
+
 def kld_text(result: KldResult) -> str:
     """'0.004119 ± 0.000165 nats' (the larger standard error), as llama-perplexity prints it."""
     error = mean_error_nats(result)
-    mean = fmt.number(result.kld_mean_nats, KLD_DIGITS)
+    mean = nats_shown(result.kld_mean_nats)
     return f"{mean} ± {fmt.number(error, KLD_DIGITS)} nats" if error is not None else f"{mean} nats"
 
 
@@ -74,8 +83,9 @@ def _ppl_change_text(result: KldResult) -> str:
 def reference_text(base: KldBase) -> str:
     """What the KLDs are measured against, with the model source's note where it has one."""
     text = (
-        f"Every KL divergence is measured against the run's {base.quant} file ({base.model_name}) on"
-        f" {base.chunks_scored} chunk(s) of {base.ctx_tokens} tokens of {base.dataset.name}"
+        f"Every KL divergence is measured against the run's {base.quant} file"
+        f" ({Path(base.model_path).name}) on {fmt.counted(base.chunks_scored, 'chunk')}"
+        f" of {base.ctx_tokens} tokens of {base.dataset.name}"
         f" ({base.tokens_scored:,} tokens scored)"
     )
     if base.source_note:
@@ -97,11 +107,11 @@ def _comparison(this: KldResult, label: str, other: KldResult, other_label: str)
     if beyond_uncertainty(this, other, SIGMAS):
         more = other_label if other.kld_mean_nats > this.kld_mean_nats else label
         return (
-            f"the difference from {other_label} ({fmt.number(other.kld_mean_nats, KLD_DIGITS)}) is"
+            f"the difference from {other_label} ({nats_shown(other.kld_mean_nats)}) is"
             f" beyond the uncertainty ({more} loses more{apart_text})"
         )
     return (
-        f"the difference from {other_label} ({fmt.number(other.kld_mean_nats, KLD_DIGITS)}) is within"
+        f"the difference from {other_label} ({nats_shown(other.kld_mean_nats)}) is within"
         f" the uncertainty (these chunks cannot tell them apart{apart_text})"
     )
 
@@ -119,7 +129,7 @@ def _sentence(
 ) -> str:
     parts = [f"{label}: mean KLD {kld_text(result)} from F16"]
     if floor is not None:
-        parts[0] += f" (floor {fmt.number(floor.kld_mean_nats, KLD_DIGITS)})"
+        parts[0] += f" (floor {nats_shown(floor.kld_mean_nats)})"
     parts[0] += (
         f", same top token {fmt.number(result.same_top_p_pct, 2)} %,"
         f" perplexity {_ppl_change_text(result)} against F16's own"

@@ -51,7 +51,7 @@ def judged_cache_type(cache_type_k: str | None, cache_type_v: str | None, kld: K
 
 
 def _nats(value: float) -> str:
-    return f"{fmt.number(value, KLD_DIGITS)} nats"
+    return f"{fmt.number(max(0.0, value), KLD_DIGITS)} nats"  # below zero: llama-perplexity's rounding
 
 
 def _users(count: int) -> str:

@@ -118,7 +118,7 @@ def _servers(run: RunData) -> str | None:
         at_once = run.settings.run.servers_at_once
     text = None
     if at_once is False:
-        text = "servers were run one at a time, so they did not compete for cores"
+        text = "servers were run one at a time, so no server competed with another for cores"
     elif at_once is True:
         text = "servers were run all at once and shared this machine's cores"
     if run.state is not None:

@@ -308,7 +308,8 @@ def _gaps(run: SoakRun) -> list[Gap]:
                 Gap(
                     "soak",
                     f"drift of {drift.what} {label}",
-                    f"{drift.points} slice(s) to fit after the first {run.settle_slices}; it takes 3",
+                    f"{fmt.counted(drift.points, 'slice')} to fit after the first {run.settle_slices};"
+                    " it takes 3",
                     "run longer, or with shorter soak.slice_s",
                 )
             )

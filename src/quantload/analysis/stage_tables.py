@@ -361,14 +361,15 @@ def client_verdict(stages: pd.DataFrame, flagged: pd.DataFrame, threshold_s: flo
     parts = []
     if lagged:
         parts.append(
-            f"The load generator lagged in {lagged} of {len(stages)} stage(s): their latencies include"
-            " client delay and understate what the server could do"
+            f"The load generator lagged in {lagged} of {fmt.counted(len(stages), 'stage')}: their"
+            " latencies include client delay and understate what the server could do"
         )
     if degraded:
         parts.append(
-            f"in {degraded} of {len(stages)} stage(s) the client's own timing error may be larger than"
-            " the error it is stated within (its event loop woke up late, or it held more streams per"
-            " process than this machine's calibration proved): read their latencies as upper bounds"
+            f"in {degraded} of {fmt.counted(len(stages), 'stage')} the client's own timing error may"
+            " be larger than the error it is stated within (its event loop woke up late, or it held more"
+            " streams per process than this machine's calibration proved): read their latencies as upper"
+            " bounds"
         )
     text = "; ".join(parts)
     return (

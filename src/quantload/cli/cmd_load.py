@@ -12,6 +12,7 @@ from pydantic import SecretStr
 from rich.table import Table
 
 from quantload.cli.context import cli_context
+from quantload.cli.exclusive_option import EXCLUSIVE, quiet_before
 from quantload.cli.progress_view import progress_bar
 from quantload.cli.slo_options import (
     CONFIDENCE,
@@ -232,6 +233,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Environment variable holding the API key.")
         ] = None,
         run_id: Annotated[str | None, typer.Option(help="Run id (default: time + config hash).")] = None,
+        exclusive: bool | None = EXCLUSIVE,
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
         slo_tpot: float | None = SLO_TPOT,
@@ -275,6 +277,7 @@ def register(app: typer.Typer) -> None:
             "mixed.batch_sizes": batch_sizes.split(",") if batch_sizes else None,
             "limit.time_cap_s": time_cap,
             "limit.max_users": max_users,
+            "load.exclusive": exclusive,
             "soak.duration_s": duration_text_s(duration) if duration is not None else None,
             **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
         }
@@ -341,6 +344,9 @@ def register(app: typer.Typer) -> None:
             for target in targets:
                 if absent:
                     break
+                waited = quiet_before(settings.load, target.url, lambda line: progress(0, None, line))
+                if waited is not None:
+                    cli.err_console.print(f"{target.name}: {waited}", highlight=False, soft_wrap=True)
                 for kind in experiments:
                     # observe.grafana_url: stage annotations; no server control: these servers are not ours
                     try:

@@ -213,16 +213,16 @@ def register(app: typer.Typer) -> None:
         chunks: int | None = typer.Option(None, "--chunks", help="Chunks to score [0 = all]."),
         threads: int | None = typer.Option(None, "--threads", help="Threads [0 = default]."),
         kld: bool | None = typer.Option(
-            None, "--kld/--no-kld", help="KL divergence from the F16 of the set \\[on]."
+            None, "--kld/--no-kld", help="KL divergence from the F16 of the set [on]."
         ),
         kld_chunks: int | None = typer.Option(
             None, "--kld-chunks", help="Chunks compared for KLD [40; the base file grows with it]."
         ),
         kv_types: str | None = typer.Option(
-            None, "--kv-types", help="KV cache types whose KLD cost is measured \\[f16,q8_0]."
+            None, "--kv-types", help="KV cache types whose KLD cost is measured [f16,q8_0]."
         ),
         keep_kld_base: bool | None = typer.Option(
-            None, "--keep-kld-base/--drop-kld-base", help="Keep the base logits in the cache \\[drop]."
+            None, "--keep-kld-base/--drop-kld-base", help="Keep the base logits in the cache [drop]."
         ),
         kld_base: Path | None = typer.Option(
             None, "--kld-base", help="The F16 to compare with (default: among MODELs or beside them)."
@@ -231,8 +231,8 @@ def register(app: typer.Typer) -> None:
             False, "--sensitivity", help="Scan MODEL (the reference) for the tensor groups that resist."
         ),
         base_type: str | None = typer.Option(None, "--base", help="Scan: the base type [Q4_K_M]."),
-        raise_to: str | None = typer.Option(None, "--raise-to", help="Scan: a group raised to \\[q8_0]."),
-        lower_to: str | None = typer.Option(None, "--lower-to", help="Scan: a group lowered to \\[q3_k]."),
+        raise_to: str | None = typer.Option(None, "--raise-to", help="Scan: a group raised to [q8_0]."),
+        lower_to: str | None = typer.Option(None, "--lower-to", help="Scan: a group lowered to [q3_k]."),
         max_kld: float | None = typer.Option(
             None, "--max-kld", help="Scan: the mean KLD the proposed mix must meet [0.05]."
         ),

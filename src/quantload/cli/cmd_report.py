@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md, report.html, table.csv, summary.json and plots/ for a run directory.
 
-        The report's capacity plan uses the \\[plan] settings; the --target-*, --headroom, --price-*,
+        The report's capacity plan uses the [plan] settings; the --target-*, --headroom, --price-*,
         --currency and --memory-budget-gib flags set them for this report, on any finished run.
         """
         cli = cli_context(ctx)

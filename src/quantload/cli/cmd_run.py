@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from quantload.cli.context import cli_context
+from quantload.cli.exclusive_option import EXCLUSIVE
 from quantload.cli.file_args import given_files
 from quantload.cli.run_view import RichRunView
 from quantload.cli.slo_options import (
@@ -31,9 +32,12 @@ def register(app: typer.Typer) -> None:
     def run(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, or a local F16 .gguf"
+            None, "--model", help="qwen2.5-0.5b (default, downloaded), smollm2-135m, tiny or a local F16"
+            " .gguf",
         ),
-        profile: str | None = typer.Option(None, "--profile", help="quick, full (default; also: seed) or ci"),
+        profile: str | None = typer.Option(
+            None, "--profile", help="quick, full (default; also: seed), ci or wide (quick over seven types)."
+        ),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
         dataset: Path | None = typer.Option(
             None, "--dataset", help="WikiText-2 wiki.test.raw (else downloaded when online)."
@@ -52,8 +56,9 @@ def register(app: typer.Typer) -> None:
             None, "--reference", help="With --files: the F16/BF16/F32 file KLD is measured against."
         ),
         imatrix: str | None = typer.Option(
-            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) \\[off]."
+            None, "--imatrix", help="off, computed, or an imatrix file (prepare.imatrix) [off]."
         ),
+        exclusive: bool | None = EXCLUSIVE,
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
         slo_tpot: float | None = SLO_TPOT,
@@ -75,6 +80,7 @@ def register(app: typer.Typer) -> None:
                 "prepare.files": tuple(files) if files else None,
                 "prepare.reference": reference,
                 "prepare.imatrix": imatrix,
+                "load.exclusive": exclusive,
                 **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
             }
         )
@@ -91,3 +97,5 @@ def register(app: typer.Typer) -> None:
             cli.console.print(f"report: {outcome.report.html}", highlight=False)
             cli.console.print(f"        {outcome.report.markdown}", highlight=False)
         cli.console.print(f"run directory: {outcome.run_dir}", highlight=False)
+        for line in outcome.again:  # said at the start, minutes ago: said again where it is seen
+            cli.err_console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
-from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.llamacpp.toolchain import ensure_toolchain, find_toolchain
 
 
 def register(app: typer.Typer) -> None:
@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         for the CPU (toolchain.backend, .cuda_architectures, .cmake_flags)."""
         cli = cli_context(ctx)
         settings = cli.config().settings.toolchain
+        there = find_toolchain(settings, cli.environ)  # what ensure_toolchain would find without building
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             chain = ensure_toolchain(settings, cli.environ, progress)
         if as_json:
@@ -35,7 +36,8 @@ def register(app: typer.Typer) -> None:
                 )
             )
             return
-        table = Table("tool", "path", title=f"llama.cpp from {chain.origin}: {chain.label}")
+        origin = f"from {chain.origin}" if there is not None else "built now into the cache"
+        table = Table("tool", "path", title=f"llama.cpp {origin}: {chain.label}")
         for name, path in chain.tools.items():
             table.add_row(name, str(path))
         cli.console.print(table)

@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
         ),
         quants: str | None = typer.Option(None, "--quants", help="Quantizations to tune, e.g. Q8_0,Q4_K_M."),
         profile: str | None = typer.Option(
-            None, "--profile", help="quick, full or ci (the limit search's presets)."
+            None, "--profile", help="quick, full, ci or wide (the limit search's presets)."
         ),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),
         resume: Path | None = typer.Option(
@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
         confidence: float | None = CONFIDENCE,
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     ) -> None:
-        """Search the tune space of llama-server flags (\\[tune]) per quantization: successive halving by the
+        """Search the tune space of llama-server flags ([tune]) per quantization: successive halving by the
         limit search, the winner's command line, .env and compose lines, and its capacity plan."""
         cli = cli_context(ctx)
         flags: dict[str, Any] = {

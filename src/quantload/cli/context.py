@@ -6,12 +6,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
-from quantload.config import ResolvedConfig, load_config
+if TYPE_CHECKING:
+    from quantload.config import ResolvedConfig
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class CliContext:
 
     def config(self, flags: Mapping[str, Any] | None = None) -> ResolvedConfig:
         """The configuration with this subcommand's flags as the top layer."""
+        from quantload.config import load_config  # pydantic's models: not for `quantload --help`
+
         return load_config(self.cwd, self.environ, flags, self.config_file)
 
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from quantload import __version__
-from quantload.cli import commands
+from quantload.cli.commands import LazyGroup
 from quantload.cli.context import CliContext
 from quantload.cli.stop_relay import StopRelay
 from quantload.errors import QuantloadError, write_failure
@@ -71,6 +71,36 @@ def stop_signals_interrupt() -> Iterator[list[int]]:
                 sys.unraisablehook = previous_hook
 
 
+HELP_WIDTH = 100  # help wraps at the terminal's width, at most this many columns
+START_HERE = """Measure llama.cpp quantizations (quality, speed, KV cache, streaming load) and report
+which one to serve, with which server flags and how many servers.
+
+Start here:
+
+\b
+  quantload run --model smollm2-135m --profile quick
+      what `make run` does in a checkout: F16, Q8_0 and Q4_K_M of SmolLM2-135M measured on this
+      machine, then the report in results/<run-id>/ (about 6 minutes on 2 cores once llama.cpp
+      is built; give WikiText-2 with --dataset PATH, or make run DATASET=PATH, when offline)
+  quantload report results/<run-id>
+      the report again, e.g. against another SLO (--slo-ttft) or with a capacity plan
+      (--target-rps)
+
+`quantload run` alone runs the full profile on qwen2.5-0.5b: it downloads the model from Hugging
+Face and measures every experiment, about an hour on 2 cores.
+
+\b
+Profiles (--profile):
+  quick  the sweep, the prompt cache, a limit search and the KV-cache types: minutes
+  full   the default: every experiment, three repeats, 100 prompts (also: seed)
+  ci     the smallest end-to-end run, for tests on the tiny synthetic model
+  wide   quick over seven types (F16 to Q3_K_M, IQ4_XS with an importance matrix)
+
+Every setting can also come from quantload.toml or QUANTLOAD_<SECTION>__<KEY>; `quantload config
+show` prints each value and where it came from.
+"""
+
+
 def _print_version(value: bool) -> None:
     """Eager --version: print and stop before a subcommand is asked for."""
     if value:
@@ -82,11 +112,13 @@ def build_app() -> typer.Typer:
     """The typer application with every subcommand registered."""
     app = typer.Typer(
         name="quantload",
-        help="Measure llama.cpp quantizations (quality, speed, KV cache, streaming load) and "
-        "report which one to serve.",
+        cls=LazyGroup,
+        help=START_HERE,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"max_content_width": HELP_WIDTH},
     )
 
     @app.callback()
@@ -108,8 +140,6 @@ def build_app() -> typer.Typer:
             err_console=Console(stderr=True, markup=False),
         )
 
-    for register in commands.REGISTRARS:
-        register(app)
     return app
 
 

@@ -7,36 +7,21 @@ from types import TracebackType
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress, TaskID
 
+from quantload.cli.progress_line import NOTE_COLUMNS, TITLE_COLUMNS, fitted, progress_columns
 from quantload.progress import ProgressCallback
 
 
 class RichRunView:
     """Shows the whole run on its first line (steps done, total elapsed, the step now), then each
-    step as a progress line: done/total, elapsed, ETA and the step's own note."""
+    step as a progress line within 100 columns: done/total, elapsed and the step's own note (with
+    its ETA where the step can tell one, as the build does from its own count)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self.started = time.monotonic()
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(bar_width=30),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[note]}", style="dim", markup=False),  # notes hold labels as they are
-            console=console,
-        )
+        self._progress = Progress(*progress_columns(), console=console)
         self._current: TaskID | None = None
         self._steps_done = 0
         # The first line is the whole run: steps done so far, total elapsed time, the step now.
@@ -69,12 +54,15 @@ class RichRunView:
         """Start a new line for `title` and return the callback that moves it."""
         self._close_current()
         elapsed = time.monotonic() - self.started
-        task = self._progress.add_task(f"{escape(title)} [dim](+{elapsed:.0f}s)[/]", total=None, note="")
+        started = f" (+{elapsed:.0f}s)"
+        shown = escape(fitted(title, TITLE_COLUMNS - len(started)))
+        task = self._progress.add_task(f"{shown}[dim]{started}[/]", total=None, note="")
         self._current = task
-        self._progress.update(self._run, note=f"now: {title}")
+        self._progress.update(self._run, note=escape(fitted(f"now: {title}", NOTE_COLUMNS)))
 
         def update(completed: float, total: float | None, note: str = "") -> None:
-            self._progress.update(task, completed=completed, total=total, note=note[-70:])
+            shown = escape(fitted(note, NOTE_COLUMNS))
+            self._progress.update(task, completed=completed, total=total, note=shown)
 
         return update
 

@@ -16,11 +16,12 @@ the only reader of each server's `/metrics`, and Prometheus must scrape the expo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -150,6 +151,7 @@ class LlamaServerCollector(Collector):
         self._fetcher = Fetcher(timeout_s, len(self._states) + 2)
         self._ratelimited = RateLimitedLog(logger or _log, log_interval_s)
         self._lock = threading.Lock()
+        self._restarting: set[str] = set()  # targets quantload is restarting on purpose
 
     def set_targets(self, targets: Sequence[ExporterTarget]) -> None:
         """Read these targets from the next scrape on; one kept (same name and URL) keeps its counts.
@@ -166,6 +168,19 @@ class LlamaServerCollector(Collector):
             if self._fetcher.max_workers < len(states) + 2:
                 self._fetcher.close()
                 self._fetcher = Fetcher(self._timeout_s, len(states) + 2)
+
+    @contextlib.contextmanager
+    def restarting(self, name: str) -> Iterator[None]:
+        """While the target `name` is restarted on purpose (quantload's own restart with other
+        flags), a scrape that finds it down is not logged as an error; it still counts in
+        quantload_target_scrape_errors_total, as the truth of what a scrape met."""
+        with self._lock:
+            self._restarting.add(name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._restarting.discard(name)
 
     def describe(self) -> list[Metric]:
         """Nothing: registering must not read the servers."""
@@ -254,7 +269,7 @@ class LlamaServerCollector(Collector):
             if result.error is not None:
                 key = (endpoint, result.error)
                 state.errors[key] = state.errors.get(key, 0) + 1
-                loading = result.detail == LOADING_DETAIL
+                loading = result.detail == LOADING_DETAIL or name in self._restarting
                 self._ratelimited.log(
                     logging.INFO if loading else logging.WARNING,
                     f"{name}/{endpoint}/{result.error}" + ("/loading" if loading else ""),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ class ExporterHandle:
     def set_targets(self, targets: Sequence[ExporterTarget]) -> None:
         """Change the servers read from the next scrape on (see LlamaServerCollector.set_targets)."""
         self.collector.set_targets(targets)
+
+    def restarting(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """While quantload restarts the target `name` on purpose, its scrapes log no errors."""
+        return self.collector.restarting(name)
 
     def stop(self) -> None:
         """Stop serving and release the collector's connections."""

@@ -115,6 +115,7 @@ def run_logged(
         )  # fmt: skip
         assert process.stdout is not None
         watchdog = _stop_at(process, deadline)
+        steps = StepClock()
         try:
             for line in process.stdout:
                 sink.write(line)
@@ -122,9 +123,10 @@ def run_logged(
                 if on_line is not None:
                     step = _NINJA_STEP.match(line) or None
                     if step:
-                        on_line(int(step.group(1)), int(step.group(2)), line.strip()[-60:])
+                        done, total = int(step.group(1)), int(step.group(2))
+                        on_line(done, total, steps.note(done, total))
                     elif percent := _MAKE_PERCENT.match(line):
-                        on_line(int(percent.group(1)), 100, line.strip()[-60:])
+                        on_line(int(percent.group(1)), 100, steps.note(int(percent.group(1)), 100, "%"))
             code = process.wait()
         finally:
             if watchdog is not None:
@@ -143,6 +145,27 @@ def run_logged(
             f"building llama.cpp failed (exit {code}): {' | '.join(tail)}",
             f"full log in {log}; fix the cause, then run 'quantload toolchain' again",
         )
+
+
+class StepClock:
+    """The build's own count as a note, '[37/222] eta 6m10s': the time per step so far (since the
+    count began, or last changed its total) times the steps left."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.first = 0
+        self.total = -1
+
+    def note(self, done: int, total: int, unit: str = "") -> str:
+        now = time.monotonic()
+        if total != self.total:
+            self.started, self.first, self.total = now, done, total
+        shown = f"[{done}%]" if unit == "%" else f"[{done}/{total}]"
+        if done <= self.first or done >= total:
+            return shown
+        left_s = (now - self.started) / (done - self.first) * (total - done)
+        minutes, seconds = divmod(round(left_s), 60)
+        return f"{shown} eta {minutes}m{seconds:02d}s" if minutes else f"{shown} eta {seconds}s"
 
 
 def _stop_at(process: subprocess.Popen[str], deadline: float | None) -> threading.Timer | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from quantload.childproc import POLL_S, LoggedProcess
 from quantload.config import ServerSettings
 from quantload.errors import ServerError
+from quantload.exclusive import pin_process
 from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.toolchain import Toolchain
 
@@ -36,6 +37,7 @@ class ServerSpec:
     verbosity: int = 4
     slot_save_path: Path | None = None  # enables /slots actions (erase) for a known cache state
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    cpus: frozenset[int] | None = None  # the cores it runs on (load.exclusive); None: any
 
     @classmethod
     def from_settings(cls, settings: ServerSettings, model_path: Path, alias: str) -> ServerSpec:
@@ -75,6 +77,8 @@ class ServerSpec:
         ]
         if self.threads:
             args += ["-t", str(self.threads)]
+        elif self.cpus:  # pinned: one thread per core it has, not one per core of the machine
+            args += ["-t", str(len(self.cpus))]
         args += gpu_layer_args("llama-server", self.gpu_layers)
         if self.slot_save_path is not None:
             args += ["--slot-save-path", str(self.slot_save_path)]
@@ -175,4 +179,6 @@ class LlamaServer(LoggedProcess):
         self.launch(
             self.spec.command(self.toolchain.path("llama-server"), self.port), self.spec.secret_env()
         )
+        if self.spec.cpus and self.pid is not None:  # before it loads its model and starts its threads
+            pin_process(self.pid, self.spec.cpus)
 

@@ -205,6 +205,7 @@ class InvocationWatch:
         self.starts: dict[str, StageEvent] = {}
         self.cpu: dict[str, machine_share.CpuSample] = {}  # each running stage's CPU clocks at its start
         self.server_pids = _local_server(plan.target.url)
+        self.server_cpus = machine_share.server_cores(self.server_pids)
         self.events: list[StageEvent] = []
         self.summaries: dict[str, StageSummary] = {}
         self.done = 0
@@ -228,7 +229,7 @@ class InvocationWatch:
             self.events.append(event)
             if event.event == "stage_start":
                 self.starts[event.stage_id] = event
-                self.cpu[event.stage_id] = machine_share.sample(self.server_pids)
+                self.cpu[event.stage_id] = machine_share.sample(self.server_pids, self.server_cpus)
                 self.note = (
                     f"{self.plan.target.name} {event.experiment}"
                     f" stage {event.stage_index + 1}/{len(self.plan.stages)}"
@@ -239,7 +240,8 @@ class InvocationWatch:
                 summary = summarize(event, figures, self.starts.pop(event.stage_id, None))
                 started = self.cpu.pop(event.stage_id, None)
                 if started is not None:
-                    found = machine_share.between(started, machine_share.sample(self.server_pids))
+                    ended = machine_share.sample(self.server_pids, self.server_cpus)
+                    found = machine_share.between(started, ended)
                     if found is not None:
                         summary = summary.model_copy(
                             update={

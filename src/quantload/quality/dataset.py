@@ -73,8 +73,8 @@ def describe_dataset(path: Path) -> DatasetInfo:
 
 def _offline_hint(cache_dir: Path, url: str) -> str:
     return (
-        f"pass --dataset PATH to WikiText-2's wiki.test.raw (or set quality.dataset), or download"
-        f" {url} and unzip {ARCHIVE_MEMBER} to {cached_text_path(cache_dir)}"
+        f"pass --dataset PATH to WikiText-2's wiki.test.raw (`make run DATASET=PATH` with make; or set"
+        f" quality.dataset), or download {url} and unzip {ARCHIVE_MEMBER} to {cached_text_path(cache_dir)}"
     )
 
 

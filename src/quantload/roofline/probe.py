@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from quantload import cpu_share
 from quantload.llamacpp.bench import load_average_1m, usable_cpus
 from quantload.rundir import read_json, write_json_atomic
+from quantload.text_format import percent
 
 MIB = 1024 * 1024
 MIN_BUFFER_BYTES = 256 * MIB
@@ -71,6 +72,26 @@ class MachineId(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
 
 
+class EarlierProbe(BaseModel):
+    """The probe a fresh one replaced in the cache: what the machine measured the time before."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bandwidth_bytes_per_s: float
+    bandwidth_samples_bytes_per_s: list[float]
+    arithmetic_flops_per_s: float
+    arithmetic_samples_flops_per_s: list[float]
+    probed_at: str
+
+
+def relative_spread(samples: list[float]) -> float:
+    """(max - min) / median of a probe's passes: how much its own passes disagreed."""
+    if not samples:
+        return 0.0
+    middle = statistics.median(samples)
+    return (max(samples) - min(samples)) / middle if middle > 0 else 0.0
+
+
 class MachineLimits(BaseModel):
     """Measured memory bandwidth and arithmetic rate of this machine, with method and samples."""
 
@@ -93,6 +114,31 @@ class MachineLimits(BaseModel):
         default=None, description="share of all CPUs other processes used during the probe"
     )
     source: Literal["probe", "cache"] = "probe"
+    earlier: EarlierProbe | None = Field(default=None, description="the cached probe this one replaced")
+
+    def moves(self) -> list[str]:
+        """Each ceiling that moved from the earlier probe by more than either probe's own noise
+        (the spread of its passes): one sentence each; a ceiling that moves so is not a ceiling to
+        set a measured rate against."""
+        before = self.earlier
+        if before is None:
+            return []
+        said = []
+        for what, now, then, samples, old_samples, unit, scale in (
+            ("memory bandwidth", self.bandwidth_bytes_per_s, before.bandwidth_bytes_per_s,
+             self.bandwidth_samples_bytes_per_s, before.bandwidth_samples_bytes_per_s, "GB/s", 1e9),
+            ("arithmetic rate", self.arithmetic_flops_per_s, before.arithmetic_flops_per_s,
+             self.arithmetic_samples_flops_per_s, before.arithmetic_samples_flops_per_s, "GFLOP/s", 1e9),
+        ):  # fmt: skip
+            noise = max(relative_spread(samples), relative_spread(old_samples))
+            moved = abs(now - then) / then if then > 0 else 0.0
+            if moved > noise:
+                said.append(
+                    f"the {what} ceiling moved from {then / scale:,.1f} to {now / scale:,.1f} {unit} since"
+                    f" the probe of {before.probed_at} ({percent(moved, 0)}, more than its noise of"
+                    f" {percent(noise, 0)})"
+                )
+        return said
 
     @property
     def taken_when_busy(self) -> bool:
@@ -239,5 +285,25 @@ def probe_machine(
             return cached
     limits = probe()
     if path is not None:
+        earlier = _earlier(path, machine)
+        if earlier is not None:
+            limits = limits.model_copy(update={"earlier": earlier})
         write_json_atomic(path, limits.model_dump(mode="json"))
     return limits
+
+
+def _earlier(path: Path, machine: MachineId) -> EarlierProbe | None:
+    """The probe of this machine the cache held, however old or busy (None: none)."""
+    try:
+        cached = MachineLimits.model_validate(read_json(path))
+    except (OSError, ValueError, ValidationError):
+        return None
+    if cached.machine != machine:
+        return None
+    return EarlierProbe(
+        bandwidth_bytes_per_s=cached.bandwidth_bytes_per_s,
+        bandwidth_samples_bytes_per_s=cached.bandwidth_samples_bytes_per_s,
+        arithmetic_flops_per_s=cached.arithmetic_flops_per_s,
+        arithmetic_samples_flops_per_s=cached.arithmetic_samples_flops_per_s,
+        probed_at=cached.probed_at,
+    )

@@ -107,14 +107,15 @@ def save_speed_entry(
     return updated
 
 
-def busy_note(speeds: SpeedFile | None) -> str | None:
-    """A warning when other processes shared the CPUs while llama-bench ran, else None."""
+def busy_note(speeds: SpeedFile | None, threshold: float = cpu_share.BUSY_OTHER_CPU_FRAC) -> str | None:
+    """A warning when other processes took more than `threshold` of the CPUs while llama-bench ran
+    (load.interference_cpu_frac: the rule every load stage is held to), else None."""
     if speeds is None:
         return None
     shares = {
         label: entry.bench.other_cpu_frac
         for label, entry in speeds.results.items()
-        if cpu_share.busy(entry.bench.other_cpu_frac)
+        if cpu_share.busy(entry.bench.other_cpu_frac, threshold)
     }
     if not shares:
         return None

@@ -32,6 +32,7 @@ from typing import Protocol, TypeVar
 from quantload.analysis import ReportPaths
 from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
+from quantload.exclusive import core_plan, pin_this_process, wait_for_quiet
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, no_check
 from quantload.exporter import ExporterHandle
@@ -80,10 +81,12 @@ class Failed:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """Where the run is, and its report when one was written."""
+    """Where the run is, its report when one was written, and what the run said early that its
+    last lines say again (a step skipped for want of an input, and how to give it)."""
 
     run_dir: Path
     report: ReportPaths | None
+    again: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,9 @@ class NativeRun:
         )  # fmt: skip
         write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
         self.ports = RunPorts.pick(self.settings)
+        self.cores = core_plan(self.settings.load.exclusive)
         self.dead_quants: set[str] = set()
+        self.said_early: list[str] = []  # lines the run's end repeats (RunOutcome.again)
         self.on_gpu: dict[str, bool] = {}  # quant -> its server offloaded layers (offload check)
         self.context = RunContext(
             RunDir(self.run_dir), self.run_id, self.settings, warn=view.message,
@@ -203,7 +208,7 @@ class NativeRun:
         finally:
             if self.state.status == "running":
                 self.state.finish(status)
-        return RunOutcome(self.run_dir, report)
+        return RunOutcome(self.run_dir, report, tuple(self.said_early))
 
     def _attempt(
         self,
@@ -271,7 +276,9 @@ class NativeRun:
             text = self.steps.quality_text()
         except QuantloadError as error:
             self.state.skip("quality", None, error.one_line())
-            self.view.message(f"quality skipped: {error.one_line()}")
+            said = f"quality skipped: {error.one_line()}"
+            self.view.message(said)
+            self.said_early.append(said)
             return
         for quant in quants:
             measure = functools.partial(
@@ -304,7 +311,25 @@ class NativeRun:
         scan = functools.partial(self.steps.sensitivity, toolchain, reference_path, text, self.run_dir)
         self._attempt("sensitivity", None, "sensitivity scan", scan, measuring)
 
+    def _quiet(self, before: str, quant: str | None, server_pids: Sequence[int] = ()) -> None:
+        """With load.exclusive: wait (at most load.quiet_wait_s) until other processes leave the
+        machine, before `before`; how it went goes into the run's notes."""
+        load = self.settings.load
+        if not load.exclusive:
+            return
+
+        def wait(progress: ProgressCallback) -> None:
+            said = wait_for_quiet(
+                load.interference_cpu_frac, load.quiet_wait_s, server_pids,
+                lambda line: progress(0, None, line),
+            )  # fmt: skip
+            if said.waited_s >= 3 or not said.quiet:
+                self.state.note(said.sentence(before, load.interference_cpu_frac, load.quiet_wait_s))
+
+        self._attempt("quiet", quant, f"wait for a quiet machine before {before}", wait)
+
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
+        self._quiet("the machine limits probe and llama-bench", None)
         limits = self._attempt(
             "roofline_probe", None, "machine limits probe", lambda _: self.steps.probe(), measuring
         )  # fmt: skip
@@ -349,6 +374,12 @@ class NativeRun:
         with contextlib.ExitStack() as serving:
             exporter = self.steps.exporter(self.ports.exporter)  # one for the whole load phase
             serving.callback(exporter.stop)
+            if self.settings.load.exclusive:
+                self.state.note(f"--exclusive: {self.cores.why}")
+            if self.cores.client_cpus is not None:  # the load client starts from this process
+                before = pin_this_process(self.cores.client_cpus)
+                if before is not None:
+                    serving.callback(pin_this_process, before)
             if self.settings.run.servers_at_once:
                 self.state.note("servers ran all at once (they shared this machine's cores)")
                 served = [self._serve(toolchain, models, quant, serving) for quant in quants]
@@ -358,7 +389,7 @@ class NativeRun:
                 for item in started:
                     self._load(item, toolchain)
                 return
-            self.state.note("servers ran one at a time, so they did not compete for cores")
+            self.state.note("servers ran one at a time, so no server competed with another for cores")
             for quant in quants:
                 with contextlib.ExitStack() as this_server:
                     one = self._serve(toolchain, models, quant, this_server)
@@ -436,6 +467,9 @@ class NativeRun:
         # a server running alone is restarted in place for a variant; beside the others, a second one
         in_place = not self.settings.run.servers_at_once
         servers = self.steps.server_variants(toolchain, item, self.run_dir, in_place)
+        if self.settings.load.exclusive:
+            pid = item.server.pid
+            self._quiet(f"{item.quant}'s load", item.quant, [pid] if pid is not None else [])
         if self.settings.run.tune:
             self._tune(item, servers, toolchain)
         for experiment in registry.planned(self.settings):

@@ -8,6 +8,7 @@ the experiments that vary them). Tests of the orchestrator subclass it with fake
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pydantic import SecretStr
 
 from quantload.analysis import ReportPaths
 from quantload.config import Settings
+from quantload.exclusive import core_plan
 from quantload.experiments.base import (
     ExperimentContext,
     ExperimentRun,
@@ -68,6 +70,7 @@ class RunSteps:
         self.settings = settings
         self.environ = environ
         self.cache = cache
+        self.watching: ExporterHandle | None = None  # the exporter `exporter` started, told of restarts
 
     def toolchain(self, progress: ProgressCallback) -> Toolchain:
         return ensure_toolchain(
@@ -138,6 +141,7 @@ class RunSteps:
 
     def server(self, toolchain: Toolchain, model: Path, alias: str, quant: str, run_dir: Path) -> LlamaServer:
         spec = server_spec(self.settings.server, model, alias, slot_save_path=run_dir / SLOTS_DIR)
+        spec = dataclasses.replace(spec, cpus=core_plan(self.settings.load.exclusive).server_cpus)
         log_path = run_dir / LOGS_DIR / f"llama-server-{quant}.log"
         return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
 
@@ -152,9 +156,10 @@ class RunSteps:
 
     def exporter(self, port: int) -> ExporterHandle:
         observe = self.settings.observe
-        return start_exporter(
+        self.watching = start_exporter(
             [], port=port, timeout_s=observe.exporter_timeout_s, host=observe.exporter_host
         )
+        return self.watching
 
     def experiment(
         self, experiment: str, target: ServedTarget, context: RunContext, servers: ServerControl | None
@@ -165,7 +170,10 @@ class RunSteps:
         self, toolchain: Toolchain, served: Served, run_dir: Path, in_place: bool
     ) -> ServerControl:
         """Variants of `served`'s server with other flags (restarted in place when it runs alone)."""
-        return ServerVariants(served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place)
+        planned = self.watching.restarting if self.watching is not None else None
+        return ServerVariants(
+            served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place, planned
+        )
 
     def server_build(self, toolchain: Toolchain) -> ServerBuild:
         return server_build(toolchain)

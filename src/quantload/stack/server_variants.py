@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -70,12 +70,16 @@ class ServerVariants:
         toolchain: Toolchain,
         logs: Path,
         in_place: bool,
+        planned: Callable[[str], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self.server = server
         self.target = target
         self.toolchain = toolchain
         self.logs = logs
         self.in_place = in_place
+        # how a restart is announced to whoever watches the server (the exporter), so its down time
+        # is not taken for a fault
+        self.planned = planned or (lambda name: contextlib.nullcontext())
 
     def server_pid(self) -> int | None:
         return self.server.pid if self.server.alive() else None
@@ -126,9 +130,10 @@ class ServerVariants:
 
     def _restart(self, spec: ServerSpec, port: int) -> None:
         server = self.server
-        server.stop()
-        server.spec = spec
-        server.start()
+        with self.planned(self.target.name):
+            server.stop()
+            server.spec = spec
+            server.start()
         if server.port != port:  # the port was taken meanwhile: the exporter's target is stale now
             raise ServerError(
                 f"llama-server restarted on port {server.port}, not {port} (the port was taken)",

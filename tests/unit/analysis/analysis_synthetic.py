@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from quantload.load.records import RequestRecord, StageEvent
@@ -20,8 +20,8 @@ T0 = 1_800_000_000.0
 
 def _record(quant: str, stage_id: str, users: int, repeat: int, sent: float, rng: random.Random,
             experiment: str = "sweep", cache: bool = False, fail: bool = False,
-            rate: float | None = None) -> RequestRecord:  # fmt: skip
-    ttft = rng.uniform(0.05, 0.4)
+            rate: float | None = None, ttft_added_s: float = 0.0) -> RequestRecord:  # fmt: skip
+    ttft = rng.uniform(0.05, 0.4) + ttft_added_s
     lag = rng.uniform(0.0, 0.004)
     tokens = 16
     tpot = rng.uniform(0.01, 0.05)
@@ -60,9 +60,11 @@ def write_synthetic_run(
     failures: int = 0,
     open_loop_rates: Sequence[float] = (),
     kv_types: Sequence[str] = (),
+    ttft_added_s: Mapping[tuple[str, int], float] | None = None,
 ) -> Path:
     """A run directory with run.json, config.json, records.jsonl and stages.jsonl (no model files);
-    with `kv_types`, a kv_types stage at 4 users per quantization and cache type."""
+    with `kv_types`, a kv_types stage at 4 users per quantization and cache type; `ttft_added_s`
+    slows the sweep's first tokens of (quantization, users) by that much."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
@@ -86,9 +88,11 @@ def write_synthetic_run(
             for number in range(requests):
                 user = number % users
                 fail = number < failures and experiment == "sweep"
+                added = (ttft_added_s or {}).get((quant, users), 0.0) if experiment == "sweep" else 0.0
                 record = _record(
-                    quant, stage_id, users, repeat, user_clock[user], rng, experiment, cache, fail
-                )
+                    quant, stage_id, users, repeat, user_clock[user], rng, experiment, cache, fail,
+                    ttft_added_s=added,
+                )  # fmt: skip
                 user_clock[user] += record.e2e_s or 0.01
                 latest = max(latest, user_clock[user])
                 lines.append(record.to_json_line())
@@ -182,3 +186,27 @@ def write_kv(folder: Path, quants: Sequence[str], served: str = "f16",
         "cache_types": {quant: {kind: kv_entry(kind, mib) for kind, mib in (others or {}).items()} for quant in quants},
     }  # fmt: skip
     (folder / "kv.json").write_text(json.dumps(data))
+
+
+def mark_busy(folder: Path, stage_ids: Sequence[str], other_cpu_frac: float) -> None:
+    """summaries.jsonl as the load writes it, the stages `stage_ids` marked as measured beside other
+    work that took `other_cpu_frac` of the CPUs (quantload.machine_share's words)."""
+    from quantload.config import SloSettings
+    from quantload.load.records import iter_records, iter_stage_events
+    from quantload.load.summary import summarize_stage
+    from quantload.machine_share import Interference
+    from quantload.slo import Slo
+
+    records = list(iter_records(folder / "records.jsonl"))
+    events = list(iter_stage_events(folder / "stages.jsonl"))
+    starts = {e.stage_id: e for e in events if e.event == "stage_start"}
+    lines = []
+    for end in (e for e in events if e.event == "stage_end"):
+        summary = summarize_stage(end, records, Slo.of(SloSettings()), starts.get(end.stage_id))
+        busy = end.stage_id in stage_ids
+        summary = summary.model_copy(update={
+            "other_cpu_frac": other_cpu_frac if busy else 0.02,
+            "machine_busy": Interference(other_cpu_frac, 10.0).reason(0.25) if busy else None,
+        })  # fmt: skip
+        lines.append(summary.to_json_line())
+    (folder / "summaries.jsonl").write_text("\n".join(lines) + "\n")

@@ -38,8 +38,8 @@ LOSSES: dict[str, dict[str, tuple[float, float | None]]] = {
 def test_one_sentence_per_quantization_with_the_floor_and_the_next_ones_difference() -> None:
     loss = quality_loss(kld_set(LOSSES), QUANTS, "unused")
     floor, q8, q4 = loss.sentences
-    assert floor.startswith("F16 against its own base is the floor: mean KLD -0.000001 ± 0.000000 nats")
-    assert q8.startswith("Q8_0: mean KLD 0.004119 ± 0.000165 nats from F16 (floor -0.000001), same top token")
+    assert floor.startswith("F16 against its own base is the floor: mean KLD 0.000000 ± 0.000000 nats")
+    assert q8.startswith("Q8_0: mean KLD 0.004119 ± 0.000165 nats from F16 (floor 0.000000), same top token")
     assert "beyond the floor's uncertainty" in q8
     apart = (0.056713 - 0.004119) / np.hypot(0.000165, 0.003308)
     assert f"the difference from Q4_K_M (0.056713) is beyond the uncertainty (Q4_K_M loses more, {apart:.1f}" in q8

@@ -180,15 +180,17 @@ def test_the_capacity_verdict_names_the_limit_the_search_found(tmp_path: Path) -
     verdicts = {v["quant"]: v for v in summary["capacity"]}
     q8 = verdicts["Q8_0"]
     assert q8["searched_users"] == 6.0
-    assert q8["sentence"].startswith("Q8_0 meets the SLO up to 6 concurrent user(s), the limit the search found")
+    assert q8["sentence"].startswith("Q8_0 meets the SLO up to 6 concurrent users, the limit the search found")
     assert "misses from 7" in q8["sentence"] and "6 trials in 80 s" in q8["sentence"]
     assert q8["sweep_sentence"] and q8["sentence"].endswith(q8["sweep_sentence"])
     assert "no level was shown to meet the SLO" in verdicts["Q4_K_M"]["sentence"]
     assert [line["quant"] for line in summary["limits"]] == ["Q8_0", "Q4_K_M"]
     markdown = paths.markdown.read_text()
-    assert "## Finding the limit" in markdown and "12 trial(s)" in markdown
+    assert "## Finding the limit" in markdown and "12 trials" in markdown
     assert "limit_search.png" in {p.name for p in paths.plots}
-    assert "Not run: no complete sessions stage" in markdown  # absent parts say so
+    # absent parts say so, together in one list rather than a heading each
+    assert "Multi-turn sessions: no complete sessions stage" in markdown
+    assert "## Multi-turn sessions" not in markdown and "## Not run in this run" in markdown
 
 
 def test_sessions_and_mixed_sections_and_figures_in_the_report(tmp_path: Path) -> None:
@@ -202,7 +204,8 @@ def test_sessions_and_mixed_sections_and_figures_in_the_report(tmp_path: Path) -
     assert "## Multi-turn sessions" in markdown and "## Mixed traffic" in markdown
     assert "the smaller batch protects decode" in markdown
     assert "not measured: busy slots, KV use and deferred requests over time need Prometheus" in markdown
-    assert "TTFT in this report is the time to the first generated token of any kind" in markdown
+    # no reasoning content: listed with the other parts that did not run, with why
+    assert "Reasoning models: which TTFT: no request of this run carried reasoning content" in markdown
     summary = json.loads(paths.summary.read_text())
     assert len(summary["session_turns"]) == 6 and len(summary["mixed"]) == 4
     assert summary["mixed_verdict"].startswith("Q8_0:")

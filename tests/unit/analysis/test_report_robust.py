@@ -39,7 +39,10 @@ def test_markdown_shows_hostile_labels_as_text_like_the_html() -> None:
     text = render_markdown(document)
     assert "<img" not in text and " [x](" not in text and "/[x](" not in text
     assert "/m/\\[x\\](javascript" in text  # the brackets shown, no link made
-    assert "&lt;img src=x onerror=\"alert(1)\"&gt;" in text
+    assert "&lt;img src=x onerror=\"alert(1)\">" in text  # no tag can start; a lone ">" starts nothing
+    assert "p < 0.05 and `quantload run --exclusive`" in render_markdown(
+        Document("t", "s", (Section("k", "k", (Paragraph("p < 0.05 and `quantload run --exclusive`"),)),))
+    )  # a "<" that starts no tag and a command in backquotes read as written
     assert "/a\\|b/\\_c\\_.gguf" in text  # the table cell stays one cell, the underscores literal
     assert "Q4_K_M" in render_markdown(Document("t", "s", (Section("k", "Q4_K_M"),)))  # words stay readable
 

@@ -297,3 +297,23 @@ def test_a_server_loading_its_model_is_down_and_counted_but_no_warning(
     with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
         Scrape(registry)
     assert any(record.levelno == logging.WARNING for record in caplog.records)
+
+
+def test_a_restart_quantload_planned_logs_no_error_but_is_still_counted(
+    fake_servers: MakeFake, registry_for: MakeRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server stopped and started again with other flags refuses connections meanwhile: while the
+    run says so (`restarting`), no exporter error line reaches the console; after it, a refusal is
+    a warning again."""
+    fake = fake_servers()
+    registry, collector = registry_for([_target(fake.url)])
+    fake.stop()  # down: connections are refused
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"), collector.restarting("a"):
+        value = Scrape(registry)
+    assert value("quantload_target_up", Q8) == 0
+    assert value(ERRORS, {**Q8, "endpoint": "metrics", "error": "connect"}) == 1
+    assert caplog.records and all(record.levelno == logging.INFO for record in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="quantload.exporter.collector"):
+        Scrape(registry)
+    assert any(record.levelno == logging.WARNING for record in caplog.records)

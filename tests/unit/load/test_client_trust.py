@@ -123,7 +123,7 @@ def test_the_reports_client_health_names_the_degraded_stages_and_why() -> None:
     assert list(flagged["users"]) == [256, 512]
     assert "figures may be worse than stated: its event loop woke up 9.0 ms late" in flagged["why"].iloc[0]
     sentence = client_verdict(stages, flagged, 0.05)
-    assert sentence.startswith("In 2 of 3 stage(s) the client's own timing error may be larger")
+    assert sentence.startswith("In 2 of 3 stages the client's own timing error may be larger")
     assert "quantload calibrate" in sentence
     clean = _stages(client_trust=["ok", "ok", "ok"], client_trust_why=[None, None, None])
     assert lagging_stages(clean, 0.05).empty

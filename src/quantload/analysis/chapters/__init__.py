@@ -40,7 +40,7 @@ from quantload.analysis.chapters import (
     verdict,
 )
 from quantload.analysis.chapters.parts import Chapter, Plots
-from quantload.analysis.document import Document
+from quantload.analysis.document import Document, gathered
 from quantload.analysis.plotting import Figure
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -69,4 +69,6 @@ def build_document(analysis: Analysis, plots: Plots) -> Document:
     """The whole report."""
     model = analysis.header.model or "model not recorded"
     sections = tuple(section for chapter in CHAPTERS for section in chapter.sections(analysis, plots))
-    return Document(f"quantload report: {model}", f"run {analysis.header.run_id}", sections)
+    return Document(
+        f"quantload report: {model}", f"run {analysis.header.run_id}", gathered(sections, before="stages")
+    )

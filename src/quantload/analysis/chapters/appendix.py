@@ -53,7 +53,7 @@ def stages_section(analysis: Analysis) -> Section:
         "Every load stage",
         (
             Details(
-                f"{len(rows)} stage(s)",
+                fmt.counted(len(rows), "stage"),
                 (Table(columns, rows, (False, False, True, True, False, False, *([True] * 7))),),
             ),
         ),

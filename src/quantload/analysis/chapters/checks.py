@@ -31,10 +31,13 @@ def littles_law_section(analysis: Analysis) -> Section:
         flagged = table[table["flagged"] != ""]
         unjudged = table[(table["flagged"] == "") & (table["unjudged"] != "")]
         sides = sorted({side for text in flagged["flagged"] for side in text.split(", ")})
-        summary = f"{len(flagged)} of {len(table)} stage(s) disagree by more than {fmt.percent(TOLERANCE, 0)}"
+        stages = fmt.counted(len(table), "stage")
+        summary = f"{len(flagged)} of {stages} disagree by more than {fmt.percent(TOLERANCE, 0)}"
         summary += f" ({' and '.join(sides)} side)." if sides else "."
         if len(unjudged):
-            summary += f" {len(unjudged)} stage(s) were too short to judge (see the last column)."
+            were = "was" if len(unjudged) == 1 else "were"
+            short = fmt.counted(len(unjudged), "stage")
+            summary += f" {short} {were} too short to judge (see the last column)."
         blocks.append(Paragraph(summary, "warning" if len(flagged) else "plain"))
         rows = tuple(
             (

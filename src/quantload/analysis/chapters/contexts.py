@@ -9,9 +9,9 @@ from typing import Any
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, not_run_section, shown, value
 from quantload.analysis.context_tables import EVENT_WORDS
-from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
+from quantload.analysis.document import Bullets, Paragraph, Section, Table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 
 POLICY_STYLE = {"fail": "-o", "trim": "--s", "shift": ":^"}
@@ -92,12 +92,10 @@ def context_section(analysis: Analysis, plots: Plots) -> Section:
     """Per policy: completed conversations, where they met the slot, the hit rate; then by turn."""
     policies, turns = analysis.context_policies, analysis.context_turns
     if policies.empty:
-        blocks: list[Block] = [
-            Paragraph("Not run: no complete context stage (the context experiment).", "muted")
-        ]
-        return Section(
-            "contexts", "Conversations beyond the slot context", (*blocks, *gap_blocks(analysis, "contexts"))
-        )
+        return not_run_section(
+            "contexts", "Conversations beyond the slot context",
+            "no complete context stage (the context experiment)", analysis, "contexts",
+        )  # fmt: skip
     slot = analysis.stages.loc[analysis.stages["experiment"] == "context", "slot_context_tokens"].dropna()
     slot_text = f"{int(slot.iloc[0]):,}-token slots" if not slot.empty else "the server's slots"
     blocks = [

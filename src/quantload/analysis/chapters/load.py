@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
@@ -15,6 +16,7 @@ from quantload.analysis.chapters.parts import (
     Plots,
     cache_state_block,
     interval_text,
+    not_run_section,
     range_text,
     shown,
     value,
@@ -32,6 +34,7 @@ from quantload.analysis.plotting import (
     users_axis,
 )
 from quantload.experiments.registry import REGISTRY
+from quantload.load import level_text
 
 
 def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
@@ -139,59 +142,65 @@ SEARCHES = tuple(experiment.name for experiment in REGISTRY if experiment.search
 MARKS = {"meets": ("o", "met"), "misses": ("x", "missed"), "undecided": ("s", "undecided")}
 
 
-def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
-    """Each search's trials in order, one panel per quantization and kind of search (none hides
-    another): the level tried, met (dot), missed (cross) or undecided (hollow square), the limit
-    found dotted."""
+def limit_search_figure(analysis: Analysis) -> Any | None:
+    """The limit searches as levels over time: one panel per quantization and kind of search, each
+    trial a step at its level for as long as it sent, ended by its verdict's mark (met: dot,
+    missed: cross, undecided: hollow square); whole users on the user axis; the limit found
+    dotted; one legend for all, outside the panels."""
     searches = [line for line in analysis.limits if line.trials]
     if not searches:
         return None
-    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     order = {quant: index for index, quant in enumerate(analysis.quants)}
     searches.sort(key=lambda line: (line.kind != "users", order.get(line.quant, len(order)), line.unix_s))
     columns = min(len(searches), PANELS_PER_ROW)
     rows = math.ceil(len(searches) / columns)
-    figure, axes = new_figure(max(6.5, 3.4 * columns), 3.0 * rows + 0.6, rows, columns)
+    figure, axes = new_figure(max(6.5, 3.4 * columns), 2.9 * rows + 0.9, rows, columns)
     palette = colors(analysis.quants)
-    bounds: dict[str, tuple[float, float]] = {}
-    for line in searches:
-        levels = [t.level for t in line.trials] + ([line.limit] if line.limit is not None else [])
-        low, high = bounds.get(line.kind, (min(levels), max(levels)))
-        bounds[line.kind] = (min(low, *levels), max(high, *levels))
     for index, line in enumerate(searches):
         axis = axes[index // columns][index % columns]
         color = palette.get(line.quant)
-        steps = list(range(1, len(line.trials) + 1))
-        axis.plot(steps, [t.level for t in line.trials], "-", color=color, alpha=0.5)
-        for outcome, (marker, label) in MARKS.items():
-            points = [(i, t.level) for i, t in zip(steps, line.trials, strict=True) if t.outcome == outcome]
-            if points:
-                face = "none" if outcome == "undecided" else color
-                axis.plot(
-                    *zip(*points, strict=True), marker, color=color, markerfacecolor=face, markersize=7,
-                    linestyle="none", label=label,
-                )  # fmt: skip
+        clock = 0.0
+        for trial in line.trials:
+            took = max(trial.seconds, 0.0)
+            axis.plot([clock, clock + took], [trial.level, trial.level], "-", color=color, linewidth=2.2,
+                      alpha=0.55, solid_capstyle="butt")  # fmt: skip
+            marker = MARKS[trial.outcome][0]
+            face = "none" if trial.outcome == "undecided" else color
+            axis.plot([clock + took], [trial.level], marker, color=color, markerfacecolor=face, markersize=7)
+            clock += took
+        levels = [t.level for t in line.trials] + ([line.limit] if line.limit is not None else [])
         if line.limit is not None:
-            axis.axhline(line.limit, color=color, linestyle=":", linewidth=1, label="limit found")
-        low, high = bounds[line.kind]
-        axis.set_yscale("log", base=2)
-        axis.set_ylim(low / 1.3, high * 1.3)
-        axis.yaxis.set_major_formatter(ScalarFormatter())
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set_xlabel("trial")
+            axis.axhline(line.limit, color=color, linestyle=":", linewidth=1)
+        axis.set_xlim(0, max(clock, 1.0) * 1.04)
+        axis.set_ylim(0, max(levels) * 1.15 + (0.5 if line.kind == "users" else 0.0))
+        if line.kind == "users":
+            axis.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        axis.set_xlabel("seconds into the search")
         axis.set_ylabel("concurrent users" if line.kind == "users" else "arrival rate (requests/s)")
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=7)
         search = "most users" if line.kind == "users" else "highest rate"
-        axis.set_title(f"{line.quant}: {search}", fontsize=9)
+        found = "no limit found" if line.limit is None else f"limit {level_text(line.limit, line.kind)}"
+        trials = fmt.counted(len(line.trials), "trial")
+        axis.set_title(f"{line.quant}: {search} ({found}, {trials})", fontsize=9)
     for index in range(len(searches), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
-    figure.suptitle(
-        "Limit search trials, one panel per search"
-        " (dot: met, cross: missed, square: undecided; dotted: the limit)"
-    )
-    return save_figure(figure, path)
+    ink = "#444444"
+    handles = [
+        Line2D([], [], marker=marker, color=ink, markerfacecolor="none" if outcome == "undecided" else ink,
+               linestyle="none", label=label)
+        for outcome, (marker, label) in MARKS.items()
+    ] + [Line2D([], [], color=ink, linestyle=":", label="the limit found")]  # fmt: skip
+    figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
+    figure.suptitle("Limit searches: the level each trial held, and its verdict when it ended")
+    return figure
+
+
+def _limit_trials(analysis: Analysis, path: Path) -> Path | None:
+    figure = limit_search_figure(analysis)
+    return save_figure(figure, path) if figure is not None else None
 
 
 FIGURES = (
@@ -277,11 +286,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     """What each limit search found, how long it took, and its trials."""
     title = "Finding the limit"
     if not analysis.limits:
-        return Section(
-            "limit",
-            title,
-            (Paragraph(f"Not run: no limit search in this run ({', '.join(SEARCHES)}).", "muted"),),
-        )
+        return not_run_section("limit", title, f"no limit search in this run ({', '.join(SEARCHES)})")
     def level(found: float | None, kind: str) -> str:
         return fmt.DASH if found is None else fmt.number(found, 0 if kind == "users" else 2)
 
@@ -334,7 +339,7 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     )
     blocks.append(
         Details(
-            f"{len(trial_rows)} trial(s)",
+            fmt.counted(len(trial_rows), "trial"),
             (Table(("quant", "search", "trial", "level", "verdict", "why", "how sure", "took"), trial_rows),),
         )
     )
@@ -345,10 +350,8 @@ def open_loop_section(analysis: Analysis) -> Section:
     """Poisson arrivals at set rates; latency from the intended send time."""
     table = analysis.open_loop
     if table.empty:
-        return Section(
-            "open_loop",
-            "Open loop (Poisson arrivals)",
-            (Paragraph("Not run: no open-loop rates were configured (load.rates_rps).", "muted"),),
+        return not_run_section(
+            "open_loop", "Open loop (Poisson arrivals)", "no open-loop rates were configured (load.rates_rps)"
         )
     rows = tuple(
         (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -17,7 +17,8 @@ from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, gap_bl
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
 from quantload.analysis.imatrix_pairs import imatrix_pair_table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
-from quantload.analysis.quality_loss import KLD_DIGITS
+from quantload.analysis.quality_loss import KLD_DIGITS, nats_shown
+from quantload.cpu_share import BUSY_OTHER_CPU_FRAC
 from quantload.roofline.speed_file import busy_note
 
 
@@ -25,16 +26,18 @@ def _quality_axis(table: pd.DataFrame) -> tuple[str, str, str, str] | None:
     """(value column, error column, axis label, unit) of the quality the plot shows: the mean KLD
     from F16 where it was measured, else perplexity; None when there is neither."""
     if "kld_mean_nats" in table and table["kld_mean_nats"].notna().any():
-        label = "mean KLD from F16, nats (lower is better; ±1 s.e.)"
+        label = "mean KLD from F16, nats (lower is better; bars: ±1 s.e.)"
         return "kld_mean_nats", "kld_mean_error_nats", label, "nats"
     if table["perplexity"].notna().any():
         return "perplexity", "perplexity_error", "perplexity (lower is better; bars: ±1 s.e.)", ""
     return None
 
 
-def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
+def quality_speed_figure(analysis: Analysis) -> Any | None:
     """Quality loss (mean KLD from F16, else perplexity) against llama-bench decode tokens/s and
-    against file size: the trade-off a quantization is chosen on."""
+    against file size: the trade-off a quantization is chosen on. Each point with its interval (±1
+    standard error); a KLD is never drawn below the floor (F16 against its own base, at least 0:
+    a divergence is never negative), and the floor is drawn and named."""
     table = analysis.quant_table
     if table.empty:
         return None
@@ -45,40 +48,80 @@ def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
     usable = table.dropna(subset=[quality])
     figure, axes = new_figure(11.0, 4.6, 1, 2, sharey=True)
     palette = colors(analysis.quants)
-    floor = analysis.quality_loss.floor_kld_mean_nats if quality == "kld_mean_nats" else None
+    is_kld = quality == "kld_mean_nats"
+    floor = max(0.0, analysis.quality_loss.floor_kld_mean_nats or 0.0) if is_kld else None
     panels = (
         (axes[0][0], "decode_tok_s", 1.0, "decode tokens/s (llama-bench, one stream)"),
         (axes[0][1], "file_size_bytes", 1 / 2**20, "file size, MiB"),
     )
+    top = 0.0
     for axis, column, scale, xlabel in panels:
         rows = usable.dropna(subset=[column]).to_dict("records")
         for row in rows:
-            x, y = float(row[column]) * scale, float(row[quality])
+            x, measured = float(row[column]) * scale, float(row[quality])
+            y = max(measured, floor) if floor is not None else measured
             spread = float(row[error]) if row.get(error) is not None and not pd.isna(row[error]) else 0.0
-            axis.errorbar([x], [y], yerr=[[spread]] * 2, fmt="none", ecolor="gray", capsize=3)
+            below = min(spread, y - floor) if floor is not None else spread
+            axis.errorbar([x], [y], yerr=[[below], [spread]], fmt="none", ecolor="gray", capsize=3)
             axis.scatter([x], [y], s=120, alpha=0.75, color=palette.get(str(row["quant"])),
-                         edgecolors="black", linewidths=0.5)  # fmt: skip
-            shown_y = 0.0 if abs(y) < 5e-7 else y  # llama-perplexity's -0.000000 floor
-            text = f"{row['quant']}\n{shown_y:.3g} {unit}".rstrip()
-            axis.annotate(text, (x, y), textcoords="offset points", xytext=(8, 6), fontsize=8)
+                         edgecolors="black", linewidths=0.5, clip_on=False, zorder=3)  # fmt: skip
+            shown_y = nats_shown(y) if is_kld else f"{y:.3f}"
+            axis.annotate(f"{row['quant']}\n{shown_y} {unit}".rstrip(), (x, y), textcoords="offset points",
+                          xytext=(8, 6), fontsize=8)  # fmt: skip
+            top = max(top, y + spread)
         if floor is not None:
-            axis.axhline(floor, color="gray", linestyle="--", linewidth=0.8)
-            axis.annotate(
-                "floor: F16 against its own base", (0.99, floor), xycoords=("axes fraction", "data"),
-                textcoords="offset points", xytext=(0, -10), fontsize=7, color="gray", ha="right",
-            )  # fmt: skip
+            axis.axhline(floor, color="gray", linestyle="--", linewidth=1.0, zorder=2,
+                         label=f"floor: F16 against its own base ({nats_shown(floor)} nats)")  # fmt: skip
         axis.set_xlabel(xlabel)
         axis.grid(True, alpha=0.3)
         axis.margins(0.25)
+    if floor is not None:  # nothing below the floor: the axis starts there, and the floor is named
+        axes[0][0].set_ylim(floor, top + 0.25 * ((top - floor) or 1e-6))
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
     axes[0][0].set_ylabel(label)
-    what = "Quality loss" if quality == "kld_mean_nats" else "Perplexity"
+    what = "Quality loss" if is_kld else "Perplexity"
     figure.suptitle(f"{what} against decode speed and against file size")
-    return save_figure(figure, path)
+    return figure
+
+
+def _quality_speed_size(analysis: Analysis, path: Path) -> Path | None:
+    figure = quality_speed_figure(analysis)
+    return save_figure(figure, path) if figure is not None else None
 
 
 QUALITY_SPEED_SIZE = Figure(
     "quality_speed_size", "Quality loss against decode speed and file size", _quality_speed_size
 )
+
+
+def _of_ceiling(fraction: float | None) -> str:
+    """A measured rate's share of its ceiling; above the ceiling, flagged instead of a share over
+    100 %: the ceiling is what is wrong."""
+    if fraction is None:
+        return fmt.DASH
+    return "above it ⚠" if fraction > 1.0 else fmt.percent(fraction, 0)
+
+
+def roofline_flags(analysis: Analysis) -> list[Block]:
+    """Warnings that the roofline's ceilings cannot be read as ceilings: one moved between probes
+    by more than its noise, or a measured rate went above its ceiling."""
+    lines = []
+    speed = analysis.run.speed
+    if speed is not None and speed.machine is not None:
+        lines += [f"Unsure ceiling: {move}." for move in speed.machine.moves()]
+    roof = analysis.roofline
+    for row in roof.to_dict("records") if not roof.empty else []:
+        fraction = value(row.get("fraction_of_ceiling"))
+        if fraction is not None and fraction > 1.0:
+            lines.append(
+                f"{row['quant']} {row['test']} ran at {fmt.number(value(row['measured_tok_s']))} tok/s,"
+                f" above its {row['bound']} ceiling of {fmt.number(value(row['ceiling_tok_s']))} tok/s"
+                f" ({fmt.percent(fraction, 0)}): a rate cannot beat a true ceiling, so this ceiling is wrong"
+                " here (the probe ran slower than the kernels can, e.g. beside other work, or an int8 kernel"
+                " outruns the f32 probe); rerun `quantload speed --reprobe` on a quiet machine."
+            )
+    return [Bullets(tuple(lines), "warning")] if lines else []
 
 
 def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
@@ -106,10 +149,13 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
             )
         )
     blocks += gap_blocks(analysis, "quality")
-    busy = busy_note(analysis.run.speed)
+    settings = analysis.run.settings
+    threshold = settings.load.interference_cpu_frac if settings is not None else BUSY_OTHER_CPU_FRAC
+    busy = busy_note(analysis.run.speed, threshold)
     if busy:
         blocks.append(Paragraph(busy, "warning"))
     roof = analysis.roofline
+    blocks += roofline_flags(analysis)
     if not roof.empty:
         machine = analysis.run.speed.machine if analysis.run.speed else None
         if machine is not None:
@@ -135,7 +181,7 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
                 fmt.number(r["measured_tok_s"]),
                 fmt.number(r["ceiling_tok_s"]),
                 str(r["bound"]),
-                fmt.percent(r["fraction_of_ceiling"], 0),
+                _of_ceiling(value(r["fraction_of_ceiling"])),
                 fmt.number(r["memory_ceiling_tok_s"]),
                 fmt.number(r["compute_ceiling_tok_s"]),
                 f"{r['bits_per_weight']:.2f}",
@@ -223,9 +269,9 @@ def quality_loss_section(analysis: Analysis) -> Section:
             str(r["quant"]) + (" (floor)" if r["is_floor"] else ""),
             str(r["cache_type"]),
             _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
-            fmt.number(value(r["kld_median_nats"]), KLD_DIGITS),
-            fmt.number(value(r["kld_p99_nats"]), 5),
-            fmt.number(value(r["kld_p99_9_nats"]), 5),
+            _nats(value(r["kld_median_nats"]), KLD_DIGITS),
+            _nats(value(r["kld_p99_nats"]), 5),
+            _nats(value(r["kld_p99_9_nats"]), 5),
             _pct(value(r["same_top_p_pct"]), value(r["same_top_p_error_pct"])),
             _pct(value(r["delta_p_rms_pct"])),
             _pct(value(r["ppl_change_pct"]), value(r["ppl_change_error_pct"]), signed=True),
@@ -300,10 +346,15 @@ def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
     ]
 
 
+def _nats(number: float | None, digits: int) -> str:
+    """A divergence: never shown below zero (llama-perplexity's rounding can print -0.000001)."""
+    return fmt.number(None if number is None else max(0.0, number), digits)
+
+
 def _plus(number: float | None, error: float | None) -> str:
     if number is None:
         return fmt.DASH
-    text = fmt.number(number, KLD_DIGITS)
+    text = _nats(number, KLD_DIGITS)
     return f"{text} ± {fmt.number(error, KLD_DIGITS)}" if error is not None else text
 
 
@@ -462,7 +513,8 @@ def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
              "Δ KLD", "Δ MiB", "KLD per MiB", "time"),
             tuple(rows),
             (False, False, True, True, True, True, True, True, True, True),
-            f"From {scan.base_type}, one tensor group at a time; {scan.chunks_scored} chunk(s) scored."
+            f"From {scan.base_type}, one tensor group at a time;"
+            f" {fmt.counted(scan.chunks_scored, 'chunk')} scored."
             " Raised rows: KLD per MiB = nats removed per MiB added (higher pays more); lowered rows:"
             " nats added per MiB saved (lower costs less). Skipped groups (no tensor of the model):"
             f" {', '.join(scan.skipped_groups) or 'none'}.",

@@ -67,3 +67,19 @@ def cache_state_block(analysis: Analysis, label: str) -> list[Block]:
         if name == label:
             return [Paragraph(f"Cache state: {text}.", "muted")]
     return []
+
+
+def not_run_section(key: str, title: str, why: str, analysis: Analysis | None = None, *gaps: str) -> Section:
+    """A section whose part did not run: listed with the others that did not, with `why`, unless
+    the run meant to measure it (a "not measured" note of the `gaps` sections), when it keeps its
+    heading and says what went wrong."""
+    found = [gap for gap in analysis.gaps if gap.section in gaps] if analysis is not None else []
+    if found and all(gap.why.startswith(NOT_RUN_WORDS) for gap in found):  # its input was not given
+        return Section(key, title, not_run="; ".join(dict.fromkeys(gap.why for gap in found)))
+    if found and analysis is not None:
+        return Section(key, title, (Paragraph(f"Not run: {why}.", "muted"), *gap_blocks(analysis, *gaps)))
+    return Section(key, title, not_run=why)
+
+
+# how a gap says its experiment was never meant to run here (analyze.not_run_because)
+NOT_RUN_WORDS = ("not run because", "not asked for")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity_plan import CapacityPlan, LengthLimit, QuantPlan, ServerCount
-from quantload.analysis.chapters.parts import Chapter, Plots
+from quantload.analysis.chapters.parts import Chapter, Plots, not_run_section
 from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
 
 DASH = fmt.DASH
@@ -57,14 +57,14 @@ def _quant_sentence(plan: CapacityPlan, item: QuantPlan) -> str:
         return f"{item.quant}: no load level was shown to meet the SLO, so no server can be sized for it."
     rate = f", {fmt.number(limit.rps, 2)} good requests/s" if limit.rps else ""
     text = (
-        f"{item.quant}: one server holds {limit.users} concurrent user(s){rate} within the SLO"
+        f"{item.quant}: one server holds {fmt.counted(limit.users, 'concurrent user')}{rate} within the SLO"
         f" ({limit.source})"
     )
     for count in (item.by_rate, item.by_users):
         if count is not None:
             target = fmt.number(count.target, 2) if count.kind == "requests/s" else f"{int(count.target)}"
             text += (
-                f"; {target} {count.kind} need {count.servers} server(s), each at"
+                f"; {target} {count.kind} need {fmt.counted(count.servers, 'server')}, each at"
                 f" {fmt.percent(count.utilisation, 0)} of its limit"
             )
     memory = item.memory
@@ -76,7 +76,8 @@ def _quant_sentence(plan: CapacityPlan, item: QuantPlan) -> str:
         )
         if memory.fits is False:
             text += (
-                f", over the budget: at most {memory.max_slots_at_ctx} slot(s) of {memory.ctx_per_slot:,}"
+                f", over the budget: at most {fmt.counted(memory.max_slots_at_ctx or 0, 'slot')} of"
+                f" {memory.ctx_per_slot:,}"
                 f" tokens fit (or {memory.slots} slots of {memory.max_ctx_at_slots:,} tokens)"
             )
         elif memory.fits:
@@ -108,7 +109,7 @@ def _recommendation(plan: CapacityPlan) -> str | None:
     if best is None:
         return None
     return (
-        f"Fewest servers: {best.quant}, {best.servers} server(s)"
+        f"Fewest servers: {best.quant}, {fmt.counted(best.servers or 0, 'server')}"
         + (
             f" ({_money(best.costs.per_hour_planned, plan.inputs.currency)} an hour)"
             if best.costs is not None and best.costs.per_hour_planned
@@ -171,7 +172,7 @@ def slot_context_section(analysis: Analysis) -> Section:
     title = "The context a slot needs"
     if need is None or not need.rows:
         why = need.why_not if need is not None else "no conversations were read"
-        return Section("slot-context", title, (Paragraph(f"Not measured: {why}.", "muted"),))
+        return not_run_section("slot-context", title, why or "no conversations were read")
     quants = [q for q in analysis.quants if any(q in row.slots_in_budget for row in need.rows)]
     budget = analysis.plan.inputs.memory_budget_bytes
     rows = tuple(

@@ -4,6 +4,7 @@ percentiles, and the GPUs' energy per output token and per request (NVML, when t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,43 +16,73 @@ from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown,
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.gpu_energy import SECTION as GPU_SECTION
 from quantload.analysis.gpu_energy import read_gpu_file
+from quantload.analysis.interference import EXPERIMENT_WORDS
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.prometheus_tables import MIN_SCRAPES, QUANTILES, SERVER_SERIES
 from quantload.rundir.gpu_file import GpuFile
 
+BAND_SHADES = ("#e3ebf6", "#f3f3f3")
+LABEL_CHAR_FRAC = 0.0062  # the share of the panel's width one character of a band label takes
+LABEL_GAP_FRAC = 0.01
 
-def _stage_marks(axis: Any, stages: pd.DataFrame, origin_s: float, label: bool) -> None:
-    spans = stages.dropna(subset=["started_unix_s", "ended_unix_s"])
-    if spans.empty:
-        return
-    total = float(spans["ended_unix_s"].max() - spans["started_unix_s"].min()) or 1.0
-    for index, stage in enumerate(spans.itertuples()):
-        start, end = stage.started_unix_s - origin_s, stage.ended_unix_s - origin_s
-        shade = "#dfe8f5" if stage.experiment == "prefix_cache" else ("#eeeeee" if index % 2 else "#f7f7f7")
-        axis.axvspan(start, end, color=shade, zorder=0, linewidth=0)
-        axis.axvline(start, color="#888888", linewidth=0.6, zorder=1)
-        if label and (end - start) / total > 0.015:
-            text = (
-                f"{'on' if stage.cache_prompt else 'off'}"
-                if stage.experiment == "prefix_cache"
-                else f"{int(stage.users)}u"
-                if pd.notna(stage.users)
-                else ""
-            )
+
+@dataclass(frozen=True)
+class Band:
+    """Consecutive stages of one quantization and experiment: one shaded span of the time axis."""
+
+    quant: str
+    experiment: str
+    start_s: float
+    end_s: float
+    stages: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.quant} {EXPERIMENT_WORDS.get(self.experiment, self.experiment.replace('_', ' '))}"
+
+
+def stage_bands(stages: pd.DataFrame, origin_s: float) -> list[Band]:
+    """The stages grouped into bands, in the order they ran."""
+    spans = stages.dropna(subset=["started_unix_s", "ended_unix_s"]) if not stages.empty else stages
+    bands: list[Band] = []
+    for stage in spans.sort_values("started_unix_s").itertuples():
+        start, end = float(stage.started_unix_s) - origin_s, float(stage.ended_unix_s) - origin_s
+        last = bands[-1] if bands else None
+        if last is not None and (last.quant, last.experiment) == (str(stage.quant), str(stage.experiment)):
+            bands[-1] = Band(last.quant, last.experiment, last.start_s, max(end, last.end_s), last.stages + 1)
+        else:
+            bands.append(Band(str(stage.quant), str(stage.experiment), start, end, 1))
+    return bands
+
+
+def _shade_bands(axis: Any, bands: list[Band]) -> None:
+    """Each band shaded, alternately, with a thin line where it begins."""
+    for index, band in enumerate(bands):
+        axis.axvspan(band.start_s, band.end_s, color=BAND_SHADES[index % 2], zorder=0, linewidth=0)
+        axis.axvline(band.start_s, color="#9aa3b0", linewidth=0.6, zorder=1)
+
+
+def _name_bands(axis: Any, bands: list[Band]) -> None:
+    """Above the panel, the name of each band whose label fits without touching the one before it
+    (placed by the axis's final limits, so call it after plotting)."""
+    low, high = axis.get_xlim()
+    width = (high - low) or 1.0
+    last_end = -1.0
+    for band in bands:
+        middle = ((band.start_s + band.end_s) / 2 - low) / width
+        half = len(band.label) * LABEL_CHAR_FRAC / 2
+        if middle - half >= last_end + LABEL_GAP_FRAC and middle + half <= 1.0:
             axis.text(
-                (start + end) / 2,
-                1.01,
-                text,
-                transform=axis.get_xaxis_transform(),
-                ha="center",
-                va="bottom",
-                fontsize=6,
-                color="#444444",
-            )
+                (band.start_s + band.end_s) / 2, 1.02, band.label, transform=axis.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=7, color="#333333",
+            )  # fmt: skip
+            last_end = middle + half
 
 
-def _server_timeseries(analysis: Analysis, path: Path) -> Path | None:
-    """Busy slots, KV use, requests processing and deferred over the load phase, stages marked."""
+def server_timeseries_figure(analysis: Analysis) -> Any | None:
+    """Busy slots, KV use, requests processing and deferred over the load phase: one band per run
+    of stages of a quantization and experiment, named above the panels where the name fits; one
+    legend, outside the panels."""
     series, stages, quants = analysis.server_series, analysis.stages, analysis.quants
     if series.empty:
         return None
@@ -63,42 +94,42 @@ def _server_timeseries(analysis: Analysis, path: Path) -> Path | None:
     ]
     starts = stages["started_unix_s"].dropna() if not stages.empty else pd.Series(dtype=float)
     origin = float(starts.min()) if len(starts) else float(series["unix_s"].min())
-    figure, axes = new_figure(11.0, 8.0, len(panels), 1, sharex=True)
+    bands = stage_bands(stages, origin)
+    figure, axes = new_figure(11.0, 8.4, len(panels), 1, sharex=True)
     palette = colors(quants)
     for row, (metric, label) in enumerate(panels):
         axis = axes[row][0]
-        _stage_marks(axis, stages, origin, label=row == 0)
+        _shade_bands(axis, bands)
         chosen = series[series["metric"] == metric]
         for quant, frame in chosen.groupby("quant", sort=False):
             axis.plot(
-                frame["unix_s"] - origin,
-                frame["value"],
-                drawstyle="steps-post",
-                linewidth=1.1,
-                color=palette.get(str(quant)),
-                label=str(quant),
-            )
+                frame["unix_s"] - origin, frame["value"], drawstyle="steps-post", linewidth=1.1,
+                color=palette.get(str(quant)), label=str(quant),
+            )  # fmt: skip
         if metric == "slots_busy":
             total = series[series["metric"] == "slots"]
             for quant, frame in total.groupby("quant", sort=False):
                 axis.plot(
-                    frame["unix_s"] - origin,
-                    frame["value"],
-                    linestyle=":",
-                    linewidth=0.9,
-                    color=palette.get(str(quant)),
-                    label=f"{quant} slots",
-                )
+                    frame["unix_s"] - origin, frame["value"], linestyle=":", linewidth=0.9,
+                    color=palette.get(str(quant)), label=f"{quant} slots",
+                )  # fmt: skip
         axis.set_ylabel(label, fontsize=8)
         axis.set_ylim(bottom=0)
         axis.grid(True, alpha=0.25)
-        if row == 0:
-            axis.legend(fontsize=7, ncols=max(1, len(quants)), loc="upper left")
-    axes[-1][0].set_xlabel("seconds since the first load stage (shaded: stages; labels: users, cache off/on)")
+    _name_bands(axes[0][0], bands)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8,
+                  frameon=False)  # fmt: skip
+    axes[-1][0].set_xlabel("seconds since the first load stage (shaded bands: a quantization's experiment)")
     figure.suptitle(
         "Server side, from Prometheus (" + ", ".join(SERVER_SERIES[m][0] for m, _ in panels) + ")"
     )
-    return save_figure(figure, path)
+    return figure
+
+
+def _server_timeseries(analysis: Analysis, path: Path) -> Path | None:
+    figure = server_timeseries_figure(analysis)
+    return save_figure(figure, path) if figure is not None else None
 
 
 SERVER_TIMESERIES = Figure(
@@ -128,7 +159,7 @@ def server_section(analysis: Analysis, plots: Plots) -> Section:
             )
         if partial:
             text += (
-                f" {partial} of {len(hist)} stage(s) are shown but not judged: shorter than"
+                f" {partial} of {fmt.counted(len(hist), 'stage')} are shown but not judged: shorter than"
                 f" {MIN_SCRAPES} scrape intervals, or the scrapes caught a different number of requests"
                 " than the records hold."
             )

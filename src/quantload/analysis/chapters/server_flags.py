@@ -10,13 +10,13 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters.parts import Chapter, Plots, shown, value
+from quantload.analysis.chapters.parts import Chapter, Plots, not_run_section, shown, value
 from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
 from quantload.analysis.plotting import PALETTE, Figure, colors, new_figure, save_figure
 
 
 def _not_run(key: str, title: str, what: str) -> Section:
-    return Section(key, title, (Paragraph(f"Not run: {what}.", "muted"),))
+    return not_run_section(key, title, what)
 
 
 # ----------------------------------------------------------------------------- batching
@@ -237,7 +237,8 @@ def _speculation_plot(analysis: Analysis, path: Path) -> Path | None:
             label=variant.removeprefix("spec "),
         )
     axis.axhline(1.0, color="black", linewidth=0.8)
-    axis.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))], [f"{t}\n{u} user(s)" for t, u in cells])
+    labels = [f"{t}\n{fmt.counted(u, 'user')}" for t, u in cells]
+    axis.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))], labels)
     axis.set_ylabel("decode tok/s against speculation off (x)")
     axis.grid(True, axis="y", alpha=0.3)
     axis.legend(fontsize=8)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, not_run_section, shown, value
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.drift import Drift
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
@@ -21,7 +21,7 @@ DRAIN_WARNING_FRAC = 0.1
 def drift_text(drift: Drift) -> str:
     """'+1.2 ms/h (95 % interval -0.5 to +2.9 ms/h, 58 slices): within noise'."""
     if drift.slope_per_h is None:
-        return f"{fmt.DASH} ({drift.points} slice(s): too few to fit)"
+        return f"{fmt.DASH} ({fmt.counted(drift.points, 'slice')}: too few to fit)"
     show = _per_hour(drift.what)
     interval = f"95 % interval {show(drift.ci_low_per_h)} to {show(drift.ci_high_per_h)}"
     verdict = "beyond noise" if drift.beyond_noise else "within noise"
@@ -136,7 +136,7 @@ def _run_blocks(run: SoakRun) -> list[Block]:
             f"{run.quant or run.server}: {run.level} held for"
             f" {fmt.number(held / 60 if held is not None else None, 1)} min"
             f" ({fmt.number(run.duration_s, 0)} s asked; level from {run.level_from or 'unknown'}),"
-            f" in {len(slices)} slice(s) of {fmt.number(run.slice_s, 0)} s, {len(ok)} ended ok:"
+            f" in {fmt.counted(len(slices), 'slice')} of {fmt.number(run.slice_s, 0)} s, {len(ok)} ended ok:"
             f" {fmt.number(requests, 0)} requests, {fmt.number(failed, 0)} failed"
             f" ({fmt.percent(failed / requests if requests else None, 2)})."
             f" {_memory_sentence(run)}"
@@ -209,8 +209,7 @@ def _run_blocks(run: SoakRun) -> list[Block]:
 def soak_section(analysis: Analysis, plots: Plots) -> Section:
     """The soak's verdict, its figure and its slices."""
     if not analysis.soak:
-        blocks: list[Block] = [Paragraph("Not run: no soak in this run (the soak experiment).", "muted")]
-        return Section("soak", "Soak", (*blocks, *gap_blocks(analysis, "soak")))
+        return not_run_section("soak", "Soak", "no soak in this run (the soak experiment)", analysis, "soak")
     blocks = [
         Paragraph(
             "One load held for a long time, in slices (each slice its own stage): does latency or"

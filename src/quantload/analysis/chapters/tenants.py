@@ -9,8 +9,8 @@ from pathlib import Path
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, shown, value
-from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
+from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, not_run_section, shown, value
+from quantload.analysis.document import Bullets, Paragraph, Section, Table
 from quantload.analysis.plotting import PALETTE, Figure, new_figure, save_figure
 from quantload.analysis.tenant_tables import IsolationCost
 
@@ -70,8 +70,7 @@ def tenants_section(analysis: Analysis) -> Section:
     """Per tenant and stage: TTFT/TPOT p50/p99, goodput, failed share, its SLO verdict."""
     table = analysis.tenants
     if table.empty:
-        blocks: list[Block] = [Paragraph("No stage was shared by tenants ([[tenants]]).", "muted")]
-        return Section("tenants", "Tenants", tuple(blocks))
+        return not_run_section("tenants", "Tenants", "no stage was shared by tenants ([[tenants]])")
     rows = tuple(
         (
             str(r["quant"]),
@@ -129,8 +128,9 @@ def noisy_section(analysis: Analysis, plots: Plots) -> Section:
     """The others' figures per neighbour load, the fairness index, the verdict, isolation's cost."""
     table = analysis.noisy
     if table.empty:
-        blocks: list[Block] = [Paragraph("Not run: no complete noisy_neighbour stage.", "muted")]
-        return Section("noisy-neighbour", "The noisy neighbour", (*blocks, *gap_blocks(analysis, "tenants")))
+        return not_run_section(
+            "noisy-neighbour", "The noisy neighbour", "no complete noisy_neighbour stage", analysis, "tenants"
+        )
     settings = analysis.run.settings
     neighbour = settings.neighbour_tenant if settings is not None else None
     blocks = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.chapters.parts import Chapter, Plots, shown, value
+from quantload.analysis.chapters.parts import Chapter, Plots, not_run_section, shown, value
 from quantload.analysis.document import Block, Paragraph, Section, Table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 
@@ -51,10 +51,8 @@ def sessions_section(analysis: Analysis, plots: Plots) -> Section:
     """TTFT and prompt tokens by turn, and each conversation's prefix-cache hit rate."""
     turns, summary = analysis.session_turns, analysis.session_hit_summary
     if turns.empty:
-        return Section(
-            "sessions",
-            "Multi-turn sessions",
-            (Paragraph("Not run: no complete sessions stage (the sessions experiment).", "muted"),),
+        return not_run_section(
+            "sessions", "Multi-turn sessions", "no complete sessions stage (the sessions experiment)"
         )
     blocks: list[Block] = [
         Paragraph(
@@ -232,11 +230,7 @@ def mixed_section(analysis: Analysis, plots: Plots) -> Section:
     table = analysis.mixed
     title = "Mixed traffic: long prompts against everyone's decode"
     if table.empty:
-        return Section(
-            "mixed",
-            title,
-            (Paragraph("Not run: no complete mixed-traffic stage (the mixed experiment).", "muted"),),
-        )
+        return not_run_section("mixed", title, "no complete mixed-traffic stage (the mixed experiment)")
     blocks: list[Block] = [
         Paragraph(
             "Decode-heavy requests (a short prompt, a long answer) first alone, then the same requests"
@@ -290,9 +284,7 @@ def trace_section(analysis: Analysis) -> Section:
     stages = analysis.stages
     chosen = stages[stages["experiment"] == "trace"] if not stages.empty else stages
     if chosen.empty:
-        return Section(
-            "trace", "Trace replay", (Paragraph("Not run: no trace was given (trace.path).", "muted"),)
-        )
+        return not_run_section("trace", "Trace replay", "no trace was given (trace.path)")
     rows = tuple(
         (
             str(r["quant"]),
@@ -389,6 +381,14 @@ def lengths_section(analysis: Analysis) -> Section:
 
 def reasoning_section(analysis: Analysis) -> Section:
     """What TTFT means here, and the time to the first answer for a reasoning model."""
+    title = "Reasoning models: which TTFT"
+    table = analysis.reasoning
+    if table.empty:
+        return not_run_section(
+            "reasoning", title,
+            "no request of this run carried reasoning content (TTFT here is the first generated token of"
+            " any kind)",
+        )  # fmt: skip
     blocks: list[Block] = [
         Paragraph(
             "TTFT in this report is the time to the first generated token of any kind: a reasoning"
@@ -397,10 +397,7 @@ def reasoning_section(analysis: Analysis) -> Section:
             " (delta.content) is recorded beside it (ttft_content_s)."
         )
     ]
-    table = analysis.reasoning
-    if table.empty:
-        blocks.append(Paragraph("No request of this run carried reasoning content.", "muted"))
-    else:
+    if not table.empty:
         rows = tuple(
             (
                 str(r["quant"]),
@@ -430,7 +427,7 @@ def reasoning_section(analysis: Analysis) -> Section:
                 (False, False, True, True, True, True, True, True),
             )
         )
-    return Section("reasoning", "Reasoning models: which TTFT", tuple(blocks))
+    return Section("reasoning", title, tuple(blocks))
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:

@@ -55,8 +55,8 @@ def ttft_split_section(analysis: Analysis) -> Section:
         if negative:
             blocks.append(
                 Paragraph(
-                    f"{negative} request(s) had a server prompt time longer than the client's TTFT; the split"
-                    " is approximate for them.",
+                    f"{fmt.counted(negative, 'request')} had a server prompt time longer than the client's"
+                    " TTFT; the split is approximate for them.",
                     "muted",
                 )
             )
