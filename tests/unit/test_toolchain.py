@@ -13,7 +13,15 @@ import pytest
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
 from quantload.llamacpp import build
-from quantload.llamacpp.build import BUILD_MARKER, TOOL_NAMES, build_dir, built_bin_dir
+from quantload.llamacpp.build import (
+    BUILD_MARKER,
+    BUILD_TARGETS,
+    CMAKE_FLAGS,
+    RPC_SERVER_TOOL,
+    TOOL_NAMES,
+    build_dir,
+    built_bin_dir,
+)
 from quantload.llamacpp.toolchain import IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
 
 WORKING = {
@@ -68,15 +76,63 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
 
     def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
         commands.append(command)
-        _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
+        _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2', RPC_SERVER_TOOL: RPC_HELP})
 
     monkeypatch.setattr(build, "run_logged", fake_run)
     monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
     assert build.build_tools(tree, jobs=2) == bins
     (only,) = commands  # no configure step: the configured tree is reused
-    assert only[:2] == ["cmake", "--build"] and only[only.index("--target") + 1 :] == list(TOOL_NAMES)
+    assert only[:2] == ["cmake", "--build"] and only[only.index("--target") + 1 :] == list(BUILD_TARGETS)
     record = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
-    assert record["targets"] == list(TOOL_NAMES) and record["completed_from"] == old
+    assert record["targets"] == list(BUILD_TARGETS) and record["completed_from"] == old
+
+
+RPC_HELP = 'echo "Usage: ggml-rpc-server [options]" >&2'
+
+
+def test_each_set_of_cmake_flags_builds_in_a_folder_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished build made with other flags (before the RPC backend) is neither reused nor
+    reconfigured: the current flags configure a new folder beside it, which is left as it was."""
+    tree = tmp_path / "llama.cpp"
+    tree.mkdir()
+    earlier_flags = tuple(flag for flag in CMAKE_FLAGS if "RPC" not in flag)
+    earlier = build_dir(tree, earlier_flags)
+    assert earlier != build_dir(tree) and earlier.parent == build_dir(tree).parent
+    _write_tools(earlier / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
+    (earlier / "CMakeCache.txt").write_text("GGML_RPC:BOOL=OFF\n")
+    (earlier / BUILD_MARKER).write_text(json.dumps({"cmake_flags": list(earlier_flags)}))
+    before = {p: p.read_bytes() for p in earlier.rglob("*") if p.is_file()}
+    assert built_bin_dir(tree) is None
+    commands: list[list[str]] = []
+
+    def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
+        commands.append(command)
+        if command[:2] == ["cmake", "--build"]:
+            _write_tools(build_dir(tree) / "bin", WORKING | {
+                IMATRIX_TOOL: 'echo "version: 1 (a)" >&2', RPC_SERVER_TOOL: RPC_HELP,
+            })  # fmt: skip
+
+    monkeypatch.setattr(build, "run_logged", fake_run)
+    monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
+    assert build.build_tools(tree, jobs=2) == build_dir(tree) / "bin"
+    configure, compile_ = commands
+    assert configure[:2] == ["cmake", "-S"] and "-DGGML_RPC=ON" in configure
+    assert configure[configure.index("-B") + 1] == str(build_dir(tree))
+    assert RPC_SERVER_TOOL in compile_
+    assert {p: p.read_bytes() for p in earlier.rglob("*") if p.is_file()} == before
+    record = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
+    assert record["cmake_flags"] == list(CMAKE_FLAGS) and "completed_from" not in record
+
+
+def test_ggml_rpc_server_beside_the_tools_is_taken_and_checked(tmp_path: Path) -> None:
+    _write_tools(tmp_path, {**WORKING, RPC_SERVER_TOOL: RPC_HELP})
+    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+    assert found is not None and found.path(RPC_SERVER_TOOL) == tmp_path / RPC_SERVER_TOOL
+    _write_tools(tmp_path, {RPC_SERVER_TOOL: "exit 127"})
+    with pytest.raises(ToolchainError, match=RPC_SERVER_TOOL):
+        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
 
 
 @pytest.mark.parametrize("broken", ["llama-perplexity", "llama-bench", "llama-quantize"])

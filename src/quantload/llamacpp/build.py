@@ -1,14 +1,17 @@
 """Building the llama.cpp tools from the pinned source tree, once, into the cache.
 
-A build is complete when its marker is written and every tool of TOOL_NAMES is in bin/. A cache
-built before a tool was added (the four tools without llama-imatrix) is completed in place: the
-configured tree is kept and `cmake --build` compiles only the missing target, reusing the
-libraries already built.
+A build is complete when its marker is written and every target of BUILD_TARGETS is in bin/. Each
+set of CMake flags has a build folder of its own (`build_dir`), so a change of flags configures a
+new folder instead of reusing a tree configured otherwise (CMake would keep the old cache's
+values), and never touches a build other processes may be using. A cache built before a tool was
+added (the four tools without llama-imatrix) is completed in place: the configured tree is kept
+and `cmake --build` compiles only the missing target, reusing the libraries already built.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -26,6 +29,8 @@ from quantload.progress import ProgressCallback, no_progress
 TOOL_NAMES: tuple[str, ...] = (
     "llama-server", "llama-quantize", "llama-bench", "llama-perplexity", "llama-imatrix",
 )  # fmt: skip
+RPC_SERVER_TOOL = "ggml-rpc-server"  # serves this host's CPU to a llama-server elsewhere (--rpc)
+BUILD_TARGETS: tuple[str, ...] = (*TOOL_NAMES, RPC_SERVER_TOOL)
 BUILD_MARKER = "quantload-build.json"
 GUARD_MODULE = "quantload.groupguard"
 CMAKE_FLAGS: tuple[str, ...] = (
@@ -36,6 +41,7 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DGGML_NATIVE=ON",
+    "-DGGML_RPC=ON",  # llama-server --rpc, and the ggml-rpc-server target
 )
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 _MAKE_PERCENT = re.compile(r"^\[\s*(\d+)%\]")
@@ -45,9 +51,10 @@ INSTALL_HINT = (
 )
 
 
-def build_dir(tree: Path) -> Path:
-    """The build folder beside the source tree."""
-    return tree.parent / "build"
+def build_dir(tree: Path, flags: tuple[str, ...] = CMAKE_FLAGS) -> Path:
+    """The build folder beside the source tree for these CMake flags (a short hash of them)."""
+    key = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:12]
+    return tree.parent / f"build-{key}"
 
 
 def built_bin_dir(tree: Path) -> Path | None:
@@ -55,7 +62,7 @@ def built_bin_dir(tree: Path) -> Path | None:
     build = build_dir(tree)
     marker = build / BUILD_MARKER
     bins = build / "bin"
-    if marker.is_file() and all(os.access(bins / name, os.X_OK) for name in TOOL_NAMES):
+    if marker.is_file() and all(os.access(bins / name, os.X_OK) for name in BUILD_TARGETS):
         return bins
     return None
 
@@ -163,14 +170,14 @@ def _build_locked(
         run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *CMAKE_FLAGS], log)
     n_jobs = jobs or os.cpu_count() or 1
     run_logged(
-        ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *TOOL_NAMES],
+        ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *BUILD_TARGETS],
         log,
         on_line=progress,
     )
     earlier = _earlier_record(build)
     record = {
         "sdist": pin.requirement,
-        "targets": list(TOOL_NAMES),
+        "targets": list(BUILD_TARGETS),
         "cmake_flags": list(CMAKE_FLAGS),
         "jobs": n_jobs,
         "build_seconds": round(time.monotonic() - started, 1),
