@@ -16,6 +16,10 @@ With one token per pass the memory ceiling is the lower: decode is memory-bound 
 read per generated token"). A 512-token micro-batch divides the weight bytes by 512, so prefill is
 compute-bound ("arithmetic rate / (2 x parameters)", with the output projection counted as above).
 Attention's own arithmetic (a few percent at these contexts) is left out of the flops.
+
+A mixture of experts reads and multiplies per generated token only the experts it is routed to
+(`weights`: one token's share); a prompt micro-batch reads every expert any of its tokens uses
+(nearly all of them), while each token still multiplies only its own.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ class RooflineResult(BaseModel):
     prefill: BenchCeiling
     decode: BenchCeiling
     explanation: str = Field(description="one sentence: why this format decodes/prefills so")
+    expert_count: int = Field(default=0, description="routed experts per layer (0: a dense model)")
+    experts_used: int = Field(default=0, description="experts each token is routed to")
+    expert_bytes: int = Field(default=0, description="bytes of every routed expert together")
 
 
 def _kv_bytes(summary: GgufSummary, context_tokens: int, type_k: str, type_v: str) -> int:
@@ -109,7 +116,7 @@ def prefill_cost(
     per_pass = max(1, min(n_prompt, n_ubatch))
     prompt = max(1, n_prompt)
     output_share = math.ceil(prompt / max(1, n_batch)) / prompt  # logit rows per prompt token
-    body_bytes = traffic.bytes_per_pass - traffic.output_bytes
+    body_bytes = traffic.bytes_for_tokens(per_pass) - traffic.output_bytes
     body_params = traffic.matmul_params - traffic.output_params
     return TokenCost(
         tokens_per_pass=per_pass,
@@ -175,4 +182,7 @@ def roofline(speed: SpeedResult, summary: GgufSummary, limits: MachineLimits) ->
         prefill=prefill,
         decode=decode,
         explanation=explain_quant(summary.file_type, traffic, prefill, decode),
+        expert_count=traffic.expert_count,
+        experts_used=traffic.experts_used,
+        expert_bytes=traffic.expert_bytes,
     )
