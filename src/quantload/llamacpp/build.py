@@ -1,17 +1,17 @@
 """Building the llama.cpp tools from the pinned source tree, once, into the cache.
 
-A build is complete when its marker is written and every target of BUILD_TARGETS is in bin/. Each
-set of CMake flags has a build folder of its own (`build_dir`), so a change of flags configures a
-new folder instead of reusing a tree configured otherwise (CMake would keep the old cache's
-values), and never touches a build other processes may be using. A cache built before a tool was
-added (the four tools without llama-imatrix) is completed in place: the configured tree is kept
-and `cmake --build` compiles only the missing target, reusing the libraries already built.
+A build is complete when its marker is written with the current CMAKE_FLAGS and every target of
+BUILD_TARGETS is in bin/. A cache built before a tool was added (the four tools without
+llama-imatrix) is completed in place: the configured tree is kept and `cmake --build` compiles
+only the missing target, reusing the libraries already built. A tree configured with other flags
+(before the RPC backend) is configured again from scratch, its CMakeCache.txt removed first:
+CMake keeps every value of an old cache that the new command line does not name, so a flag
+dropped since would otherwise stay on. Objects whose compile command did not change are kept.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -32,6 +32,7 @@ TOOL_NAMES: tuple[str, ...] = (
 RPC_SERVER_TOOL = "ggml-rpc-server"  # serves this host's CPU to a llama-server elsewhere (--rpc)
 BUILD_TARGETS: tuple[str, ...] = (*TOOL_NAMES, RPC_SERVER_TOOL)
 BUILD_MARKER = "quantload-build.json"
+CONFIGURE_RECORD = "quantload-configure.json"  # the flags the tree was configured with
 GUARD_MODULE = "quantload.groupguard"
 CMAKE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -51,19 +52,33 @@ INSTALL_HINT = (
 )
 
 
-def build_dir(tree: Path, flags: tuple[str, ...] = CMAKE_FLAGS) -> Path:
-    """The build folder beside the source tree for these CMake flags (a short hash of them)."""
-    key = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:12]
-    return tree.parent / f"build-{key}"
+def build_dir(tree: Path) -> Path:
+    """The build folder beside the source tree."""
+    return tree.parent / "build"
 
 
 def built_bin_dir(tree: Path) -> Path | None:
-    """The folder of finished binaries, if a complete build is recorded there."""
+    """The folder of finished binaries, if a complete build with the current flags is recorded."""
     build = build_dir(tree)
-    marker = build / BUILD_MARKER
     bins = build / "bin"
-    if marker.is_file() and all(os.access(bins / name, os.X_OK) for name in BUILD_TARGETS):
+    earlier = _earlier_record(build)
+    if earlier is None or earlier.get("cmake_flags") != list(CMAKE_FLAGS):
+        return None
+    if all(os.access(bins / name, os.X_OK) for name in BUILD_TARGETS):
         return bins
+    return None
+
+
+def configured_flags(build: Path) -> list[str] | None:
+    """The flags `build` was configured with, as recorded when it was (or by its build marker);
+    None when neither says."""
+    for name in (CONFIGURE_RECORD, BUILD_MARKER):
+        try:
+            flags = json.loads((build / name).read_text()).get("cmake_flags")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(flags, list):
+            return [str(flag) for flag in flags]
     return None
 
 
@@ -165,9 +180,16 @@ def _build_locked(
     log = build / "quantload-build.log"
     started = time.monotonic()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    if not (build / "CMakeCache.txt").is_file():
+    cache = build / "CMakeCache.txt"
+    earlier_flags = configured_flags(build)
+    reconfigured = cache.is_file() and earlier_flags != list(CMAKE_FLAGS)
+    if reconfigured:  # configured with other flags: a fresh cache, or old values would stay
+        cache.unlink()
+    if not cache.is_file():
         progress(0, None, "configuring")
+        (build / CONFIGURE_RECORD).unlink(missing_ok=True)
         run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *CMAKE_FLAGS], log)
+        (build / CONFIGURE_RECORD).write_text(json.dumps({"cmake_flags": list(CMAKE_FLAGS)}) + "\n")
     n_jobs = jobs or os.cpu_count() or 1
     run_logged(
         ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *BUILD_TARGETS],
@@ -182,7 +204,9 @@ def _build_locked(
         "jobs": n_jobs,
         "build_seconds": round(time.monotonic() - started, 1),
     }
-    if earlier is not None:  # an earlier build completed with the targets it lacked
+    if earlier is not None and reconfigured:  # rebuilt with other flags
+        record["reconfigured_from"] = earlier
+    elif earlier is not None:  # an earlier build completed with the targets it lacked
         record["completed_from"] = earlier
     (build / BUILD_MARKER).write_text(json.dumps(record, indent=2) + "\n")
     bins = built_bin_dir(tree)

@@ -23,7 +23,8 @@ balance_flops_per_byte, explanation, expert_count, experts_used, expert_bytes (0
 model: a mixture of experts reads one token's share of its experts per generated token), and
 `prefill` / `decode`: {test, tokens_per_pass, context_tokens, weight_bytes_per_token,
 kv_bytes_per_token, bytes_per_token, flops_per_token, intensity_flops_per_byte,
-memory_ceiling_tokens_per_s, compute_ceiling_tokens_per_s, ceiling_tokens_per_s, bound ("memory" | "compute"), measured_tokens_per_s, fraction_of_ceiling}.
+memory_ceiling_tokens_per_s, compute_ceiling_tokens_per_s, ceiling_tokens_per_s, bound
+("memory" | "compute"), measured_tokens_per_s, fraction_of_ceiling}.
 
 MachineLimits (quantload.roofline.probe): bandwidth_bytes_per_s, bandwidth_samples_bytes_per_s[],
 bandwidth_method, buffer_bytes, read_threads, arithmetic_flops_per_s,
