@@ -15,6 +15,7 @@ its host was lost, then `quantload rpc-server` exits with the rpc-server's own c
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -77,7 +78,7 @@ class RpcServer(LoggedProcess):
         self.launch(self.spec.command(self.toolchain.path(RPC_SERVER_TOOL)))
         deadline = time.monotonic() + self.startup_timeout_s
         while self.alive() and time.monotonic() < deadline:
-            if listening_on(self.spec.port):
+            if listening_on(self.spec.port, self.pid):
                 return self
             time.sleep(0.05)
         why = self.log_tail() if not self.alive() else f"not listening after {self.startup_timeout_s:g} s"
@@ -109,9 +110,11 @@ class RpcServer(LoggedProcess):
         }
 
 
-def listening_on(port: int, tables: tuple[Path, ...] = TCP_TABLES) -> bool:
-    """Whether a socket of this network namespace listens on TCP `port` (the kernel's tables)."""
+def listening_on(port: int, pid: int | None = None, tables: tuple[Path, ...] = TCP_TABLES) -> bool:
+    """Whether a socket of this network namespace listens on TCP `port` (the kernel's tables);
+    with `pid`, a socket of that process (another listener on the port does not count)."""
     wanted = f"{port:04X}"
+    owned = _socket_inodes(pid) if pid is not None else None
     for table in tables:
         try:
             lines = table.read_text().splitlines()[1:]
@@ -119,9 +122,29 @@ def listening_on(port: int, tables: tuple[Path, ...] = TCP_TABLES) -> bool:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 3 and fields[3] == LISTEN_STATE and fields[1].rpartition(":")[2] == wanted:
+            if len(fields) < 10 or fields[3] != LISTEN_STATE or fields[1].rpartition(":")[2] != wanted:
+                continue
+            if owned is None or fields[9] in owned:
                 return True
     return False
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds open."""
+    found = set()
+    folder = Path(f"/proc/{pid}/fd")
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            target = os.readlink(entry)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:[") : -1])
+    return found
 
 
 def serve_status(server: RpcServer, host: str, port: int) -> ThreadingHTTPServer:
