@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
     def run(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, or a local F16 .gguf"
+            None, "--model", help="qwen2.5-0.5b (default), smollm2-135m, tiny, tiny-moe, or a local F16 .gguf"
         ),
         profile: str | None = typer.Option(None, "--profile", help="quick, full (default; also: seed) or ci"),
         out: Path | None = typer.Option(None, "--out", help="Parent folder of run directories."),

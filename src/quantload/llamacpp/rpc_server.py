@@ -131,7 +131,7 @@ def listening_on(port: int, pid: int | None = None, tables: tuple[Path, ...] = T
 
 def _socket_inodes(pid: int) -> set[str]:
     """The inodes of the sockets process `pid` holds open."""
-    found = set()
+    found: set[str] = set()
     folder = Path(f"/proc/{pid}/fd")
     try:
         entries = list(folder.iterdir())
