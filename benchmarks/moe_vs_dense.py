@@ -118,7 +118,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=cache_root(None, os.environ) / "moe-vs-dense")
     args = parser.parse_args()
     users = [int(u) for u in args.users.split(",")]
-    toolchain = find_toolchain(ToolchainSettings(), os.environ)
+    llama_bin = os.environ.get("QUANTLOAD_LLAMA_BIN")
+    chosen = ToolchainSettings(llama_bin=Path(llama_bin) if llama_bin else None)
+    toolchain = find_toolchain(chosen, os.environ)
     if toolchain is None:
         raise SystemExit("llama.cpp tools not built: run `quantload toolchain` first")
     shape = MoeShape(embedding=args.embedding, heads=4, kv_heads=2, layers=args.layers, experts=args.experts,
