@@ -67,7 +67,7 @@ def test_a_model_split_over_two_hosts_is_served_and_loaded(
     command = _driver_command(toolchain, tiny_models["Q4_K_M"], endpoint, tmp_path)
     result = network.run("head", command, timeout_s=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    done = [r for r in map(json.loads, result.stdout.splitlines()) if r["event"] == "done"][0]
+    done = next(r for r in map(json.loads, result.stdout.splitlines()) if r["event"] == "done")
     assert [(s["users"], s["status"], s["ok"]) for s in done["summaries"]] == [(1, "ok", 4), (2, "ok", 4)]
     on_worker = {name: mib for name, mib in done["model_buffers_mib"].items() if endpoint in name}
     assert on_worker and max(on_worker.values()) > 10, done["model_buffers_mib"]  # the weights live there
