@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +87,17 @@ def _rpc_server_pid(port: int) -> int:
     raise AssertionError(f"no ggml-rpc-server on port {port}")
 
 
-def test_an_rpc_server_that_dies_mid_stage_fails_its_requests_by_class_and_the_run_goes_on(
-    split: tuple[HostNetwork, str], toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
-) -> None:
-    network, endpoint = split
-    command = _driver_command(toolchain, tiny_models["Q4_K_M"], endpoint, tmp_path,
-                              "--users", "1", "--prompts", "40", "--max-tokens", "32", "--stage-timeout-s", "120",
+def _fault_mid_stage(
+    network: HostNetwork, toolchain: Toolchain, model: Path, endpoint: str, out: Path, fault: Callable[[], None]
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """The driver's split stage under way, then `fault`; (the split run, the run alone after it,
+    seconds from the fault to the driver's end)."""
+    command = _driver_command(toolchain, model, endpoint, out, "--users", "1", "--prompts", "40",
+                              "--max-tokens", "32", "--stage-timeout-s", "120", "--lost-after-s", "5",
                               "--then-alone")  # fmt: skip
-    log = tmp_path / "driver.log"
+    log = out / "driver.log"
     driver = network.spawn("head", command, log)
-    records = tmp_path / "split" / "records.jsonl"
+    records = out / "split" / "records.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # a few requests answered: the stage is under way
         measured = [json.loads(x) for x in records.read_text().splitlines()] if records.exists() else []
@@ -106,17 +107,48 @@ def test_an_rpc_server_that_dies_mid_stage_fails_its_requests_by_class_and_the_r
         time.sleep(0.2)
     else:
         raise AssertionError("the split stage never got under way")
-    killed_at = time.monotonic()
-    os.kill(_rpc_server_pid(RPC_PORT), signal.SIGKILL)
+    faulted_at = time.monotonic()
+    fault()
     driver.wait(timeout=240)
-    took_s = time.monotonic() - killed_at
+    took_s = time.monotonic() - faulted_at
     assert driver.returncode == 0, log.read_text()[-3000:]
     split_run, alone = [r for r in _results(log) if r["event"] == "done"]
+    return split_run, alone, took_s
+
+
+def _failed_by_class_and_went_on(split_run: dict[str, Any], alone: dict[str, Any]) -> None:
     (stage,) = split_run["summaries"]
     assert stage["status"] != "ok" and stage["failed"] >= 1 and stage["ok"] >= 2
     assert set(stage["errors"]) <= FAILED_CLASSES and stage["errors"], stage["errors"]
     assert split_run["alive_at_end"] is False  # the server ended with its RPC host
-    assert split_run["rpc_crash"] or any("exited" in line for line in split_run["quantload_lines"])
-    assert took_s < 120, f"the fault took {took_s:.0f} s to end the stage"
     (after,) = alone["summaries"]
     assert (after["status"], after["ok"]) == ("ok", 2)  # the next server is served as usual
+
+
+def test_an_rpc_server_that_dies_mid_stage_fails_its_requests_by_class_and_the_run_goes_on(
+    split: tuple[HostNetwork, str], toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    network, endpoint = split
+    kill = lambda: os.kill(_rpc_server_pid(RPC_PORT), signal.SIGKILL)  # noqa: E731
+    split_run, alone, took_s = _fault_mid_stage(network, toolchain, tiny_models["Q4_K_M"], endpoint, tmp_path, kill)
+    _failed_by_class_and_went_on(split_run, alone)
+    assert split_run["rpc_crash"] or any("exited" in line for line in split_run["quantload_lines"])
+    assert took_s < 120, f"the fault took {took_s:.0f} s to end the stage"
+
+
+@pytest.mark.long
+def test_an_rpc_host_cut_off_mid_stage_stops_its_server_within_the_bound(
+    split: tuple[HostNetwork, str], toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A partition leaves llama-server waiting on its socket: the watch stops it once the host's
+    status has been silent for server.rpc_lost_after_s (5 s here)."""
+    network, endpoint = split
+    try:
+        split_run, alone, took_s = _fault_mid_stage(
+            network, toolchain, tiny_models["Q4_K_M"], endpoint, tmp_path, lambda: network.link_down("worker")
+        )
+    finally:
+        network.link_up("worker")
+    _failed_by_class_and_went_on(split_run, alone)
+    assert any("has not answered for" in line for line in split_run["quantload_lines"]), split_run
+    assert took_s < 90, f"the partition took {took_s:.0f} s to end the stage"

@@ -20,7 +20,7 @@ import pytest
 from pydantic import ValidationError
 
 from quantload.config import ServerSettings, Settings, TuneSettings
-from quantload.errors import ConfigError
+from quantload.errors import ConfigError, ServerError
 from quantload.llamacpp.devices import Device, parse_devices
 from quantload.llamacpp.placement import check_placement, placement_args
 from quantload.llamacpp.rpc_server import RpcServer, RpcServerSpec, listening_on, serve_status, status_port
@@ -143,6 +143,25 @@ def test_a_server_placing_experts_on_a_cpu_only_build_is_refused_before_it_start
     calls = (tmp_path / "bin" / "calls.txt").read_text().splitlines()
     assert calls == ["--list-devices"], "only the device list ran: no server was started"
     assert server.pid is None
+
+
+def test_a_split_server_whose_rpc_host_does_not_answer_is_refused_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server --rpc H:P --list-devices aborts when it cannot connect: one line, no server."""
+    toolchain = _fake_tools(tmp_path / "bin")
+    server = toolchain.path("llama-server")
+    server.write_text(server.read_text().replace(
+        'case "$*" in', 'case "$*" in *--rpc*) echo "Failed to connect to 10.0.0.9:50052" >&2; exit 134;; esac\ncase "$*" in'
+    ))  # fmt: skip
+    spec = ServerSpec(tmp_path / "m.gguf", "m", rpc=("10.0.0.9:50052",))
+    with pytest.raises(ServerError) as caught:
+        LlamaServer(toolchain, spec, tmp_path / "server.log", startup_timeout_s=5).start()
+    assert caught.value.one_line() == (
+        "llama-server could not reach its RPC hosts 10.0.0.9:50052: Failed to connect to 10.0.0.9:50052"
+        " (start `quantload rpc-server` on each host, or fix server.rpc)"
+    )
+    assert (tmp_path / "bin" / "calls.txt").read_text().splitlines() == ["--rpc 10.0.0.9:50052 --list-devices"]
 
 
 # ---------------------------------------------------------------------------- rpc-server process
