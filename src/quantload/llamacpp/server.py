@@ -149,6 +149,7 @@ class LlamaServer(LoggedProcess):
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
         self.rpc_watch: RpcWatch | None = None
+        self.lost: str | None = None  # why the server was stopped for a lost RPC host
 
     @property
     def url(self) -> str:
@@ -195,8 +196,13 @@ class LlamaServer(LoggedProcess):
                 " endpoint: if one is cut off, this server's requests time out instead of failing at once"
             )
 
+    def alive(self) -> bool:
+        """True while the process runs and no RPC host of it was lost (a lost one is being ended)."""
+        return self.lost is None and super().alive()
+
     def _rpc_lost(self, reason: str) -> None:
         """A watched RPC host is lost: the server is stopped so its requests fail at once."""
+        self.lost = reason
         self._note(f"{reason}; llama-server stopped, so its requests fail instead of hanging")
         process = self._process
         if process is not None and process.poll() is None:
@@ -232,6 +238,7 @@ class LlamaServer(LoggedProcess):
         return False
 
     def _launch(self) -> None:
+        self.lost = None
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
         self.launch(
