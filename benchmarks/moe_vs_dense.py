@@ -13,7 +13,9 @@ machine's roofline, then a llama-server (--users' largest slots, 1,024-token slo
 sweep at each --users level (closed loop, prompt cache off, fixed-length answers): output tokens/s
 of all users together and the prompt tokens/s of a request (the server's own timings). Prints and
 writes (benchmarks/figures/moe-vs-dense-*.md and .json) the table and what decode follows
-(quantload.analysis.moe_cost), with the load average before and after. About 10 minutes.
+(quantload.analysis.moe_cost), with the load average before and after. --rounds measures each
+model that often, the three in turn, and shows the medians (a busy machine's load moves between
+them). About 10 minutes a round.
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ def _load(
     return {u: float(v) for u, v in decode.items() if v}, medians
 
 
+def _median_by_users(rounds: list[dict[int, float]]) -> dict[int, float]:
+    """Per user level, the median over the rounds that measured it."""
+    levels = sorted({users for found in rounds for users in found})
+    return {u: statistics.median(found[u] for found in rounds if u in found) for u in levels}
+
+
 def _loadavg() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -115,6 +123,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=8, help="prompts per stage")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="each model measured this often, in turn")
     parser.add_argument("--work", type=Path, default=cache_root(None, os.environ) / "moe-vs-dense")
     args = parser.parse_args()
     users = [int(u) for u in args.users.split(",")]
@@ -129,28 +138,41 @@ def main() -> int:
     before, started = _loadavg(), time.monotonic()
     files = _write(shape, args.quant, toolchain, args.work / "models")
     limits = probe(cache_root(None, os.environ), SpeedSettings())
+    Round = tuple[float, float, dict[int, float], dict[int, float]]  # tg, pp, decode, prefill by users
+    measured: dict[str, list[Round]] = {role: [] for role in ROLES}
+    for round_index in range(args.rounds):  # the models in turn, the order turning each round
+        order = ROLES[round_index % len(ROLES) :] + ROLES[: round_index % len(ROLES)]
+        for role in order:
+            path = files[role]
+            speed = SpeedSettings(reps=3, threads=args.threads)
+            bench = measure_file_speed(toolchain, path, speed, limits, role)
+            run_dir = args.work / "runs" / f"{role}-{round_index}"
+            decode, prefill = _load(toolchain, path, users, args, run_dir)
+            tg, pp = bench.bench.decode.tokens_per_s, bench.bench.prefill.tokens_per_s
+            measured[role].append((tg, pp, decode, prefill))
+            roof = bench.roofline.decode
+            print(
+                f"round {round_index + 1} {role}: tg {tg:.1f} tok/s (ceiling {roof.ceiling_tokens_per_s:.1f},"
+                f" {roof.bound}, {roof.weight_bytes_per_token / 1e6:.1f} MB per token), pp {pp:.1f},"
+                f" served decode {decode}, load {_loadavg()}",
+                flush=True,
+            )
     costs: dict[str, ModelCost] = {}
     for role, path in files.items():
         summary = read_gguf(path)
         facts = file_moe_facts(summary)
         traffic = weight_traffic(summary)
-        bench = measure_file_speed(toolchain, path, SpeedSettings(reps=3, threads=args.threads), limits, role)
-        decode, prefill = _load(toolchain, path, users, args, args.work / "runs" / role)
+        rounds = measured[role]
         costs[role] = ModelCost(
             label=path.name, role=role, file_bytes=summary.size_bytes, total_params=summary.n_params,
             active_params=facts.active_params if facts else summary.n_params,
             token_bytes=float(traffic.bytes_per_pass), expert_bytes=traffic.expert_bytes,
             experts_used=traffic.experts_used, expert_count=traffic.expert_count,
-            decode_tok_s=decode, prefill_tok_s=prefill,
-            bench_decode_tok_s=bench.bench.decode.tokens_per_s,
-            bench_prefill_tok_s=bench.bench.prefill.tokens_per_s,
+            decode_tok_s=_median_by_users([r[2] for r in rounds]),
+            prefill_tok_s=_median_by_users([r[3] for r in rounds]),
+            bench_decode_tok_s=statistics.median(r[0] for r in rounds),
+            bench_prefill_tok_s=statistics.median(r[1] for r in rounds),
         )  # fmt: skip
-        roof = bench.roofline.decode
-        print(
-            f"{role}: tg {roof.measured_tokens_per_s:.1f} tok/s, ceiling {roof.ceiling_tokens_per_s:.1f}"
-            f" ({roof.bound}), {roof.weight_bytes_per_token / 1e6:.1f} MB per token",
-            flush=True,
-        )
     comparison = Comparison(costs["moe"], costs["dense-total"], costs["dense-active"])
     after = _loadavg()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
@@ -159,7 +181,8 @@ def main() -> int:
         "",
         f"Command: `.venv/bin/python {command}`; {args.quant}; llama-server `-np {max(users)} -c"
         f" {max(users) * CTX_PER_SLOT} -t {args.threads}`, sweep of {args.requests} prompts per level,"
-        f" {args.max_tokens} output tokens each, prompt cache off. Machine bandwidth"
+        f" {args.max_tokens} output tokens each, prompt cache off; {args.rounds} rounds, the three models"
+        " in turn (the order turning each round), medians shown. Machine bandwidth"
         f" {limits.bandwidth_bytes_per_s / 1e9:.1f} GB/s, {limits.arithmetic_flops_per_s / 1e9:.1f} GFLOP/s."
         f" Load average (1/5/15 min) before {before}, after {after}; {time.monotonic() - started:.0f} s.",
         "",
