@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -74,6 +75,8 @@ def _load(
     toolchain: Toolchain, model: Path, users: list[int], args: argparse.Namespace, run_dir: Path
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Output tok/s of all users per level, and the median request's prompt tok/s per level."""
+    shutil.rmtree(run_dir, ignore_errors=True)  # records of an earlier run would be read too
+    run_dir.mkdir(parents=True)
     spec = ServerSpec(model, model.stem, slots=max(users), ctx_per_slot=CTX_PER_SLOT, threads=args.threads)
     load = LoadSettings(
         users=tuple(users), repeats=1, prompt_count=args.requests, max_prompt_tokens=200,
