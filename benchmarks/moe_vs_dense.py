@@ -141,7 +141,7 @@ def main() -> int:
     before, started = _loadavg(), time.monotonic()
     files = _write(shape, args.quant, toolchain, args.work / "models")
     limits = probe(cache_root(None, os.environ), SpeedSettings())
-    Round = tuple[float, float, dict[int, float], dict[int, float]]  # tg, pp, decode, prefill by users
+    Round = tuple[float, float, dict[int, float], dict[int, float], float, str]  # + the tg ceiling, bound
     measured: dict[str, list[Round]] = {role: [] for role in ROLES}
     for round_index in range(args.rounds):  # the models in turn, the order turning each round
         order = ROLES[round_index % len(ROLES) :] + ROLES[: round_index % len(ROLES)]
@@ -152,8 +152,8 @@ def main() -> int:
             run_dir = args.work / "runs" / f"{role}-{round_index}"
             decode, prefill = _load(toolchain, path, users, args, run_dir)
             tg, pp = bench.bench.decode.tokens_per_s, bench.bench.prefill.tokens_per_s
-            measured[role].append((tg, pp, decode, prefill))
             roof = bench.roofline.decode
+            measured[role].append((tg, pp, decode, prefill, roof.ceiling_tokens_per_s, roof.bound))
             print(
                 f"round {round_index + 1} {role}: tg {tg:.1f} tok/s (ceiling {roof.ceiling_tokens_per_s:.1f},"
                 f" {roof.bound}, {roof.weight_bytes_per_token / 1e6:.1f} MB per token), pp {pp:.1f},"
@@ -175,6 +175,7 @@ def main() -> int:
             prefill_tok_s=_median_by_users([r[3] for r in rounds]),
             bench_decode_tok_s=statistics.median(r[0] for r in rounds),
             bench_prefill_tok_s=statistics.median(r[1] for r in rounds),
+            decode_ceiling_tok_s=statistics.median(r[4] for r in rounds), decode_bound=rounds[-1][5],
         )  # fmt: skip
     comparison = Comparison(costs["moe"], costs["dense-total"], costs["dense-active"])
     after = _loadavg()

@@ -39,6 +39,8 @@ class ModelCost:
     prefill_tok_s: Mapping[int, float] = field(default_factory=dict)  # users -> prompt tok/s per request
     bench_decode_tok_s: float | None = None  # llama-bench tg, one sequence
     bench_prefill_tok_s: float | None = None  # llama-bench pp
+    decode_ceiling_tok_s: float | None = None  # the roofline's decode ceiling (the lower one)
+    decode_bound: str = ""  # which limit that ceiling is: memory or compute
 
     def step_bytes(self, users: int) -> float:
         """Weight bytes one decode step of `users` sequences reads (expected, uniform routing)."""
@@ -118,11 +120,12 @@ class Comparison:
 
 def markdown_table(comparison: Comparison, users: Sequence[int]) -> list[str]:
     """The comparison as Markdown table lines."""
-    head = ["model", "file MB", "params M (active)", "MB read / token", *(
-        f"MB read / step at {u}" for u in users[1:]
-    ), "bench tg tok/s", "bench pp tok/s", *(f"decode tok/s at {u}" for u in users), *(
-        f"prefill tok/s at {u}" for u in users
-    )]  # fmt: skip
+    head = [
+        "model", "file MB", "params M (active)", "MB read / token",
+        *(f"MB read / step at {u}" for u in users[1:]),
+        "bench tg tok/s", "tg ceiling tok/s (bound)", "bench pp tok/s",
+        *(f"decode tok/s at {u}" for u in users), *(f"prefill tok/s at {u}" for u in users),
+    ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model in comparison.models:
         cells = [
@@ -132,6 +135,7 @@ def markdown_table(comparison: Comparison, users: Sequence[int]) -> list[str]:
             f"{model.token_bytes / 1e6:,.1f}",
             *(f"{model.step_bytes(u) / 1e6:,.1f}" for u in users[1:]),
             _num(model.bench_decode_tok_s),
+            f"{_num(model.decode_ceiling_tok_s)} ({model.decode_bound or '-'})",
             _num(model.bench_prefill_tok_s),
             *(_num(model.decode_tok_s.get(u)) for u in users),
             *(_num(model.prefill_tok_s.get(u)) for u in users),

@@ -52,3 +52,4 @@ def test_the_report_says_what_decode_follows_and_how_batching_changes_it() -> No
     assert "from 3.17x at 1 to 1.50x at 4 users" in said[3]
     lines = markdown_table(COMPARISON, [1, 4])
     assert len(lines) == 5 and lines[2].startswith("| moe (moe) | 100.0 | 50.0 (20.0) | 30.0 |")
+    assert "tg ceiling tok/s (bound)" in lines[0]
