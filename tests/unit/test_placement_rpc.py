@@ -114,6 +114,10 @@ def test_the_tune_space_places_experts_only_where_there_is_a_device() -> None:
     assert placed.args(settings)[-2:] == ("--n-cpu-moe", "1")
     assert "--n-cpu-moe" not in plain.args(settings)
     assert TuneConfig(4, 4096, "256/256", "f16", "auto", 0, "continuous", "none").key.endswith("spec-none")
+    both = settings.model_copy(update={"server": ServerSettings(expert_placement="cpu-moe")})
+    with pytest.raises(ConfigError, match=r"while server\.expert_placement = 'cpu-moe' is added") as caught:
+        check_space(both, BUILD, devices=(GPU,))
+    assert caught.value.hint == "set server.expert_placement to none when the tune searches placements"
 
 
 def _fake_tools(folder: Path) -> Toolchain:

@@ -135,6 +135,13 @@ def check_space(
     the server sees besides the CPU (None: not asked, when the space places no experts)."""
     tune = settings.tune
     check_placement([("tune.expert_placement", p) for p in tune.expert_placement], devices or ())
+    searched = [p for p in tune.expert_placement if placement_args(p)]
+    if searched and placement_args(settings.server.expert_placement):
+        raise ConfigError(
+            f"tune.expert_placement searches {searched[0]} while server.expert_placement ="
+            f" {settings.server.expert_placement!r} is added to every configuration",
+            "set server.expert_placement to none when the tune searches placements",
+        )
     lacking = [kind for kind in tune.cache_types if build.cache_types and kind not in build.cache_types]
     if lacking:
         raise ConfigError(
