@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -63,7 +64,8 @@ def _run_split(
         sys.executable, str(DRIVER), "--model", str(model), "--rpc", ",".join(endpoints), "--out", str(out),
         "--llama-bin", str(bins), "--users", args.users, "--prompts", str(args.prompts),
         "--max-tokens", str(args.max_tokens), "--threads", str(args.threads), "--lost-after-s", "60",
-        "--stage-timeout-s", "900", "--wait-for", str(flag),
+        "--stage-timeout-s", "900", "--request-timeout-s", str(args.request_timeout_s),
+        "--wait-for", str(flag),
     ]  # fmt: skip
     log = out / "driver.log"
     out.mkdir(parents=True, exist_ok=True)
@@ -103,6 +105,22 @@ def _row(name: str, rate: str, done: dict[str, Any], users: list[int]) -> dict[s
             "decode_tok_s": rates.get("predicted_per_second"),
         }  # fmt: skip
     return row
+
+
+def _median_row(rows: list[dict[str, Any]], users: list[int]) -> dict[str, Any]:
+    """One configuration over the rounds: each figure's median over the rounds that measured it,
+    the status of each round ("ok" only when every round's was)."""
+    merged: dict[str, Any] = {"configuration": rows[0]["configuration"], "link": rows[0]["link"]}
+    for u in users:
+        statuses = {row[u]["status"] for row in rows}
+        status = "ok" if statuses == {"ok"} else "/".join(sorted(map(str, statuses)))
+        figures: dict[str, Any] = {"status": status}
+        for key in rows[0][u]:
+            if key != "status":
+                found = [row[u][key] for row in rows if row[u][key] is not None]
+                figures[key] = statistics.median(found) if found else None
+        merged[u] = figures
+    return merged
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -148,6 +166,8 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="every configuration this often; medians shown")
+    parser.add_argument("--request-timeout-s", type=float, default=60.0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/quantload-rpc-split"))
     args = parser.parse_args()
     reason = netns_hosts.unavailable()
@@ -178,23 +198,29 @@ def main() -> int:
         ]
         for name, hosts in (("2 hosts", ["head", "w1"]), ("3 hosts", ["head", "w1", "w2"])):
             plan += [(name, hosts, True, None), *((name, hosts, True, rate) for rate in rates)]
-        for index, (name, hosts, rpc, rate) in enumerate(plan):
-            link = "-" if not rpc or len(hosts) == 1 else (f"{rate:g} Mbit/s" if rate else "unlimited")
-            print(f"{name}, link {link} ...", flush=True)
-            done = _run_split(network, hosts, rate if len(hosts) > 1 else None, model, bins, args,
-                              args.work / f"run-{index}", rpc)  # fmt: skip
-            rows.append(_row(name, link, done, users))
+        by_config: dict[int, list[dict[str, Any]]] = {}
+        for round_index in range(args.rounds):  # each configuration once a round, the order reversed
+            order = list(enumerate(plan))
+            for index, (name, hosts, rpc, rate) in order[:: -1 if round_index % 2 else 1]:
+                link = "-" if not rpc or len(hosts) == 1 else (f"{rate:g} Mbit/s" if rate else "unlimited")
+                print(f"round {round_index + 1}: {name}, link {link} (load {_loadavg()}) ...", flush=True)
+                done = _run_split(network, hosts, rate if len(hosts) > 1 else None, model, bins, args,
+                                  args.work / f"run-{round_index}-{index}", rpc)  # fmt: skip
+                by_config.setdefault(index, []).append(_row(name, link, done, users))
+        rows = [_median_row(by_config[index], users) for index in sorted(by_config)]
     after = _loadavg()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
-    command = "benchmarks/rpc_split_netns.py " + " ".join(sys.argv[1:])
+    command = " ".join(["benchmarks/rpc_split_netns.py", *sys.argv[1:]])
     text = "\n".join([
         f"# One model split over hosts ({stamp})",
         "",
-        f"Command: `sudo .venv/bin/python {command}`; {model.name}; llama-server `-t {args.threads}`,"
+        f"Command (as root): `.venv/bin/python {command}`; {model.name}; llama-server `-t {args.threads}`,"
         f" `-np {max(users)}`, 1,024-token slots, every layer on the RPC hosts (`-ngl all`); rpc-servers"
         f" `-t {args.threads}`; sweep of {args.prompts} prompts per level, {args.max_tokens} output tokens"
-        " each, prompt cache off. Every host is a network namespace of this one 2-core machine, so the"
-        " hosts share its cores: the split adds no compute, only the RPC round trips and the link."
+        f" each, prompt cache off, requests cut at {args.request_timeout_s:g} s; {args.rounds} round(s),"
+        " every configuration once a round (the order reversed each round), medians shown. Every host"
+        " is a network namespace of this one 2-core machine, so the hosts share its cores: the split"
+        " adds no compute, only the RPC round trips and the link."
         f" Load average (1/5/15 min) before {before}, after {after}; {time.monotonic() - started:.0f} s.",
         "",
         *_table(rows, users),

@@ -114,6 +114,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lost-after-s", type=float, default=5.0)
     parser.add_argument("--stage-timeout-s", type=float, default=120.0)
+    parser.add_argument("--request-timeout-s", type=float, default=60.0)
     parser.add_argument("--then-alone", action="store_true")
     parser.add_argument("--wait-for", type=Path, default=None)
     args = parser.parse_args()
@@ -123,7 +124,8 @@ def main() -> int:
     users = tuple(int(u) for u in args.users.split(","))
     load = LoadSettings(
         users=users, repeats=1, prompt_count=args.prompts, max_prompt_tokens=120, max_tokens=args.max_tokens,
-        ignore_eos=True, warmup_requests=1, request_timeout_s=60, first_byte_timeout_s=30,
+        ignore_eos=True, warmup_requests=1, request_timeout_s=args.request_timeout_s,
+        first_byte_timeout_s=min(30.0, args.request_timeout_s),
         stage_timeout_s=args.stage_timeout_s, metrics_port=0,
     )  # fmt: skip
     rpc = tuple(e for e in args.rpc.split(",") if e)
