@@ -1,7 +1,7 @@
 """A mixture of experts against dense models of its total and of its active size (issue 38).
 
     .venv/bin/python benchmarks/moe_vs_dense.py [--experts 32 --used 2 --expert-ff 1024 --layers 4]
-        [--quant Q4_K_M] [--users 1,2,4] [--threads 2]
+        [--quant Q4_K_M] [--users 1,2,4] [--threads 1] [--rounds 2]
 
 Writes, the same way (quantload.models.synthetic_moe: random weights, the Qwen2 vocabulary), a
 qwen3moe model and two qwen3 models with the same attention, embedding and layers whose dense
@@ -125,7 +125,9 @@ def main() -> int:
     parser.add_argument("--users", default="1,2,4")
     parser.add_argument("--requests", type=int, default=8, help="prompts per stage")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
+    # one thread: two threads on two cores other processes also use stall each other at every
+    # barrier (a request's decode swung from 110 to 4 tokens/s between requests of one stage)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2, help="each model measured this often, in turn")
     parser.add_argument("--work", type=Path, default=cache_root(None, os.environ) / "moe-vs-dense")
     args = parser.parse_args()

@@ -165,7 +165,9 @@ def main() -> int:
     parser.add_argument("--users", default="1,4")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=2)
+    # one thread: two threads on two cores other processes also use stall each other at every
+    # barrier (a request's decode swung from 110 to 4 tokens/s between requests of one stage)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=1, help="every configuration this often; medians shown")
     parser.add_argument("--request-timeout-s", type=float, default=60.0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/quantload-rpc-split"))
