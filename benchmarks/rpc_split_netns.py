@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def _run_split(
         "--wait-for", str(flag),
     ]  # fmt: skip
     log = out / "driver.log"
-    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # an earlier run's log and records would be read as this one's
+    out.mkdir(parents=True)
     driver = network.spawn("head", command, log)
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while '"event": "ready"' not in log.read_text():
