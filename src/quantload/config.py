@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 
 from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
+from quantload.llamacpp.placement import placement_args
 from quantload.load import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 from quantload.slo import Percentile, Slo
@@ -284,6 +285,39 @@ class ServerSettings(_Section):
     api_key: SecretStr | None = None
     startup_timeout_s: float = Field(default=180.0, gt=0, le=MAX_SECONDS)
     extra_args: tuple[str, ...] = ()
+    rpc: tuple[str, ...] = Field(
+        default=(),
+        description="HOST:PORT of each ggml-rpc-server the model is split over (llama-server --rpc,"
+        " every layer offloaded to them unless server.gpu_layers says otherwise); start one per host"
+        " with `quantload rpc-server`",
+    )
+    rpc_lost_after_s: float = Field(
+        default=10.0, gt=0, le=MAX_SECONDS,
+        description="an RPC host whose `quantload rpc-server` status has not answered for this long is"
+        " lost: its llama-server is stopped, so requests fail at once instead of hanging",
+    )
+    expert_placement: str = Field(
+        default="none",
+        description="where a mixture of experts' experts live: none, cpu-moe, n-cpu-moe:N or"
+        " ot:PATTERN=BUFFER (needs a device besides the CPU: a GPU or server.rpc hosts)",
+    )
+
+    @field_validator("rpc")
+    @classmethod
+    def _rpc_endpoints(cls, endpoints: tuple[str, ...]) -> tuple[str, ...]:
+        for endpoint in endpoints:
+            host, colon, port = endpoint.rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{endpoint!r} is not HOST:PORT (e.g. 10.0.0.2:50052)")
+        if len(set(endpoints)) != len(endpoints):
+            raise ValueError("names an RPC host more than once")
+        return endpoints
+
+    @field_validator("expert_placement")
+    @classmethod
+    def _placement(cls, placement: str) -> str:
+        placement_args(placement)  # ValueError naming the forms
+        return placement
 
 
 class QualitySettings(_Section):
@@ -1005,6 +1039,11 @@ class TuneSettings(_Section):
     gpu_layers: tuple[Annotated[GpuLayersSetting, COMMA_FREE], ...] = Field(
         default=(), description="-ngl values (auto, all or a number); empty = server.gpu_layers alone"
     )
+    expert_placement: tuple[str, ...] = Field(
+        default=("none",), min_length=1,
+        description="a mixture of experts' placements (as server.expert_placement: none, cpu-moe,"
+        " n-cpu-moe:N, ot:PATTERN=BUFFER); anything but none needs a GPU or server.rpc hosts",
+    )
     objective: Literal["users", "rate"] = Field(
         default="users", description="the limit search it maximizes (goodput breaks ties)"
     )
@@ -1028,9 +1067,16 @@ class TuneSettings(_Section):
         " searched (the winner against them, within the budget)",
     )
 
+    @field_validator("expert_placement")
+    @classmethod
+    def _placements(cls, placements: tuple[str, ...]) -> tuple[str, ...]:
+        for placement in placements:
+            placement_args(placement)  # ValueError naming the forms
+        return placements
+
     @field_validator(
         "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation",
-        "gpu_layers",
+        "gpu_layers", "expert_placement",
     )
     @classmethod
     def _each_once(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -1295,6 +1341,16 @@ class Settings(_Section):
                     f"{keys} is {slots * ctx:,} KV cells, more than the {MAX_KV_CELLS:,} llama-server"
                     " takes as -c; lower one of them"
                 )
+
+    @model_validator(mode="after")
+    def _one_server_per_rpc_host(self) -> Settings:
+        if self.server.rpc and self.run.servers_at_once:
+            raise ValueError(
+                "server.rpc with run.servers_at_once: a ggml-rpc-server serves one llama-server at a"
+                " time, so the servers of a split model must run one after another (servers_at_once"
+                " = false)"
+            )
+        return self
 
     @property
     def neighbour_tenant(self) -> TenantSettings | None:

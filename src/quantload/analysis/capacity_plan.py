@@ -106,6 +106,18 @@ class ServerMemory:
         return max(0, math.floor(free / self.kv_bytes_per_cell))
 
     @property
+    def hosts_per_model(self) -> int | None:
+        """Hosts one model needs when split over them (llama-server --rpc): the weights and KV
+        cache shared out by layer, each host holding its own buffers; 1 when it fits one host,
+        None without a budget or when a host's buffers alone fill the budget."""
+        if self.budget_bytes is None:
+            return None
+        room = self.budget_bytes - (self.buffers_bytes or 0)
+        if room <= 0:
+            return None
+        return max(1, math.ceil((self.weights_bytes + (self.kv_bytes or 0)) / room))
+
+    @property
     def max_slots_at_ctx(self) -> int | None:
         """Concurrent requests (-np) at the configured context per slot."""
         cells = self.max_cells
@@ -226,6 +238,7 @@ class QuantPlan:
             memory = self.memory
             data["memory"].update(
                 total_bytes=memory.total_bytes, fits=memory.fits, max_cells=memory.max_cells,
+                hosts_per_model=memory.hosts_per_model,
                 max_slots_at_ctx=memory.max_slots_at_ctx, max_ctx_at_slots=memory.max_ctx_at_slots,
             )  # fmt: skip
         return data

@@ -13,8 +13,18 @@ from quantload.cli.context import cli_context
 from quantload.cli.file_args import given_files, quant_labels
 from quantload.cli.progress_view import progress_bar
 from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.models.manifest import ManifestEntry
 from quantload.paths import cache_root, check_out_dir
 from quantload.steps.prepare import preflight, prepare_model_files, scored_text_on_disk
+
+
+def params_text(entry: ManifestEntry) -> str:
+    """Parameters in millions, and a mixture of experts' active ones beside them."""
+    total = f"{entry.n_params / 1e6:,.1f} M"
+    if not entry.moe:
+        return total
+    experts = f"{entry.moe['expert_used_count']} of {entry.moe['expert_count']} experts"
+    return f"{total} ({entry.moe['active_params'] / 1e6:,.1f} M active: {experts})"
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +34,7 @@ def register(app: typer.Typer) -> None:
     def prepare(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny, or a local F16/BF16/F32 .gguf"
+            None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny, tiny-moe, or a local F16/BF16/F32 .gguf"
         ),
         out: Path = typer.Option(Path("models"), "--out", help="Folder for the files and manifest."),
         quants: str | None = typer.Option(
@@ -68,13 +78,14 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         manifest = prepared.manifest
         table = Table(
-            "file", "type", "size", "imatrix", "made from", "seconds", title=f"{out / 'manifest.json'}"
-        )
+            "file", "type", "size", "params", "imatrix", "made from", "seconds",
+            title=f"{out / 'manifest.json'}",
+        )  # fmt: skip
         for label in manifest.ordered_labels():
             entry = manifest.files[label]
             mark = " (reference)" if label == manifest.reference_label() else ""
             table.add_row(
-                label + mark, entry.file_type, f"{entry.size_bytes / 1e6:,.1f} MB",
+                label + mark, entry.file_type, f"{entry.size_bytes / 1e6:,.1f} MB", params_text(entry),
                 imatrix_text(entry.imatrix),
                 entry.recipe or entry.origin or entry.made_from, f"{entry.seconds:.1f}",
             )  # fmt: skip

@@ -32,8 +32,8 @@ def register(app: typer.Typer) -> None:
     def run(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None, "--model", help="qwen2.5-0.5b (default, downloaded), smollm2-135m, tiny or a local F16"
-            " .gguf",
+            None, "--model", help="qwen2.5-0.5b (default, downloaded), smollm2-135m, tiny, tiny-moe"
+            " or a local F16 .gguf",
         ),
         profile: str | None = typer.Option(
             None, "--profile", help="quick, full (default; also: seed), ci or wide (quick over seven types)."

@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
     def tune(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny or a local F16 .gguf"
+            None, "--model", help="qwen2.5-0.5b, smollm2-135m, tiny, tiny-moe or a local F16 .gguf"
         ),
         quants: str | None = typer.Option(None, "--quants", help="Quantizations to tune, e.g. Q8_0,Q4_K_M."),
         profile: str | None = typer.Option(

@@ -67,6 +67,10 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Stream chat completions at each --url in turn; one record per request, one summary per stage.",
     ),
     CommandEntry(
+        "rpc-server", "cmd_rpc_server",
+        "Run ggml-rpc-server on this host, for a llama-server elsewhere started with server.rpc.",
+    ),
+    CommandEntry(
         "load-worker", "cmd_load_worker",
         "Send a remote master's requests from this host: one Locust worker per plan.",
     ),

@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 
 from quantload.config import Settings
 from quantload.kvcheck import KvCheck
+from quantload.llamacpp.devices import Device
 from quantload.llamacpp.offload import GpuLayers
 from quantload.llamacpp.server_help import ServerBuild
 from quantload.load import LimitLine, StageSummary
@@ -139,11 +140,13 @@ def experiment_run(
 @dataclass(frozen=True)
 class Preflight:
     """What an experiment may check before any server starts: the settings, what this
-    llama-server build accepts, and the model file of each quantization it will serve."""
+    llama-server build accepts, the model file of each quantization it will serve, and the devices
+    the servers see besides the CPU (None where nothing asked: no RPC host, no expert placement)."""
 
     settings: Settings
     build: ServerBuild
     models: Mapping[str, Path] = field(default_factory=dict)
+    devices: tuple[Device, ...] | None = None
 
 
 def no_check(preflight: Preflight) -> None:

@@ -1,11 +1,15 @@
 """Building the llama.cpp tools from the pinned source tree, once, into the cache.
 
-A build is complete when its marker is written and every tool of TOOL_NAMES is in bin/. A cache
-built before a tool was added (the four tools without llama-imatrix) is completed in place: the
-configured tree is kept and `cmake --build` compiles only the missing target, reusing the
-libraries already built. Each backend (`llamacpp.backend`: the CPU, or CUDA for some
-architectures, with the user's extra flags) builds in a folder of its own beside the source tree;
-the plain CPU build keeps `build/`. A build that runs past its time limit is stopped, whole.
+A build is complete when its marker is written with the flags of its backend and every target of
+BUILD_TARGETS is in bin/. A cache built before a tool was added (the four tools without
+llama-imatrix) is completed in place: the configured tree is kept and `cmake --build` compiles
+only the missing target, reusing the libraries already built. A tree configured with other flags
+(before the RPC backend) is configured again from scratch, its CMakeCache.txt removed first:
+CMake keeps every value of an old cache that the new command line does not name, so a flag
+dropped since would otherwise stay on. Objects whose compile command did not change are kept.
+Each backend (`llamacpp.backend`: the CPU, or CUDA for some architectures, with the user's extra
+flags) builds in a folder of its own beside the source tree; the plain CPU build keeps `build/`.
+A build that runs past its time limit is stopped, whole.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from quantload.progress import ProgressCallback, no_progress
 TOOL_NAMES: tuple[str, ...] = (
     "llama-server", "llama-quantize", "llama-bench", "llama-perplexity", "llama-imatrix",
 )  # fmt: skip
+RPC_SERVER_TOOL = "ggml-rpc-server"  # serves this host's CPU to a llama-server elsewhere (--rpc)
+BUILD_TARGETS: tuple[str, ...] = (*TOOL_NAMES, RPC_SERVER_TOOL)
 BUILD_MARKER = "quantload-build.json"
+CONFIGURE_RECORD = "quantload-configure.json"  # the flags the tree was configured with
 GUARD_MODULE = "quantload.groupguard"
 CMAKE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -40,6 +47,7 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DGGML_NATIVE=ON",
+    "-DGGML_RPC=ON",  # llama-server --rpc, and the ggml-rpc-server target
 )
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 _MAKE_PERCENT = re.compile(r"^\[\s*(\d+)%\]")
@@ -58,13 +66,33 @@ def build_dir(tree: Path, backend: BuildBackend = CPU_BACKEND) -> Path:
     return tree.parent / backend.cache_key
 
 
+def backend_flags(backend: BuildBackend = CPU_BACKEND) -> list[str]:
+    """The CMake flags a build of `backend` is configured with."""
+    return [*CMAKE_FLAGS, *backend.cmake_flags()]
+
+
 def built_bin_dir(tree: Path, backend: BuildBackend = CPU_BACKEND) -> Path | None:
-    """The folder of finished binaries, if a complete build is recorded there."""
+    """The folder of finished binaries, if a complete build with the current flags is recorded."""
     build = build_dir(tree, backend)
-    marker = build / BUILD_MARKER
     bins = build / "bin"
-    if marker.is_file() and all(os.access(bins / name, os.X_OK) for name in TOOL_NAMES):
+    earlier = _earlier_record(build)
+    if earlier is None or earlier.get("cmake_flags") != backend_flags(backend):
+        return None
+    if all(os.access(bins / name, os.X_OK) for name in BUILD_TARGETS):
         return bins
+    return None
+
+
+def configured_flags(build: Path) -> list[str] | None:
+    """The flags `build` was configured with, as recorded when it was (or by its build marker);
+    None when neither says."""
+    for name in (CONFIGURE_RECORD, BUILD_MARKER):
+        try:
+            flags = json.loads((build / name).read_text()).get("cmake_flags")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(flags, list):
+            return [str(flag) for flag in flags]
     return None
 
 
@@ -224,13 +252,19 @@ def _build_locked(
     log = build / "quantload-build.log"
     started = time.monotonic()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    flags = [*CMAKE_FLAGS, *backend.cmake_flags()]
-    if not (build / "CMakeCache.txt").is_file():
+    flags = backend_flags(backend)
+    cache = build / "CMakeCache.txt"
+    reconfigured = cache.is_file() and configured_flags(build) != flags
+    if reconfigured:  # configured with other flags: a fresh cache, or old values would stay
+        cache.unlink()
+    if not cache.is_file():
         progress(0, None, f"configuring ({backend.name})")
+        (build / CONFIGURE_RECORD).unlink(missing_ok=True)
         run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *flags], log, deadline=deadline)
+        (build / CONFIGURE_RECORD).write_text(json.dumps({"cmake_flags": flags}) + "\n")
     n_jobs = jobs or os.cpu_count() or 1
     run_logged(
-        ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *TOOL_NAMES],
+        ["cmake", "--build", str(build), "-j", str(n_jobs), "--target", *BUILD_TARGETS],
         log,
         on_line=progress,
         deadline=deadline,
@@ -238,13 +272,15 @@ def _build_locked(
     earlier = _earlier_record(build)
     record = {
         "sdist": pin.requirement,
-        "targets": list(TOOL_NAMES),
+        "targets": list(BUILD_TARGETS),
         "cmake_flags": flags,
         "backend": backend.record(),
         "jobs": n_jobs,
         "build_seconds": round(time.monotonic() - started, 1),
     }
-    if earlier is not None:  # an earlier build completed with the targets it lacked
+    if earlier is not None and reconfigured:  # rebuilt with other flags
+        record["reconfigured_from"] = earlier
+    elif earlier is not None:  # an earlier build completed with the targets it lacked
         record["completed_from"] = earlier
     (build / BUILD_MARKER).write_text(json.dumps(record, indent=2) + "\n")
     bins = built_bin_dir(tree, backend)

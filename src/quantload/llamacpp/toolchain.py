@@ -1,10 +1,10 @@
 """Finding the llama.cpp tools: a configured folder, PATH, or our own cached build.
 
-Our own build always has every tool of TOOL_NAMES, built for the backend `llamacpp.backend` chooses
-(CUDA for the GPUs found where nvcc is, else the CPU), each backend in a cache folder of its own. A
-folder of the user's (QUANTLOAD_LLAMA_BIN, PATH) needs the four REQUIRED_TOOLS; llama-imatrix is
-used when it is there, and a step that needs it without it stops in one line naming the folder
-(`Toolchain.path`).
+Our own build always has every tool of TOOL_NAMES and ggml-rpc-server, built for the backend
+`llamacpp.backend` chooses (CUDA for the GPUs found where nvcc is, else the CPU), each backend in a
+cache folder of its own. A folder of the user's (QUANTLOAD_LLAMA_BIN, PATH) needs the four
+REQUIRED_TOOLS; llama-imatrix and ggml-rpc-server (OPTIONAL_TOOLS) are used when they are there,
+and a step that needs one without it stops in one line naming the folder (`Toolchain.path`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
 from quantload.gpus import GpuInventory, InventoryReader, read_gpu_inventory
 from quantload.llamacpp.backend import BuildBackend, choose_backend, find_nvcc
-from quantload.llamacpp.build import TOOL_NAMES, build_tools, built_bin_dir, read_build_record
+from quantload.llamacpp.build import (
+    RPC_SERVER_TOOL,
+    TOOL_NAMES,
+    build_tools,
+    built_bin_dir,
+    read_build_record,
+)
 from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.sdist import PINNED_SDIST, ensure_source_tree, source_dir
 from quantload.paths import cache_root
@@ -32,6 +38,7 @@ from quantload.progress import ProgressCallback, no_progress
 Origin = Literal["QUANTLOAD_LLAMA_BIN", "PATH", "cache"]
 IMATRIX_TOOL = "llama-imatrix"
 REQUIRED_TOOLS: tuple[str, ...] = tuple(name for name in TOOL_NAMES if name != IMATRIX_TOOL)
+OPTIONAL_TOOLS: tuple[str, ...] = (IMATRIX_TOOL, RPC_SERVER_TOOL)
 
 
 @dataclass(frozen=True)
@@ -100,15 +107,22 @@ def binary_version(server: Path) -> str:
     return lines[0].strip()
 
 
+_HELP_CHECKS: dict[str, tuple[str, str]] = {
+    "llama-quantize": ("--help", "usage:"),
+    RPC_SERVER_TOOL: ("--help", "Usage:"),
+}
+
+
 def check_tools_run(tools: Mapping[str, Path]) -> None:
     """Start every tool but llama-server (checked by `binary_version`) once, to show it runs here.
 
-    llama-quantize has no --version: it prints its usage for --help and exits 1, which counts.
+    llama-quantize has no --version: it prints its usage for --help and exits 1, which counts;
+    ggml-rpc-server has none either, and prints "Usage:" for --help.
     """
     for name, path in tools.items():
         if name == "llama-server":
             continue
-        flag, expected = ("--help", "usage:") if name == "llama-quantize" else ("--version", "version")
+        flag, expected = _HELP_CHECKS.get(name, ("--version", "version"))
         try:
             result = subprocess.run(
                 [str(path), flag], capture_output=True, text=True, timeout=30, check=False
@@ -137,13 +151,15 @@ def _checked(
 
 def _tools_in(folder: Path) -> dict[str, Path] | None:
     found = {name: folder / name for name in TOOL_NAMES}
-    return found if all(os.access(p, os.X_OK) for p in found.values()) else None
+    if not all(os.access(p, os.X_OK) for p in found.values()):
+        return None
+    return _with_optional(folder, found)
 
 
 def _with_optional(folder: Path, tools: dict[str, Path]) -> dict[str, Path]:
-    """`tools` and llama-imatrix beside them when it is there."""
-    imatrix = folder / IMATRIX_TOOL
-    return {**tools, IMATRIX_TOOL: imatrix} if os.access(imatrix, os.X_OK) else tools
+    """`tools` and each of OPTIONAL_TOOLS beside them that is there."""
+    there = {name: folder / name for name in OPTIONAL_TOOLS if os.access(folder / name, os.X_OK)}
+    return {**tools, **there}
 
 
 def _from_configured(folder: Path) -> dict[str, Path]:
@@ -163,8 +179,8 @@ def _from_path(environ: Mapping[str, str]) -> dict[str, Path] | None:
     found = {name: shutil.which(name, path=search) for name in REQUIRED_TOOLS}
     if all(found.values()):
         tools = {name: Path(p) for name, p in found.items() if p}
-        imatrix = shutil.which(IMATRIX_TOOL, path=search)
-        return {**tools, IMATRIX_TOOL: Path(imatrix)} if imatrix else tools
+        optional = {name: shutil.which(name, path=search) for name in OPTIONAL_TOOLS}
+        return {**tools, **{name: Path(p) for name, p in optional.items() if p}}
     return None
 
 

@@ -25,6 +25,7 @@ from quantload.models.gguf_meta import GgufSummary, read_gguf
 from quantload.models.gguf_scan import scan_gguf
 from quantload.models.imatrix_file import imatrix_metadata
 from quantload.models.manifest import Manifest, ManifestEntry, sha256_of
+from quantload.models.moe import file_moe_facts
 from quantload.models.sources import HF_DEFAULT_ENDPOINT, require_reachable
 from quantload.progress import ProgressCallback, no_progress
 
@@ -231,12 +232,14 @@ def adopt_files(
     files: dict[str, ManifestEntry] = {}
     for index, (item, summary, label) in enumerate(zip(given, summaries, labels, strict=True)):
         progress(index, len(given), f"checking {item.path.name}")
+        experts = file_moe_facts(summary)
         files[label] = ManifestEntry(
             quant=label, file=item.path.name, path=str(item.path), size_bytes=summary.size_bytes,
             sha256=sha256_of(item.path), n_params=summary.n_params, tensor_bytes=summary.tensor_bytes,
             architecture=summary.architecture, file_type=summary.file_type, made_from="given",
             seconds=0.0, made_with=_quantized_by(summary), recipe=None,
             imatrix=imatrix_metadata(summary.metadata), origin=item.origin,
+            moe=experts.as_dict() if experts else None,
         )  # fmt: skip
     progress(len(given), len(given), "done")
     name = str(summaries[0].name) if summaries else "model"

@@ -12,7 +12,9 @@
                  tensor_bytes, architecture, file_type (the GGUF's own general.file_type),
                  made_from, seconds, made_with, recipe (type and llama-quantize flags),
                  imatrix (the file's own quantize.imatrix.* metadata, null when made without),
-                 origin (where the file came from)}
+                 origin (where the file came from), moe (a mixture of experts' expert_count,
+                 expert_used_count, total_params, active_params, expert_params, expert_bytes,
+                 other_bytes: quantload.models.moe; null for a dense model)}
   }
 }
 """
@@ -53,6 +55,7 @@ class ManifestEntry(BaseModel):
     recipe: str | None = None  # e.g. "Q4_K_M --tensor-type attn_v=q8_0", for made files
     imatrix: dict[str, Any] | None = None  # the file's quantize.imatrix.* keys; None: made without
     origin: str | None = None  # "made from F16", or the given file's path or Hugging Face repo
+    moe: dict[str, Any] | None = None  # quantload.models.moe.MoeFacts; None: a dense model
 
     def recipe_changes_tensors(self) -> bool:
         """Whether the recipe overrides some tensors' types (a mix, not a plain type)."""

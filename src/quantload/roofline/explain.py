@@ -47,8 +47,15 @@ def explain_quant(quant: str, traffic: WeightTraffic, prefill: _Ceiling, decode:
     megabytes = traffic.bytes_per_pass / 1e6
     gigaflops = prefill.flops_per_token / 1e9
     bits = traffic.bits_per_weight
+    experts = (
+        f" (its {traffic.experts_used} of {traffic.expert_count} experts per layer, of"
+        f" {traffic.expert_bytes / 1e6:,.0f} MB of experts in all)"
+        if traffic.expert_count
+        else ""
+    )
     decode_part = (
-        f"{quant} stores {bits:.1f} bits per weight, so each generated token reads {megabytes:,.0f} MB"
+        f"{quant} stores {bits:.1f} bits per weight, so each generated token reads"
+        f" {megabytes:,.0f} MB{experts}"
     )
     prefill_part = (
         f"prefill is {prefill.bound}-bound at the same {gigaflops:.2f} GFLOP per token in every format,"

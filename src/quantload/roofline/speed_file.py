@@ -19,10 +19,12 @@ samples_tokens_per_s[], mean_ns, stddev_ns, samples_ns[], test_time}.
 
 RooflineResult (quantload.roofline.ceilings): quant, bits_per_weight, weight_bytes_per_pass,
 matmul_params, tied_embeddings, kv_note, bandwidth_bytes_per_s, arithmetic_flops_per_s,
-balance_flops_per_byte, explanation, and `prefill` / `decode`: {test, tokens_per_pass,
-context_tokens, weight_bytes_per_token, kv_bytes_per_token, bytes_per_token, flops_per_token,
-intensity_flops_per_byte, memory_ceiling_tokens_per_s, compute_ceiling_tokens_per_s,
-ceiling_tokens_per_s, bound ("memory" | "compute"), measured_tokens_per_s, fraction_of_ceiling}.
+balance_flops_per_byte, explanation, expert_count, experts_used, expert_bytes (0 for a dense
+model: a mixture of experts reads one token's share of its experts per generated token), and
+`prefill` / `decode`: {test, tokens_per_pass, context_tokens, weight_bytes_per_token,
+kv_bytes_per_token, bytes_per_token, flops_per_token, intensity_flops_per_byte,
+memory_ceiling_tokens_per_s, compute_ceiling_tokens_per_s, ceiling_tokens_per_s, bound
+("memory" | "compute"), measured_tokens_per_s, fraction_of_ceiling}.
 
 RooflineResult also says the `device` the test ran on (cpu, gpu, cpu+gpu) and `device_note`
 (whose limits, from where); an entry's `roofline` is null, with `roofline_missing` saying why,

@@ -36,6 +36,7 @@ from quantload.exclusive import core_plan, pin_this_process, wait_for_quiet
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, no_check
 from quantload.exporter import ExporterHandle
+from quantload.llamacpp.placement import check_placement, placement_args
 from quantload.llamacpp.server import LlamaServer, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load import machine_limits, most_workers
@@ -253,15 +254,25 @@ class NativeRun:
 
     def _preflight(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         """What the planned experiments (and the tune) check of their input, before any server
-        starts: a bad input ends the run with its one line."""
+        starts: a bad input ends the run with its one line. RPC hosts and expert placement are
+        checked against the devices llama-server sees (every host answers; a device besides the
+        CPU to place experts away from)."""
         checked = [e for e in registry.planned(self.settings) if e.check is not no_check]
-        if not checked and not self.settings.run.tune:
+        server = self.settings.server
+        placing = [("server.expert_placement", server.expert_placement)]
+        if self.settings.run.tune:
+            placing += [("tune.expert_placement", p) for p in self.settings.tune.expert_placement]
+        asks_devices = bool(server.rpc) or any(placement_args(value) for _, value in placing)
+        if not checked and not self.settings.run.tune and not asks_devices:
             return
 
         def check(progress: ProgressCallback) -> None:
+            devices = self.steps.devices(toolchain) if asks_devices else None
+            check_placement(placing, devices or ())
             found = Preflight(
-                self.settings, self.steps.server_build(toolchain), {q: models.path(q) for q in quants}
-            )
+                self.settings, self.steps.server_build(toolchain), {q: models.path(q) for q in quants},
+                devices,
+            )  # fmt: skip
             for experiment in checked:
                 experiment.check(found)
             if self.settings.run.tune:

@@ -27,6 +27,7 @@ from quantload.experiments.base import (
 )
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
 from quantload.kvcheck import KvCheck, merge_kv_file
+from quantload.llamacpp.devices import Device, list_devices
 from quantload.llamacpp.offload import OffloadCheck
 from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.server import LlamaServer
@@ -178,8 +179,12 @@ class RunSteps:
     def server_build(self, toolchain: Toolchain) -> ServerBuild:
         return server_build(toolchain)
 
+    def devices(self, toolchain: Toolchain) -> tuple[Device, ...]:
+        """The devices the run's llama-servers see besides the CPU (its RPC hosts included)."""
+        return list_devices(toolchain, self.settings.server.rpc)
+
     def check_tune(self, preflight: Preflight) -> None:
-        check_space(preflight.settings, preflight.build, preflight.models)
+        check_space(preflight.settings, preflight.build, preflight.models, preflight.devices)
 
     def tune(
         self, served: Served, servers: ServerControl, context: RunContext, toolchain: Toolchain

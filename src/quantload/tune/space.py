@@ -4,11 +4,12 @@ A configuration is one value of each dimension: slots (`-np`, each with the same
 slot), the `-b/-ub` pair, the KV-cache type (K and V alike, flash attention on where a quantized
 V cache needs it unless the configuration says otherwise), flash attention, threads, batching
 (continuous or `-nocb`), speculation (none, the n-gram type of `[speculation]`, or its draft
-model), and, where `tune.gpu_layers` lists values, the layers on the GPU (`-ngl`). The grid is
-every combination in the declared order, less those llama.cpp cannot run (a quantized V cache
-with flash attention off); `check_space` says what is wrong with a space
-before any server starts: a KV-cache or speculation type this build lacks, a draft that is missing
-or of another vocabulary, a space with nothing left to run.
+model), where `tune.gpu_layers` lists values, the layers on the GPU (`-ngl`), and a mixture of
+experts' expert placement (quantload.llamacpp.placement). The grid is every combination in the
+declared order, less those llama.cpp cannot run (a quantized V cache with flash attention off);
+`check_space` says what is wrong with a space before any server starts: a KV-cache or speculation
+type this build lacks, a draft that is missing or of another vocabulary, an expert placement where
+the server sees no device besides the CPU, a space with nothing left to run.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import ServerFlags
 from quantload.experiments.speculation import check_draft, draft_args, ngram_args
+from quantload.llamacpp.devices import Device
 from quantload.llamacpp.kld import needs_flash_attention
 from quantload.llamacpp.offload import GpuLayers
+from quantload.llamacpp.placement import check_placement, placement_args
 from quantload.llamacpp.server_help import ServerBuild
 
 
@@ -43,16 +46,19 @@ class TuneConfig:
     batching: str  # continuous, static
     speculation: str  # none, ngram, draft
     gpu_layers: str = ""  # -ngl: auto, all or a number; "" = server.gpu_layers
+    placement: str = "none"  # quantload.llamacpp.placement
 
     @property
     def key(self) -> str:
         """A short stable name, e.g. "np8 b2048/512 kv-f16 fa-auto t0 cb spec-none" (and
-        " ngl-all" where the space varies the GPU layers)."""
+        " ngl-all" where the space varies the GPU layers, " moe-n-cpu-moe:2" where the experts are
+        placed)."""
         batching = "cb" if self.batching == "continuous" else "nocb"
         layers = f" ngl-{self.gpu_layers}" if self.gpu_layers else ""
+        placed = f" moe-{self.placement}" if placement_args(self.placement) else ""
         return (
             f"np{self.slots} b{self.batch} kv-{self.cache_type} fa-{self.flash_attn} t{self.threads}"
-            f" {batching} spec-{self.speculation}{layers}"
+            f" {batching} spec-{self.speculation}{layers}{placed}"
         )
 
     def args(self, settings: Settings) -> tuple[str, ...]:
@@ -70,7 +76,7 @@ class TuneConfig:
             args += draft_args(settings.speculation.draft_model, settings)
         else:
             args += ["--spec-type", "none"]
-        return tuple(args)
+        return (*args, *placement_args(self.placement))
 
     def server_flags(self, settings: Settings, label: str) -> ServerFlags:
         """The variant of the server this configuration is."""
@@ -111,8 +117,9 @@ def configurations(settings: Settings) -> list[TuneConfig]:
         tune.batching,
         tune.speculation,
         [str(layers) for layers in tune.gpu_layers] or [""],
+        tune.expert_placement,
     )
-    made = (TuneConfig(s, ctx, b, c, f, t, bt, sp, ngl) for s, b, c, f, t, bt, sp, ngl in grid)
+    made = (TuneConfig(s, ctx, b, c, f, t, bt, sp, ngl, pl) for s, b, c, f, t, bt, sp, ngl, pl in grid)
     return [config for config in made if runnable(config)]
 
 
@@ -155,11 +162,23 @@ def space_key(settings: Settings, model: str = "") -> str:
 
 
 def check_space(
-    settings: Settings, build: ServerBuild, models: Mapping[str, Path] | None = None
+    settings: Settings,
+    build: ServerBuild,
+    models: Mapping[str, Path] | None = None,
+    devices: tuple[Device, ...] | None = None,
 ) -> list[TuneConfig]:
     """The space's configurations; ConfigError (one line) for what this build or these models
-    cannot run, a budget shorter than one trial, or a space with nothing left."""
+    cannot run, a budget shorter than one trial, or a space with nothing left. `devices` are those
+    the server sees besides the CPU (None: not asked, when the space places no experts)."""
     tune = settings.tune
+    check_placement([("tune.expert_placement", p) for p in tune.expert_placement], devices or ())
+    searched = [p for p in tune.expert_placement if placement_args(p)]
+    if searched and placement_args(settings.server.expert_placement):
+        raise ConfigError(
+            f"tune.expert_placement searches {searched[0]} while server.expert_placement ="
+            f" {settings.server.expert_placement!r} is added to every configuration",
+            "set server.expert_placement to none when the tune searches placements",
+        )
     lacking = [kind for kind in tune.cache_types if build.cache_types and kind not in build.cache_types]
     if lacking:
         raise ConfigError(

@@ -76,6 +76,17 @@ def test_memory_against_a_budget() -> None:
     assert unlimited.fits is None and unlimited.max_cells is None
 
 
+def test_a_model_over_one_hosts_budget_is_planned_over_several_hosts() -> None:
+    kv = 720 * MIB
+    # 100 MiB weights + 720 MiB KV over hosts of 512 MiB, each holding its own 12 MiB of buffers
+    split = ServerMemory(100 * MIB, kv, 12 * MIB, 8, 4096, kv / 32768, 512 * MIB)
+    assert split.fits is False and split.hosts_per_model == 2  # ceil(820 / 500)
+    assert ServerMemory(100 * MIB, kv, 12 * MIB, 8, 4096, kv / 32768, 1024 * MIB).hosts_per_model == 1
+    assert ServerMemory(100 * MIB, kv, 12 * MIB, 8, 4096, kv / 32768, 280 * MIB).hosts_per_model == 4
+    assert ServerMemory(100 * MIB, kv, 12 * MIB, 8, 4096, kv / 32768, 10 * MIB).hosts_per_model is None
+    assert ServerMemory(100 * MIB, kv, 12 * MIB, 8, 4096, kv / 32768, None).hosts_per_model is None
+
+
 def test_costs_at_the_limit_and_at_the_plan() -> None:
     limit = MeasuredLimit("Q4_K_M", users=1, rps=0.48, output_tok_s=30.0, source="sweep")
     plan = servers_for(20.0, limit.rps, 0.3, "requests/s")
@@ -180,3 +191,15 @@ def test_request_samples_feed_the_request_limits() -> None:
     assert item.prompt_limit is not None and item.prompt_limit.tokens == 1700  # 0.2 + 0.0005 x (p - 100)
     assert item.context_limit is not None and item.context_limit.why == "every request had the same length"
     assert item.by_users is not None and item.by_users.servers == 3
+
+
+def test_the_plan_says_how_many_hosts_a_model_over_budget_is_split_over() -> None:
+    from quantload.analysis.chapters.plan import _fits, _quant_sentence
+
+    limits = [MeasuredLimit("F16", users=4, rps=2.0, output_tok_s=100.0, source="sweep")]
+    big = ServerMemory(100 * MIB, 720 * MIB, 12 * MIB, 8, 4096, 720 * MIB / 32768, 512 * MIB)
+    plan = build_plan(limits, {"F16": big}, {}, plan_view(None, None, 0.3, None, "", 0.5), 1.0, 0.1)
+    (item,) = plan.quants
+    said = _quant_sentence(plan, item)
+    assert "over the budget" in said and "or split the model over 2 hosts (server.rpc" in said
+    assert _fits(item.memory) == "no (2 hosts per model)" and item.to_dict()["memory"]["hosts_per_model"] == 2

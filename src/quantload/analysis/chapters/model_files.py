@@ -1,6 +1,7 @@
 """What each model file is: its quality loss against F16 (KL divergence, a sentence per
 quantization), its quality and speed against this machine's roofline (one figure: quality loss
-against decode speed and file size), the memory its KV cache takes (predicted against reported by
+against decode speed and file size), what a mixture of experts' token reads (quantload.analysis.
+moe_section), the memory its KV cache takes (predicted against reported by
 llama-server), and the KV-cache type trade-off (memory, decode speed, quality cost; one figure)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, gap_blocks_about, shown, value
 from quantload.analysis.document import Block, Bullets, Details, Paragraph, Section, Table
 from quantload.analysis.imatrix_pairs import imatrix_pair_table
+from quantload.analysis.moe_section import moe_section
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
 from quantload.analysis.quality_loss import KLD_DIGITS, nats_shown
 from quantload.cpu_share import BUSY_OTHER_CPU_FRAC
@@ -546,10 +548,12 @@ def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
     scan = sensitivity_section(analysis, plots)
+    experts = moe_section(analysis)
     return (
         quality_loss_section(analysis),
         *((scan,) if scan is not None else ()),
         quality_speed_section(analysis, plots),
+        *((experts,) if experts is not None else ()),
         kv_section(analysis),
         kv_types_section(analysis, plots),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
-from quantload.analysis.capacity_plan import CapacityPlan, LengthLimit, QuantPlan, ServerCount
+from quantload.analysis.capacity_plan import CapacityPlan, LengthLimit, QuantPlan, ServerCount, ServerMemory
 from quantload.analysis.chapters.parts import Chapter, Plots, not_run_section
 from quantload.analysis.document import Block, Bullets, Paragraph, Section, Table
 
@@ -80,6 +80,12 @@ def _quant_sentence(plan: CapacityPlan, item: QuantPlan) -> str:
                 f" {memory.ctx_per_slot:,}"
                 f" tokens fit (or {memory.slots} slots of {memory.max_ctx_at_slots:,} tokens)"
             )
+            hosts = memory.hosts_per_model
+            if hosts is not None and hosts > 1:
+                text += (
+                    f", or split the model over {hosts} hosts (server.rpc: `quantload rpc-server` on"
+                    f" each; every server then takes {hosts} hosts, and the link costs time per token)"
+                )
         elif memory.fits:
             text += (
                 f", within the budget, which would hold up to {memory.max_slots_at_ctx} slots of"
@@ -119,6 +125,16 @@ def _recommendation(plan: CapacityPlan) -> str | None:
     )
 
 
+def _fits(memory: ServerMemory | None) -> str:
+    """yes, no, or no with the hosts a split model needs."""
+    if memory is None or memory.fits is None:
+        return DASH
+    if memory.fits:
+        return "yes"
+    hosts = memory.hosts_per_model
+    return f"no ({hosts} hosts per model)" if hosts and hosts > 1 else "no"
+
+
 def plan_section(analysis: Analysis) -> Section:
     """The plan table, one sentence per quantization, and what unset inputs left out."""
     plan = analysis.plan
@@ -133,7 +149,7 @@ def plan_section(analysis: Analysis) -> Section:
                 fmt.number(limit.rps, 2),
                 _count(item.by_rate or item.by_users),
                 fmt.mib(memory.total_bytes) if memory else DASH,
-                DASH if memory is None or memory.fits is None else ("yes" if memory.fits else "no"),
+                _fits(memory),
                 _money(costs.per_request_at_limit, currency) if costs else DASH,
                 _money(costs.per_request_planned, currency) if costs else DASH,
                 _money(costs.per_million_output_planned, currency) if costs else DASH,
