@@ -20,7 +20,13 @@ from quantload.errors import ConfigError, ToolchainError
 from quantload.gpus import GpuInventory, read_gpu_inventory
 from quantload.llamacpp import build, sdist
 from quantload.llamacpp.backend import choose_backend, find_nvcc, toolkit_root
-from quantload.llamacpp.build import BUILD_MARKER, CPU_BACKEND, TOOL_NAMES, build_dir, run_logged
+from quantload.llamacpp.build import (
+    BUILD_MARKER,
+    BUILD_TARGETS,
+    CPU_BACKEND,
+    build_dir,
+    run_logged,
+)
 from quantload.llamacpp.sdist import PINNED_SDIST
 
 H100 = FakeGpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-h100", compute_capability=(9, 0))
@@ -128,7 +134,7 @@ def test_a_cuda_build_configures_its_own_folder_with_the_backend_flags(
         commands.append(command)
         assert isinstance(deadline, float)
         if command[1] == "--build":
-            for name in TOOL_NAMES:
+            for name in BUILD_TARGETS:
                 _executable(build_dir(tree, backend) / "bin" / name)
 
     monkeypatch.setattr(build, "run_logged", fake_run)

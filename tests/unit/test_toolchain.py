@@ -108,7 +108,7 @@ def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cac
     assert built_bin_dir(tree) is None
     commands: list[list[str]] = []
 
-    def fake_run(command: list[str], log: Path, on_line: object = None) -> None:
+    def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
         commands.append(command)
         if command[:2] == ["cmake", "-S"]:
             assert not (build_folder / "CMakeCache.txt").exists(), "configured on a fresh cache"

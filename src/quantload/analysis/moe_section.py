@@ -48,8 +48,8 @@ def _decode_rows(
     for quant, moe in moes.items():
         entry = speed.results.get(quant) if speed is not None else None
         active_mb = all_mb = measured = ceiling = ceiling_all = None
-        if entry is not None:
-            roof = entry.roofline
+        roof = entry.roofline if entry is not None else None
+        if roof is not None:  # none where the test ran on a GPU of unknown limits
             bandwidth = roof.bandwidth_bytes_per_s
             read = roof.decode.bytes_per_token
             every = read + moe["expert_bytes"] * (1 - moe["expert_used_count"] / moe["expert_count"])
@@ -91,7 +91,7 @@ def _batching_rows(analysis: Analysis, moes: dict[str, dict[str, Any]]) -> list[
     rows: list[tuple[str, ...]] = []  # the levels are the sweep's (stage_tables.level_table)
     for quant, moe in moes.items():
         entry = speed.results.get(quant)
-        if entry is None:
+        if entry is None or entry.roofline is None:
             continue
         bandwidth = entry.roofline.bandwidth_bytes_per_s
         read = entry.roofline.decode.bytes_per_token

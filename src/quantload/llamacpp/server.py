@@ -18,8 +18,8 @@ from quantload.childproc import POLL_S, LoggedProcess
 from quantload.config import ServerSettings
 from quantload.errors import ServerError
 from quantload.exclusive import pin_process
-from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.devices import list_devices
+from quantload.llamacpp.offload import GpuLayers, gpu_layer_args
 from quantload.llamacpp.placement import check_placement, placement_args
 from quantload.llamacpp.rpc_watch import RpcWatch
 from quantload.llamacpp.toolchain import Toolchain

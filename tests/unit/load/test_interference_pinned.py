@@ -40,6 +40,7 @@ SLO = SloSettings(
 )
 THRESHOLD = 0.25  # load.interference_cpu_frac's default
 QUIET_BOUND_S = 60.0
+ALONE_ATTEMPTS = 3
 
 
 def _settings() -> Settings:
@@ -91,12 +92,18 @@ def test_a_stage_beside_a_busy_loop_on_the_servers_core_is_undecided_and_alone_d
         assert pin_process(fake.pid, server_core) is not None
         target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
 
-        quiet = wait_for_quiet(THRESHOLD, QUIET_BOUND_S, [fake.pid], server_cpus=server_core)
-        if not quiet.quiet:
-            pytest.skip(
-                f"other work kept {quiet.other_cpu_frac:.0%} of the server's core for {QUIET_BOUND_S:.0f} s"
-            )
-        alone, alone_busy, alone_share = _stage_verdict(tmp_path / "alone", target)
+        # A shared machine may take the core back during the stage: then it is measured again after
+        # the next quiet spell, a few times at most.
+        for attempt in range(ALONE_ATTEMPTS):
+            quiet = wait_for_quiet(THRESHOLD, QUIET_BOUND_S, [fake.pid], server_cpus=server_core)
+            if not quiet.quiet:
+                pytest.skip(
+                    f"other work kept {quiet.other_cpu_frac:.0%} of the server's core for {QUIET_BOUND_S:.0f} s"
+                )
+            alone, alone_busy, alone_share = _stage_verdict(tmp_path / f"alone-{attempt}", target)
+            if alone_busy is None:
+                break
+            assert alone == "undecided", alone_busy  # busy is never a miss, whoever made it busy
 
         core = str(min(server_core))
         hog = subprocess.Popen([taskset, "-c", core, sys.executable, "-c", "while True: pass"])
