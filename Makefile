@@ -37,7 +37,7 @@ check: venv
 test: toolchain
 	$(BIN)/python -m pytest -ra tests/unit tests/integration tests/e2e
 
-test-long: toolchain  # also the long end-to-end runs (the seven-file run), which `make test` leaves out
+test-long: toolchain  # the long end-to-end runs (compose, five namespace hosts, seven files, ...) `make test` leaves out
 	QUANTLOAD_LONG_TESTS=1 $(BIN)/python -m pytest -ra -m long
 
 clean-venv:

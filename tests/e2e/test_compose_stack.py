@@ -61,7 +61,8 @@ from quantload.paths import cache_root
 from support import clean_env, missing, require_binary, run_quantload
 
 BOUND_S = 2400  # the whole module on a fresh machine; a cached run takes a fraction
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(BOUND_S)]
+# long: images built and a stack brought up (about 20 minutes here): `make test-long` runs it
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(BOUND_S)]
 
 SERVERS = {"llama-f16": "F16", "llama-q8-0": "Q8_0", "llama-q4-k-m": "Q4_K_M"}
 # Every long-running service but Grafana, which has no image on this machine.

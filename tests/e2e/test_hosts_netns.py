@@ -26,7 +26,8 @@ from netns_hosts import host_network
 from quantload.llamacpp.toolchain import Toolchain
 from support import clean_env, missing, require_binary
 
-pytestmark = pytest.mark.integration
+# long: a whole run over five namespace hosts: `make test-long` runs it
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 # every experiment `quantload load` runs against servers it did not start (kv_types starts its own)
 EXPERIMENTS = ("sweep", "prefix_cache", "sessions", "mixed", "limit_users")
 

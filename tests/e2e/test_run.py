@@ -271,7 +271,10 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for leftover processes in /proc")
-@pytest.mark.parametrize(("stop_signal", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("stop_signal", "exit_code"),
+    [pytest.param(signal.SIGINT, 130, marks=pytest.mark.long), (signal.SIGTERM, 143)],  # one path in make test
+)
 def test_ctrl_c_or_sigterm_stops_every_child_and_the_report_still_builds(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path, stop_signal: int, exit_code: int
 ) -> None:
@@ -307,6 +310,7 @@ def test_ctrl_c_or_sigterm_stops_every_child_and_the_report_still_builds(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+@pytest.mark.long
 def test_sigkill_to_quantload_takes_its_children_along(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
 ) -> None:

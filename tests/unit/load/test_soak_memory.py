@@ -36,6 +36,7 @@ PER_REQUEST_BOUND_BYTES = 100  # over 52,672 requests on a quiet machine it grew
 
 
 @pytest.mark.slow
+@pytest.mark.long  # tens of thousands of requests for a minute and more: `make test-long`
 @pytest.mark.timeout(300)
 def test_the_load_clients_memory_stays_flat_over_a_long_soak(tmp_path: Path) -> None:
     script = FakeScript(ttft_ms=(1, 2), itl_ms=(0.5, 1), tokens=8, close_after_stream=True)
