@@ -87,7 +87,9 @@ def test_a_real_refusal_a_real_shift_and_a_trim_within_the_slot(
 
     shift = _by_policy(records, "shift")
     shifted = [r for r in shift if r.ok and r.context_shifted]
-    assert shifted and all(r.completion_tokens == REPLY and not r.truncated for r in shifted)
+    seen = [(r.turn, r.ok, r.error_class, r.prompt_tokens, r.completion_tokens, r.context_shifted) for r in shift]
+    assert shifted, f"no reply ran past the slot with the shift on: {seen}"
+    assert all(r.completion_tokens == REPLY and not r.truncated for r in shifted), seen
     assert all((r.prompt_tokens or 0) + (r.completion_tokens or 0) > 256 for r in shifted)
     assert all(not r.truncated for r in shift if r.ok)  # with the shift no reply stops at the slot's end
     assert all(r.n_ctx == 256 for r in shift if r.error_class == "context_exceeded")  # a prompt beyond is refused
@@ -98,7 +100,8 @@ def test_a_real_refusal_a_real_shift_and_a_trim_within_the_slot(
     assert len(trim) == 6 and all(r.ok for r in trim)
     assert all((r.prompt_tokens or 0) + REPLY + 8 <= 256 for r in trim)  # the reply always had room
     trimmed = [r for r in trim if (r.trimmed_turns or 0) > 0]
-    assert trimmed and all((r.trimmed_tokens or 0) > 0 for r in trimmed)
+    assert trimmed, f"no history was trimmed: {[(r.turn, r.prompt_tokens, r.trimmed_turns) for r in trim]}"
+    assert all((r.trimmed_tokens or 0) > 0 for r in trimmed)
     for record in trimmed:  # the history's start changed: only the system prompt's part is still cached
         cached = (record.timings or {}).get("cache_n", 0)
         assert 0 < cached < (record.prompt_tokens or 0)
