@@ -287,6 +287,9 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--http", action="store_true", help="also decide through the real load")
+    parser.add_argument(
+        "--http-only", action="store_true", help="only the part through the real load (part 1 left out)"
+    )
     parser.add_argument("--http-stages", type=int, default=10, help="levels per share through the load")
     parser.add_argument("--searches", type=int, default=10, help="limit searches of the capacity fake")
     parser.add_argument("--slots", type=int, default=3, help="the capacity fake's streams at once")
@@ -296,7 +299,8 @@ def main() -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     load_before = os.getloadavg()
     started = time.monotonic()
-    cells = decisions(args.runs, args.budget, args.workers)
+    cells = [] if args.http_only else decisions(args.runs, args.budget, args.workers)
+    args.http = args.http or args.http_only
     took = time.monotonic() - started
     lines = [
         f"# Verdict against known truth ({stamp})",
@@ -304,9 +308,9 @@ def main() -> None:
         f"p99 TTFT objective (1 % allowed over), 95 % confidence, budget {args.budget} requests a level,"
         f" {args.runs} runs a cell; {took:.0f} s on {args.workers} workers; load average before"
         f" {load_before[0]:.2f}. Command: `python benchmarks/verdict_truth.py --runs {args.runs}"
-        f" --budget {args.budget}{' --http' if args.http else ''}`.",
+        f" --budget {args.budget}{' --http-only' if args.http_only else ' --http' if args.http else ''}`.",
         "",
-        *table(cells),
+        *(table(cells) if cells else ["(part 1, the decision alone, left out: --http-only)"]),
     ]
     print("\n".join(lines), flush=True)
     report: dict[str, object] = {

@@ -112,6 +112,7 @@ def test_files_of_different_models_are_refused_in_one_line(
     assert "are not one model: tensor shapes differ" in line and "ffn" in line and "\n" not in line
 
 
+@pytest.mark.long  # a KLD scan of every tensor group, about a minute: `make test-long`
 def test_the_sensitivity_scan_ranks_groups_and_builds_the_mix_it_proposes(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path, wikitext_test_raw: Path
 ) -> None:

@@ -97,6 +97,7 @@ def test_workers_that_never_join_end_the_load_after_the_first_experiment(tmp_pat
     assert [e["status"] for e in ends if e["event"] == "stage_end"] == ["aborted", "aborted"]
 
 
+@pytest.mark.long  # two masters in turn, about 40 s: `make test-long`
 def test_a_worker_left_behind_by_a_quitting_master_joins_the_next_one(tmp_path: Path) -> None:
     """The race the netns CI run met: a worker restarted as a plan's master was quitting was
     acknowledged by it and never told to quit; the next master waited for it in vain. The worker

@@ -126,6 +126,7 @@ def test_batching_slots_and_speculation_on_the_tiny_model(
     assert "not speculating, so not counted: spec ngram default" in tables.speculation_verdict
 
 
+@pytest.mark.long  # a whole tune on the real server, a minute and more (the tune's logic: tests/unit/tune): `make test-long`
 def test_quantload_tune_on_the_tiny_model_resumes_and_refuses_a_budget_too_small(
     toolchain: Toolchain, tiny_models: dict[str, Path], tmp_path: Path
 ) -> None:

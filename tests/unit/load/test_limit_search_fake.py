@@ -72,6 +72,7 @@ def test_the_time_cap_ends_a_search_early(tmp_path: Path) -> None:
     assert "time cap" in done.limit.sentence
 
 
+@pytest.mark.long  # a whole rate search, about a minute (the users search stays in make test): `make test-long`
 def test_the_rate_search_finds_the_scripted_rate_limit(tmp_path: Path) -> None:
     script = FakeScript(
         ttft_ms=(10.0, 10.0), itl_ms=(2.0, 2.0), tokens=4, rate_limit_rps=8.0, close_after_stream=True,
