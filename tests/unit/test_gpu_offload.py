@@ -184,3 +184,12 @@ def test_the_exporter_serves_each_servers_gpus_and_layers(tmp_path: Path) -> Non
     assert samples[("quantload_server_offloadable_layers", "Q8_0")].value == 25
     assert samples[("quantload_gpu_power_limit_watts", "GPU-a")].value == 700
     assert samples[("quantload_gpu_mig_enabled", "GPU-b")].value == 0
+
+
+def test_layers_counted_as_offloaded_without_a_gpu_device_ran_on_the_cpu() -> None:
+    # a CPU build with the RPC backend compiled in counts every layer as offloaded, on no device
+    log = parse_offload("load_tensors: offloading 29 repeating layers to GPU\nload_tensors: offloaded 31/31 layers to GPU\n")
+    auto = check_offload("auto", log)
+    assert auto.verdict == "on the CPU" and not auto.on_gpu and "no GPU device" in auto.line
+    assert check_offload("all", log).verdict == "fewer than asked"
+

@@ -461,8 +461,9 @@ def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp
 
 
 def test_the_gpus_are_watched_idle_before_the_load_of_a_server_that_offloaded_layers(tmp_path: Path) -> None:
-    on_gpu = "load_tensors: offloaded 25/25 layers to GPU\n"
-    steps = FakeSteps(gpu_logs={"Q8_0": on_gpu, "F16": "load_tensors: offloaded 3/25 layers to GPU\n"})
+    device = "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H100) (0000:3b:00.0) - 80000 MiB free\n"
+    on_gpu = device + "load_tensors: offloaded 25/25 layers to GPU\n"
+    steps = FakeSteps(gpu_logs={"Q8_0": on_gpu, "F16": device + "load_tensors: offloaded 3/25 layers to GPU\n"})
     run = _run(tmp_path, steps)
     run.execute()
     # one server at a time: its own baseline just before its load; none for the CPU server (Q4_K_M)

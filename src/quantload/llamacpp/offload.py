@@ -92,8 +92,8 @@ class OffloadCheck:
 
     @property
     def on_gpu(self) -> bool:
-        """Whether any layer is on a GPU."""
-        return bool(self.offloaded)
+        """Whether any layer is on a GPU (a device the log lists, not only llama.cpp's count)."""
+        return bool(self.offloaded) and bool(self.devices)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -123,7 +123,13 @@ def check_offload(requested: GpuLayers, log: OffloadLog) -> OffloadCheck:
             " N/M layers' line): every layer ran on the CPU",
         )
     counts = f"{log.offloaded}/{log.layers} layers offloaded"
-    where = f" to {', '.join(d.name for d in log.devices)}" if log.devices else ""
+    if log.offloaded and not log.devices:  # a build with a non-GPU backend (RPC) counts its layers so
+        return made(
+            "fewer than asked" if requested not in (0, "auto") else "on the CPU",
+            f"{counts} by llama.cpp's count, but it used no GPU device (none listed in its log):"
+            " every layer on the CPU",
+        )
+    where = f" to {', '.join(d.name for d in log.devices)}"
     if log.offloaded == 0:
         wanted_none = requested == 0
         why = "as asked" if wanted_none else f"asked for {asked}"
