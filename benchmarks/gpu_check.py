@@ -318,7 +318,7 @@ def main(
         server = LlamaServer(toolchain, spec, work / "logs" / f"llama-server-{model.stem}.log", 300.0)
         with server:
             offload = check_offload("all", parse_offload(server.launch_log_text()))
-            no_gpu = options.cpu_build and offload.offloaded is None
+            no_gpu = options.cpu_build and not offload.devices  # no GPU device in the log (a CPU build)
             checks.add(
                 f"{model.stem} offload N/N",
                 None if no_gpu else offload.verdict == "as asked" and offload.offloaded == offload.layers,

@@ -85,5 +85,7 @@ def test_the_mix_is_served_and_loaded(tiny_moe: tuple[Manifest, Path], toolchain
     with LlamaServer(toolchain, spec, tmp_path / "llama-server.log", startup_timeout_s=120) as server:
         target = ServedTarget(name="tiny-moe", quant=MIX, model="tiny-qwen3moe", url=server.url)
         summaries = experiment("sweep", target, load, tmp_path, "moe-sweep")
-    assert [(s.users, s.status, s.ok, s.failed) for s in summaries] == [(1, "ok", 4, 0), (2, "ok", 4, 0)]
-    assert all(s.output_tok_s and s.output_tokens == 4 * 8 for s in summaries)
+    # a level sends at least its planned requests, more while its verdict is undecided
+    assert [(s.users, s.status, s.failed) for s in summaries] == [(1, "ok", 0), (2, "ok", 0)]
+    assert all(s.ok >= 4 for s in summaries), [s.ok for s in summaries]
+    assert all(s.output_tok_s and s.output_tokens == s.ok * 8 for s in summaries)  # 8 tokens each, eos ignored
