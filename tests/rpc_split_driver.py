@@ -66,10 +66,12 @@ def _server_rates(out: Path, users_of: dict[str, int | None]) -> dict[int, dict[
 
 
 def _serve_and_load(
-    spec: ServerSpec, load: LoadSettings, out: Path, name: str, toolchain: object, wait_for: Path | None = None
+    spec: ServerSpec, load: LoadSettings, out: Path, name: str, toolchain: object, wait_for: Path | None = None,
+    level_max_s: float = 5.0,
 ) -> dict[str, object]:
     out.mkdir(parents=True, exist_ok=True)
-    settings = Settings.model_validate({"load": load.model_dump()})
+    # a level sends its planned requests, then more while undecided, for at most level_max_s
+    settings = Settings.model_validate({"load": load.model_dump(), "slo": {"level_max_s": level_max_s}})
     context = RunContext(RunDir(out), name, settings, cwd=out)
     server = LlamaServer(toolchain, spec, out / f"llama-server-{name}.log", startup_timeout_s=300)  # type: ignore[arg-type]
     started = time.monotonic()
@@ -116,6 +118,7 @@ def main() -> int:
     parser.add_argument("--stage-timeout-s", type=float, default=120.0)
     parser.add_argument("--request-timeout-s", type=float, default=60.0)
     parser.add_argument("--then-alone", action="store_true")
+    parser.add_argument("--level-max-s", type=float, default=5.0, help="slo.level_max_s of each level")
     parser.add_argument("--wait-for", type=Path, default=None)
     args = parser.parse_args()
     toolchain = find_toolchain(ToolchainSettings(llama_bin=args.llama_bin), {})
@@ -133,12 +136,16 @@ def main() -> int:
         args.model, "tiny", slots=max(users), ctx_per_slot=1024, threads=args.threads, rpc=rpc,
         rpc_lost_after_s=args.lost_after_s,
     )  # fmt: skip
-    done = _serve_and_load(spec, load, args.out / "split", "split", toolchain, args.wait_for)
+    done = _serve_and_load(
+        spec, load, args.out / "split", "split", toolchain, args.wait_for, args.level_max_s
+    )
     print(json.dumps(done), flush=True)
     if args.then_alone:
         alone = ServerSpec(args.model, "tiny", slots=max(users), ctx_per_slot=1024, threads=args.threads)
         short = load.model_copy(update={"users": (1,), "prompt_count": 2})
-        print(json.dumps(_serve_and_load(alone, short, args.out / "alone", "alone", toolchain)), flush=True)
+        print(json.dumps(_serve_and_load(
+            alone, short, args.out / "alone", "alone", toolchain, level_max_s=args.level_max_s
+        )), flush=True)
     return 0
 
 

@@ -68,7 +68,9 @@ def test_a_model_split_over_two_hosts_is_served_and_loaded(
     result = network.run("head", command, timeout_s=300)
     assert result.returncode == 0, result.stderr[-3000:]
     done = next(r for r in map(json.loads, result.stdout.splitlines()) if r["event"] == "done")
-    assert [(s["users"], s["status"], s["ok"]) for s in done["summaries"]] == [(1, "ok", 4), (2, "ok", 4)]
+    # each level sends at least its 4 planned requests, more while its verdict is undecided
+    assert [(s["users"], s["status"], s["failed"]) for s in done["summaries"]] == [(1, "ok", 0), (2, "ok", 0)]
+    assert all(s["ok"] >= 4 for s in done["summaries"]), done["summaries"]
     on_worker = {name: mib for name, mib in done["model_buffers_mib"].items() if endpoint in name}
     assert on_worker and max(on_worker.values()) > 10, done["model_buffers_mib"]  # the weights live there
     assert done["quantload_lines"] == [] and done["exit_code"] is not None
@@ -122,7 +124,7 @@ def _failed_by_class_and_went_on(split_run: dict[str, Any], alone: dict[str, Any
     assert set(stage["errors"]) <= FAILED_CLASSES and stage["errors"], stage["errors"]
     assert split_run["alive_at_end"] is False  # the server ended with its RPC host
     (after,) = alone["summaries"]
-    assert (after["status"], after["ok"]) == ("ok", 2)  # the next server is served as usual
+    assert after["status"] == "ok" and after["ok"] >= 2 and not after["failed"]  # the next server as usual
 
 
 def test_an_rpc_server_that_dies_mid_stage_fails_its_requests_by_class_and_the_run_goes_on(
