@@ -80,7 +80,7 @@ Start here:
 \b
   quantload run --model smollm2-135m --profile quick
       what `make run` does in a checkout: F16, Q8_0 and Q4_K_M of SmolLM2-135M measured on this
-      machine, then the report in results/<run-id>/ (about 6 minutes on 2 cores once llama.cpp
+      machine, then the report in results/<run-id>/ (about 10 minutes on 2 cores once llama.cpp
       is built; give WikiText-2 with --dataset PATH, or make run DATASET=PATH, when offline)
   quantload report results/<run-id>
       the report again, e.g. against another SLO (--slo-ttft) or with a capacity plan
