@@ -19,18 +19,15 @@ handed out is recorded. Plain Python: no Locust, no gevent, no clock (the caller
 
 from __future__ import annotations
 
-import dataclasses
-import random
 from collections.abc import Sequence
 from typing import Any
 
 from quantload.load.level_judgement import LevelJudgement
 from quantload.load.tickets import StageTracker, Ticket, TicketBook
+from quantload.load.timed_supply import LOOKAHEAD_S, TicketCycle
 
-LOOKAHEAD_S = 1.0
 
-
-class DecidedSupply:
+class DecidedSupply(TicketCycle):
     """Keeps one decided stage's ticket book supplied until its level is decided or out of budget."""
 
     def __init__(
@@ -47,26 +44,17 @@ class DecidedSupply:
     ) -> None:
         if not planned:
             raise ValueError("a decided stage needs at least one request to repeat")
-        self.book = book
-        self.pool = tuple(planned)
-        self.tracker = tracker
+        super().__init__(book, planned, tracker, rate_rps, seed, next_seq=len(planned))
         self.level = level
         self.low_water = max(users, 1)
         self.starts_at_s = starts_at_s
         self.min_requests = min_requests
-        self.rate_rps = rate_rps
-        self.handed_before = book.handed_records
-        self.next_seq = len(self.pool)
-        self._rng = random.Random(seed)
         due = [t.intended_unix_s for t in self.pool if t.intended_unix_s is not None]
         self.next_due_s = (max(due) + self._gap()) if due else starts_at_s
         self.stopped = False
         self.stop_reason: str | None = None
         tracker.planned = sum(ticket.record_count for ticket in self.pool)
         book.add(self.pool)
-
-    def _gap(self) -> float:
-        return self._rng.expovariate(self.rate_rps) if self.rate_rps else 0.0
 
     @property
     def running(self) -> bool:
@@ -92,7 +80,7 @@ class DecidedSupply:
             if self.book.pending < self.low_water:
                 self._add([self._ticket(None) for _ in range(self.low_water)])
         else:
-            self._schedule(now_s + LOOKAHEAD_S)
+            self.next_due_s = self._schedule(self.next_due_s, now_s + LOOKAHEAD_S)
 
     def finish(self) -> None:
         """No more tickets, and those no user has taken are dropped (the stage was aborted)."""
@@ -103,23 +91,4 @@ class DecidedSupply:
         self.stopped = True
         self.stop_reason = reason
         if drop:
-            self.book.cancel_pending()
-            self.tracker.planned = self.book.handed_records - self.handed_before
-
-    def _schedule(self, until_s: float) -> None:
-        batch = []
-        while self.next_due_s < until_s:
-            batch.append(self._ticket(self.next_due_s))
-            self.next_due_s += self._gap()
-        if batch:
-            self._add(batch)
-
-    def _ticket(self, due_unix_s: float | None) -> Ticket:
-        ticket = self.pool[self.next_seq % len(self.pool)]
-        made = dataclasses.replace(ticket, seq=self.next_seq, intended_unix_s=due_unix_s)
-        self.next_seq += 1
-        return made
-
-    def _add(self, tickets: Sequence[Ticket]) -> None:
-        self.tracker.planned += sum(ticket.record_count for ticket in tickets)
-        self.book.add(tickets)
+            self._drop_untaken()

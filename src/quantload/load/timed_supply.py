@@ -29,7 +29,59 @@ from quantload.load.tickets import StageTracker, Ticket, TicketBook
 LOOKAHEAD_S = 1.0
 
 
-class TimedSupply:
+class TicketCycle:
+    """A pool of requests handed out again and again: each copy with a fresh sequence number,
+    every ticket added to the book counted as planned, open-loop arrivals drawn from `seed` at
+    `rate_rps`, and what no user took dropped on a stop. The timed and the decided supplies build
+    on it."""
+
+    def __init__(
+        self,
+        book: TicketBook[Any],
+        pool: Sequence[Ticket],
+        tracker: StageTracker,
+        rate_rps: float | None,
+        seed: int,
+        next_seq: int = 0,
+    ) -> None:
+        self.book = book
+        self.pool = tuple(pool)
+        self.tracker = tracker
+        self.rate_rps = rate_rps
+        self.handed_before = book.handed_records
+        self.next_seq = next_seq
+        self._rng = random.Random(seed)
+
+    def _gap(self) -> float:
+        """Seconds to the next open-loop arrival (0 in a closed loop)."""
+        return self._rng.expovariate(self.rate_rps) if self.rate_rps else 0.0
+
+    def _schedule(self, next_due_s: float, until_s: float) -> float:
+        """Add the arrivals due from `next_due_s` until `until_s`; return the next one's time."""
+        batch = []
+        while next_due_s < until_s:
+            batch.append(self._ticket(next_due_s))
+            next_due_s += self._gap()
+        if batch:
+            self._add(batch)
+        return next_due_s
+
+    def _drop_untaken(self) -> None:
+        self.book.cancel_pending()
+        self.tracker.planned = self.book.handed_records - self.handed_before
+
+    def _ticket(self, due_unix_s: float | None) -> Ticket:
+        ticket = self.pool[self.next_seq % len(self.pool)]
+        made = dataclasses.replace(ticket, seq=self.next_seq, intended_unix_s=due_unix_s)
+        self.next_seq += 1
+        return made
+
+    def _add(self, tickets: Sequence[Ticket]) -> None:
+        self.tracker.planned += sum(ticket.record_count for ticket in tickets)
+        self.book.add(tickets)
+
+
+class TimedSupply(TicketCycle):
     """Keeps one timed stage's ticket book supplied until `ends_at_s`, then stops."""
 
     def __init__(
@@ -45,16 +97,10 @@ class TimedSupply:
     ) -> None:
         if not pool:
             raise ValueError("a timed stage needs at least one request to repeat")
-        self.book = book
-        self.pool = tuple(pool)
-        self.tracker = tracker
+        super().__init__(book, pool, tracker, rate_rps, seed)
         self.low_water = max(users, 1)
         self.ends_at_s = ends_at_s
-        self.rate_rps = rate_rps
-        self.handed_before = book.handed_records
-        self.next_seq = 0
         self.next_due_s = starts_at_s
-        self._rng = random.Random(seed)
         self.stopped = False
 
     @property
@@ -77,7 +123,7 @@ class TimedSupply:
             if self.book.pending < self.low_water:
                 self._add([self._ticket(None) for _ in self.pool])
         else:
-            self._schedule(min(now_s + LOOKAHEAD_S, self.ends_at_s))
+            self.next_due_s = self._schedule(self.next_due_s, min(now_s + LOOKAHEAD_S, self.ends_at_s))
 
     def finish(self) -> None:
         """No more tickets: closed loop, those no user took are dropped; open loop, those already
@@ -85,26 +131,3 @@ class TimedSupply:
         self.stopped = True
         if self.rate_rps is None:
             self._drop_untaken()
-
-    def _drop_untaken(self) -> None:
-        self.book.cancel_pending()
-        self.tracker.planned = self.book.handed_records - self.handed_before
-
-    def _schedule(self, until_s: float) -> None:
-        rate = self.rate_rps or 1.0
-        batch = []
-        while self.next_due_s < until_s:
-            batch.append(self._ticket(self.next_due_s))
-            self.next_due_s += self._rng.expovariate(rate)
-        if batch:
-            self._add(batch)
-
-    def _ticket(self, due_unix_s: float | None) -> Ticket:
-        ticket = self.pool[self.next_seq % len(self.pool)]
-        made = dataclasses.replace(ticket, seq=self.next_seq, intended_unix_s=due_unix_s)
-        self.next_seq += 1
-        return made
-
-    def _add(self, tickets: Sequence[Ticket]) -> None:
-        self.tracker.planned += sum(ticket.record_count for ticket in tickets)
-        self.book.add(tickets)
