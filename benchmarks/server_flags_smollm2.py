@@ -6,6 +6,8 @@
     measure tune         `quantload tune` of Q8_0 and Q4_K_M with the default space, twice (does a
                          second tune pick the same winner?), then Q8_0's full grid (every
                          configuration confirmed: tune.finalists = the space's size)
+    measure tune-twice   the two tunes without the full grid (`--percentile p90`: both SLO limits'
+                         percentile; `--budget-s`: each tune's budget)
     measure tune-2       the second tune alone (`--quants Q8_0`: one quantization's; `--resume RUN_DIR`:
                          go on with an interrupted one)
     render               the tables of those run directories (`--runs` names the JSON the measure
@@ -81,15 +83,23 @@ def experiments_config(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def tune_config(
-    out: Path, finalists: int | None = None, quants: list[str] | None = None
+    out: Path,
+    finalists: int | None = None,
+    quants: list[str] | None = None,
+    percentile: str | None = None,
+    budget_s: float = 1800.0,
 ) -> dict[str, dict[str, Any]]:
-    tune: dict[str, Any] = {"budget_s": 1800.0, "short_trial_s": 60.0}
+    tune: dict[str, Any] = {"budget_s": budget_s, "short_trial_s": 60.0}
     if finalists is not None:
         tune["finalists"] = finalists
     if quants is None:
         quants = ["Q8_0", "Q4_K_M"] if finalists is None else ["Q8_0"]
+    slo = dict(COMMON["slo"])
+    if percentile is not None:
+        slo |= {"ttft_percentile": percentile, "tpot_percentile": percentile}
     return {
         **COMMON,
+        "slo": slo,
         "model": {"source": MODEL, "quants": quants},
         "run": {"profile": "quick", "out": str(out)},
         "tune": tune,
@@ -147,7 +157,13 @@ def loaded_config(out: Path, users: int) -> dict[str, dict[str, Any]]:
 
 
 def measure(
-    part: str, runs: Path, work: Path, quants: list[str] | None = None, resume: Path | None = None
+    part: str,
+    runs: Path,
+    work: Path,
+    quants: list[str] | None = None,
+    resume: Path | None = None,
+    percentile: str | None = None,
+    budget_s: float = 1800.0,
 ) -> None:
     if part == "experiments":
         folder = work / "experiments"
@@ -158,6 +174,7 @@ def measure(
         _save(runs, measured("loaded", ["run"], folder, loaded_config(folder / "results", 4)))
         return
     attempts = ("tune-2",) if part == "tune-2" else ("tune-1", "tune-2")
+    # tune-twice: the two tunes alone (does a second tune name the same winner?), no full grid
     for attempt in attempts:
         folder = work / attempt
         command = ["tune"]
@@ -165,8 +182,9 @@ def measure(
             command += ["--quants", ",".join(quants)]
         if resume is not None and attempt == "tune-2":
             command += ["--resume", str(resume)]
-        _save(runs, measured(attempt, command, folder, tune_config(folder / "results")))
-    if part == "tune-2":
+        config = tune_config(folder / "results", quants=quants, percentile=percentile, budget_s=budget_s)
+        _save(runs, measured(attempt, command, folder, config))
+    if part in ("tune-2", "tune-twice"):
         return
     folder = work / "grid"
     _save(runs, measured("grid", ["tune"], folder, tune_config(folder / "results", finalists=8)))
@@ -178,18 +196,22 @@ def main() -> None:
     )
     sub = parser.add_subparsers(dest="step", required=True)
     run = sub.add_parser("measure")
-    run.add_argument("part", choices=("experiments", "loaded", "tune", "tune-2"))
+    run.add_argument("part", choices=("experiments", "loaded", "tune", "tune-2", "tune-twice"))
     run.add_argument(
         "--quants", type=lambda text: text.split(","), help="tune these quantizations only (Q8_0,Q4_K_M)"
     )
     run.add_argument("--resume", type=Path, help="tune-2: go on with this interrupted tune's run directory")
+    run.add_argument("--percentile", help="tunes: both SLO limits at this percentile (p90, p99, ...)")
+    run.add_argument("--budget-s", type=float, default=1800.0, help="tunes: tune.budget_s")
     run.add_argument("--runs", type=Path, required=True, help="JSON list of the measured runs (appended)")
     run.add_argument("--work", type=Path, default=Path("/tmp/quantload-server-flags"))
     render = sub.add_parser("render")
     render.add_argument("--runs", type=Path, required=True)
     args = parser.parse_args()
     if args.step == "measure":
-        measure(args.part, args.runs, args.work, args.quants, args.resume)
+        measure(
+            args.part, args.runs, args.work, args.quants, args.resume, args.percentile, args.budget_s
+        )
     else:
         from server_flags_tables import render_runs  # beside this file
 
