@@ -10,6 +10,7 @@ and each sweep level's verdict beside what the searches said at that level.
     .venv/bin/python benchmarks/limit_repeatability.py [--model smollm2-135m] [--quant Q4_K_M]
         [--searches 5] [--time-cap 1800] [--threads 1] [--out results/bench-limit]
         [--slo-ttft-s 1.0] [--slo-tpot-s 0.1] [--percentile p99] [--level-max-s 600]
+        [--max-prompt-tokens 1024] [--max-failed-frac 0.01] [--no-sweep]
 """
 
 from __future__ import annotations
@@ -31,14 +32,21 @@ from quantload.slo import Slo, SloCounts, judge
 from quantload.steps.prepare import prepared_folder
 
 
-def load(out: Path, url: str, quant: str, slo: Slo, level_max_s: float, *extra: str) -> None:
+def load(
+    out: Path, url: str, quant: str, slo: Slo, level_max_s: float, max_prompt_tokens: int, *extra: str
+) -> None:
     command = [
         sys.executable, "-m", "quantload.cli.main", "load", "--url", url, "--name", "bench", "--quant", quant,
         "--out", str(out), "--max-tokens", "32", "--metrics-port", "0", "--slo-ttft", str(slo.ttft_s),
         "--slo-tpot", str(slo.tpot_s), "--slo-ttft-percentile", slo.ttft_percentile,
         "--slo-tpot-percentile", slo.tpot_percentile, *extra,
     ]  # fmt: skip
-    env = {**os.environ, "QUANTLOAD_SLO__LEVEL_MAX_S": str(level_max_s)}
+    env = {
+        **os.environ,
+        "QUANTLOAD_SLO__LEVEL_MAX_S": str(level_max_s),
+        "QUANTLOAD_LOAD__MAX_PROMPT_TOKENS": str(max_prompt_tokens),
+        "QUANTLOAD_SLO__MAX_FAILED_FRAC": str(slo.max_failed_frac),
+    }
     subprocess.run(command, check=False, timeout=4 * 3600, env=env)
 
 
@@ -55,10 +63,18 @@ def main() -> None:
     parser.add_argument("--slo-ttft-s", type=float, default=defaults.ttft_s)
     parser.add_argument("--slo-tpot-s", type=float, default=defaults.tpot_s)
     parser.add_argument("--percentile", default="p99", help="both limits' percentile")
+    parser.add_argument(
+        "--max-failed-frac", type=float, default=defaults.max_failed_frac,
+        help="the share of requests that may fail (a meet must show at most this: at 0.01 that"
+        " alone takes about 300 requests)",
+    )  # fmt: skip
     parser.add_argument("--level-max-s", type=float, default=defaults.level_max_s)
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=1024, help="built-in prompts up to this long"
+    )
     args = parser.parse_args()
-    slo = Slo(args.slo_ttft_s, args.slo_tpot_s, args.percentile, args.percentile)
+    slo = Slo(args.slo_ttft_s, args.slo_tpot_s, args.percentile, args.percentile, args.max_failed_frac)
     toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
     folder = prepared_folder(cache_root(None, os.environ), args.model)
     model = next(folder.glob(f"*-{args.quant}.gguf"), None)
@@ -73,13 +89,20 @@ def main() -> None:
     with LlamaServer(toolchain, spec, args.out / "llama-server.log") as server:
         for index in range(args.searches):
             search = ("-e", "limit_users", "--time-cap", str(args.time_cap))
-            load(args.out / f"search-{index}", server.url, args.quant, slo, args.level_max_s, *search)
+            load(
+                args.out / f"search-{index}", server.url, args.quant, slo, args.level_max_s,
+                args.max_prompt_tokens, *search,
+            )  # fmt: skip
         if not args.no_sweep:
             sweep = ("-e", "sweep", "--users", "1,2,4,8", "--repeats", "1")
-            load(args.out / "sweep", server.url, args.quant, slo, args.level_max_s, *sweep)
+            load(
+                args.out / "sweep", server.url, args.quant, slo, args.level_max_s, args.max_prompt_tokens,
+                *sweep,
+            )  # fmt: skip
     took = f"{time.monotonic() - started:.0f} s, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
     served = f"-np 8 -c 32768 -t {args.threads}"
-    print(f"{args.model} {args.quant}, {served}, 32 output tokens, built-in prompts; {took}")
+    prompts = f"built-in prompts up to {args.max_prompt_tokens} tokens"
+    print(f"{args.model} {args.quant}, {served}, 32 output tokens, {prompts}; {took}")
     print(f"SLO: {slo.text()}")
     said_at: dict[int, list[str]] = {}
     for index in range(args.searches):

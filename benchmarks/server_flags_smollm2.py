@@ -7,7 +7,8 @@
                          second tune pick the same winner?), then Q8_0's full grid (every
                          configuration confirmed: tune.finalists = the space's size)
     measure tune-twice   the two tunes without the full grid (`--percentile p90`: both SLO limits'
-                         percentile; `--budget-s`: each tune's budget)
+                         percentile; `--max-failed-frac`: the failed share; `--budget-s`: each
+                         tune's budget)
     measure tune-2       the second tune alone (`--quants Q8_0`: one quantization's; `--resume RUN_DIR`:
                          go on with an interrupted one)
     render               the tables of those run directories (`--runs` names the JSON the measure
@@ -88,6 +89,7 @@ def tune_config(
     quants: list[str] | None = None,
     percentile: str | None = None,
     budget_s: float = 1800.0,
+    max_failed_frac: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     tune: dict[str, Any] = {"budget_s": budget_s, "short_trial_s": 60.0}
     if finalists is not None:
@@ -97,6 +99,8 @@ def tune_config(
     slo = dict(COMMON["slo"])
     if percentile is not None:
         slo |= {"ttft_percentile": percentile, "tpot_percentile": percentile}
+    if max_failed_frac is not None:
+        slo |= {"max_failed_frac": max_failed_frac}
     return {
         **COMMON,
         "slo": slo,
@@ -164,6 +168,7 @@ def measure(
     resume: Path | None = None,
     percentile: str | None = None,
     budget_s: float = 1800.0,
+    max_failed_frac: float | None = None,
 ) -> None:
     if part == "experiments":
         folder = work / "experiments"
@@ -182,7 +187,10 @@ def measure(
             command += ["--quants", ",".join(quants)]
         if resume is not None and attempt == "tune-2":
             command += ["--resume", str(resume)]
-        config = tune_config(folder / "results", quants=quants, percentile=percentile, budget_s=budget_s)
+        config = tune_config(
+            folder / "results", quants=quants, percentile=percentile, budget_s=budget_s,
+            max_failed_frac=max_failed_frac,
+        )  # fmt: skip
         _save(runs, measured(attempt, command, folder, config))
     if part in ("tune-2", "tune-twice"):
         return
@@ -203,6 +211,7 @@ def main() -> None:
     run.add_argument("--resume", type=Path, help="tune-2: go on with this interrupted tune's run directory")
     run.add_argument("--percentile", help="tunes: both SLO limits at this percentile (p90, p99, ...)")
     run.add_argument("--budget-s", type=float, default=1800.0, help="tunes: tune.budget_s")
+    run.add_argument("--max-failed-frac", type=float, help="tunes: slo.max_failed_frac")
     run.add_argument("--runs", type=Path, required=True, help="JSON list of the measured runs (appended)")
     run.add_argument("--work", type=Path, default=Path("/tmp/quantload-server-flags"))
     render = sub.add_parser("render")
@@ -210,8 +219,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.step == "measure":
         measure(
-            args.part, args.runs, args.work, args.quants, args.resume, args.percentile, args.budget_s
-        )
+            args.part, args.runs, args.work, args.quants, args.resume, args.percentile, args.budget_s,
+            args.max_failed_frac,
+        )  # fmt: skip
     else:
         from server_flags_tables import render_runs  # beside this file
 
