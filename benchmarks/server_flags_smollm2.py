@@ -90,8 +90,12 @@ def tune_config(
     percentile: str | None = None,
     budget_s: float = 1800.0,
     max_failed_frac: float | None = None,
+    level_max_s: float | None = None,
+    batch_sizes: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     tune: dict[str, Any] = {"budget_s": budget_s, "short_trial_s": 60.0}
+    if batch_sizes:
+        tune["batch_sizes"] = batch_sizes
     if finalists is not None:
         tune["finalists"] = finalists
     if quants is None:
@@ -101,6 +105,8 @@ def tune_config(
         slo |= {"ttft_percentile": percentile, "tpot_percentile": percentile}
     if max_failed_frac is not None:
         slo |= {"max_failed_frac": max_failed_frac}
+    if level_max_s is not None:
+        slo |= {"level_max_s": level_max_s}
     return {
         **COMMON,
         "slo": slo,
@@ -169,6 +175,8 @@ def measure(
     percentile: str | None = None,
     budget_s: float = 1800.0,
     max_failed_frac: float | None = None,
+    level_max_s: float | None = None,
+    batch_sizes: list[str] | None = None,
 ) -> None:
     if part == "experiments":
         folder = work / "experiments"
@@ -189,7 +197,7 @@ def measure(
             command += ["--resume", str(resume)]
         config = tune_config(
             folder / "results", quants=quants, percentile=percentile, budget_s=budget_s,
-            max_failed_frac=max_failed_frac,
+            max_failed_frac=max_failed_frac, level_max_s=level_max_s, batch_sizes=batch_sizes,
         )  # fmt: skip
         _save(runs, measured(attempt, command, folder, config))
     if part in ("tune-2", "tune-twice"):
@@ -212,6 +220,8 @@ def main() -> None:
     run.add_argument("--percentile", help="tunes: both SLO limits at this percentile (p90, p99, ...)")
     run.add_argument("--budget-s", type=float, default=1800.0, help="tunes: tune.budget_s")
     run.add_argument("--max-failed-frac", type=float, help="tunes: slo.max_failed_frac")
+    run.add_argument("--level-max-s", type=float, help="tunes: slo.level_max_s (seconds a level may take)")
+    run.add_argument("--batch-sizes", help="tunes: tune.batch_sizes, comma-separated (e.g. 256/256)")
     run.add_argument("--runs", type=Path, required=True, help="JSON list of the measured runs (appended)")
     run.add_argument("--work", type=Path, default=Path("/tmp/quantload-server-flags"))
     render = sub.add_parser("render")
@@ -220,7 +230,7 @@ def main() -> None:
     if args.step == "measure":
         measure(
             args.part, args.runs, args.work, args.quants, args.resume, args.percentile, args.budget_s,
-            args.max_failed_frac,
+            args.max_failed_frac, args.level_max_s, args.batch_sizes.split(",") if args.batch_sizes else None,
         )  # fmt: skip
     else:
         from server_flags_tables import render_runs  # beside this file

@@ -1,8 +1,9 @@
 """Successive halving over configurations, as a pure state machine (tested without a server).
 
   rungs    rung 0 measures every configuration with a short trial (one limit search, its time cap
-           `short_trial_s`, each of its levels planned with 1/eta^k of the requests and deciding
-           within 1/eta^k of the seconds a final trial has, k rungs before the last); each later
+           `short_trial_s`, each of its levels planned with 1/eta^k of the requests a final trial
+           plans, k rungs before the last, and given the level seconds of [slo] to be decided, so a
+           short trial reaches fewer levels, never levels too small to decide); each later
            rung measures the best 1/eta of the one before with trials eta times longer and larger;
            the last rung measures the `finalists` as the limit search measures (its own time cap,
            trial size and the level budget of [slo]). A space no larger than `finalists` is one rung.
@@ -37,7 +38,7 @@ class Rung:
     size: int
     time_cap_s: float
     final: bool
-    requests_frac: float = 1.0  # the share of a final trial's requests and level seconds
+    requests_frac: float = 1.0  # the share of the requests a final trial plans a level
 
 
 def plan_rungs(

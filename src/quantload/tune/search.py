@@ -130,8 +130,8 @@ def _buffers_mib(kv: KvCheck | None) -> float | None:
 def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> Settings:
     """The limit search's settings for one trial: its rung's time cap (never past what is left of
     the budget), trial size (closed loop: requests per user and the fewest a level sends; open
-    loop: seconds of arrivals; at least two requests a level) and seconds a level may spend on being
-    decided."""
+    loop: seconds of arrivals; at least two requests a level); a level may spend the seconds [slo]
+    gives it on being decided, within the cap."""
     limit, frac = settings.limit, trial.rung.requests_frac
     cap_s = max(1.0, min(trial.rung.time_cap_s, left_s))
     limit = limit.model_copy(
@@ -142,7 +142,9 @@ def _trial_settings(settings: Settings, trial: PlannedTrial, left_s: float) -> S
             "trial_seconds": max(2.0, min(limit.trial_seconds * frac, cap_s)),
         }
     )
-    level_s = max(1.0, min(settings.slo.level_max_s * frac, cap_s))  # a level never outlasts its cap
+    # a level keeps the seconds [slo] gives it to be decided (never past the cap): scaled down, a
+    # level of a short trial could not reach the requests its percentile needs and stayed undecided
+    level_s = max(1.0, min(settings.slo.level_max_s, cap_s))
     slo = settings.slo.model_copy(update={"level_max_s": level_s})
     return settings.model_copy(update={"limit": limit, "slo": slo})
 

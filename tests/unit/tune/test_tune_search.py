@@ -159,7 +159,7 @@ def test_a_trial_takes_its_rungs_time_cap_size_and_level_seconds(tmp_path: Path)
     first, last = plan_rungs(8, 3, 2, 60, 300)[0], plan_rungs(8, 3, 2, 60, 300)[-1]
     short = _trial_settings(settings, PlannedTrial("c0", first), left_s=1000)
     assert (short.limit.time_cap_s, short.limit.requests_per_user, short.limit.min_requests) == (60, 1, 2)
-    assert short.slo.level_max_s == 10.0
+    assert short.slo.level_max_s == 60.0  # the level's own seconds, within the cap: never too few to decide
     final = _trial_settings(settings, PlannedTrial("c0", last), left_s=100)
     assert (final.limit.time_cap_s, final.limit.requests_per_user, final.limit.min_requests) == (100, 6, 9)
     assert final.slo.level_max_s == 90.0
