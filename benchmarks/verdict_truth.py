@@ -42,7 +42,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from quantload.load import LevelJudgement, SlowEpisodes
+from quantload.load.fakeserver import SlowEpisodes
+from quantload.load.level_judgement import LevelJudgement
 from quantload.slo import Slo
 
 SHARES = (0.001, 0.005, 0.015, 0.03, 0.10)
@@ -154,16 +155,11 @@ def http_decisions(
     stages each decide a level of their own (a 30 ms TTFT limit; a fast request takes 5 ms to its
     first token, a slow one 60 ms)."""
     from quantload.config import LoadSettings, Settings, SloSettings
-    from quantload.load import (
-        FakeScript,
-        FakeServerProcess,
-        PromptSetWorkload,
-        StageDecision,
-        assemble_plan,
-        load_builtin,
-        run_plan,
-        stage_plan,
-    )
+    from quantload.load.fakeserver import FakeScript, FakeServerProcess
+    from quantload.load.plan import StageDecision, assemble_plan, stage_plan
+    from quantload.load.prompts import load_builtin
+    from quantload.load.supervisor import run_plan
+    from quantload.load.workloads import PromptSetWorkload
     from quantload.run_context import RunContext
     from quantload.rundir.handle import RunDir
     from quantload.served import ServedTarget
@@ -213,7 +209,7 @@ def http_decisions(
 def capacity_searches(searches: int, slots: int, out: Path) -> list[dict[str, object]]:
     """The limit search for users against a fake serving `slots` streams at once, `searches` times."""
     from quantload.config import LimitSettings, LoadSettings, Settings, SloSettings
-    from quantload.load import FakeScript, FakeServerProcess
+    from quantload.load.fakeserver import FakeScript, FakeServerProcess
     from quantload.run_context import RunContext
     from quantload.rundir.handle import RunDir
     from quantload.served import ServedTarget

@@ -32,7 +32,7 @@ from pydantic.fields import FieldInfo
 from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
 from quantload.llamacpp.placement import placement_args
-from quantload.load import parse_length_distribution
+from quantload.load.lengths import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 from quantload.slo import Percentile, Slo
 from quantload.urls import host_problem

@@ -50,7 +50,7 @@ from quantload.analysis.ttft_tables import (
 from quantload.config import PlanSettings, ReportSettings, SloSettings
 from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache, sessions
 from quantload.experiments.base import Experiment
-from quantload.load import LimitLine
+from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL

@@ -36,6 +36,16 @@ streams per process, or whose event loop woke later than that error, says so (de
 
 from __future__ import annotations
 
+__all__ = [
+    "CALIBRATION_DIR",
+    "Calibration",
+    "calibration_script",
+    "fake_delay_s",
+    "machine_limits",
+    "run_calibration",
+    "write_calibration",
+]
+
 import dataclasses
 import json
 import os

@@ -29,6 +29,8 @@ answer costs one warning line, never the load.
 
 from __future__ import annotations
 
+__all__ = ["LoadError", "PlanOutcome", "run_plan"]
+
 import contextlib
 import functools
 import logging
