@@ -2,7 +2,8 @@
 each other, long functions and functions with many parameters (issue 34's before and after).
 
 Imports are read with `ast` from src/quantload, those inside functions included (a deferred import
-still ties two modules together). An import loop is a strongly connected group of modules: each
+still ties two modules together), those under `if TYPE_CHECKING:` left out (a type checker's view,
+never run). An import loop is a strongly connected group of modules: each
 reaches every other through imports. A two-way package pair is two packages of quantload (its first
 level: analysis, load, ...) where each imports something of the other.
 
@@ -53,7 +54,7 @@ def imported(module: Module, known: set[str]) -> set[str]:
     """The modules of `known` that `module` imports (a name imported from a package counts as its
     module where there is one, else the package)."""
     found = set()
-    for node in ast.walk(module.tree):
+    for node in _runtime_nodes(module.tree):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -66,6 +67,28 @@ def imported(module: Module, known: set[str]) -> set[str]:
                 found.add(target)
                 break
     return found
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of `tree` but those under `if TYPE_CHECKING:` (their `else` kept)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if _type_checking_only(node):
+            assert isinstance(node, ast.If)
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def loops(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -27,7 +27,7 @@ from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.soak import NAME as SOAK
 from quantload.experiments.soak import duration_text_s
-from quantload.load.calibrate import machine_limits
+from quantload.load.calibration_file import machine_limits
 from quantload.load.processes import choose_workers, master_listen_port, usable_cores, workers_absent
 from quantload.load.summary import StageSummary
 from quantload.load.workload_builder import ignored_flags

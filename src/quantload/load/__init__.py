@@ -17,6 +17,7 @@ How a plan runs
   processes       which Locust processes run a plan; the worker count for this machine
   remote_worker   `quantload load-worker`: a load host's worker, joining each plan of a remote master
   calibrate       `quantload calibrate`: the client against the fake server, at rising stream counts
+  calibration_file  the calibration's file: what it measured, the latest kept, what it holds a plan to
   fakeserver      the OpenAI-style streaming server of known timing (calibration, tests, benchmarks)
 
 What a request is and how it is measured
