@@ -329,7 +329,7 @@ def main() -> None:
         f"p99 TTFT objective (1 % allowed over), 95 % confidence, budget {args.budget} requests a level,"
         f" {args.runs} runs a cell; {took:.0f} s on {args.workers} workers; load average before"
         f" {load_before[0]:.2f}. Command: `python benchmarks/verdict_truth.py --runs {args.runs}"
-        f" --budget {args.budget}{flag}`.",
+        f" --budget {args.budget}{flag}{'' if args.http_only else f' --searches {args.searches}'}`.",
         "",
         *(table(cells) if cells else [f"(part 1, the decision alone, left out:{flag})"]),
     ]
