@@ -37,20 +37,14 @@ from typing import Any
 
 from quantload.config import LoadSettings, Settings
 from quantload.experiments.sweep import sweep_plan
-from quantload.load import (
-    FakeScript,
-    FakeServerProcess,
-    Prompt,
-    StageRequests,
-    WorkersSetting,
-    choose_workers,
-    delivered_concurrency,
-    fake_delay_s,
-    iter_records,
-    iter_stage_events,
-    run_plan,
-    usable_cores,
-)
+from quantload.load.calibrate import fake_delay_s
+from quantload.load.fakeserver import FakeScript, FakeServerProcess
+from quantload.load.processes import WorkersSetting, choose_workers, usable_cores
+from quantload.load.prompts import Prompt
+from quantload.load.records import iter_records, iter_stage_events
+from quantload.load.summary import delivered_concurrency
+from quantload.load.supervisor import run_plan
+from quantload.load.workloads import StageRequests
 from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from quantload.load import StampSwitch, enable_kernel_stamps, read_stamped
+from quantload.load.arrival import StampSwitch, enable_kernel_stamps, read_stamped
 from quantload.stats import percentile
 
 LATE_READ_S = 0.2

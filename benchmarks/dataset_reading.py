@@ -28,7 +28,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from quantload.load import FakeScript, FakeServerProcess, read_dataset
+from quantload.load.datasets import read_dataset
+from quantload.load.fakeserver import FakeScript, FakeServerProcess
 
 WORDS_TEXT = (
     "the of and to in is you that it he was for on are as with his they at be this have from or"

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the targets are test code
 import fuzz_targets as targets
-from quantload.load import EventStreamParser, ProtocolError
+from quantload.load.http1 import ProtocolError
+from quantload.load.sse import EventStreamParser
 
 BATCH = 500
 TARGETS: dict[str, Callable[..., None]] = {

@@ -26,7 +26,8 @@ from pathlib import Path
 from quantload.config import SloSettings, ToolchainSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.load import iter_stage_events, read_limits
+from quantload.load.limit_file import read_limits
+from quantload.load.records import iter_stage_events
 from quantload.paths import cache_root
 from quantload.slo import Slo, SloCounts, judge
 from quantload.steps.prepare import prepared_folder

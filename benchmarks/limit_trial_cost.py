@@ -23,7 +23,12 @@ from pathlib import Path
 
 from quantload.config import LimitSettings, LoadSettings, Settings
 from quantload.experiments.limit_trials import judge_trial, trial_plan
-from quantload.load import LoadPlan, LoadProcess, Prompt, RequestRecord, StageRequests, iter_records, run_plan
+from quantload.load.plan import LoadPlan
+from quantload.load.processes import LoadProcess
+from quantload.load.prompts import Prompt
+from quantload.load.records import RequestRecord, iter_records
+from quantload.load.supervisor import run_plan
+from quantload.load.workloads import StageRequests
 from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget

@@ -37,7 +37,7 @@ from quantload.config import LoadSettings, Settings, SpeedSettings, ToolchainSet
 from quantload.llamacpp.quantize import quantize  # noqa: E402
 from quantload.llamacpp.server import LlamaServer, ServerSpec  # noqa: E402
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain  # noqa: E402
-from quantload.load import iter_records  # noqa: E402
+from quantload.load.records import iter_records  # noqa: E402
 from quantload.models.gguf_meta import read_gguf  # noqa: E402
 from quantload.models.moe import file_moe_facts  # noqa: E402
 from quantload.models.synthetic_moe import MoeShape, write_dense_twin, write_tiny_moe  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from quantload.load import count_tokens
+from quantload.load.shared_prefix import count_tokens
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,9 @@ import sys
 import time
 from typing import Any
 
-from quantload.load import EventStreamParser, StreamResult, classify_stream
+from quantload.load.openai_chunks import classify_stream
+from quantload.load.sse import EventStreamParser
+from quantload.load.stream_result import StreamResult
 
 TOKENS = 16
 STREAMS = 2000

@@ -42,7 +42,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from quantload.load import LevelJudgement, SlowEpisodes
+from quantload.load.fakeserver import SlowEpisodes
+from quantload.load.level_judgement import LevelJudgement
 from quantload.slo import Slo
 
 SHARES = (0.001, 0.005, 0.015, 0.03, 0.10)
@@ -154,16 +155,11 @@ def http_decisions(
     stages each decide a level of their own (a 30 ms TTFT limit; a fast request takes 5 ms to its
     first token, a slow one 60 ms)."""
     from quantload.config import LoadSettings, Settings, SloSettings
-    from quantload.load import (
-        FakeScript,
-        FakeServerProcess,
-        PromptSetWorkload,
-        StageDecision,
-        assemble_plan,
-        load_builtin,
-        run_plan,
-        stage_plan,
-    )
+    from quantload.load.fakeserver import FakeScript, FakeServerProcess
+    from quantload.load.plan import StageDecision, assemble_plan, stage_plan
+    from quantload.load.prompts import load_builtin
+    from quantload.load.supervisor import run_plan
+    from quantload.load.workloads import PromptSetWorkload
     from quantload.run_context import RunContext
     from quantload.rundir.handle import RunDir
     from quantload.served import ServedTarget
@@ -210,27 +206,44 @@ def http_decisions(
     }  # fmt: skip
 
 
+TTFT_MS = 5.0  # the capacity fake's time to the first token
+ITL_MS = 10.0  # and between its 10 tokens
+CAPACITY_TTFT_LIMIT_S = 0.020
+
+
 def capacity_searches(searches: int, slots: int, out: Path) -> list[dict[str, object]]:
     """The limit search for users against a fake serving `slots` streams at once, `searches` times."""
     from quantload.config import LimitSettings, LoadSettings, Settings, SloSettings
-    from quantload.load import FakeScript, FakeServerProcess
+    from quantload.load.fakeserver import FakeScript, FakeServerProcess
     from quantload.run_context import RunContext
     from quantload.rundir.handle import RunDir
     from quantload.served import ServedTarget
     from quantload.steps.load import run_experiment
 
-    # 5 ms to the first token, 10 tokens 2 ms apart: a request that waits for a slot waits ~25 ms,
-    # so from slots + 1 users about one request in slots + 1 is past a 15 ms TTFT limit
+    # In a closed loop of N users against K slots, a stream of S ms (5 ms to the first token, then
+    # 9 gaps of ITL_MS) and no think time, the server finishes K streams every S ms, so each user's
+    # cycle is N*S/K ms and every request waits S*(N/K - 1) for a slot once N > K: its TTFT is
+    # 5 ms up to K users and 5 + S*(N/K - 1) ms beyond (36.7 ms at 4 users of K = 3). The TTFT
+    # limit (20 ms) sits 15 ms above the first and 16.7 ms below the second, wide of scheduling
+    # noise, so the search's truth is K. (The first design, 2 ms gaps and a 15 ms limit, put K + 1
+    # users at 12.7 ms, under its own limit, and 2 users 10 ms from a false miss: it found "K" in 8
+    # of 10 searches partly because noise pushed K + 1 over.)
+    stream_ms = TTFT_MS + 9 * ITL_MS
     script = FakeScript(
-        ttft_ms=(5.0, 5.0), itl_ms=(2.0, 2.0), tokens=10, max_streams=slots, close_after_stream=True,
-        pathological=False,
+        ttft_ms=(TTFT_MS, TTFT_MS), itl_ms=(ITL_MS, ITL_MS), tokens=10, max_streams=slots,
+        close_after_stream=True, pathological=False,
     )  # fmt: skip
     settings = Settings(
         load=LoadSettings(
             metrics_port=0, warmup_requests=1, request_timeout_s=20, first_round_jitter_s=0.002
         ),
         limit=LimitSettings(max_users=32, requests_per_user=8, min_requests=16, time_cap_s=900),
-        slo=SloSettings(ttft_s=0.015, tpot_s=0.05, level_max_s=120.0),
+        slo=SloSettings(ttft_s=CAPACITY_TTFT_LIMIT_S, tpot_s=0.05, level_max_s=120.0),
+    )
+    print(
+        f"  truth: TTFT {TTFT_MS:.0f} ms up to {slots} users, {TTFT_MS + stream_ms / slots:.1f} ms at"
+        f" {slots + 1} and more beyond; limit {CAPACITY_TTFT_LIMIT_S * 1000:.0f} ms",
+        flush=True,
     )
     found = []
     with FakeServerProcess(script) as fake:
@@ -290,6 +303,9 @@ def main() -> None:
     parser.add_argument(
         "--http-only", action="store_true", help="only the part through the real load (part 1 left out)"
     )
+    parser.add_argument(
+        "--capacity-only", action="store_true", help="only the capacity fake's limit searches"
+    )
     parser.add_argument("--http-stages", type=int, default=10, help="levels per share through the load")
     parser.add_argument("--searches", type=int, default=10, help="limit searches of the capacity fake")
     parser.add_argument("--slots", type=int, default=3, help="the capacity fake's streams at once")
@@ -299,18 +315,23 @@ def main() -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     load_before = os.getloadavg()
     started = time.monotonic()
-    cells = [] if args.http_only else decisions(args.runs, args.budget, args.workers)
-    args.http = args.http or args.http_only
+    only = args.http_only or args.capacity_only
+    cells = [] if only else decisions(args.runs, args.budget, args.workers)
+    args.http = args.http or only
     took = time.monotonic() - started
+    flag = (
+        " --capacity-only" if args.capacity_only else " --http-only" if args.http_only
+        else " --http" if args.http else ""
+    )  # fmt: skip
     lines = [
         f"# Verdict against known truth ({stamp})",
         "",
         f"p99 TTFT objective (1 % allowed over), 95 % confidence, budget {args.budget} requests a level,"
         f" {args.runs} runs a cell; {took:.0f} s on {args.workers} workers; load average before"
         f" {load_before[0]:.2f}. Command: `python benchmarks/verdict_truth.py --runs {args.runs}"
-        f" --budget {args.budget}{' --http-only' if args.http_only else ' --http' if args.http else ''}`.",
+        f" --budget {args.budget}{flag}{'' if args.http_only else f' --searches {args.searches}'}`.",
         "",
-        *(table(cells) if cells else ["(part 1, the decision alone, left out: --http-only)"]),
+        *(table(cells) if cells else [f"(part 1, the decision alone, left out:{flag})"]),
     ]
     print("\n".join(lines), flush=True)
     report: dict[str, object] = {
@@ -324,7 +345,8 @@ def main() -> None:
             out = Path(folder)
             print("\nthrough the load:", flush=True)
             http_rows = []
-            for share, burst, users in ((0.001, 1, 1), (0.10, 1, 1), (0.03, 4, 4)):
+            designs = () if args.capacity_only else ((0.001, 1, 1), (0.10, 1, 1), (0.03, 4, 4))
+            for share, burst, users in designs:
                 row = http_decisions(
                     share, burst, users, args.http_stages, args.budget, out / f"h{share}-{burst}"
                 )
@@ -333,13 +355,13 @@ def main() -> None:
             print(f"\ncapacity fake ({args.slots} slots), {args.searches} limit searches:", flush=True)
             searches = capacity_searches(args.searches, args.slots, out / "capacity")
         exact = sum(1 for s in searches if s["limit"] == args.slots)
-        lines += [
+        lines += [] if args.capacity_only else [
             "",
             "## Through the load",
             "",
             "| share over | burst | users | levels | meets | misses | undecided | requests mean |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        ]  # fmt: skip
         for row in http_rows:
             lines.append(
                 f"| {float(row['share']) * 100:.1f} % | {row['burst']} | {row['users']} | {row['levels']} |"
@@ -347,8 +369,9 @@ def main() -> None:
             )
         lines += [
             "",
-            f"Capacity fake with {args.slots} slots: the limit found exactly in {exact} of"
-            f" {len(searches)} searches.",
+            f"Capacity fake with {args.slots} slots (TTFT {TTFT_MS:.0f} ms, 10 tokens {ITL_MS:.0f} ms"
+            f" apart, TTFT limit {CAPACITY_TTFT_LIMIT_S * 1000:.0f} ms at p99): the limit found exactly"
+            f" in {exact} of {len(searches)} searches.",
             "",
             "| search | limit | misses from | undecided | trials | requests | seconds |",
             "|---:|---:|---:|---|---|---:|---:|",

@@ -32,7 +32,7 @@ from pydantic.fields import FieldInfo
 from quantload import json_input
 from quantload.errors import ConfigError, QuantloadError
 from quantload.llamacpp.placement import placement_args
-from quantload.load import parse_length_distribution
+from quantload.load.lengths import parse_length_distribution
 from quantload.profiles import PROFILE_ALIASES, PROFILE_NAMES, profile_name, profile_presets
 from quantload.slo import Percentile, Slo
 from quantload.urls import host_problem
@@ -372,41 +372,25 @@ class SpeedSettings(_Section):
 
 
 
-def _experiment_names() -> tuple[str, ...]:
-    # Imported here: the registry's modules read these settings, so they cannot be imported first.
-    from quantload.experiments.registry import names
-
-    return names()
-
-
-def _default_experiments() -> tuple[str, ...]:
-    from quantload.experiments.registry import default_names
-
-    return default_names()
-
-
-def _known_experiments(requested: tuple[str, ...]) -> tuple[str, ...]:
-    """Every name one of the registry's experiments, each once."""
-    known = _experiment_names()
-    unknown = [name for name in requested if name not in known]
-    if unknown:
-        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(known)}")
+def _distinct_names(requested: tuple[str, ...]) -> tuple[str, ...]:
+    """Each name once (which names are experiments is the registry's to say:
+    quantload.experiments.registry.requested_names)."""
     repeated = sorted({name for name in requested if requested.count(name) > 1})
     if repeated:
         raise ValueError(f"lists {', '.join(repeated)} more than once")
     return requested
 
 
-ExperimentNames = Annotated[tuple[Annotated[str, COMMA_FREE], ...], AfterValidator(_known_experiments)]
+ExperimentNames = Annotated[tuple[Annotated[str, COMMA_FREE], ...], AfterValidator(_distinct_names)]
 
 
 class LoadSettings(_Section):
     """The Locust load stages and the prompt-cache experiment."""
 
-    experiments: ExperimentNames = Field(
-        default_factory=_default_experiments,
-        description="what `quantload run` runs per quantization, in this order (the experiments of"
-        " quantload.experiments.registry that run by default: batching, slots and speculation run"
+    experiments: ExperimentNames | None = Field(
+        default=None,
+        description="what `quantload run` runs per quantization, in this order (unset: the experiments"
+        " of quantload.experiments.registry that run by default; batching, slots and speculation run"
         " when named); one whose input is missing is left out, with the reason the registry gives"
         " (run.json and the report say it)",
     )
@@ -1276,7 +1260,7 @@ class Settings(_Section):
     server: ServerSettings = ServerSettings()
     quality: QualitySettings = QualitySettings()
     speed: SpeedSettings = SpeedSettings()
-    load: LoadSettings = Field(default_factory=LoadSettings)  # its default names the registry's experiments
+    load: LoadSettings = Field(default_factory=LoadSettings)
     workload: WorkloadSettings = WorkloadSettings()
     sessions: SessionSettings = SessionSettings()
     trace: TraceSettings = TraceSettings()
@@ -1504,6 +1488,8 @@ def decode_env_value(field: FieldInfo, raw: str) -> Any:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (types.UnionType, typing.Union) and len(args) == 1:
         annotation = args[0]
+    if typing.get_origin(annotation) is Annotated:  # an optional list with validators of its own
+        annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) not in (tuple, list):
         return raw
     item = typing.get_args(annotation)[0] if typing.get_args(annotation) else str

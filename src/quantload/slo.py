@@ -117,12 +117,27 @@ class Slo:
         return allowed_over_frac(self.tpot_percentile)
 
     def text(self) -> str:
-        """The SLO in words."""
+        """The SLO in words, with the fewest requests a level meets on."""
         return (
             f"TTFT {self.ttft_percentile} ≤ {duration(self.ttft_s)} and TPOT {self.tpot_percentile}"
             f" ≤ {duration(self.tpot_s)}, with at most {percent(self.max_failed_frac, 0)} of requests"
-            f" failed, decided at {percent(self.confidence, 0)} confidence"
+            f" failed, decided at {percent(self.confidence, 0)} confidence ({self.fewest_text()})"
         )
+
+    def fewest_text(self) -> str:
+        """How few requests a level can meet on, and which allowance asks for them."""
+        alpha = self.alpha
+        needs = {
+            f"the TTFT {self.ttft_percentile}": fewest_requests_to_meet(self.ttft_allowed_frac, alpha),
+            f"the TPOT {self.tpot_percentile}": fewest_requests_to_meet(self.tpot_allowed_frac, alpha),
+            f"the {percent(self.max_failed_frac, 0)} failed allowance": fewest_requests_to_meet(
+                self.max_failed_frac, alpha
+            ),
+        }
+        most = max(needs.values())
+        asking = [what for what, count in needs.items() if count == most]
+        named = asking[0] if len(asking) == 1 else f"{', '.join(asking[:-1])} and {asking[-1]}"
+        return f"a level meets on no fewer than {most:,} requests, for {named}"
 
     def fewest_requests(self) -> int:
         """The fewest requests with which a level can meet this SLO at all (none over a limit, none

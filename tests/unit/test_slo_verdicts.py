@@ -85,6 +85,14 @@ def test_the_fewest_requests_a_level_needs_follow_from_its_percentile(percentile
     assert slo.fewest_requests() == fewest
 
 
+def test_the_slo_says_how_few_requests_meet_and_which_allowance_asks_for_them() -> None:
+    # p90 latency limits with the default 1 % failed allowance: the failures need the requests
+    assert "no fewer than 380 requests, for the 1 % failed allowance)" in Slo(3.0, 0.2, "p90", "p90").text()
+    loose = Slo(3.0, 0.2, "p90", "p90", max_failed_frac=0.1)
+    assert loose.text().endswith("no fewer than 37 requests, for the TTFT p90, the TPOT p90 and the 10 % failed allowance)")
+    assert Slo(3.0, 0.2, "p99", "p90", max_failed_frac=0.1).fewest_text().endswith("380 requests, for the TTFT p99")
+
+
 def test_a_p50_objective_is_met_by_a_handful_of_requests() -> None:
     slo = Slo(1.0, 0.1, ttft_percentile="p50", tpot_percentile="p50", max_failed_frac=0.5)
     assert judge(clean(12), slo, in_flight=1).outcome == "meets"

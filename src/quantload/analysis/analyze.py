@@ -50,7 +50,8 @@ from quantload.analysis.ttft_tables import (
 from quantload.config import PlanSettings, ReportSettings, SloSettings
 from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache, sessions
 from quantload.experiments.base import Experiment
-from quantload.load import LimitLine
+from quantload.experiments.registry import requested_names
+from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
 from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
@@ -185,7 +186,7 @@ def not_run_because(run: RunData, experiment: Experiment, quant: str | None, wha
         why = experiment.missing(settings)
         if why is not None:
             return f"not run because {why}"
-        if experiment.name not in settings.load.experiments:
+        if experiment.name not in requested_names(settings):
             return f"not asked for (load.experiments leaves {experiment.name} out)"
     return run.step_why(experiment.step, quant, what_file)
 
@@ -232,7 +233,7 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
     if run.records.empty:
         return []
     ran = set(stages["experiment"]) if not stages.empty else set()
-    asked = set(run.settings.load.experiments) if run.settings is not None else None
+    asked = set(requested_names(run.settings)) if run.settings is not None else None
     gaps = []
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),

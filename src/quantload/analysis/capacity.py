@@ -22,7 +22,8 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import level_counts
 from quantload.comparison import LimitRange
-from quantload.load import LimitLine, level_text, level_unit
+from quantload.load.limit_file import LimitLine
+from quantload.load.limit_search import level_text, level_unit
 from quantload.slo import Outcome, Slo, judge
 
 

@@ -18,7 +18,7 @@ from quantload.analysis.capacity import CapacityVerdict
 from quantload.analysis.capacity_plan import QuantPlan
 from quantload.analysis.interference import BusyMachine, busy_machine
 from quantload.analysis.quality_loss import nats_shown
-from quantload.load import level_text
+from quantload.load.limit_search import level_text
 
 
 @dataclass(frozen=True)

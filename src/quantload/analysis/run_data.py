@@ -22,15 +22,9 @@ from pydantic import BaseModel, ValidationError
 from quantload.config import Settings
 from quantload.errors import QuantloadError
 from quantload.experiments import mixed
-from quantload.load import (
-    LimitLine,
-    RequestRecord,
-    StageEvent,
-    StageSummary,
-    iter_records,
-    iter_stage_events,
-    read_limits,
-)
+from quantload.load.limit_file import LimitLine, read_limits
+from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
+from quantload.load.summary import StageSummary
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, load_sensitivity_file

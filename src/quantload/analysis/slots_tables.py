@@ -27,7 +27,8 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.experiments.variant_file import VariantLine
-from quantload.load import LimitLine, StageSummary
+from quantload.load.limit_file import LimitLine
+from quantload.load.summary import StageSummary
 
 PREFIX = "slots -np "
 PAYING_FRAC = 0.9  # more slots "pay" while they raise the limit by more than 10 %

@@ -22,6 +22,7 @@ from quantload.analysis.drift import Drift, fit_drift
 from quantload.analysis.run_data import Gap, RunData
 from quantload.analysis.stage_tables import stage_counts
 from quantload.experiments import soak
+from quantload.experiments.registry import requested_names
 from quantload.experiments.soak_watch import SoakLine, read_soak_lines
 from quantload.rundir import SOAK_JSONL
 from quantload.rundir.jsonl import BadLines
@@ -268,7 +269,7 @@ def soak_view(run: RunData, stages: pd.DataFrame, slo: Slo) -> SoakView:
     asked = settings is not None and soak.EXPERIMENT.missing(settings) is None
     if settings is not None and asked and not runs and not run.records.empty:
         why = run.step_why(soak.EXPERIMENT.step, None, SOAK_JSONL)
-        if soak.NAME not in settings.load.experiments:
+        if soak.NAME not in requested_names(settings):
             why = f"not asked for (load.experiments leaves {soak.NAME} out)"
         view.gaps.append(Gap("soak", "the soak", why))
     return view

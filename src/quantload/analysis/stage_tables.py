@@ -21,7 +21,8 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.run_data import RunData
 from quantload.analysis.stats import spread
-from quantload.load import StageEvent, StageSummary, new_figures, summarize
+from quantload.load.records import StageEvent
+from quantload.load.summary import StageSummary, new_figures, summarize
 from quantload.slo import PERCENTILES, Slo, SloCounts
 from quantload.slo import total as sum_counts
 from quantload.stats import percentile, percentile_interval

@@ -26,7 +26,7 @@ from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
-from quantload.load import LimitLine
+from quantload.load.limit_file import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"

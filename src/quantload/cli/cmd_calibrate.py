@@ -14,18 +14,10 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.errors import ConfigError
-from quantload.load import (
-    CALIBRATION_DIR,
-    Calibration,
-    FakeScript,
-    calibration_script,
-    choose_workers,
-    machine_limits,
-    run_calibration,
-    serve_forever,
-    usable_cores,
-    write_calibration,
-)
+from quantload.load.calibrate import calibration_script, run_calibration
+from quantload.load.calibration_file import CALIBRATION_DIR, Calibration, machine_limits, write_calibration
+from quantload.load.fakeserver import FakeScript, serve_forever
+from quantload.load.processes import choose_workers, usable_cores
 from quantload.urls import BadUrl, http_address
 
 

@@ -27,15 +27,10 @@ from quantload.errors import ConfigError, ServerError
 from quantload.experiments import registry
 from quantload.experiments.soak import NAME as SOAK
 from quantload.experiments.soak import duration_text_s
-from quantload.load import (
-    StageSummary,
-    choose_workers,
-    ignored_flags,
-    machine_limits,
-    master_listen_port,
-    usable_cores,
-    workers_absent,
-)
+from quantload.load.calibration_file import machine_limits
+from quantload.load.processes import choose_workers, master_listen_port, usable_cores, workers_absent
+from quantload.load.summary import StageSummary
+from quantload.load.workload_builder import ignored_flags
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
 from quantload.rundir import GPU_JSON, make_run_id, write_json_atomic

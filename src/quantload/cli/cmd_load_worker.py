@@ -10,7 +10,8 @@ import typer
 
 from quantload.cli.context import cli_context
 from quantload.errors import ConfigError
-from quantload.load import WorkerLoop, master_listen_port, worker_argv
+from quantload.load.processes import master_listen_port
+from quantload.load.remote_worker import WorkerLoop, worker_argv
 from quantload.urls import host_problem
 
 LOG_NAME = "load-worker.log"

@@ -28,8 +28,11 @@ class CliContext:
     def config(self, flags: Mapping[str, Any] | None = None) -> ResolvedConfig:
         """The configuration with this subcommand's flags as the top layer."""
         from quantload.config import load_config  # pydantic's models: not for `quantload --help`
+        from quantload.experiments.registry import requested_names
 
-        return load_config(self.cwd, self.environ, flags, self.config_file)
+        config = load_config(self.cwd, self.environ, flags, self.config_file)
+        requested_names(config.settings)  # the experiments' names, checked before any work
+        return config
 
 
 def cli_context(ctx: typer.Context) -> CliContext:

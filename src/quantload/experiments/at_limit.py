@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.limit_trials import run_limit_search
-from quantload.load import LimitLine, StageSummary
+from quantload.load.limit_file import LimitLine
+from quantload.load.summary import StageSummary
 
 
 @dataclass(frozen=True)

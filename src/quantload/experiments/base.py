@@ -32,7 +32,8 @@ from quantload.kvcheck import KvCheck
 from quantload.llamacpp.devices import Device
 from quantload.llamacpp.offload import GpuLayers
 from quantload.llamacpp.server_help import ServerBuild
-from quantload.load import LimitLine, StageSummary
+from quantload.load.limit_file import LimitLine
+from quantload.load.summary import StageSummary
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
 

@@ -31,14 +31,9 @@ from quantload.experiments.base import (
 )
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.experiments.variant_file import append_variant, variant_line
-from quantload.load import (
-    LoadPlan,
-    StageRequests,
-    StageSummary,
-    assemble_plan,
-    poisson_requests,
-    stage_plan,
-)
+from quantload.load.plan import LoadPlan, assemble_plan, poisson_requests, stage_plan
+from quantload.load.summary import StageSummary
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "batching"

@@ -49,17 +49,12 @@ from quantload.experiments.base import (
     experiment_run,
 )
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import (
-    LoadPlan,
-    SessionWorkload,
-    StageRequests,
-    StageSummary,
-    WorkloadBuilder,
-    assemble_plan,
-    parse_length_distribution,
-    stage_plan,
-    whole_prompt_tokens,
-)
+from quantload.load.history_trim import whole_prompt_tokens
+from quantload.load.lengths import parse_length_distribution
+from quantload.load.plan import LoadPlan, assemble_plan, stage_plan
+from quantload.load.summary import StageSummary
+from quantload.load.workload_builder import WorkloadBuilder
+from quantload.load.workloads import SessionWorkload, StageRequests
 from quantload.served import ServedTarget
 
 NAME = "context"

@@ -31,16 +31,11 @@ from quantload.experiments.base import (
 )
 from quantload.experiments.running import invocation_id, run_stages
 from quantload.kvcheck import merge_kv_cache_type
-from quantload.load import (
-    LoadError,
-    LoadPlan,
-    PlannedRequest,
-    StageRequests,
-    StageSummary,
-    assemble_plan,
-    select_prompts,
-    stage_plan,
-)
+from quantload.load.plan import LoadPlan, PlannedRequest, assemble_plan, stage_plan
+from quantload.load.prompts import select_prompts
+from quantload.load.summary import StageSummary
+from quantload.load.supervisor import LoadError
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "kv_types"

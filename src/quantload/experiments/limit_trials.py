@@ -33,24 +33,18 @@ from quantload.errors import ConfigError
 from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import label, run_stages, workloads
 from quantload.experiments.sweep import requests_per_stage
-from quantload.load import (
-    LimitLine,
-    LimitResult,
-    LimitSearch,
+from quantload.load.limit_file import LimitLine, SearchExperiment, TrialLine
+from quantload.load.limit_search import LimitResult, LimitSearch, Trial, TrialOutcome, level_text
+from quantload.load.plan import (
     LoadPlan,
-    SearchExperiment,
-    StageRequests,
-    StageSummary,
-    Trial,
-    TrialLine,
-    TrialOutcome,
     assemble_plan,
     decided_timeout_s,
-    level_text,
     poisson_requests,
     stage_decision,
     stage_plan,
 )
+from quantload.load.summary import StageSummary
+from quantload.load.workloads import StageRequests
 from quantload.progress import ProgressCallback
 from quantload.served import ServedTarget
 from quantload.slo import Slo, Verdict, judge

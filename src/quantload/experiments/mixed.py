@@ -22,18 +22,11 @@ from quantload.experiments.base import (
     experiment_run,
 )
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import (
-    LengthDistribution,
-    LengthsWorkload,
-    LoadPlan,
-    PlannedRequest,
-    StagePlan,
-    StageRequests,
-    StageSummary,
-    WorkloadBuilder,
-    assemble_plan,
-    stage_plan,
-)
+from quantload.load.lengths import LengthDistribution
+from quantload.load.plan import LoadPlan, PlannedRequest, StagePlan, assemble_plan, stage_plan
+from quantload.load.summary import StageSummary
+from quantload.load.workload_builder import WorkloadBuilder
+from quantload.load.workloads import LengthsWorkload, StageRequests
 from quantload.served import ServedTarget
 
 NAME = "mixed"

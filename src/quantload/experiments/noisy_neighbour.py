@@ -23,17 +23,17 @@ from quantload.config import Settings, TenantSettings
 from quantload.errors import ConfigError, QuantloadError
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages
-from quantload.load import (
+from quantload.load.plan import (
     LoadPlan,
     PlannedRequest,
     StagePlan,
-    StageRequests,
-    TenantLoad,
-    WorkloadBuilder,
     assemble_plan,
     poisson_requests,
     stage_plan,
 )
+from quantload.load.records import TenantLoad
+from quantload.load.workload_builder import WorkloadBuilder
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "noisy_neighbour"

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from quantload.config import LoadSettings, Settings
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import LoadPlan, StageRequests, assemble_plan, poisson_requests, stage_plan
+from quantload.load.plan import LoadPlan, assemble_plan, poisson_requests, stage_plan
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "open_loop"

@@ -14,18 +14,10 @@ from __future__ import annotations
 from quantload.config import LoadSettings, Settings
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import (
-    LoadPlan,
-    Prompt,
-    StagePlan,
-    StageRequests,
-    assemble_plan,
-    build_system_prompt,
-    cycle_prompts,
-    erase_slots,
-    stage_plan,
-    warmup_requests,
-)
+from quantload.load.plan import LoadPlan, StagePlan, assemble_plan, stage_plan, warmup_requests
+from quantload.load.prompts import Prompt
+from quantload.load.shared_prefix import build_system_prompt, erase_slots
+from quantload.load.workloads import StageRequests, cycle_prompts
 from quantload.served import ServedTarget
 
 NAME = "prefix_cache"

@@ -68,6 +68,22 @@ def get(name: str) -> Experiment:
     raise ConfigError(f"unknown experiment {name!r}", f"choose from {', '.join(names())}")
 
 
+def requested_names(settings: Settings) -> tuple[str, ...]:
+    """The experiments `load.experiments` asks for, in its order (unset: the default ones);
+    ConfigError for a name that is no experiment. The one check of those names: the CLI makes it
+    as it reads the settings, before any work."""
+    asked = settings.load.experiments
+    if asked is None:
+        return default_names()
+    wrong = unknown(asked)
+    if wrong:
+        raise ConfigError(
+            f"configuration key 'load.experiments': unknown experiment {wrong[0]!r}",
+            f"choose from {', '.join(names())}",
+        )
+    return asked
+
+
 def missing_input(name: str, settings: Settings) -> str | None:
     """Why the experiment `name` cannot run with these settings (the input it needs), or None."""
     return get(name).missing(settings)
@@ -76,7 +92,7 @@ def missing_input(name: str, settings: Settings) -> str | None:
 def planned(settings: Settings) -> list[Experiment]:
     """The experiments the settings ask `quantload run` for, in its order: those of
     `load.experiments` whose input is there."""
-    return [get(name) for name in settings.load.experiments if get(name).missing(settings) is None]
+    return [get(name) for name in requested_names(settings) if get(name).missing(settings) is None]
 
 
 def for_any_server() -> tuple[str, ...]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 
 from quantload.experiments.base import ExperimentContext
-from quantload.load import LoadPlan, PlanOutcome, WorkloadBuilder, run_plan
+from quantload.load.plan import LoadPlan
+from quantload.load.supervisor import PlanOutcome, run_plan
+from quantload.load.workload_builder import WorkloadBuilder
 from quantload.served import ServedTarget
 
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from quantload.config import Settings
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import LoadPlan, StagePlan, StageRequests, assemble_plan, stage_plan
+from quantload.load.plan import LoadPlan, StagePlan, assemble_plan, stage_plan
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "sessions"

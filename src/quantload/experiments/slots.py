@@ -28,7 +28,8 @@ from quantload.experiments.base import (
 from quantload.experiments.limit_trials import run_limit_search
 from quantload.experiments.variant_file import append_variant, variant_line
 from quantload.kvcache import CELL_PADDING
-from quantload.load import LoadError, StageSummary
+from quantload.load.summary import StageSummary
+from quantload.load.supervisor import LoadError
 
 NAME = "slots"
 

@@ -33,15 +33,10 @@ from quantload.experiments.base import Experiment, ExperimentContext, Experiment
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.experiments.soak_watch import DockerMemory, MemoryProbe, ProcMemory, SoakLine, SoakWatch
 from quantload.experiments.sweep import requests_per_stage
-from quantload.load import (
-    LimitLine,
-    LoadPlan,
-    StagePlan,
-    StageRequests,
-    assemble_plan,
-    level_text,
-    stage_plan,
-)
+from quantload.load.limit_file import LimitLine
+from quantload.load.limit_search import level_text
+from quantload.load.plan import LoadPlan, StagePlan, assemble_plan, stage_plan
+from quantload.load.workloads import StageRequests
 from quantload.progress import ProgressCallback
 from quantload.served import ServedTarget
 from quantload.text_format import percent

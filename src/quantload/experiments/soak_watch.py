@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from quantload.errors import QuantloadError
 from quantload.exporter.server_metrics import ServerDataError
 from quantload.exporter.slots import cells_from_slots, parse_slots
-from quantload.load import JsonlAppender, resident_bytes
+from quantload.load.process_memory import resident_bytes
+from quantload.load.records import JsonlAppender
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.served import ServedTarget
 

@@ -42,16 +42,12 @@ from quantload.experiments.base import (
 from quantload.experiments.running import invocation_id, run_stages
 from quantload.experiments.spec_probe import check_after, check_before
 from quantload.experiments.variant_file import SpeculationCheck, append_variant, variant_line
-from quantload.load import (
-    LoadError,
-    PlannedRequest,
-    StageRequests,
-    StageSummary,
-    assemble_plan,
-    iter_records,
-    select_prompts,
-    stage_plan,
-)
+from quantload.load.plan import PlannedRequest, assemble_plan, stage_plan
+from quantload.load.prompts import select_prompts
+from quantload.load.records import iter_records
+from quantload.load.summary import StageSummary
+from quantload.load.supervisor import LoadError
+from quantload.load.workloads import StageRequests
 from quantload.models.vocab import draft_file_problem, draft_problem
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget

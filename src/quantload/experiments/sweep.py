@@ -16,15 +16,15 @@ from __future__ import annotations
 from quantload.config import LoadSettings, Settings, SloSettings
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import (
+from quantload.load.plan import (
     LoadPlan,
     StagePlan,
-    StageRequests,
     assemble_plan,
     decided_timeout_s,
     stage_decision,
     stage_plan,
 )
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "sweep"

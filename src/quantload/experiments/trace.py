@@ -11,7 +11,8 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.load import LoadPlan, StageRequests, assemble_plan, stage_plan
+from quantload.load.plan import LoadPlan, assemble_plan, stage_plan
+from quantload.load.workloads import StageRequests
 from quantload.served import ServedTarget
 
 NAME = "trace"

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.experiments.base import ServedVariant
-from quantload.load import JsonlAppender
+from quantload.load.records import JsonlAppender
 from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 

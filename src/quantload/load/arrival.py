@@ -21,6 +21,8 @@ really on before the first request.
 
 from __future__ import annotations
 
+__all__ = ["StampSwitch", "enable_kernel_stamps", "read_stamped"]
+
 import contextlib
 import socket
 import struct

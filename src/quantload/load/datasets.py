@@ -17,6 +17,8 @@ ShareGPT list takes seconds, not hours (benchmarks/dataset_reading.py).
 
 from __future__ import annotations
 
+__all__ = ["read_dataset"]
+
 import io
 import math
 from collections.abc import Iterator

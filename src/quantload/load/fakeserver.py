@@ -54,6 +54,8 @@ own core time like a real one), i.e. `python -m quantload.load.fakeserver --port
 
 from __future__ import annotations
 
+__all__ = ["FakeScript", "FakeServerProcess", "SlowEpisodes", "serve_forever"]
+
 import argparse
 import asyncio
 import contextlib

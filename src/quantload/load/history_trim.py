@@ -18,6 +18,8 @@ in every record of the conversation from then on.
 
 from __future__ import annotations
 
+__all__ = ["whole_prompt_tokens"]
+
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 

@@ -18,6 +18,8 @@ What it accepts, and what it refuses with `ProtocolError` (never any other excep
 
 from __future__ import annotations
 
+__all__ = ["ProtocolError"]
+
 import re
 from dataclasses import dataclass
 from functools import cached_property

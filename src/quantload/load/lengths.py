@@ -17,6 +17,8 @@ or a spread too wide to draw from is refused when the text is read, never clippe
 
 from __future__ import annotations
 
+__all__ = ["LengthDistribution", "parse_length_distribution"]
+
 import math
 import random
 from dataclasses import dataclass

@@ -9,6 +9,8 @@ record and stops sending once the level is decided. Plain Python: no Locust, no 
 
 from __future__ import annotations
 
+__all__ = ["LevelJudgement"]
+
 from dataclasses import dataclass, field
 
 from quantload.evidence import Decision

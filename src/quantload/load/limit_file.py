@@ -12,6 +12,8 @@ rests on and how sure it is). Lines of the first schema (a trial "held" or not, 
 
 from __future__ import annotations
 
+__all__ = ["LimitLine", "SearchExperiment", "TrialLine", "read_limits"]
+
 from pathlib import Path
 from typing import Literal
 

@@ -19,6 +19,8 @@ the result then says "capped".
 
 from __future__ import annotations
 
+__all__ = ["LimitResult", "LimitSearch", "Trial", "TrialOutcome", "level_text", "level_unit"]
+
 import math
 from dataclasses import dataclass, field
 from typing import Literal

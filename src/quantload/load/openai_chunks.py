@@ -13,6 +13,8 @@ first token of any kind arrived (TTFT) and when the first answer content did.
 
 from __future__ import annotations
 
+__all__ = ["classify_stream"]
+
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field

@@ -10,6 +10,20 @@ plus the intended send offset for open-loop arrivals). Every experiment builds i
 
 from __future__ import annotations
 
+__all__ = [
+    "LoadPlan",
+    "PlannedRequest",
+    "PlannedTurn",
+    "StageDecision",
+    "StagePlan",
+    "assemble_plan",
+    "decided_timeout_s",
+    "poisson_requests",
+    "stage_decision",
+    "stage_plan",
+    "warmup_requests",
+]
+
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal

@@ -8,6 +8,8 @@ to read its own four times a second. Resident memory counts the pages the proces
 
 from __future__ import annotations
 
+__all__ = ["resident_bytes"]
+
 import functools
 import os
 from pathlib import Path

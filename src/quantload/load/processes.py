@@ -18,6 +18,16 @@ port, and waits for them besides its own workers; they rejoin each new master on
 
 from __future__ import annotations
 
+__all__ = [
+    "LoadProcess",
+    "WorkersSetting",
+    "choose_workers",
+    "master_listen_port",
+    "most_workers",
+    "usable_cores",
+    "workers_absent",
+]
+
 import math
 import os
 import sys

@@ -107,6 +107,8 @@ later quantload adds.
 
 from __future__ import annotations
 
+__all__ = ["JsonlAppender", "RequestRecord", "StageEvent", "TenantLoad", "iter_records", "iter_stage_events"]
+
 import json
 import os
 import threading

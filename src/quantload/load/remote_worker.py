@@ -20,6 +20,8 @@ output is appended to one log file.
 
 from __future__ import annotations
 
+__all__ = ["WorkerLoop", "worker_argv"]
+
 import logging
 import os
 import subprocess

@@ -6,6 +6,8 @@ the target server's own `/tokenize`, so the length holds for whatever model the 
 
 from __future__ import annotations
 
+__all__ = ["build_system_prompt", "count_tokens", "erase_slots"]
+
 from importlib import resources
 
 import httpx

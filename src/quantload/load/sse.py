@@ -15,6 +15,8 @@ reads a clock; every fault of the bytes is a `ProtocolError`.
 
 from __future__ import annotations
 
+__all__ = ["EventStreamParser"]
+
 from quantload.load.http1 import ProtocolError, ResponseFramer, ResponseHead
 
 MAX_KEPT_BODY_BYTES = 64 * 1024

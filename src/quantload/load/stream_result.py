@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["StreamResult"]
+
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -13,6 +13,15 @@ another SLO).
 
 from __future__ import annotations
 
+__all__ = [
+    "StageFigures",
+    "StageSummary",
+    "delivered_concurrency",
+    "new_figures",
+    "summarize",
+    "summarize_stage",
+]
+
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field

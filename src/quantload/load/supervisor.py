@@ -29,6 +29,8 @@ answer costs one warning line, never the load.
 
 from __future__ import annotations
 
+__all__ = ["LoadError", "PlanOutcome", "run_plan"]
+
 import contextlib
 import functools
 import logging
@@ -48,6 +50,7 @@ from quantload import machine_share
 from quantload.childproc import start_child, stop_group
 from quantload.config import LoadSettings, ObserveSettings
 from quantload.errors import QuantloadError
+from quantload.load.calibration_file import machine_limits
 from quantload.load.client import Endpoint, EndpointError
 from quantload.load.level_judgement import level_block_requests
 from quantload.load.plan import API_KEY_ENV, LoadPlan, StagePlan
@@ -102,9 +105,6 @@ def default_layout(plan: LoadPlan, settings: LoadSettings, metrics_port: int) ->
 def held_to_this_machine(plan: LoadPlan, context: RunContext) -> LoadPlan:
     """The plan with what its client is held to on this machine: the error its figures are stated
     within and the streams one process measured right (its latest `quantload calibrate`)."""
-    # Imported here: the calibration runs plans through this module.
-    from quantload.load.calibrate import machine_limits
-
     limits = machine_limits(context.settings, context.cwd)
     return plan.model_copy(
         update={

@@ -8,6 +8,8 @@ synthetic prompts, the target's tokenizer, chat-template overhead, slot count an
 
 from __future__ import annotations
 
+__all__ = ["WorkloadBuilder", "ignored_flags"]
+
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path

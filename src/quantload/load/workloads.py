@@ -23,6 +23,8 @@ stage finds another's prompts in the server's cache.
 
 from __future__ import annotations
 
+__all__ = ["LengthsWorkload", "PromptSetWorkload", "SessionWorkload", "StageRequests", "cycle_prompts"]
+
 import random
 import zlib
 from collections.abc import Sequence

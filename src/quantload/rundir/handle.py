@@ -16,16 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantload.load import (
-    JsonlAppender,
-    LimitLine,
-    RequestRecord,
-    StageEvent,
-    StageSummary,
-    iter_records,
-    iter_stage_events,
-    read_limits,
-)
+from quantload.load.limit_file import LimitLine, read_limits
+from quantload.load.records import JsonlAppender, RequestRecord, StageEvent, iter_records, iter_stage_events
+from quantload.load.summary import StageSummary
 from quantload.rundir import (
     KV_JSON,
     LIMITS_JSONL,

@@ -39,7 +39,8 @@ from quantload.exporter import ExporterHandle
 from quantload.llamacpp.placement import check_placement, placement_args
 from quantload.llamacpp.server import LlamaServer, free_port
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.load import machine_limits, most_workers
+from quantload.load.calibration_file import machine_limits
+from quantload.load.processes import most_workers
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback

@@ -26,7 +26,7 @@ from quantload.experiments.base import ExperimentContext
 from quantload.experiments.limit_trials import SearchOutcome, fewest_requests, run_limit_search
 from quantload.experiments.variant_file import append_variant, memory_mib, variant_line
 from quantload.kvcheck import KvCheck
-from quantload.load import SearchExperiment
+from quantload.load.limit_file import SearchExperiment
 from quantload.progress import ProgressCallback
 from quantload.text_format import duration
 from quantload.tune.halving import PlannedTrial, SuccessiveHalving, plan_rungs

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantload.load import JsonlAppender
+from quantload.load.records import JsonlAppender
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.tune.halving import Rung, Score
 

@@ -15,18 +15,20 @@ import pytest
 from quantload.cli.main import main as cli_main
 from quantload.config import CalibrateSettings, LoadSettings
 from quantload.load.calibrate import (
-    LATEST_JSON,
     MIN_REQUESTS,
-    SCHEMA,
     SCRIPT,
-    Calibration,
     CalibrationError,
-    CountResult,
     RemoteFake,
     calibration_script,
     count_result,
     requests_for,
     run_calibration,
+)
+from quantload.load.calibration_file import (
+    LATEST_JSON,
+    SCHEMA,
+    Calibration,
+    CountResult,
     trusted_streams,
     write_calibration,
 )

@@ -15,7 +15,7 @@ from load_api import context, sweep_of
 from quantload.analysis.stage_tables import client_verdict, lagging_stages
 from quantload.cli.cmd_load import _table
 from quantload.config import LoadSettings, Settings
-from quantload.load.calibrate import (
+from quantload.load.calibration_file import (
     Calibration,
     CountResult,
     machine_limits,

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from load_api import context
+from quantload.cli.context import CliContext
 from quantload.config import LimitSettings, LoadSettings, Settings, TraceSettings
 from quantload.errors import ConfigError
 from quantload.experiments import registry
@@ -143,12 +145,18 @@ def test_an_experiment_without_its_input_is_refused_in_one_line(tmp_path: Path) 
         run_experiment("trace", target, context(tmp_path))
 
 
-def test_load_experiments_names_only_the_registry_s_experiments_once() -> None:
-    with pytest.raises(ValueError, match="unknown experiment 'swep'"):
-        LoadSettings(experiments=("swep",))
+def test_load_experiments_names_only_the_registry_s_experiments_once(tmp_path: Path) -> None:
+    asked = Settings(load=LoadSettings(experiments=("swep",)))  # the settings leave names to the registry
+    with pytest.raises(ConfigError, match=r"'load\.experiments': unknown experiment 'swep'"):
+        registry.requested_names(asked)
+    with pytest.raises(ConfigError, match=r"unknown experiment 'swep'$"):
+        CliContext(tmp_path, {"QUANTLOAD_LOAD__EXPERIMENTS": "sweep,swep"}, None, Console(), Console()).config()
     with pytest.raises(ValueError, match="lists sweep more than once"):
         LoadSettings(experiments=("sweep", "sweep"))
-    assert LoadSettings().experiments == registry.default_names()
+    assert LoadSettings().experiments is None
+    listed = CliContext(tmp_path, {"QUANTLOAD_LOAD__EXPERIMENTS": "sweep,soak"}, None, Console(), Console())
+    assert listed.config().settings.load.experiments == ("sweep", "soak")
+    assert registry.requested_names(Settings()) == registry.default_names()
     named_only = [name for name in registry.names() if name not in registry.default_names()]
     assert named_only == ["batching", "slots", "speculation"]  # they run when load.experiments names them
 

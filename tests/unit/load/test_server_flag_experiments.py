@@ -68,7 +68,7 @@ class FakeVariants:
 def test_the_flag_experiments_run_only_where_quantload_started_the_server(tmp_path: Path) -> None:
     assert [e.name for e in registry.REGISTRY if not e.by_default] == ["batching", "slots", "speculation"]
     run = context(tmp_path)
-    assert not {"batching", "slots", "speculation"} & set(run.settings.load.experiments)
+    assert not {"batching", "slots", "speculation"} & set(registry.requested_names(run.settings))
     for name in ("batching", "slots", "speculation"):
         with pytest.raises(ConfigError, match="starts llama-servers of its own"):
             registry.against_any_server([name])

@@ -34,7 +34,7 @@ from quantload.analysis.plotting import (
     users_axis,
 )
 from quantload.experiments.registry import REGISTRY
-from quantload.load import level_text
+from quantload.load.limit_search import level_text
 
 
 def _ttft_vs_concurrency(analysis: Analysis, path: Path) -> Path | None:
