@@ -27,7 +27,8 @@ from quantload.models.given_files import adopt_files
 from quantload.models.prepare import prepare_models
 from quantload.models.synthetic import TinyShape, write_tiny_model
 from quantload.paths import cache_root
-from quantload.quality.sensitivity import SENSITIVITY_JSON, load_sensitivity_file, scan_sensitivity
+from quantload.quality.sensitivity import load_sensitivity_file, scan_sensitivity
+from quantload.rundir import SENSITIVITY_JSON
 from support import clean_env, run_quantload
 
 pytestmark = pytest.mark.integration

@@ -31,8 +31,8 @@ import pandas as pd
 from quantload.analysis.run_data import Gap
 from quantload.exporter import names
 from quantload.observe.promql import PrometheusClient
-from quantload.rundir import GPU_JSON
 from quantload.rundir.gpu_file import GpuFile, IdleWindow, load_gpu_file
+from quantload.rundir.handle import RunDir
 
 SECTION = "gpu"
 WHAT = "GPU energy per output token and per request"
@@ -103,7 +103,7 @@ class ServerGpus:
 
 def read_gpu_file(run_dir: Path) -> GpuFile | None:
     """The run's gpu.json, or None where there is none (or it cannot be read)."""
-    path = run_dir / GPU_JSON
+    path = RunDir(run_dir).gpu_path
     if not path.is_file():
         return None
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from quantload.analysis.run_data import Gap, RunData
 from quantload.observe.prometheus import PrometheusError, PrometheusProcess
 from quantload.observe.promql import PrometheusClient, PrometheusQueryError
-from quantload.rundir import PROMETHEUS_DIR
+from quantload.rundir.handle import RunDir
 
 RUN_METRICS = '{__name__=~"quantload_.+|llamacpp_.+"}'
 PROMETHEUS_HOW = (
@@ -80,7 +80,7 @@ def _try(url: str, window: TimeWindow, label: str, why_not: list[str]) -> Promet
 def _tsdb(run: RunData) -> Path | None:
     """The saved TSDB folder (the one holding `wal/`), if the run kept one."""
     recorded = run.state.prometheus if run.state is not None else None
-    bases = [run.run_dir / PROMETHEUS_DIR]
+    bases = [RunDir(run.run_dir).prometheus_path]
     if recorded is not None and recorded.data_dir:
         bases.append(Path(recorded.data_dir))
     for base in bases:
@@ -105,7 +105,9 @@ def _replay(
 ) -> Iterator[PrometheusClient | None]:
     with tempfile.TemporaryDirectory(prefix="quantload-report-prometheus-") as scratch:
         work = Path(scratch)
-        shutil.copytree(tsdb, work / PROMETHEUS_DIR / "data", ignore=shutil.ignore_patterns("lock"))
+        # laid out as a run directory's, where the PrometheusProcess below looks for its data
+        data = RunDir(work).prometheus_path / "data"
+        shutil.copytree(tsdb, data, ignore=shutil.ignore_patterns("lock"))
         process = PrometheusProcess(work, None, (), binary=binary, startup_timeout_s=60.0)
         try:
             process.start()

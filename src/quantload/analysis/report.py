@@ -20,15 +20,8 @@ from quantload.analysis.summary_json import ReportFiles, summary_file
 from quantload.config import PlanSettings, ReportSettings
 from quantload.errors import ConfigError, QuantloadError
 from quantload.paths import check_out_dir
-from quantload.rundir import (
-    PLOTS_DIR,
-    REPORT_HTML,
-    REPORT_MD,
-    RUN_FILES,
-    SUMMARY_JSON,
-    TABLE_CSV,
-    plot_file,
-)
+from quantload.rundir import REPORT_HTML, REPORT_MD, RUN_FILES, TABLE_CSV
+from quantload.rundir.handle import RunDir
 from quantload.slo import Slo
 
 
@@ -55,7 +48,7 @@ def check_run_dir(run_dir: Path) -> None:
     """ReportError unless `run_dir` is a folder holding at least one run file."""
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir} is not a folder", "give a run directory, e.g. results/<run-id>")
-    if not any((run_dir / name).is_file() for name in RUN_FILES):
+    if not RunDir(run_dir).holds_run_files():
         raise ReportError(
             f"{run_dir} holds none of {', '.join(RUN_FILES)}",
             "give the folder `quantload run` wrote, e.g. results/<run-id>",
@@ -64,13 +57,13 @@ def check_run_dir(run_dir: Path) -> None:
 
 def draw_figures(analysis: Analysis, out_dir: Path) -> dict[str, Image]:
     """Every figure the analysis has data for, by key; stale PNGs of an earlier report are removed."""
-    folder = out_dir / PLOTS_DIR
+    folder = RunDir(out_dir).plots_path
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.png"):
         old.unlink()
     drawn: dict[str, Image] = {}
     for figure in figures():
-        path = figure.draw(analysis, out_dir / plot_file(figure.key))
+        path = figure.draw(analysis, RunDir(out_dir).plot_path(figure.key))
         if path is not None:
             drawn[figure.key] = Image(path.relative_to(out_dir).as_posix(), figure.title, figure.title)
     return drawn
@@ -112,13 +105,14 @@ def check_report_folder(out: Path) -> None:
     one of its files, or plots/) is not what it must be, or is not writable."""
     check_out_dir(out, "the report folder")
     hint = "move it away, or write the report elsewhere with --out"
-    for name in (REPORT_MD, REPORT_HTML, TABLE_CSV, SUMMARY_JSON):
-        path = out / name
+    files = RunDir(out)
+    for path in (files.report_md_path, files.report_html_path, files.table_csv_path, files.summary_path):
+        name = path.name
         if path.is_dir():
             raise ConfigError(f"{path} is a folder, where the report writes its {name}", hint)
         if path.exists() and not os.access(path, os.W_OK):
             raise ConfigError(f"{path} is not writable, and the report writes its {name} there", hint)
-    plots = out / PLOTS_DIR
+    plots = files.plots_path
     if plots.exists() and not plots.is_dir():
         raise ConfigError(f"{plots} is a file, where the report keeps its plots", hint)
     if plots.is_dir() and not os.access(plots, os.W_OK | os.X_OK):
@@ -129,11 +123,12 @@ def _write(analysis: Analysis, out: Path) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
     plots = draw_figures(analysis, out)
     document = build_document(analysis, plots)
+    files = RunDir(out)
     paths = ReportPaths(
-        markdown=out / REPORT_MD,
-        html=out / REPORT_HTML,
-        csv=out / TABLE_CSV,
-        summary=out / SUMMARY_JSON,
+        markdown=files.report_md_path,
+        html=files.report_html_path,
+        csv=files.table_csv_path,
+        summary=files.summary_path,
         plots=tuple(out / image.file for image in plots.values()),
         not_measured=len(analysis.gaps),
     )

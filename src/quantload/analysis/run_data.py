@@ -27,22 +27,21 @@ from quantload.load.records import RequestRecord, StageEvent, iter_records, iter
 from quantload.load.summary import StageSummary
 from quantload.models.manifest import Manifest
 from quantload.quality.results import QualityFile, load_quality_file
-from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, load_sensitivity_file
+from quantload.quality.sensitivity import SensitivityFile, load_sensitivity_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
 from quantload.rundir import (
-    CONFIG_JSON,
     KV_JSON,
     LIMITS_JSONL,
     MANIFEST_JSON,
     QUALITY_JSON,
     RECORDS_JSONL,
-    RUN_JSON,
     SPEED_JSON,
     STAGES_JSONL,
     SUMMARIES_JSONL,
     read_json,
 )
 from quantload.rundir.config_file import load_config_file
+from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
 from quantload.rundir.run_file import RunFile, StepRecord, load_run_file
@@ -315,25 +314,28 @@ def _load_manifest(path: Path) -> Manifest:
 
 def load_run(run_dir: Path) -> RunData:
     """Read every file of `run_dir` that exists; missing ones become gaps."""
+    files = RunDir(run_dir)
     gaps: list[Gap] = []
     notes: list[str] = []
-    state = _read_note(run_dir / RUN_JSON, load_run_file, "the run's steps and status are unknown", notes)
-    config = _read_note(run_dir / CONFIG_JSON, load_config_file, "settings of the run are unknown", notes)
+    state = _read_note(files.run_file_path, load_run_file, "the run's steps and status are unknown", notes)
+    config = _read_note(files.config_path, load_config_file, "settings of the run are unknown", notes)
     partial = RunData(run_dir, state, None, None, None, None, None, pd.DataFrame(), pd.DataFrame(), (), ())
 
-    def read(name: str, loader: Callable[[Path], _T], section: str, what: str, step: str) -> _T | None:
-        return _read_model(run_dir / name, loader, section, what, gaps, partial.step_why(step, None, name))
+    def read(path: Path, loader: Callable[[Path], _T], section: str, what: str, step: str) -> _T | None:
+        return _read_model(path, loader, section, what, gaps, partial.step_why(step, None, path.name))
 
-    manifest = read(MANIFEST_JSON, _load_manifest, "model files", f"model files ({MANIFEST_JSON})", "prepare")
-    quality = read(QUALITY_JSON, load_quality_file, "quality", f"quality ({QUALITY_JSON})", "quality")
-    speed = read(SPEED_JSON, load_speed_file, "speed", f"speed ({SPEED_JSON})", "speed")
-    kv = read(KV_JSON, load_kv_file, "kv", f"KV cache check ({KV_JSON})", "kv")
+    manifest = read(
+        files.manifest_path, _load_manifest, "model files", f"model files ({MANIFEST_JSON})", "prepare"
+    )
+    quality = read(files.quality_path, load_quality_file, "quality", f"quality ({QUALITY_JSON})", "quality")
+    speed = read(files.speed_path, load_speed_file, "speed", f"speed ({SPEED_JSON})", "speed")
+    kv = read(files.kv_path, load_kv_file, "kv", f"KV cache check ({KV_JSON})", "kv")
     itl: dict[str, list[float]] = {}
     bad = {name: BadLines(name) for name in (RECORDS_JSONL, STAGES_JSONL, LIMITS_JSONL, SUMMARIES_JSONL)}
-    records = read_records(run_dir / RECORDS_JSONL, itl, bad[RECORDS_JSONL])
-    stages = read_stages(run_dir / STAGES_JSONL, bad[STAGES_JSONL])
-    limits = tuple(read_limits(run_dir / LIMITS_JSONL, bad[LIMITS_JSONL]))
-    summaries = read_summaries(run_dir / SUMMARIES_JSONL, bad[SUMMARIES_JSONL])
+    records = read_records(files.records_path, itl, bad[RECORDS_JSONL])
+    stages = read_stages(files.stages_path, bad[STAGES_JSONL])
+    limits = tuple(read_limits(files.limits_path, bad[LIMITS_JSONL]))
+    summaries = read_summaries(files.summaries_path, bad[SUMMARIES_JSONL])
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
     notes += [note for tally in bad.values() if (note := tally.note()) is not None]
@@ -352,7 +354,7 @@ def load_run(run_dir: Path) -> RunData:
         limits=limits,
         itl_by_request=itl,
         summaries=summaries,
-        sensitivity=_read_sensitivity(run_dir / SENSITIVITY_JSON, notes),
+        sensitivity=_read_sensitivity(files.sensitivity_path, notes),
     )
 
 

@@ -13,7 +13,8 @@ from quantload.analysis.run_data import RunData
 from quantload.analysis.slots_tables import slots_table, slots_verdict
 from quantload.analysis.speculation_tables import speculation_table, speculation_verdict
 from quantload.analysis.tune_tables import TuneTables, tune_tables, tune_verdict
-from quantload.experiments.variant_file import VARIANTS_JSONL, read_variants
+from quantload.experiments.variant_file import read_variants
+from quantload.rundir import VARIANTS_JSONL
 from quantload.rundir.jsonl import BadLines
 
 

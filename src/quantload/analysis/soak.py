@@ -25,6 +25,7 @@ from quantload.experiments import soak
 from quantload.experiments.registry import requested_names
 from quantload.experiments.soak_watch import SoakLine, read_soak_lines
 from quantload.rundir import SOAK_JSONL
+from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines
 from quantload.slo import Slo, judge
 
@@ -125,7 +126,7 @@ class SoakView:
 def read_lines(run: RunData) -> tuple[list[SoakLine], BadLines]:
     """soak.jsonl's lines and the ones that could not be read."""
     bad = BadLines(SOAK_JSONL)
-    return read_soak_lines(run.run_dir / SOAK_JSONL, bad), bad
+    return read_soak_lines(RunDir(run.run_dir).soak_path, bad), bad
 
 
 def _slice_number(phase: object) -> int:

@@ -17,8 +17,10 @@ from typing import Any
 import pandas as pd
 
 from quantload import json_input
+from quantload.rundir import TUNE_JSON, TUNE_JSONL
+from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines
-from quantload.tune.state_file import TUNE_JSON, TUNE_JSONL, read_tune
+from quantload.tune.state_file import read_tune
 
 TRIAL_COLUMNS = (
     "quant",
@@ -64,8 +66,9 @@ def _read_outcomes(path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
 
 
 def tune_tables(run_dir: Path) -> TuneTables:
+    files = RunDir(run_dir)
     bad = BadLines(TUNE_JSONL)
-    lines = read_tune(run_dir / TUNE_JSONL, bad)
+    lines = read_tune(files.tune_state_path, bad)
     rows = [
         {
             "quant": line.quant,
@@ -85,7 +88,7 @@ def tune_tables(run_dir: Path) -> TuneTables:
         if line.kind in ("trial", "baseline")
     ]
     objective = next((line.objective for line in lines if line.kind == "start"), None)
-    outcomes, error = _read_outcomes(run_dir / TUNE_JSON)
+    outcomes, error = _read_outcomes(files.tune_outcome_path)
     notes = [note for note in (bad.note(),) if note is not None]
     if error is not None:
         notes.append(f"{TUNE_JSON} could not be read ({error}); the tune's outcome is left out")

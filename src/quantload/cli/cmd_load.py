@@ -33,7 +33,7 @@ from quantload.load.summary import StageSummary
 from quantload.load.workload_builder import ignored_flags
 from quantload.paths import check_out_dir
 from quantload.run_context import RunContext
-from quantload.rundir import GPU_JSON, make_run_id, write_json_atomic
+from quantload.rundir import make_run_id
 from quantload.rundir.config_file import write_load_config
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
@@ -41,7 +41,6 @@ from quantload.steps.load import run_experiment
 from quantload.steps.serve import watch_idle
 from quantload.urls import listen_problem
 
-SUMMARY_JSON = "load-summary.json"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -335,7 +334,7 @@ def register(app: typer.Typer) -> None:
             if settings.observe.idle_baseline == "on":  # these servers are not ours: asked for only
                 seconds = settings.observe.idle_baseline_s
                 cli.err_console.print(f"GPUs idle for {seconds:g} s before the load (observe.idle_baseline)")
-                watch_idle([target.quant for target in targets], seconds, out / GPU_JSON)
+                watch_idle([target.quant for target in targets], seconds, RunDir(out).gpu_path)
             for target in targets:
                 if absent:
                     break
@@ -358,7 +357,7 @@ def register(app: typer.Typer) -> None:
                         searched.update(s.stage_id for s in done.summaries)
                         if done.problem is not None:  # nothing measured: fails like a sweep
                             unmeasured.append(f"{target.name} ({target.quant}) {kind.name}: {done.problem}")
-        write_json_atomic(out / SUMMARY_JSON, [s.to_dict() for s in summaries])
+        RunDir(out).write_load_summary(summaries)
         if as_json:
             typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
         else:

@@ -30,8 +30,8 @@ from quantload.progress import ProgressCallback
 from quantload.quality.kld_measure import KldFile, RunAttempt, find_reference, measure_kld_set
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldSet
 from quantload.quality.results import QualityFile, load_quality_file
-from quantload.quality.sensitivity import SENSITIVITY_JSON, SensitivityFile, scan_sensitivity
-from quantload.rundir import LOGS_DIR
+from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
+from quantload.rundir.handle import RunDir
 from quantload.steps.quality import measure_file_quality, quality_text
 
 T = TypeVar("T")
@@ -196,7 +196,7 @@ def _scan(cli: CliContext, settings: Settings, models: list[Path], out: Path) ->
             f" (base {scan.base_type}: {scan.base.kld_mean_nats if scan.base else float('nan'):.5f} nats)",
             highlight=False,
         )
-    cli.console.print(f"{out / SENSITIVITY_JSON}; {scan.seconds:.0f} s", highlight=False)
+    cli.console.print(f"{RunDir(out).sensitivity_path}; {scan.seconds:.0f} s", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
                 settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
             )
         # with --out, llama-perplexity's own output is kept beside it, one log per run
-        log_dir = out.parent / LOGS_DIR if out is not None else None
+        log_dir = RunDir(out.parent).logs_path if out is not None else None
         failures: list[str] = []
         attempt = _with_progress_bar(cli.err_console, failures)
         results = QualityFile()

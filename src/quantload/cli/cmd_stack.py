@@ -13,9 +13,11 @@ from rich.table import Table
 from quantload.cli.context import cli_context
 from quantload.compose.containers import connect, default_project_name, project_containers
 from quantload.compose.gpu_devices import assign_gpus
-from quantload.compose.server_kv import KV_JSON, check_servers, kv_json, put_file, run_folder_of
+from quantload.compose.server_kv import check_servers, kv_json, put_file, run_folder_of
 from quantload.errors import ConfigError
 from quantload.gpus import read_gpu_inventory
+from quantload.rundir import KV_JSON
+from quantload.rundir.handle import RunDir
 
 ProjectOption = Annotated[
     str | None,
@@ -103,7 +105,7 @@ def register(app: typer.Typer) -> None:
             )
         written: list[str] = []
         with tempfile.TemporaryDirectory(prefix="quantload-kv-") as tmp:
-            fresh = Path(tmp) / KV_JSON  # every server's check, nothing older
+            fresh = RunDir(Path(tmp)).kv_path  # every server's check, nothing older
             kv_json(results, fresh)
             payload = json.loads(fresh.read_text(encoding="utf-8"))
             if into_run:

@@ -34,7 +34,6 @@ from quantload.models.gguf_scan import scan_gguf
 
 SERVER_BINARY = "llama-server"
 FIRST_READ_BYTES = 2 << 20  # the header of a small model; doubled until the header is complete
-KV_JSON = "kv.json"
 # Long and short spellings of the options that shape the KV cache, and their LLAMA_ARG_* variables.
 _VALUE_OPTIONS = {
     "-np": "slots", "--parallel": "slots",

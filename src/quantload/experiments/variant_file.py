@@ -22,7 +22,6 @@ from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 
 VARIANT_SCHEMA = "quantload.variant/1"
-VARIANTS_JSONL = "variants.jsonl"
 
 
 class SpeculationCheck(BaseModel):
@@ -103,7 +102,7 @@ def variant_line(
 
 def append_variant(run_dir: RunDir, line: VariantLine) -> None:
     """One line appended to the run's variants.jsonl."""
-    appender = JsonlAppender(run_dir.path / VARIANTS_JSONL)
+    appender = JsonlAppender(run_dir.variants_path)
     try:
         appender.append_line(line.model_dump_json(by_alias=True))
     finally:
@@ -112,4 +111,4 @@ def append_variant(run_dir: RunDir, line: VariantLine) -> None:
 
 def read_variants(run_dir: Path, bad: BadLines | None = None) -> list[VariantLine]:
     """Every variant line of a run folder; an unreadable one is counted in `bad`."""
-    return list(iter_jsonl(run_dir / VARIANTS_JSONL, VariantLine.from_json_line, bad))
+    return list(iter_jsonl(RunDir(run_dir).variants_path, VariantLine.from_json_line, bad))

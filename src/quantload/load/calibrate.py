@@ -57,13 +57,12 @@ from quantload.load.calibration_file import Calibration, CountResult, trusted_st
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.load.plan import LoadPlan, PlannedRequest, assemble_plan, stage_plan
 from quantload.load.processes import choose_workers, usable_cores
-from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
+from quantload.load.records import RequestRecord, StageEvent
 from quantload.load.summary import StageSummary
 from quantload.load.supervisor import run_plan
 from quantload.load.workloads import StageRequests
 from quantload.progress import ProgressCallback, no_progress
 from quantload.run_context import RunContext
-from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.stats import percentile
@@ -256,8 +255,8 @@ def _measure_count(
     context = RunContext(RunDir(run_dir), "calibration", Settings(load=settings), progress)
     summaries = run_plan(plan, context).summaries
     late = fake.stats(reset=True)["token_late_ms"]["p99"]
-    records = list(iter_records(run_dir / RECORDS_JSONL))
-    ends = [e for e in iter_stage_events(run_dir / STAGES_JSONL) if e.event == "stage_end"]
+    records = list(context.run_dir.records())
+    ends = [e for e in context.run_dir.stage_events() if e.event == "stage_end"]
     end = ends[0] if ends else None
     if end is not None and end.status != "ok":
         raise CalibrationError(

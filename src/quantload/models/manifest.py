@@ -28,7 +28,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from quantload.cache_lock import cache_lock
-from quantload.rundir import MANIFEST_JSON, read_json, write_json_atomic
+from quantload.rundir import read_json, write_json_atomic
+from quantload.rundir.handle import RunDir
 
 SCHEMA = "quantload.manifest/1"
 
@@ -142,7 +143,7 @@ def _read_manifest(path: Path) -> Manifest | None:
 def source_note_of(model: Path) -> str | None:
     """The source note (e.g. "F16 reconstructed from the Q4_1 release ...") of a prepared file,
     from the manifest beside it; None for a file no manifest there lists."""
-    manifest = load_manifest(model.parent / MANIFEST_JSON)
+    manifest = load_manifest(RunDir(model.parent).manifest_path)
     if manifest is None or not any(entry.file == model.name for entry in manifest.files.values()):
         return None
     note = manifest.source.get("note")

@@ -36,7 +36,7 @@ from quantload.models.sources import TINY_MOE_NAME, ResolvedSource, resolve_sour
 from quantload.models.synthetic import write_tiny_model
 from quantload.models.synthetic_moe import write_tiny_moe
 from quantload.progress import ProgressCallback, no_progress
-from quantload.rundir import LOGS_DIR, MANIFEST_JSON
+from quantload.rundir.handle import RunDir
 
 BASE_QUANT = "F16"  # the reference of a source that is quantized (or synthetic)
 
@@ -193,8 +193,8 @@ def prepare_models(
     reference_type = reference_type_of(resolved)
     plan = full_plan.without(reference_type)
     out_dir.mkdir(parents=True, exist_ok=True)
-    log_dir = out_dir / LOGS_DIR
-    manifest_path = out_dir / MANIFEST_JSON
+    log_dir = RunDir(out_dir).logs_path  # a prepared folder keeps a run directory's logs/ and manifest
+    manifest_path = RunDir(out_dir).manifest_path
     seed_text = f" seed {tiny_seed}" if resolved.kind == "synthetic" else ""
     source_label = f"{resolved.origin}{seed_text}"
     old = load_manifest(manifest_path, locked=False)  # the caller holds the folder's lock

@@ -27,7 +27,7 @@ from quantload.assets import asset_dir
 from quantload.childproc import LoggedProcess
 from quantload.errors import QuantloadError
 from quantload.llamacpp.server import free_port
-from quantload.rundir import LOGS_DIR, PROMETHEUS_DIR
+from quantload.rundir.handle import RunDir
 from quantload.urls import BadUrl, host_port
 
 EXPORTER_JOB = "exporter"
@@ -195,11 +195,11 @@ class PrometheusProcess(LoggedProcess):
         self.config_dir = config_dir if config_dir is not None else prometheus_config_dir()
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
-        super().__init__(run_dir / LOGS_DIR / "prometheus.log")
+        super().__init__(RunDir(run_dir).log_path("prometheus.log"))
 
     @property
     def folder(self) -> Path:
-        return self.run_dir / PROMETHEUS_DIR
+        return RunDir(self.run_dir).prometheus_path
 
     @property
     def url(self) -> str:

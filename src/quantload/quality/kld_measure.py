@@ -55,7 +55,7 @@ from quantload.quality.kld_results import (
     finite_or_none,
 )
 from quantload.quality.results import save_kld_base, save_kld_result
-from quantload.rundir import MANIFEST_JSON
+from quantload.rundir.handle import RunDir
 
 BASE_FOLDER = "kld"
 REFERENCE_QUANT = "F16"
@@ -437,7 +437,7 @@ def find_reference(models: Sequence[Path], file_types: Sequence[str], explicit: 
             if file_type == kind:
                 return model
     for model in models:
-        manifest = load_manifest(model.parent / MANIFEST_JSON)
+        manifest = load_manifest(RunDir(model.parent).manifest_path)
         label = manifest.reference_label() if manifest is not None else None
         if manifest is not None and label is not None:
             candidate = manifest.path_of(label, model.parent)

@@ -35,9 +35,9 @@ from quantload.progress import ProgressCallback, no_progress
 from quantload.quality.kld_measure import KldFile, PreparedBase, compare_file, prepare_base
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldResult, mean_error_nats
 from quantload.rundir import write_json_atomic
+from quantload.rundir.handle import RunDir
 
 SCHEMA = "quantload.sensitivity/1"
-SENSITIVITY_JSON = "sensitivity.json"
 MIB = float(1 << 20)
 # Each group's tensors, as the regular expression llama-quantize searches tensor names with.
 GROUP_PATTERNS: dict[str, str] = {
@@ -219,10 +219,11 @@ def scan_sensitivity(
     started = time.monotonic()
     counts = group_tensors(reference, settings.groups)
     groups = [g for g in settings.groups if counts[g]]
-    logs = log_dir or out_dir / "logs"
-    work = out_dir / "sensitivity-work"
+    files = RunDir(out_dir)
+    logs = log_dir or files.logs_path
+    work = files.sensitivity_work_path
     work.mkdir(parents=True, exist_ok=True)
-    json_path = out_dir / SENSITIVITY_JSON
+    json_path = files.sensitivity_path
     quality = quality.model_copy(update={"kld_cache_types": (FLOOR_CACHE_TYPE,)})
     plan: list[tuple[str, Direction, str | None, str | None]] = [("base", "base", None, None)]
     plan += [(f"{g}={raise_to}", "raise", g, raise_to) for g in groups if raise_to]
@@ -252,7 +253,7 @@ def scan_sensitivity(
             else:
                 scan = scan.model_copy(update={"variants": (*scan.variants, variant)})
             write_json_atomic(json_path, scan.to_json())
-        proposal = propose(scan, out_dir / f"tensor-types-{base_type}.txt")
+        proposal = propose(scan, files.tensor_types_path(base_type))
         scan = scan.model_copy(update={"proposal": proposal})
         write_json_atomic(json_path, scan.to_json())
         if settings.build_mix and proposal.overrides:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantload.config import ResolvedConfig, Settings, describe
-from quantload.rundir import CONFIG_JSON, RUN_JSON, read_json, write_json_atomic
+from quantload.rundir import RunPaths, read_json, write_json_atomic
 
 
 class ConfigFile(BaseModel):
@@ -36,15 +36,20 @@ class ConfigFile(BaseModel):
         return {"settings": self.settings.model_dump(mode="json"), "sources": dict(self.sources)}
 
 
+def write_run_config(run_dir: Path, config: ResolvedConfig) -> Path:
+    """The configuration of a run into its run directory's config.json; the path written."""
+    path = RunPaths(run_dir).config_path
+    write_json_atomic(path, ConfigFile.of(config).to_json())
+    return path
+
+
 def write_load_config(out: Path, config: ResolvedConfig) -> Path | None:
     """The configuration of a `quantload load` into its --out, unless a run wrote its own there
     (run.json beside it); returns the path written, or None."""
-    if (out / RUN_JSON).is_file():
+    if RunPaths(out).run_file_path.is_file():
         return None
     out.mkdir(parents=True, exist_ok=True)
-    path = out / CONFIG_JSON
-    write_json_atomic(path, ConfigFile.of(config).to_json())
-    return path
+    return write_run_config(out, config)
 
 
 def load_config_file(path: Path) -> ConfigFile:

@@ -1,10 +1,13 @@
-"""A run directory as the load side uses it: a typed append and read per file.
+"""A run directory: the path of each of its files (quantload.rundir.RunPaths) and a typed append
+and read of its load files.
 
     run_dir = RunDir(path)
     run_dir.append_summary(summary)      # summaries.jsonl
     run_dir.summaries()                  # every stage summary, in the order written
     run_dir.append_limit(line)           # limits.jsonl
     run_dir.stage_events(), run_dir.records()
+    run_dir.write_load_summary(summaries)  # load-summary.json
+    run_dir.records_path, run_dir.kv_path, ...  # every file's path (quantload.rundir.RunPaths)
 
 Appends are one `write` per line on an O_APPEND descriptor (quantload.load.records.JsonlAppender),
 so nothing already written is lost when a run stops; reads skip a torn last line.
@@ -12,67 +15,21 @@ so nothing already written is lost when a run stops; reads skip a torn last line
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import JsonlAppender, RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.load.summary import StageSummary
-from quantload.rundir import (
-    KV_JSON,
-    LIMITS_JSONL,
-    LOGS_DIR,
-    RECORDS_JSONL,
-    SOAK_JSONL,
-    STAGES_JSONL,
-    SUMMARIES_JSONL,
-)
+from quantload.rundir import RunPaths, write_json_atomic
 from quantload.rundir.jsonl import iter_jsonl
-
-LOAD_PLANS_DIR = "load-plans"
 
 
 @dataclass(frozen=True)
-class RunDir:
-    """One run directory (see quantload.rundir for its layout)."""
-
-    path: Path
-
-    @property
-    def records_path(self) -> Path:
-        return self.path / RECORDS_JSONL
-
-    @property
-    def stages_path(self) -> Path:
-        return self.path / STAGES_JSONL
-
-    @property
-    def summaries_path(self) -> Path:
-        return self.path / SUMMARIES_JSONL
-
-    @property
-    def limits_path(self) -> Path:
-        return self.path / LIMITS_JSONL
-
-    @property
-    def kv_path(self) -> Path:
-        return self.path / KV_JSON
-
-    @property
-    def soak_path(self) -> Path:
-        return self.path / SOAK_JSONL
-
-    @property
-    def logs(self) -> Path:
-        """The folder of every child process's log (made on first use)."""
-        folder = self.path / LOGS_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-
-    def plan_path(self, invocation: str) -> Path:
-        """Where the load plan of one invocation is written."""
-        return self.path / LOAD_PLANS_DIR / f"{invocation}.json"
+class RunDir(RunPaths):
+    """One run directory (see quantload.rundir for its layout): its paths (RunPaths) and the typed
+    reads and appends of its load files."""
 
     def append_summary(self, summary: StageSummary) -> None:
         """One stage's summary, appended to summaries.jsonl."""
@@ -94,6 +51,10 @@ class RunDir:
 
     def stage_events(self) -> Iterator[StageEvent]:
         return iter_stage_events(self.stages_path)
+
+    def write_load_summary(self, summaries: Iterable[StageSummary]) -> None:
+        """load-summary.json: every stage summary of one `quantload load`, as one JSON list."""
+        write_json_atomic(self.load_summary_path, [summary.to_dict() for summary in summaries])
 
 
 def _append(path: Path, line: str) -> None:

@@ -45,13 +45,8 @@ from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
 from quantload.run_context import RunContext
-from quantload.rundir import (
-    CONFIG_JSON,
-    LOGS_DIR,
-    make_run_id,
-    write_json_atomic,
-)
-from quantload.rundir.config_file import ConfigFile
+from quantload.rundir import make_run_id
+from quantload.rundir.config_file import write_run_config
 from quantload.rundir.handle import RunDir
 from quantload.rundir.run_file import RunStatus
 from quantload.served import ServedTarget, server_alias, server_name
@@ -120,7 +115,7 @@ def new_run_dir(out: Path, config: ResolvedConfig) -> Path:
         suffix += 1
         run_dir = out / f"{run_id}-{suffix}"
     run_dir.mkdir(parents=True)
-    (run_dir / LOGS_DIR).mkdir()
+    RunDir(run_dir).logs_path.mkdir()
     return run_dir
 
 
@@ -166,7 +161,7 @@ class NativeRun:
         self.state = RunState(
             self.run_dir, self.run_id, run.profile, self.settings.model.source, run.servers_at_once
         )  # fmt: skip
-        write_json_atomic(self.run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
+        write_run_config(self.run_dir, config)
         self.ports = RunPorts.pick(self.settings)
         self.cores = core_plan(self.settings.load.exclusive)
         self.dead_quants: set[str] = set()

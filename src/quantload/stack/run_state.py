@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quantload.rundir import RUN_JSON, write_json_atomic
+from quantload.rundir import write_json_atomic
+from quantload.rundir.handle import RunDir
 from quantload.rundir.run_file import (
     PrometheusRecord,
     RunFile,
@@ -24,7 +25,7 @@ class RunState:
     """The run's own account of itself, kept in `run.json` inside the run directory."""
 
     def __init__(self, run_dir: Path, run_id: str, profile: str, model: str, servers_at_once: bool) -> None:
-        self.path = run_dir / RUN_JSON
+        self.path = RunDir(run_dir).run_file_path
         self._file = RunFile(
             run_id=run_id,
             started_unix_s=time.time(),

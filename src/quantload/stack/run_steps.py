@@ -42,8 +42,8 @@ from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
 from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry
 from quantload.run_context import RunContext
-from quantload.rundir import GPU_JSON, KV_JSON, LOGS_DIR, QUALITY_JSON, SPEED_JSON
 from quantload.rundir.gpu_file import IdleWindow
+from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.stack.server_variants import ServerVariants
 from quantload.steps.load import run_experiment
@@ -60,8 +60,6 @@ from quantload.steps.speed import measure_file_speed, probe
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
 from quantload.tune.space import TuneConfig, check_space, model_identity
-
-SLOTS_DIR = "slots"  # llama-server --slot-save-path: lets the run erase slots between experiments
 
 
 class RunSteps:
@@ -95,18 +93,20 @@ class RunSteps:
         self, toolchain: Toolchain, model: Path, quant: str, text: Path, run_dir: Path,
         progress: ProgressCallback,
     ) -> QualityResult:  # fmt: skip
+        files = RunDir(run_dir)
         return measure_file_quality(
-            toolchain, model, text, self.settings.quality, quant, progress, run_dir / QUALITY_JSON,
-            run_dir / LOGS_DIR / f"llama-perplexity-{quant}.log",
+            toolchain, model, text, self.settings.quality, quant, progress, files.quality_path,
+            files.log_path(f"llama-perplexity-{quant}.log"),
         )  # fmt: skip
 
     def kld(
         self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str], text: Path,
         run_dir: Path, attempt: RunAttempt,
     ) -> KldSet | None:  # fmt: skip
+        files = RunDir(run_dir)
         return measure_manifest_kld(
             toolchain, models.manifest, quants, text, self.cache, self.settings.quality,
-            run_dir / QUALITY_JSON, attempt, run_dir / LOGS_DIR,
+            files.quality_path, attempt, files.logs_path,
         )  # fmt: skip
 
     def sensitivity(
@@ -115,7 +115,8 @@ class RunSteps:
         settings = self.settings
         return scan_sensitivity(
             toolchain, reference, text, self.cache, settings.quality, settings.sensitivity,
-            settings.report.max_kld_mean_nats, quant_types(toolchain), run_dir, progress, run_dir / LOGS_DIR,
+            settings.report.max_kld_mean_nats, quant_types(toolchain), run_dir, progress,
+            RunDir(run_dir).logs_path,
         )  # fmt: skip
 
     def probe(self) -> MachineLimits:
@@ -125,9 +126,10 @@ class RunSteps:
         self, toolchain: Toolchain, model: Path, quant: str, limits: MachineLimits, run_dir: Path,
         progress: ProgressCallback,
     ) -> SpeedEntry:  # fmt: skip
+        files = RunDir(run_dir)
         return measure_file_speed(
-            toolchain, model, self.settings.speed, limits, quant, progress, run_dir / SPEED_JSON,
-            run_dir / LOGS_DIR / f"llama-bench-{quant}.log",
+            toolchain, model, self.settings.speed, limits, quant, progress, files.speed_path,
+            files.log_path(f"llama-bench-{quant}.log"),
         )  # fmt: skip
 
     def prometheus_missing(self) -> str | None:
@@ -141,19 +143,20 @@ class RunSteps:
         )  # fmt: skip
 
     def server(self, toolchain: Toolchain, model: Path, alias: str, quant: str, run_dir: Path) -> LlamaServer:
-        spec = server_spec(self.settings.server, model, alias, slot_save_path=run_dir / SLOTS_DIR)
+        files = RunDir(run_dir)  # its slots folder lets the run erase slots between experiments
+        spec = server_spec(self.settings.server, model, alias, slot_save_path=files.slots_path)
         spec = dataclasses.replace(spec, cpus=core_plan(self.settings.load.exclusive).server_cpus)
-        log_path = run_dir / LOGS_DIR / f"llama-server-{quant}.log"
+        log_path = files.log_path(f"llama-server-{quant}.log")
         return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
 
     def check_kv(self, toolchain: Toolchain, server: LlamaServer, quant: str, run_dir: Path) -> KvCheck:
-        return check_kv(server, quant, run_dir / KV_JSON, toolchain.version_record())
+        return check_kv(server, quant, RunDir(run_dir).kv_path, toolchain.version_record())
 
     def check_offload(self, server: LlamaServer, quant: str, run_dir: Path) -> OffloadCheck:
-        return check_server_offload(server, quant, run_dir / GPU_JSON)
+        return check_server_offload(server, quant, RunDir(run_dir).gpu_path)
 
     def idle_baseline(self, quants: Sequence[str], run_dir: Path) -> IdleWindow:
-        return watch_idle(quants, self.settings.observe.idle_baseline_s, run_dir / GPU_JSON)
+        return watch_idle(quants, self.settings.observe.idle_baseline_s, RunDir(run_dir).gpu_path)
 
     def exporter(self, port: int) -> ExporterHandle:
         observe = self.settings.observe
@@ -173,7 +176,7 @@ class RunSteps:
         """Variants of `served`'s server with other flags (restarted in place when it runs alone)."""
         planned = self.watching.restarting if self.watching is not None else None
         return ServerVariants(
-            served.server, served.load_target(), toolchain, run_dir / LOGS_DIR, in_place, planned
+            served.server, served.load_target(), toolchain, RunDir(run_dir).logs_path, in_place, planned
         )
 
     def server_build(self, toolchain: Toolchain) -> ServerBuild:
@@ -203,7 +206,7 @@ class RunSteps:
     def adopt(self, servers: ServerControl, config: TuneConfig, quant: str, run_dir: Path) -> ServedVariant:
         """Serve the rest of the run with `config`'s flags; its KV check replaces the quantization's."""
         adopted = servers.adopt(config.server_flags(self.settings, f"tuned {config.key}"))
-        merge_kv_file(run_dir / KV_JSON, quant, adopted.kv or adopted.kv_error or "not checked")
+        merge_kv_file(RunDir(run_dir).kv_path, quant, adopted.kv or adopted.kv_error or "not checked")
         return adopted
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:

@@ -21,7 +21,7 @@ from quantload.models.manifest import Manifest, save_manifest
 from quantload.models.prepare import prepare_models
 from quantload.progress import ProgressCallback, no_progress
 from quantload.quality.dataset import cached_text_path
-from quantload.rundir import LOGS_DIR, MANIFEST_JSON
+from quantload.rundir.handle import RunDir
 
 PREPARED_DIR = "prepared"  # under the cache: one folder per model source, shared by every run
 
@@ -109,7 +109,7 @@ def prepare_model_files(
         if prepare.files:
             manifest = adopt_files(prepare, cache, environ, toolchain.version_record(), progress)
             folder.mkdir(parents=True, exist_ok=True)
-            save_manifest(folder / MANIFEST_JSON, manifest)
+            save_manifest(RunDir(folder).manifest_path, manifest)
         else:
             manifest = prepare_models(
                 model.source, folder, toolchain, cache, environ,
@@ -118,9 +118,9 @@ def prepare_model_files(
             )  # fmt: skip
     prepared = PreparedModels(folder, _absolute(manifest, folder), time.monotonic() - started)
     if run_dir is not None:
-        save_manifest(run_dir / MANIFEST_JSON, prepared.manifest)
-        if folder.resolve() != run_dir.resolve():
-            _copy_logs(folder / LOGS_DIR, run_dir / LOGS_DIR, prefix="prepare-")
+        save_manifest(RunDir(run_dir).manifest_path, prepared.manifest)
+        if folder.resolve() != run_dir.resolve():  # the prepared folder keeps a run directory's logs/
+            _copy_logs(RunDir(folder).logs_path, RunDir(run_dir).logs_path, prefix="prepare-")
     return prepared
 
 

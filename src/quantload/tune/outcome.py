@@ -43,11 +43,11 @@ from quantload.config import Settings
 from quantload.kvcache import MIB
 from quantload.llamacpp.server import ServerSpec
 from quantload.rundir import write_json_atomic
+from quantload.rundir.handle import RunDir
 from quantload.stack.server_variants import variant_spec
 from quantload.text_format import span
 from quantload.tune.search import TuneOutcome
 from quantload.tune.space import TuneConfig
-from quantload.tune.state_file import TUNE_JSON
 
 DEFAULT_SERVER_PORT = 8080  # llama-server's own default port
 # llama.cpp's environment variable of each flag a configuration may set (common/arg.cpp set_env).
@@ -359,7 +359,7 @@ def write_tune_json(run_dir: Path, quant: str, summary: dict[str, Any]) -> None:
     """Add (or replace) one quantization's entry of the run's tune.json."""
     from quantload.analysis.summary_json import clean  # the report's JSON rules (NaN to null)
 
-    path = run_dir / TUNE_JSON
+    path = RunDir(run_dir).tune_outcome_path
     current: dict[str, Any] = {}
     if path.is_file():
         try:

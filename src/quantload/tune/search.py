@@ -32,7 +32,7 @@ from quantload.text_format import duration
 from quantload.tune.halving import PlannedTrial, SuccessiveHalving, plan_rungs
 from quantload.tune.resume import Resumed, left_out_note, resume_tune, take_planned
 from quantload.tune.space import TuneConfig, configurations, space_key
-from quantload.tune.state_file import TUNE_JSONL, TuneLine, append_tune_line, rung_dicts
+from quantload.tune.state_file import TuneLine, append_tune_line, rung_dicts
 from quantload.tune.trial_trust import server_gone, speculation_after, speculation_before
 
 EXPERIMENT = "tune"
@@ -292,7 +292,7 @@ def tune_quant(
         )
     configs = configurations(settings)
     search = new_search(settings, [config.key for config in configs])
-    state = run.run_dir.path / TUNE_JSONL
+    state = run.run_dir.tune_state_path
     key = space_key(settings, model)
     resumed = (
         resume_tune(resume_from, context.target.quant, model, key, search)

@@ -27,8 +27,6 @@ from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.tune.halving import Rung, Score
 
 TUNE_SCHEMA = "quantload.tune/2"
-TUNE_JSONL = "tune.jsonl"
-TUNE_JSON = "tune.json"  # the outcome of each quantization (quantload.tune.outcome)
 
 
 class TuneLine(BaseModel):

@@ -33,8 +33,8 @@ from quantload.llamacpp.server import free_port
 from quantload.llamacpp.server_help import server_build
 from quantload.paths import cache_root
 from quantload.run_context import RunContext
-from quantload.rundir import CONFIG_JSON, write_json_atomic
-from quantload.rundir.config_file import ConfigFile
+from quantload.rundir import TUNE_JSONL
+from quantload.rundir.config_file import write_run_config
 from quantload.rundir.handle import RunDir
 from quantload.served import server_alias, server_name
 from quantload.stack.native import RunView, new_run_dir
@@ -44,7 +44,6 @@ from quantload.text_format import span
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
 from quantload.tune.space import check_space, model_identity
-from quantload.tune.state_file import TUNE_JSONL
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,9 @@ class TuneResult:
 def _run_dir(out: Path, config: ResolvedConfig, resume: Path | None) -> Path:
     if resume is None:
         run_dir = new_run_dir(out, config)
-        write_json_atomic(run_dir / CONFIG_JSON, ConfigFile.of(config).to_json())
+        write_run_config(run_dir, config)
         return run_dir
-    if not (resume / TUNE_JSONL).is_file():
+    if not RunDir(resume).tune_state_path.is_file():
         raise ConfigError(f"{resume} holds no {TUNE_JSONL} to resume", "give the run directory of a tune")
     return resume
 
@@ -124,7 +123,7 @@ def tune_models(
         cwd=cwd or Path.cwd(),
         environ=environ,
     )
-    state = run_dir / TUNE_JSONL
+    state = context.run_dir.tune_state_path
     done: list[QuantTune] = []
     for quant in quants:
         progress = view.step(f"tune {quant}")

@@ -12,8 +12,8 @@ from analysis_synthetic import write_quality, write_synthetic_run
 from quantload.analysis import build_report
 from quantload.analysis.run_data import load_run
 from quantload.models.manifest import Manifest, ManifestEntry, save_manifest
-from quantload.quality.sensitivity import SENSITIVITY_JSON, Proposal, SensitivityFile, Variant
-from quantload.rundir import MANIFEST_JSON, write_json_atomic
+from quantload.quality.sensitivity import Proposal, SensitivityFile, Variant
+from quantload.rundir import MANIFEST_JSON, SENSITIVITY_JSON, write_json_atomic
 
 SIZES = {"F16": 270, "Q8_0": 145, "Q6_K": 112, "Q5_K_M": 98, "Q4_K_M": 85, "Q4_K_M-imatrix": 84, "Q3_K_M": 72}
 IMATRIX = {"file": "/cache/imatrix/abc.gguf", "dataset": "/data/calibration.txt", "entries_count": 210,

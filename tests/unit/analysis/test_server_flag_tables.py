@@ -16,8 +16,9 @@ from quantload.analysis.speculation_tables import speculation_table, speculation
 from quantload.analysis.tune_tables import tune_tables, tune_verdict
 from quantload.experiments.variant_file import SpeculationCheck, VariantLine
 from quantload.load.limit_file import LimitLine, TrialLine
+from quantload.rundir import TUNE_JSONL
 from quantload.tune.outcome import write_tune_json
-from quantload.tune.state_file import TUNE_JSONL, TuneLine, append_tune_line
+from quantload.tune.state_file import TuneLine, append_tune_line
 
 
 def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -18,10 +18,11 @@ from quantload.experiments.base import ExperimentContext, ServedVariant, ServerF
 from quantload.llamacpp.server import ServerSpec
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.limit_file import read_limits
+from quantload.rundir import TUNE_JSONL
 from quantload.served import ServedTarget
 from quantload.tune.outcome import quant_summary, ranking, search_cost
 from quantload.tune.search import tune_quant
-from quantload.tune.state_file import TUNE_JSONL, read_tune
+from quantload.tune.state_file import read_tune
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 SCRIPT = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=True)

@@ -20,10 +20,11 @@ from quantload.errors import ConfigError
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
 from quantload.llamacpp.server import ServerSpec, free_port
 from quantload.load.fakeserver import FakeServer
+from quantload.rundir import TUNE_JSON, TUNE_JSONL
 from quantload.tune.outcome import SearchCost, ranking, winner_command
 from quantload.tune.search import new_search, tune_quant
 from quantload.tune.space import configurations, space_key
-from quantload.tune.state_file import TUNE_JSON, TUNE_JSONL, TuneLine, read_tune
+from quantload.tune.state_file import TuneLine, read_tune
 from quantload.tune.tune_run import time_said
 
 MODEL = "tiny Q8_0-tiny.gguf sha256:0123456789abcdef"

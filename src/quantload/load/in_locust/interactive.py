@@ -27,7 +27,7 @@ from quantload.load.in_locust.wiring import Role, wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.prompts import Prompt, select_prompts
 from quantload.load.tickets import StageContext, Ticket
-from quantload.rundir import RECORDS_JSONL
+from quantload.rundir import RunPaths
 
 _log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def install_interactive(events: Any, user_class: type[StreamingChatUser]) -> Non
             environment,
             role,
             metrics,
-            records_path=out / RECORDS_JSONL if out is not None else None,
+            records_path=RunPaths(out).records_path if out is not None else None,
             tickets=source if role != "master" else None,
         )
         user_class.runtime = parts.runtime

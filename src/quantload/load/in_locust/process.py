@@ -33,7 +33,7 @@ from quantload.load.in_locust.wiring import wire_process
 from quantload.load.metrics import LoadMetrics, serve_metrics
 from quantload.load.plan import LoadPlan
 from quantload.load.processes import FAILURE_MARKER, MASTER_LOST_EXIT, WORKERS_TIMEOUT_S
-from quantload.rundir import RECORDS_JSONL, STAGES_JSONL
+from quantload.rundir import RunPaths
 
 _log = logging.getLogger(__name__)
 
@@ -101,8 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         args.role,
         metrics,
         plan=plan,
-        records_path=args.out / RECORDS_JSONL if args.out else None,
-        stages_path=args.out / STAGES_JSONL if args.out else None,
+        records_path=RunPaths(args.out).records_path if args.out else None,
+        stages_path=RunPaths(args.out).stages_path if args.out else None,
         expect_workers=args.expect_workers,
         workers_timeout_s=args.workers_timeout,
     )
