@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_tune_search import SCRIPT, TARGET, tune_context
 
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
 from quantload.llamacpp.server import free_port
@@ -22,6 +21,7 @@ from quantload.load.fakeserver import FakeServer
 from quantload.tune.outcome import ranking
 from quantload.tune.search import tune_quant
 from quantload.tune.state_file import TUNE_JSONL, read_tune
+from tune_fakes import SCRIPT, TARGET, tune_context
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_tune_search import SCRIPT, TARGET, tune_context
 
 from quantload.analysis.tune_tables import tune_tables, tune_verdict
 from quantload.errors import ConfigError
@@ -26,6 +25,7 @@ from quantload.tune.search import new_search, tune_quant
 from quantload.tune.space import configurations, space_key
 from quantload.tune.state_file import TUNE_JSON, TUNE_JSONL, TuneLine
 from quantload.tune.tune_run import time_said
+from tune_fakes import SCRIPT, TARGET, tune_context
 
 MODEL = "tiny Q8_0-tiny.gguf sha256:0123456789abcdef"
 
