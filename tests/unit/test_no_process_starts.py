@@ -33,7 +33,7 @@ STARTS: dict[str, Callable[[], object]] = {
     "subprocess.check_output": lambda: subprocess.check_output(["echo"]),
     "os.popen": lambda: os.popen("true"),
     "os.system": lambda: os.system("true"),
-    "os.fork": os.fork,
+    "os.fork": lambda: os.fork(),
     "os.spawnv": lambda: os.spawnv(os.P_WAIT, "/bin/true", ["true"]),
     "os.posix_spawn": lambda: os.posix_spawn("/bin/true", ["true"], {}),
     "asyncio": lambda: asyncio.run(_asyncio_child()),
