@@ -38,7 +38,7 @@ test: toolchain
 	$(BIN)/python -m pytest -ra tests/unit tests/integration tests/e2e
 
 ## The unit tier alone: pure logic with fakes, no process started (a guard fails a test that starts one),
-## no llama.cpp tools needed; under two minutes on two cores.
+## no llama.cpp tools needed.
 test-unit: venv
 	$(BIN)/python -m pytest -ra tests/unit
 
