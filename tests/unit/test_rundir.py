@@ -5,8 +5,6 @@ package's record models."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -122,15 +120,3 @@ def test_frame_columns_follow_the_record_models() -> None:
         kind: str = "x"
 
     assert scalar_fields(Later) == ("queue_s", "kind")
-
-
-def test_the_report_does_not_import_the_run_orchestration() -> None:
-    code = (
-        "import pkgutil, importlib, sys, quantload.analysis as a\n"
-        "for m in pkgutil.walk_packages(a.__path__, 'quantload.analysis.'): importlib.import_module(m.name)\n"
-        "print(sorted(n for n in sys.modules if n.startswith('quantload.stack')))\n"
-    )
-    shown = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert shown.stdout.strip() == "[]"

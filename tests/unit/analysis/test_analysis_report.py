@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +115,6 @@ def test_compare_api_defaults_to_a_folder_in_the_working_directory(
     monkeypatch.chdir(tmp_path)
     paths = compare_runs(write_synthetic_run(tmp_path / "a"), write_synthetic_run(tmp_path / "b", seed=3))
     assert paths.html.parent == tmp_path / "compare-a-vs-b"
-
-
-def test_importing_the_package_has_no_side_effects() -> None:
-    code = "import sys, quantload.analysis, quantload.cli.cmd_report; print('matplotlib' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "False"
 
 
 def test_open_loop_latency_counts_from_the_intended_send(tmp_path: Path) -> None:

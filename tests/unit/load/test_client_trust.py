@@ -1,7 +1,10 @@
 """The client says when it cannot be trusted: each stage's verdict (ok, degraded, saturated) from
 its event loop's lateness and this machine's calibration; the calibration read as this machine's
 limits; `--workers auto` spreading over them; the report's client-health section and `quantload
-load`'s table; and a real sweep against the fake held to a calibration it exceeds."""
+load`'s table; and a real sweep against the fake held to a calibration it exceeds.
+
+Its tests that start processes: tests/integration/load/test_client_trust_processes.py.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,9 @@ import socket
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
-from load_api import context, sweep_of
 from quantload.analysis.stage_tables import client_verdict, lagging_stages
-from quantload.cli.cmd_load import _table
-from quantload.config import LoadSettings, Settings
+from quantload.config import Settings
 from quantload.load.calibration_file import (
     Calibration,
     CountResult,
@@ -23,11 +23,7 @@ from quantload.load.calibration_file import (
     write_calibration,
 )
 from quantload.load.client_health import ClientHealth, TrustBounds
-from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.processes import usable_cores
-from quantload.load.prompts import Prompt
-from quantload.load.supervisor import run_plan
-from quantload.served import ServedTarget
 
 BOUNDS = TrustBounds(
     error_s=0.005, lag_s=0.005, streams_per_process=256, saturation_cpu_frac=0.9, saturation_lag_s=0.05
@@ -128,29 +124,3 @@ def test_the_reports_client_health_names_the_degraded_stages_and_why() -> None:
     clean = _stages(client_trust=["ok", "ok", "ok"], client_trust_why=[None, None, None])
     assert lagging_stages(clean, 0.05).empty
     assert "no stage reported saturation or figures worse" in client_verdict(clean, lagging_stages(clean, 0.05), 0.05)
-
-
-@pytest.mark.slow
-def test_a_sweep_held_to_a_calibration_it_exceeds_says_so_in_every_way(tmp_path: Path) -> None:
-    settings = Settings.model_validate({"run": {"out": "results"}})
-    write_calibration(calibration(counts((1, 0, True), (2, 0, False)), trusted=1), tmp_path / "results" / "calibration")
-    script = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=4, close_after_stream=True)
-    # saturation set out of reach: on a busy machine the event loop can wake 50 ms late, and what
-    # is held here is the calibration's bound between the stated error and saturation
-    load = LoadSettings(users=(1, 3), repeats=1, warmup_requests=0, request_timeout_s=10, metrics_port=0,
-                        max_tokens=4, first_round_jitter_s=0.01, saturation_cpu_frac=1000.0,
-                        saturation_lag_s=3600.0)  # fmt: skip
-    prompts = [Prompt(f"p{i}", f"prompt {i}", 2) for i in range(60)]  # long enough for health windows
-    with FakeServer(script) as fake:
-        target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
-        run = context(tmp_path, load, run=settings.run.model_dump(mode="json"))
-        summaries = run_plan(sweep_of(load, target, prompts), run).summaries
-    one, three = summaries
-    assert one.client_trust in ("ok", "degraded")  # one stream is what was proved: only lag may flag it
-    assert "streams per load process" not in (one.client_trust_why or "")
-    assert three.client_trust == "degraded"
-    assert "3 streams per load process, more than the 1 this machine's calibration measured right" in (
-        three.client_trust_why or ""
-    )
-    rendered = _table(summaries)
-    assert "degraded" in [cell for column in rendered.columns for cell in column._cells]

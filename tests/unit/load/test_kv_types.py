@@ -1,34 +1,30 @@
-"""The kv_types experiment: its plan (pure), and the whole path against fake servers (one per
-KV-cache type, one type whose server cannot be had), with real Locust processes."""
+"""The kv_types experiment's plan (pure), when a run plans it, and the servers it asks for.
+
+Its whole path against fake servers with real Locust processes:
+tests/integration/load/test_kv_types_processes.py.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from load_api import context
 from quantload.config import LoadSettings, load_config
-from quantload.errors import ConfigError, ServerError
-from quantload.experiments import kv_types, registry
-from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.errors import ConfigError
+from quantload.experiments import registry
+from quantload.experiments.base import ServerFlags
 from quantload.experiments.kv_types import decode_requests, kv_type_plan
 from quantload.llamacpp.server import ServerSpec
-from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.prompts import load_builtin
-from quantload.load.records import iter_records, iter_stage_events
-from quantload.load.supervisor import LoadError
 from quantload.served import ServedTarget
 from quantload.stack.server_variants import variant_spec
 from quantload.steps.load import run_experiment
 from quantload.steps.serve import cache_type_spec
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
-SCRIPT = FakeScript(ttft_ms=(2, 5), itl_ms=(1, 2), tokens=6, close_after_stream=True)
 
 
 def load_settings(**changes: object) -> LoadSettings:
@@ -79,45 +75,6 @@ def test_run_plans_kv_types_last_only_with_two_cache_types_and_requests(tmp_path
         registry.against_any_server(["kv_types"])  # `quantload load` cannot serve other cache types
     with pytest.raises(ConfigError, match="starts llama-servers of its own"):
         run_experiment("kv_types", TARGET, context(tmp_path))
-
-
-class FakeVariants:
-    """A fake server per cache-type variant; `missing` types raise as a llama-server that would not start."""
-
-    def __init__(self, missing: tuple[str, ...] = ()) -> None:
-        self.missing = missing
-        self.served: list[str] = []
-
-    @contextlib.contextmanager
-    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        if flags.cache_type in self.missing:
-            raise ServerError(f"llama-server with a {flags.cache_type} cache did not become ready")
-        with FakeServer(SCRIPT) as fake:
-            self.served.append(str(flags.cache_type))
-            target = ServedTarget(name=f"llama-q8_0-{flags.label}", quant="Q8_0", model="m", url=fake.url)
-            yield ServedVariant(target, flags, None, "the fake logs no KV line")
-
-
-@pytest.mark.slow
-def test_every_cache_type_gets_its_stage_and_a_missing_server_fails_after_the_others(tmp_path: Path) -> None:
-    servers = FakeVariants(missing=("q4_0",))
-    run = context(tmp_path, load_settings(), kv_types={"users": 2, "requests": 4, "max_tokens": 6},
-                  quality={"kld_cache_types": ["f16", "q4_0", "q8_0"]})  # fmt: skip
-    with FakeServer(SCRIPT) as own:  # the quantization's own server serves its own cache type, f16
-        target = TARGET.model_copy(update={"url": own.url})
-        with pytest.raises(LoadError, match=r"measured 2 of 3 KV-cache types; q4_0: llama-server with a q4_0"):
-            kv_types.run(ExperimentContext(run, target, servers))
-    assert servers.served == ["q8_0"]
-    ends = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
-    assert [(e.kv_cache_type, e.status, e.requests_done, e.stage_users) for e in ends] == [
-        ("f16", "ok", 4, 2), ("q8_0", "ok", 4, 2),
-    ]
-    measured = [r for r in iter_records(tmp_path / "records.jsonl") if not r.warmup]
-    assert len(measured) == 8 and all(r.experiment == "kv_types" and r.ok for r in measured)
-    assert all((r.max_tokens, r.ignore_eos, r.cache_prompt) == (6, True, False) for r in measured)
-    assert {r.server for r in measured} == {"llama-q8_0", "llama-q8_0-kv-q8_0"}
-    kv = json.loads((tmp_path / "kv.json").read_text())
-    assert kv["cache_types"]["Q8_0"]["q8_0"]["error"] == "the fake logs no KV line"
 
 
 def test_a_variant_is_the_servers_spec_with_the_flags_applied() -> None:

@@ -1,19 +1,19 @@
 """The tune checks what it trusts: a resumed state is read line by line (a damaged trial line is
 counted and measured again, never an AssertionError), another model file's tune is refused in one
-line; a speculating configuration that never drafted and a configuration whose server died during
-its trial rank as not measured, never as recommended or as missing the SLO."""
+line; the times it says and the winner's command; the report's notes on torn tune files.
+
+Tunes run with real Locust processes: tests/integration/tune/test_tune_trust_processes.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_tune_search import SCRIPT, TARGET, tune_context
 
 from quantload.analysis.tune_tables import tune_tables, tune_verdict
 from quantload.errors import ConfigError
@@ -21,14 +21,14 @@ from quantload.experiments.base import ExperimentContext, ServedVariant, ServerF
 from quantload.llamacpp.server import ServerSpec, free_port
 from quantload.load.fakeserver import FakeServer
 from quantload.rundir import TUNE_JSON, TUNE_JSONL
-from quantload.tune.outcome import SearchCost, ranking, winner_command
+from quantload.tune.outcome import SearchCost, winner_command
 from quantload.tune.search import new_search, tune_quant
 from quantload.tune.space import configurations, space_key
-from quantload.tune.state_file import TuneLine, read_tune
+from quantload.tune.state_file import TuneLine
 from quantload.tune.tune_run import time_said
+from tune_fakes import SCRIPT, TARGET, tune_context
 
 MODEL = "tiny Q8_0-tiny.gguf sha256:0123456789abcdef"
-SCRIPT_LEVEL_SLACK_S = 6.0  # one level of the fake under way when the budget runs out, Locust's start included
 
 
 class RecordingVariants:
@@ -97,19 +97,6 @@ def test_the_tune_of_another_model_file_is_refused_in_one_line(tmp_path: Path) -
     assert space_key(run.settings, MODEL) != space_key(run.settings, "another")
 
 
-@pytest.mark.slow
-def test_a_variant_that_never_drafted_or_whose_server_died_is_not_ranked_as_measured(tmp_path: Path) -> None:
-    run = tune_context(tmp_path, baseline=False, slots=[2, 4], speculation=["ngram"], finalists=2)
-    servers = RecordingVariants(dead=(4,))
-    outcome = tune_quant(ExperimentContext(run, TARGET, servers), model=MODEL)
-    rows = {row.key.split()[0]: row for row in ranking(outcome)}
-    assert not rows["np2"].ran and "not speculating: no draft token was counted" in rows["np2"].why
-    assert not rows["np4"].ran and "stopped answering during the trial" in rows["np4"].why
-    assert outcome.winner is None  # the fake never drafts: nothing to recommend
-    lines = read_tune(tmp_path / TUNE_JSONL)
-    assert [line.ran for line in lines if line.kind == "trial"] == [False, False]
-
-
 def test_the_grid_time_is_said_in_a_unit_that_is_never_zero() -> None:
     cost = SearchCost(trials=3, seconds=12.0, configs=2, grid_trials=2, grid_seconds=20.0, ending="done")
     said = cost.sentence()
@@ -138,23 +125,6 @@ def test_the_report_notes_a_torn_tune_jsonl_and_an_unreadable_tune_json(tmp_path
     assert any("tune.json could not be read" in note for note in tables.notes)
     verdict = tune_verdict(tables)
     assert "tune.json could not be read" in verdict and "did not finish" not in verdict
-
-
-@pytest.mark.slow
-def test_the_budget_bounds_the_baseline_search_too(tmp_path: Path) -> None:
-    run = tune_context(tmp_path, budget_s=6.0, short_trial_s=2.0, finalists=1)
-    wide = run.settings.model_copy(
-        update={"limit": run.settings.limit.model_copy(update={"max_users": 64, "time_cap_s": 3600.0})}
-    )
-    run = dataclasses.replace(run, settings=wide)
-    started = time.monotonic()
-    with FakeServer(SCRIPT) as own:
-        target = TARGET.model_copy(update={"url": own.url})
-        outcome = tune_quant(ExperimentContext(run, target, RecordingVariants()), model=MODEL)
-    assert outcome.baseline is not None and outcome.baseline.ran
-    # the baseline keeps its share of the budget, not the limit search's hour: a few levels at most
-    assert outcome.baseline.seconds < 6.0 + SCRIPT_LEVEL_SLACK_S
-    assert time.monotonic() - started < 2 * 6.0 + 2 * SCRIPT_LEVEL_SLACK_S
 
 
 def test_the_time_a_tune_takes_is_said_before_it_starts(tmp_path: Path) -> None:

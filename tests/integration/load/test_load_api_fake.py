@@ -28,7 +28,7 @@ from quantload.load.records import RequestRecord, StageEvent, iter_records, iter
 from quantload.load.supervisor import LoadError, run_plan
 from quantload.served import ServedTarget
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 
 PROMPTS = [

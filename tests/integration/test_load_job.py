@@ -19,7 +19,7 @@ from quantload.llamacpp.server import free_port
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.records import iter_stage_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture

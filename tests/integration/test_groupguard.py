@@ -19,7 +19,10 @@ import pytest
 
 from quantload.llamacpp.build import run_logged
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux signals")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux signals"),
+]
 
 
 def _alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.processes import ENTRY_MODULE
 from support import clean_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _locust_processes_for(out: Path) -> list[str]:

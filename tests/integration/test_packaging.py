@@ -18,7 +18,7 @@ from quantload.assets import PACKAGED_DIR, PACKAGED_FILES
 REPO = Path(__file__).resolve().parents[2]
 DOCKERIGNORE = REPO / ".dockerignore"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _build_context(target: Path) -> Path:

@@ -18,7 +18,7 @@ from quantload.load.limit_file import read_limits
 from quantload.served import ServedTarget
 from quantload.steps.load import run_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Each stream: 20 ms to the first token, then 20 tokens 8 ms apart (~0.18 s). With 3 streams at a
 # time, a fourth user waits a whole stream for its turn: about one request in four has a TTFT near

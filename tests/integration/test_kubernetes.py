@@ -53,6 +53,8 @@ from kube.render import (
 )
 from kube.schemas import schema_errors
 
+pytestmark = pytest.mark.integration
+
 Render = Callable[[str], list[Manifest]]
 
 

@@ -12,7 +12,7 @@ import pytest
 from quantload.cli.main import main
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SMALL = """
 [load]

@@ -29,7 +29,7 @@ from quantload.served import ServedTarget
 from quantload.slo import Slo
 from quantload.steps.load import run_experiment
 
-pytestmark = [
+pytestmark = [pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity and /proc are Linux's"),
 ]

@@ -23,7 +23,10 @@ from quantload.models.manifest import load_manifest
 from quantload.rundir import read_json
 from quantload.steps.prepare import prepare_model_files
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock and fork")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock and fork"),
+]
 READ_FOR_S = 1.2
 
 REWRITER = """

@@ -30,6 +30,8 @@ from quantload.experiments.base import ExperimentContext
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
 
+pytestmark = pytest.mark.integration
+
 GROWTH_BOUND_BYTES = 2 * 2**20
 MIN_REQUESTS_BETWEEN = 5_000
 PER_REQUEST_BOUND_BYTES = 100  # over 52,672 requests on a quiet machine it grew 62 bytes a request

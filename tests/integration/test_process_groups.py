@@ -26,7 +26,10 @@ from quantload.load.supervisor import _stop as stop_load_processes
 from quantload.served import ServedTarget
 from quantload.stack.server_variants import ServerVariants
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+]
 
 
 @pytest.fixture
