@@ -196,6 +196,11 @@ def _tune(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def _winner(key: str | None) -> str:
+    """A tune's winner as the table shows it: none when no configuration beat the configured flags."""
+    return key if key else "none (no configuration beat the configured flags)"
+
+
 def _ranking(name: str, quant: str, outcome: dict[str, Any]) -> list[str]:
     lines = ["", f"{name}, {quant}: configurations, best first", ""]
     lines += _head(
@@ -240,16 +245,18 @@ def tune_lines(runs: dict[str, dict[str, Any]], seconds: list[dict[str, Any]]) -
     )
     for quant, outcome in first.items():
         against = outcome.get("against_baseline") or {}
-        again = second.get(quant, {}).get("winner") if quant in second else None
+        again = _winner(second[quant]["winner"]) if quant in second else None
         ratios = (
             f"limit x{_n(against.get('limit_ratio'), 2)} ({_n(against.get('winner_limit'), 0)} against"
             f" {_n(against.get('baseline_limit'), 0)}), goodput x{_n(against.get('goodput_ratio'), 2)}"
         )
-        same = "not measured" if again is None else "the same" if again == outcome["winner"] else str(again)
+        same = (
+            "not measured" if again is None else "the same" if again == _winner(outcome["winner"]) else again
+        )
         lines.append(
             _row(
                 quant,
-                outcome["winner"],
+                _winner(outcome["winner"]),
                 _n(against.get("winner_limit"), 0),
                 ratios,
                 outcome["cost"]["sentence"],
@@ -291,7 +298,8 @@ def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
         lines += ["", "## Batching and speculation at 4 users (Q8_0)", "", *_settings(by_name["loaded"]), ""]
         lines += experiment_lines(Path(by_name["loaded"]["run_dir"]), ("batching", "speculation"))
     if _measured(by_name.get("tune-1")):
-        lines += ["", "## quantload tune (Q8_0, Q4_K_M)", "", *_settings(by_name["tune-1"]), ""]
+        quants = ", ".join(_tune(Path(by_name["tune-1"]["run_dir"])))
+        lines += ["", f"## quantload tune ({quants})", "", *_settings(by_name["tune-1"]), ""]
         lines += tune_lines(by_name, [run for run in runs if run["name"] == "tune-2"])
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
     path = figures / f"server-flags-smollm2-135m-{stamp}.md"
