@@ -16,7 +16,7 @@ An experiment (one module or folder of this package, listed once in `registry`) 
                   settings, what the llama-server build accepts, the model files): ConfigError
   report          its own part of the report, where it has one (`ExperimentReport`): what the
                   report computes of its stages, its chapter, its keys of summary.json. A function
-                  returning it, so that the analysis and its pandas are imported only by the report
+                  returning it, so that the analysis and its pandas are imported only by the report.
 
 Run context: `ExperimentContext` holds the run (quantload.run_context.RunContext), the served
 target, and the server control where quantload started the server (None for a URL it was given).
@@ -40,7 +40,7 @@ from quantload.load.summary import StageSummary
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
 
-if TYPE_CHECKING:  # the report's types: the analysis imports the experiments, never the reverse
+if TYPE_CHECKING:  # annotations only: declaring an experiment loads none of the report's modules
     from quantload.analysis.chapters.parts import Chapter
     from quantload.analysis.report_input import ReportInput
 
