@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 
 from quantload.analysis.capacity_plan import MeasuredLimit, costs, servers_for
-from quantload.analysis.tenant_tables import tenant_slo
 from quantload.cli import cmd_load, cmd_report
 from quantload.cli.main import main
 from quantload.config import MAX_USERS, PlanSettings, Settings, TenantSettings, load_config
 from quantload.errors import ConfigError, QuantloadError
+from quantload.experiments.noisy_neighbour.tables import tenant_slo
 from quantload.load.lengths import parse_length_distribution
 from quantload.load.limit_search import LimitSearch, Trial
 from quantload.load.processes import choose_workers, usable_cores

@@ -1,8 +1,11 @@
 """From a loaded run (and a Prometheus connection, when there is one) to every figure of the report:
-the one place that calls each computation and holds its result for the chapters to show."""
+the one place that calls each computation and holds its result for the chapters to show. An
+experiment with a part of its own in the report (experiments.base.ExperimentReport) computes its
+findings here too, asked through the registry: `Analysis.findings` holds them by its name."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -25,6 +28,7 @@ from quantload.analysis.prometheus_tables import (
 )
 from quantload.analysis.quality_loss import QualityLoss, quality_loss
 from quantload.analysis.quality_verdict import QualityVerdict, quality_verdict
+from quantload.analysis.report_input import ReportInput
 from quantload.analysis.run_data import Gap, RunData
 from quantload.analysis.run_tables import (
     Header,
@@ -40,7 +44,6 @@ from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
-from quantload.analysis.tenant_tables import NoisyVerdict, noisy_table, noisy_verdicts, tenant_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
     prompt_cache_table,
@@ -48,9 +51,9 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings, SloSettings
-from quantload.experiments import context_overflow, kv_types, noisy_neighbour, prefix_cache, sessions
+from quantload.experiments import context_overflow, kv_types, prefix_cache, sessions
 from quantload.experiments.base import Experiment
-from quantload.experiments.registry import requested_names
+from quantload.experiments.registry import ReportParts, reported, requested_names
 from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
@@ -103,9 +106,7 @@ class Analysis:
     context_turns: pd.DataFrame  # context_tables.turn_table
     context_conversations: pd.DataFrame  # context_tables.conversation_table
     context_policies: pd.DataFrame  # context_tables.policy_table
-    tenants: pd.DataFrame  # tenant_tables.tenant_table
-    noisy: pd.DataFrame  # tenant_tables.noisy_table
-    noisy_verdicts: tuple[NoisyVerdict, ...]
+    findings: Mapping[str, object]  # by experiment name: its ExperimentReport.findings
     soak: tuple[SoakRun, ...] = ()  # soak.soak_view: every soak of the run
 
 
@@ -227,9 +228,9 @@ def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -
     ]
 
 
-def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> list[Gap]:
-    """The context and noisy-neighbour experiments where they did not run (or left a policy out),
-    and the context a slot needs where it could not be sized."""
+def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> list[Gap]:
+    """The context experiment and those with a part of their own in the report, where the run
+    meant to measure them and has no stage of them."""
     if run.records.empty:
         return []
     ran = set(stages["experiment"]) if not stages.empty else set()
@@ -237,13 +238,24 @@ def _context_and_tenant_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityP
     gaps = []
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
-        (noisy_neighbour.EXPERIMENT, "tenants", "the noisy neighbour"),
+        *((experiment, part.gap_section, part.subject) for experiment, part in parts),
     ):
         # a gap is what the run meant to measure: an experiment load.experiments leaves out is none,
         # nor one in a folder whose settings are unknown (a compose or multi-host run), as for the
         # other experiments
         if experiment.name not in ran and asked is not None and experiment.name in asked:
             gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
+    return gaps
+
+
+def _context_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> list[Gap]:
+    """The context policies the context experiment left out, and the context a slot needs where it
+    could not be sized."""
+    if run.records.empty:
+        return []
+    ran = set(stages["experiment"]) if not stages.empty else set()
+    asked = set(requested_names(run.settings)) if run.settings is not None else None
+    gaps = []
     settings = run.settings
     if context_overflow.NAME in ran and settings is not None:
         measured = set(stages.loc[stages["experiment"] == context_overflow.NAME, "context_policy"].dropna())
@@ -338,10 +350,11 @@ def analyze(
     verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
     plan_inputs = plan_settings or PlanSettings()
     plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
-    gaps += _context_and_tenant_gaps(run, stages, plan)
+    parts = reported()
+    gaps += _not_run_gaps(run, stages, parts) + _context_gaps(run, stages, plan)
+    given = ReportInput(run, stages, slo, quants, plan)
     conversations = conversation_table(run.records, stages)
     flags = server_flag_tables(run, stages, quants)
-    noisy = noisy_table(run.records, stages, run.settings, slo, quants)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
     mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
@@ -393,9 +406,7 @@ def analyze(
         context_turns=context_turn_table(run.records, stages, quants),
         context_conversations=conversations,
         context_policies=policy_table(conversations, quants),
-        tenants=tenant_table(run.records, stages, run.settings, slo),
-        noisy=noisy,
-        noisy_verdicts=tuple(noisy_verdicts(noisy, run.settings, plan)),
+        findings={experiment.name: part.findings(given) for experiment, part in parts},
         soak=soaks.runs,
     )
 

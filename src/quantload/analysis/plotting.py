@@ -13,11 +13,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from quantload.analysis.analyze import Analysis
+if TYPE_CHECKING:  # annotations only: an experiment's chapter uses these without the whole analysis
+    from quantload.analysis.analyze import Analysis
 
 DPI = 110
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")

@@ -123,12 +123,12 @@ def _write(analysis: Analysis, out: Path) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
     plots = draw_figures(analysis, out)
     document = build_document(analysis, plots)
-    files = RunDir(out)
+    run_dir = RunDir(out)
     paths = ReportPaths(
-        markdown=files.report_md_path,
-        html=files.report_html_path,
-        csv=files.table_csv_path,
-        summary=files.summary_path,
+        markdown=run_dir.report_md_path,
+        html=run_dir.report_html_path,
+        csv=run_dir.table_csv_path,
+        summary=run_dir.summary_path,
         plots=tuple(out / image.file for image in plots.values()),
         not_measured=len(analysis.gaps),
     )

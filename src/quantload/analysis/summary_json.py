@@ -3,7 +3,8 @@ typed model.
 
 The verdicts, the header, the KV rows and the prompt-cache comparisons keep the types the analysis
 computes them as; a table is a list of its rows (`Row`), whose columns are those of the frame the
-named analysis module builds. Missing figures are null, never NaN.
+named analysis module builds. Missing figures are null, never NaN. An experiment with a part of its
+own in the report (experiments.base.ExperimentReport) adds its keys through that part's `summary`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
 from quantload.analysis.ttft_tables import CacheComparison
+from quantload.experiments.registry import reported
 from quantload.load.limit_file import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
@@ -151,7 +153,10 @@ class ReportFiles(_SummaryPart):
 
 
 class SummaryFile(_SummaryPart):
-    """The whole summary.json."""
+    """The whole summary.json: the keys below, and those the experiments' own report parts add
+    (kept as they are read: the noisy neighbour's tenants, noisy_neighbour, noisy_verdicts)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     schema_: str = Field(default=SUMMARY_SCHEMA, alias="schema")
     run_id: str
@@ -184,9 +189,6 @@ class SummaryFile(_SummaryPart):
     server_flags: ServerFlagsSummary
     context_policies: list[Row] = []  # context_tables.policy_table
     context_turns: list[Row] = []  # context_tables.turn_table
-    tenants: list[Row] = []  # tenant_tables.tenant_table
-    noisy_neighbour: list[Row] = []  # tenant_tables.noisy_table
-    noisy_verdicts: list[Row] = []  # tenant_tables.NoisyVerdict.to_dict
     soak: list[SoakSummary] = []
     client: ClientSummary
     prometheus: PrometheusSummary
@@ -232,6 +234,14 @@ def _server_flags(analysis: Analysis) -> dict[str, Any]:
     }
 
 
+def _experiment_keys(analysis: Analysis) -> dict[str, Any]:
+    """The keys the experiments' own report parts add, from their findings."""
+    keys: dict[str, Any] = {}
+    for experiment, part in reported():
+        keys.update(part.summary(analysis.findings[experiment.name]))
+    return keys
+
+
 def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
     """Everything the report shows, as one object."""
     data: dict[str, Any] = clean(
@@ -270,9 +280,7 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "server_flags": _server_flags(analysis),
             "context_policies": _rows(analysis.context_policies),
             "context_turns": _rows(analysis.context_turns),
-            "tenants": _rows(analysis.tenants),
-            "noisy_neighbour": _rows(analysis.noisy),
-            "noisy_verdicts": [verdict.to_dict() for verdict in analysis.noisy_verdicts],
+            **_experiment_keys(analysis),
             "soak": [run.to_dict() for run in analysis.soak],
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {

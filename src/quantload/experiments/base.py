@@ -1,6 +1,6 @@
 """What an experiment is, what it is given, and what it gives back.
 
-An experiment (one module of this package, listed once in `registry`) declares:
+An experiment (one module or folder of this package, listed once in `registry`) declares:
 
   name, title     its name in settings, records and `quantload load -e`; its line in the run's view
   step, chapter   its step in run.json, and the report chapter that reads its stages
@@ -14,6 +14,9 @@ An experiment (one module of this package, listed once in `registry`) declares:
   by_default      whether `load.experiments` names it unless told otherwise
   check           what it checks of its input before any server starts (`Preflight`: the
                   settings, what the llama-server build accepts, the model files): ConfigError
+  report          its own part of the report, where it has one (`ExperimentReport`): what the
+                  report computes of its stages, its chapter, its keys of summary.json. A function
+                  returning it, so that the analysis and its pandas are imported only by the report.
 
 Run context: `ExperimentContext` holds the run (quantload.run_context.RunContext), the served
 target, and the server control where quantload started the server (None for a URL it was given).
@@ -25,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from quantload.config import Settings
 from quantload.kvcheck import KvCheck
@@ -36,6 +39,10 @@ from quantload.load.limit_file import LimitLine
 from quantload.load.summary import StageSummary
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
+
+if TYPE_CHECKING:  # annotations only: declaring an experiment loads none of the report's modules
+    from quantload.analysis.chapters.parts import Chapter
+    from quantload.analysis.report_input import ReportInput
 
 ServerFlagsUse = Literal["none", "optional", "required"]
 
@@ -159,6 +166,25 @@ def runs_against_any_server(settings: Settings) -> str | None:
     return None
 
 
+FindingsT = TypeVar("FindingsT")
+
+
+@dataclass(frozen=True)
+class ExperimentReport(Generic[FindingsT]):
+    """An experiment's own part of the report. The report step asks the registry for every
+    experiment that has one and uses it alike: `findings` computes what the report shows of it
+    from the run's data (kept in `Analysis.findings` under the experiment's name), `chapter` shows
+    them (its sections and figures, placed after the contexts chapter in the registry's order),
+    `summary` gives its keys of summary.json. Where the run meant to measure the experiment and
+    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`."""
+
+    findings: Callable[[ReportInput], FindingsT]
+    chapter: Chapter
+    summary: Callable[[FindingsT], Mapping[str, Any]]
+    subject: str  # "the noisy neighbour"
+    gap_section: str  # the section its notes are filed under (Gap.section)
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One experiment's declaration (see the module docstring)."""
@@ -176,3 +202,4 @@ class Experiment:
     check: Callable[[Preflight], None] = no_check
     # why it would measure nothing against a server quantload did not start (None: it measures)
     foreign: Callable[[Settings], str | None] = runs_against_any_server
+    report: Callable[[], ExperimentReport[Any]] | None = None

@@ -1,14 +1,16 @@
 """The experiments, in the order `quantload run` runs them by default: the one list every part
 reads (the run and its step names, `quantload load -e`, the config check, the report's "not run
-because" lines).
+because" lines, and the report's parts that experiments bring: `reported`).
 
-Adding an experiment is one new module of this package, declaring its `EXPERIMENT`
-(quantload.experiments.base.Experiment), and one line below.
+Adding an experiment is one new folder of this package (or one module, for an experiment without a
+part of its own in the report), declaring its `EXPERIMENT` (quantload.experiments.base.Experiment),
+and one line below; its settings are one section of quantload.config.Settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
@@ -29,7 +31,7 @@ from quantload.experiments import (
     sweep,
     trace,
 )
-from quantload.experiments.base import Experiment
+from quantload.experiments.base import Experiment, ExperimentReport
 
 REGISTRY: tuple[Experiment, ...] = (
     sweep.EXPERIMENT,
@@ -53,6 +55,16 @@ REGISTRY: tuple[Experiment, ...] = (
 def names() -> tuple[str, ...]:
     """Every experiment's name, in the default order."""
     return tuple(experiment.name for experiment in REGISTRY)
+
+
+# the experiments with a part of their own in the report, each with that part
+ReportParts = tuple[tuple[Experiment, ExperimentReport[Any]], ...]
+
+
+def reported() -> ReportParts:
+    """The experiments with a part of their own in the report, each with that part, in the default
+    order (the report step's one way to them: their parts are imported here)."""
+    return tuple((e, e.report()) for e in REGISTRY if e.report is not None)
 
 
 def default_names() -> tuple[str, ...]:

@@ -15,10 +15,10 @@ from load_api import settings_context
 from quantload.analysis.capacity_plan import CapacityPlan, MeasuredLimit, PlanSettingsView, QuantPlan
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
-from quantload.analysis.tenant_tables import noisy_table, noisy_verdicts, tenant_table
 from quantload.config import Settings
-from quantload.experiments import noisy_neighbour
 from quantload.experiments.base import ExperimentContext
+from quantload.experiments.noisy_neighbour.stages import run as run_noisy_neighbour
+from quantload.experiments.noisy_neighbour.tables import noisy_table, noisy_verdicts, tenant_table
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.served import ServedTarget
@@ -63,7 +63,7 @@ def test_the_noisy_neighbour_against_a_fake_server_and_its_report(tmp_path: Path
     script = FakeScript(ttft_ms=(20, 30), itl_ms=(5, 5), tokens=6, max_streams=2, close_after_stream=True)
     with FakeServer(script) as fake:
         target = TARGET.model_copy(update={"url": fake.url})
-        done = noisy_neighbour.run(ExperimentContext(settings_context(tmp_path, settings), target))
+        done = run_noisy_neighbour(ExperimentContext(settings_context(tmp_path, settings), target))
     assert [(s.phase, s.status, s.users, s.requests) for s in done.summaries] == [
         ("b at 0 users", "ok", 2, 6), ("b at 1 user", "ok", 3, 9), ("b at 4 users", "ok", 6, 18),
     ]  # fmt: skip

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from load_api import settings_context
-from quantload.analysis.tenant_tables import fairness, jain_index
 from quantload.config import Settings, load_config
 from quantload.errors import ConfigError
-from quantload.experiments import noisy_neighbour, registry
+from quantload.experiments import registry
 from quantload.experiments.base import ExperimentContext
+from quantload.experiments.noisy_neighbour import stages as noisy_stages
+from quantload.experiments.noisy_neighbour.tables import fairness, jain_index
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.in_locust.messages import TicketWant
 from quantload.load.plan import LoadPlan, PlannedRequest, RequestParams, StagePlan
@@ -135,7 +136,7 @@ def test_the_plan_has_one_stage_per_step_and_the_neighbour_only_where_it_sends(t
     settings = _two_tenants(tmp_path, [0, 1, 3])
     with FakeServer(FakeScript(tokens=4)) as fake:
         target = TARGET.model_copy(update={"url": fake.url})
-        plan = noisy_neighbour.plan_stages(ExperimentContext(settings_context(tmp_path, settings), target), "nn-x")
+        plan = noisy_stages.plan_stages(ExperimentContext(settings_context(tmp_path, settings), target), "nn-x")
     assert [(s.users, [(t.name, t.users, t.requests) for t in s.tenants], s.phase) for s in plan.stages] == [
         (2, [("a", 2, 6)], "b at 0 users"),
         (3, [("a", 2, 6), ("b", 1, 3)], "b at 1 user"),
@@ -155,7 +156,7 @@ def test_an_open_loop_neighbour_sends_scheduled_arrivals_at_each_step(tmp_path: 
         update={"step_seconds": 4.0})})  # fmt: skip
     with FakeServer(FakeScript(tokens=4)) as fake:
         target = TARGET.model_copy(update={"url": fake.url})
-        plan = noisy_neighbour.plan_stages(ExperimentContext(settings_context(tmp_path, settings), target), "nn-o")
+        plan = noisy_stages.plan_stages(ExperimentContext(settings_context(tmp_path, settings), target), "nn-o")
     stage = plan.stages[1]
     assert stage.arrival == "poisson" and stage.rate_rps == 2.5 and stage.users == 2 + 3
     scheduled = [r.offset_s for r in stage.requests if r.offset_s is not None]
@@ -169,7 +170,7 @@ def test_a_tenant_whose_workload_cannot_be_made_is_named_before_any_load(tmp_pat
     )  # fmt: skip
     with FakeServer(FakeScript(tokens=4)) as fake, pytest.raises(ConfigError, match=r"^tenant 'b': .*gone.json"):
         target = TARGET.model_copy(update={"url": fake.url})
-        noisy_neighbour.run(ExperimentContext(settings_context(tmp_path, settings), target))
+        noisy_stages.run(ExperimentContext(settings_context(tmp_path, settings), target))
     assert not (tmp_path / "records.jsonl").exists()
     assert registry.missing_input("noisy_neighbour", Settings()) == "fewer than two [[tenants]]"
 

@@ -1,5 +1,7 @@
 """The report's chapters, in reading order: each a run of consecutive sections about one subject,
-with the figures it shows (see `parts.Chapter`).
+with the figures it shows (see `parts.Chapter`). The chapters of experiments with a part of their
+own in the report (experiments.base.ExperimentReport) follow the contexts chapter, in the
+registry's order.
 
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
@@ -11,7 +13,8 @@ with the figures it shows (see `parts.Chapter`).
   server_flags continuous against static batching, slots at a fixed KV budget, speculative
                decoding, the tuned flags (1 figure each)
   contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
-  tenants      tenants sharing a server; the noisy neighbour (1 figure)
+  (the experiments' own chapters)
+               noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
   soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
@@ -34,7 +37,6 @@ from quantload.analysis.chapters import (
     server,
     server_flags,
     soak,
-    tenants,
     traffic,
     ttft,
     verdict,
@@ -42,15 +44,17 @@ from quantload.analysis.chapters import (
 from quantload.analysis.chapters.parts import Chapter, Plots
 from quantload.analysis.document import Document, gathered
 from quantload.analysis.plotting import Figure
+from quantload.experiments.registry import reported
 
-CHAPTERS: tuple[Chapter, ...] = (
+BEFORE_EXPERIMENTS: tuple[Chapter, ...] = (
     verdict.CHAPTER,
     load.CHAPTER,
     plan.CHAPTER,
     traffic.CHAPTER,
     server_flags.CHAPTER,
     contexts.CHAPTER,
-    tenants.CHAPTER,
+)
+AFTER_EXPERIMENTS: tuple[Chapter, ...] = (
     soak.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
@@ -60,15 +64,21 @@ CHAPTERS: tuple[Chapter, ...] = (
 )
 
 
+def chapters() -> tuple[Chapter, ...]:
+    """Every chapter of the report, in reading order."""
+    own = tuple(part.chapter for _, part in reported())
+    return (*BEFORE_EXPERIMENTS, *own, *AFTER_EXPERIMENTS)
+
+
 def figures() -> tuple[Figure, ...]:
     """Every figure of the report, in the order the chapters show them."""
-    return tuple(figure for chapter in CHAPTERS for figure in chapter.figures)
+    return tuple(figure for chapter in chapters() for figure in chapter.figures)
 
 
 def build_document(analysis: Analysis, plots: Plots) -> Document:
     """The whole report."""
     model = analysis.header.model or "model not recorded"
-    sections = tuple(section for chapter in CHAPTERS for section in chapter.sections(analysis, plots))
+    sections = tuple(section for chapter in chapters() for section in chapter.sections(analysis, plots))
     return Document(
         f"quantload report: {model}", f"run {analysis.header.run_id}", gathered(sections, before="stages")
     )

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantload.analysis import fmt
-from quantload.analysis.analyze import Analysis
 from quantload.analysis.document import Block, Bullets, Image, Paragraph, Section
 from quantload.analysis.plotting import Figure
+
+if TYPE_CHECKING:  # annotations only: an experiment's chapter uses these without the whole analysis
+    from quantload.analysis.analyze import Analysis
 
 # The figures the report drew, by key (a figure with nothing to draw is absent).
 Plots = Mapping[str, Image]

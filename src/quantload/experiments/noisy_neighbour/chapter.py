@@ -1,18 +1,22 @@
-"""Tenants sharing a server: per tenant its latency, goodput and failed share against its own SLO;
-the noisy neighbour (one figure): the others' TTFT p99 and goodput against the neighbour's load,
-the fairness index, the load at which another tenant breaks its SLO, and what a server per tenant
-would cost instead."""
+"""The noisy neighbour's chapter. Tenants sharing a server: per tenant its latency, goodput and
+failed share against its own SLO; the noisy neighbour (one figure): the others' TTFT p99 and
+goodput against the neighbour's load, the fairness index, the load at which another tenant breaks
+its SLO, and what a server per tenant would cost instead."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantload.analysis import fmt
-from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, not_run_section, shown, value
 from quantload.analysis.document import Bullets, Paragraph, Section, Table
 from quantload.analysis.plotting import PALETTE, Figure, new_figure, save_figure
-from quantload.analysis.tenant_tables import IsolationCost
+from quantload.experiments.noisy_neighbour.findings import findings_of
+from quantload.experiments.noisy_neighbour.tables import IsolationCost
+
+if TYPE_CHECKING:
+    from quantload.analysis.analyze import Analysis
 
 
 def _neighbour_axis(analysis: Analysis) -> str:
@@ -26,7 +30,7 @@ def _neighbour_axis(analysis: Analysis) -> str:
 
 def _noisy_figure(analysis: Analysis, path: Path) -> Path | None:
     """Each tenant's TTFT p99 and goodput, and the fairness index, against the neighbour's load."""
-    table = analysis.noisy
+    table = findings_of(analysis).steps
     if table.empty or table["ttft_p99_s"].dropna().empty:
         return None
     figure, axes = new_figure(13.0, 4.0, 1, 3)
@@ -68,7 +72,7 @@ FIGURES = (Figure("noisy_neighbour", "The noisy neighbour: latency, goodput and 
 
 def tenants_section(analysis: Analysis) -> Section:
     """Per tenant and stage: TTFT/TPOT p50/p99, goodput, failed share, its SLO verdict."""
-    table = analysis.tenants
+    table = findings_of(analysis).tenants
     if table.empty:
         return not_run_section("tenants", "Tenants", "no stage was shared by tenants ([[tenants]])")
     rows = tuple(
@@ -126,7 +130,8 @@ def _isolation_sentence(cost: IsolationCost, step_words: str) -> str:
 
 def noisy_section(analysis: Analysis, plots: Plots) -> Section:
     """The others' figures per neighbour load, the fairness index, the verdict, isolation's cost."""
-    table = analysis.noisy
+    found = findings_of(analysis)
+    table = found.steps
     if table.empty:
         return not_run_section(
             "noisy-neighbour", "The noisy neighbour", "no complete noisy_neighbour stage", analysis, "tenants"
@@ -143,10 +148,10 @@ def noisy_section(analysis: Analysis, plots: Plots) -> Section:
             " the streams it kept busy (times its weight): 1 = served in proportion, 1/n = one tenant"
             " got everything."
         ),
-        Bullets(tuple(verdict.sentence for verdict in analysis.noisy_verdicts), "verdict"),
+        Bullets(tuple(verdict.sentence for verdict in found.verdicts), "verdict"),
         *shown(plots, FIGURES[0]),
     ]
-    for verdict in analysis.noisy_verdicts:
+    for verdict in found.verdicts:
         if verdict.isolation is not None and neighbour is not None:
             unit = "req/s" if neighbour.open_loop else "users"
             step_words = f"{neighbour.name} at {verdict.isolation.step:g} {unit}"

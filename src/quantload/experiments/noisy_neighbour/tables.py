@@ -30,10 +30,9 @@ import pandas as pd
 from quantload.analysis.capacity_plan import CapacityPlan, servers_for
 from quantload.analysis.stage_tables import USABLE, stage_line, summary_from_records
 from quantload.config import Settings, TenantSettings
+from quantload.experiments.noisy_neighbour.stages import NAME
 from quantload.slo import Slo, judge
 from quantload.stats import percentile
-
-NOISY_EXPERIMENT = "noisy_neighbour"
 
 
 def tenant_slo(tenant: TenantSettings | None, base: Slo) -> Slo:
@@ -184,7 +183,7 @@ def noisy_table(
     if settings is None or settings.neighbour_tenant is None or stages.empty:
         return pd.DataFrame()
     chosen = tenant_records(records, stages)
-    noisy = stages[(stages["experiment"] == NOISY_EXPERIMENT) & stages["status"].isin(USABLE)]
+    noisy = stages[(stages["experiment"] == NAME) & stages["status"].isin(USABLE)]
     if chosen.empty or noisy.empty:
         return pd.DataFrame()
     neighbour = settings.neighbour_tenant.name

@@ -1,19 +1,6 @@
-"""The noisy neighbour: tenants sharing one server while one of them steps its load up.
-
-Every tenant of `[[tenants]]` sends its own traffic (its workload, any kind) at its own load in
-the same stages; the neighbour (`noisy_neighbour.neighbour`, by default the last tenant) instead
-sends at each load of `noisy_neighbour.steps` in turn: users when it is a closed-loop tenant,
-requests/s when it is an open-loop one; a step of 0 leaves the others alone. One stage per step
-(`noisy_neighbour.repeats` times): a closed-loop tenant gets `requests_per_user` requests per user,
-an open-loop one Poisson arrivals at its rate for `step_seconds`. Within a stage each tenant keeps
-its own concurrency (its users, or `rate_users` for its arrivals: the ticket book holds the rest of
-its requests back), so the neighbour's load cannot take the others' users. Every record names its
-tenant; the report judges each tenant against its own SLO, computes the fairness index and says at
-which neighbour load the others break theirs.
-
-llama-server has no priorities: what the experiment can show is how much one tenant's burst costs
-the others on a shared server, and (in the report) what a server per tenant would cost instead.
-"""
+"""The noisy neighbour's stages: each tenant's share of a stage at its own load, the neighbour's at
+each step of `noisy_neighbour.steps`, drawn before any is sent and run through the load supervisor
+(the experiment as a whole: the package docstring)."""
 
 from __future__ import annotations
 
@@ -21,7 +8,7 @@ from dataclasses import dataclass
 
 from quantload.config import Settings, TenantSettings
 from quantload.errors import ConfigError, QuantloadError
-from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages
 from quantload.load.plan import (
     LoadPlan,
@@ -175,14 +162,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
     invocation = invocation_id(NAME, context.target)
     plan = plan_stages(context, invocation)
     return experiment_run(NAME, run_stages(context, plan).summaries)
-
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="noisy neighbour {quant}",
-    step="noisy_neighbour",
-    chapter="tenants",
-    summary="tenants sharing a server while one steps its load up ([[tenants]], [noisy_neighbour])",
-    missing=missing,
-    run=run,
-)
