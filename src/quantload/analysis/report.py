@@ -135,8 +135,8 @@ def _write(analysis: Analysis, out: Path) -> ReportPaths:
     paths.markdown.write_text(render_markdown(document), encoding="utf-8")
     paths.html.write_text(render_html(document, out), encoding="utf-8")
     write_csv(analysis.quant_table, paths.csv)
-    files = ReportFiles(
+    named = ReportFiles(
         md=REPORT_MD, html=REPORT_HTML, csv=TABLE_CSV, plots=[image.file for image in plots.values()]
     )
-    paths.summary.write_text(summary_file(analysis, files).to_json_text(), encoding="utf-8")
+    paths.summary.write_text(summary_file(analysis, named).to_json_text(), encoding="utf-8")
     return paths

@@ -1,407 +1,265 @@
-"""`quantload load`: stream load at running servers, headless, and summarize every stage."""
+"""`quantload load`: stream load at running servers, headless, and summarize every stage.
+
+The command parses its options into one `LoadFlags` and hands them on; the run's folder, context,
+experiments and failure rule are the run driver's (quantload.stack.run_driver), its console
+lines quantload.cli.load_console's.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr
-from rich.table import Table
 
-from quantload.cli.context import cli_context
+from quantload.cli import load_options as opt
+from quantload.cli.context import CliContext, cli_context
 from quantload.cli.exclusive_option import EXCLUSIVE, quiet_before
-from quantload.cli.progress_view import progress_bar
-from quantload.cli.slo_options import (
-    CONFIDENCE,
-    SLO_TPOT,
-    SLO_TPOT_PERCENTILE,
-    SLO_TTFT,
-    SLO_TTFT_PERCENTILE,
-    slo_flags,
+from quantload.cli.load_console import (
+    master_lines,
+    remote_worker_lines,
+    say_failures,
+    say_stage_warnings,
+    show_stages,
 )
-from quantload.config import LoadSettings
-from quantload.errors import ConfigError, ServerError
+from quantload.cli.load_flags import LoadFlags
+from quantload.cli.progress_view import progress_bar
+from quantload.cli.slo_options import CONFIDENCE, SLO_TPOT, SLO_TPOT_PERCENTILE, SLO_TTFT, SLO_TTFT_PERCENTILE
+from quantload.config import ResolvedConfig, Settings
+from quantload.errors import ConfigError
 from quantload.experiments import registry
+from quantload.experiments.base import Experiment
 from quantload.experiments.soak import NAME as SOAK
-from quantload.experiments.soak import duration_text_s
 from quantload.load.calibration_file import machine_limits
-from quantload.load.processes import choose_workers, master_listen_port, usable_cores, workers_absent
-from quantload.load.summary import StageSummary
+from quantload.load.processes import choose_workers, usable_cores, workers_absent
 from quantload.load.workload_builder import ignored_flags
-from quantload.paths import check_out_dir
-from quantload.run_context import RunContext
+from quantload.paths import cache_root, check_out_dir
+from quantload.progress import ProgressCallback
 from quantload.rundir import make_run_id
 from quantload.rundir.config_file import write_load_config
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
-from quantload.steps.load import run_experiment
+from quantload.stack.run_driver import ExperimentOutcome, RunDriver, RunPlace
+from quantload.stack.run_steps import RunSteps
 from quantload.steps.serve import watch_idle
-from quantload.urls import listen_problem
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _numbers(text: str | None, kind: type[int] | type[float]) -> list[Any] | None:
-    if text is None:
-        return None
-    try:
-        return [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"not a comma list of numbers: {text!r}", "e.g. 1,2,4,8") from None
+def load(
+    ctx: typer.Context,
+    url: list[str] = opt.URL,
+    out: Path = opt.OUT,
+    name: list[str] | None = opt.NAME,
+    quant: list[str] | None = opt.QUANT,
+    model: str = opt.MODEL,
+    experiment: list[str] | None = opt.EXPERIMENT,
+    workload: str | None = opt.WORKLOAD,
+    input_lengths: str | None = opt.INPUT_LENGTHS,
+    output_lengths: str | None = opt.OUTPUT_LENGTHS,
+    dataset: str | None = opt.DATASET,
+    trace: str | None = opt.TRACE,
+    speed: float | None = opt.SPEED,
+    turns: int | None = opt.TURNS,
+    sessions: int | None = opt.SESSIONS,
+    think_time: float | None = opt.THINK_TIME,
+    affinity: str | None = opt.AFFINITY,
+    batch_sizes: str | None = opt.BATCH_SIZES,
+    time_cap: float | None = opt.TIME_CAP,
+    max_users: int | None = opt.MAX_USERS,
+    duration: str | None = opt.DURATION,
+    users: str | None = opt.USERS,
+    repeats: int | None = opt.REPEATS,
+    rates: str | None = opt.RATES,
+    prompts: str | None = opt.PROMPTS,
+    prompt_count: int | None = opt.PROMPT_COUNT,
+    max_tokens: int | None = opt.MAX_TOKENS,
+    ignore_eos: bool | None = opt.IGNORE_EOS,
+    cache_prompt: bool | None = opt.CACHE_PROMPT,
+    workers: str | None = opt.WORKERS,
+    remote_workers: int | None = opt.REMOTE_WORKERS,
+    master_host: str | None = opt.MASTER_HOST,
+    master_port: int | None = opt.MASTER_PORT,
+    workers_timeout: float | None = opt.WORKERS_TIMEOUT,
+    metrics_host: str | None = opt.METRICS_HOST,
+    metrics_port: int | None = opt.METRICS_PORT,
+    request_timeout: float | None = opt.REQUEST_TIMEOUT,
+    first_byte_timeout: float | None = opt.FIRST_BYTE_TIMEOUT,
+    api_key_env: str | None = opt.API_KEY_ENV,
+    run_id: str | None = opt.RUN_ID,
+    exclusive: bool | None = EXCLUSIVE,
+    slo_ttft: float | None = SLO_TTFT,
+    slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
+    slo_tpot: float | None = SLO_TPOT,
+    slo_tpot_percentile: str | None = SLO_TPOT_PERCENTILE,
+    confidence: float | None = CONFIDENCE,
+    as_json: bool = opt.AS_JSON,
+) -> None:
+    """Stream chat completions at each --url in turn; one record per request, one summary per stage.
 
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.1f}"
-
-
-def _stage(s: StageSummary) -> str:
-    load = f"{s.rate_rps:g}/s" if s.rate_rps is not None else f"{s.users}u"
-    phase = f" {s.phase}" if s.phase else ""
-    return f"{s.experiment}{phase} {load} #{s.repeat} cache {'on' if s.cache_prompt else 'off'}"
-
-
-def _level(s: StageSummary) -> str:
-    if s.level_outcome is None:
-        return "-"
-    busy = " (busy machine)" if s.machine_busy and s.level_outcome == "misses" else ""
-    return f"{s.level_outcome}{busy} after {s.level_requests}"
-
-
-def _table(summaries: list[StageSummary]) -> Table:
-    table = Table(
-        "target", "stage", "status", "ok", "TTFT p50/p99 ms", "TPOT ms", "tok/s", "conc.", "client", "level",
-        title="quantload load: one row per stage (level: its level's SLO verdict when the stage ended)",
+    With observe.grafana_url set, each experiment's stages then become Grafana annotations.
+    """
+    flags = LoadFlags(
+        url=url, out=out, name=name, quant=quant, model=model, experiment=experiment, workload=workload,
+        input_lengths=input_lengths, output_lengths=output_lengths, dataset=dataset, trace=trace, speed=speed,
+        turns=turns, sessions=sessions, think_time=think_time, affinity=affinity, batch_sizes=batch_sizes,
+        time_cap=time_cap, max_users=max_users, duration=duration, users=users, repeats=repeats, rates=rates,
+        prompts=prompts, prompt_count=prompt_count, max_tokens=max_tokens, ignore_eos=ignore_eos,
+        cache_prompt=cache_prompt, workers=workers, remote_workers=remote_workers, master_host=master_host,
+        master_port=master_port, workers_timeout=workers_timeout, metrics_host=metrics_host,
+        metrics_port=metrics_port, request_timeout=request_timeout, first_byte_timeout=first_byte_timeout,
+        api_key_env=api_key_env, run_id=run_id, exclusive=exclusive, slo_ttft=slo_ttft,
+        slo_ttft_percentile=slo_ttft_percentile, slo_tpot=slo_tpot, slo_tpot_percentile=slo_tpot_percentile,
+        confidence=confidence, as_json=as_json,
     )  # fmt: skip
-    for s in summaries:
-        client = s.client_trust or (
-            "saturated" if s.client_saturated else ("ok" if s.client_saturated is False else "-")
-        )
-        table.add_row(
-            f"{s.server} {s.quant}",
-            _stage(s),
-            s.status if not s.reason else f"{s.status}: {s.reason[:60]}",
-            f"{s.ok}/{s.requests_planned}",
-            f"{_ms(s.ttft_p50_s)}/{_ms(s.ttft_p99_s)}",
-            _ms(s.tpot_p50_s),
-            "-" if s.output_tok_s is None else f"{s.output_tok_s:.1f}",
-            "-" if s.delivered_concurrency is None else f"{s.delivered_concurrency:.2f}",
-            client,
-            _level(s),
-        )
-    return table
-
-
-def remote_worker_lines(load: LoadSettings) -> list[str]:
-    """What the console says about workers joining from other hosts (nothing without any)."""
-    if not load.remote_workers:
-        return []
-    port = master_listen_port(load.master_host, load.master_port, load.remote_workers)
-    lines = [
-        f"the Locust master waits for {load.remote_workers} worker(s) from other hosts on"
-        f" {load.master_host}:{port} (on each: quantload load-worker --master-host <this host>"
-        f" --master-port {port})"
-    ]
-    if load.master_host in LOOPBACK:
-        lines.append(
-            f"warning: the master listens on {load.master_host}, which other hosts cannot reach"
-            " (give --master-host this host's address, or 0.0.0.0)"
-        )
-    return lines
-
-
-def master_lines(load: LoadSettings, workers: int, host_flag: str | None, port_flag: int | None) -> list[str]:
-    """Warnings on the master's address flags where no worker joins a master (nothing reads them);
-    ConfigError, before any process starts, where workers will join one this machine cannot listen
-    on."""
-    if load.remote_workers == 0 and workers == 0:
-        flags = (("--master-host", host_flag), ("--master-port", port_flag))
-        given = [flag for flag, value in flags if value]
-        if given:
-            return [
-                f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} read only when workers join a"
-                " master (--remote-workers N for workers on other hosts, or load.workers): this load"
-                " runs in one process"
-            ]
-        return []
-    problem = listen_problem(load.master_host)
-    if problem is not None:
-        raise ConfigError(
-            f"load.master_host: the Locust master cannot listen on {load.master_host}: {problem}",
-            "give an address of this host (ip addr), or 0.0.0.0 for every one",
-        )
-    return []
+    run_load(cli_context(ctx), flags)
 
 
 def register(app: typer.Typer) -> None:
     """Add the `load` command."""
+    app.command("load")(load)
 
-    @app.command("load")
-    def load(
-        ctx: typer.Context,
-        url: Annotated[list[str], typer.Option("--url", help="Server base URL; repeat for several.")],
-        out: Annotated[Path, typer.Option("--out", help="Folder for records.jsonl, stages.jsonl.")],
-        name: Annotated[list[str] | None, typer.Option("--name", help="Server label, per --url.")] = None,
-        quant: Annotated[list[str] | None, typer.Option("--quant", help="Quant label, per --url.")] = None,
-        model: Annotated[str, typer.Option(help="Model name sent in requests.")] = "",
-        experiment: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--experiment",
-                "-e",
-                help=f"One of {', '.join(registry.for_any_server())}; repeatable.",
-            ),
-        ] = None,
-        workload: Annotated[
-            str | None,
-            typer.Option(
-                help="What sweep, open loop and limit search send:"
-                " prompts, lengths, dataset, sessions, trace."
-            ),
-        ] = None,
-        input_lengths: Annotated[
-            str | None, typer.Option(help="Prompt tokens per request, e.g. lognormal:mean=300,spread=0.6.")
-        ] = None,
-        output_lengths: Annotated[
-            str | None, typer.Option(help="max_tokens per request, e.g. fixed:128.")
-        ] = None,
-        dataset: Annotated[
-            str | None, typer.Option(help="ShareGPT JSON or JSONL for the dataset workload.")
-        ] = None,
-        trace: Annotated[str | None, typer.Option(help="JSONL trace to replay (trace experiment).")] = None,
-        speed: Annotated[
-            float | None, typer.Option(help="Trace replay speed factor (2 = twice as fast).")
-        ] = None,
-        turns: Annotated[int | None, typer.Option(help="Turns per conversation (sessions).")] = None,
-        sessions: Annotated[int | None, typer.Option(help="Conversations per sessions stage.")] = None,
-        think_time: Annotated[float | None, typer.Option(help="Mean think time between turns, s.")] = None,
-        affinity: Annotated[
-            str | None, typer.Option(help="Session slot affinity: none (server's -sps) or id_slot.")
-        ] = None,
-        batch_sizes: Annotated[
-            str | None, typer.Option(help="Mixed experiment -b/-ub pairs, e.g. 2048/512,256/256.")
-        ] = None,
-        time_cap: Annotated[float | None, typer.Option(help="Limit search time cap per search, s.")] = None,
-        max_users: Annotated[int | None, typer.Option(help="Limit search: most users to try.")] = None,
-        duration: Annotated[
-            str | None, typer.Option(help="Soak length (-e soak), e.g. 1h, 20m, 90s.")
-        ] = None,
-        users: Annotated[str | None, typer.Option(help="Closed-loop users, e.g. 1,2,4,8.")] = None,
-        repeats: Annotated[int | None, typer.Option(help="Repeats of each stage.")] = None,
-        rates: Annotated[str | None, typer.Option(help="Open-loop rates in requests/s, e.g. 0.5,1.")] = None,
-        prompts: Annotated[str | None, typer.Option(help="builtin, a ShareGPT JSON or a JSONL.")] = None,
-        prompt_count: Annotated[int | None, typer.Option(help="Prompts per stage.")] = None,
-        max_tokens: Annotated[int | None, typer.Option(help="max_tokens per request.")] = None,
-        ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--stop-at-eos")] = None,
-        cache_prompt: Annotated[
-            bool | None, typer.Option("--cache-prompt/--no-cache-prompt", help="Sweep/open loop.")
-        ] = None,
-        workers: Annotated[
-            str | None, typer.Option(help="Locust workers: auto (default), or 0 = one process, N.")
-        ] = None,
-        remote_workers: Annotated[
-            int | None,
-            typer.Option(help="Workers on other hosts (`quantload load-worker`) to wait for."),
-        ] = None,
-        master_host: Annotated[
-            str | None,
-            typer.Option(help="Address the Locust master listens on (this host's, for remote workers)."),
-        ] = None,
-        master_port: Annotated[
-            int | None, typer.Option(help="The master's port (default 5557 with remote workers).")
-        ] = None,
-        workers_timeout: Annotated[
-            float | None, typer.Option(help="Seconds the master waits for its workers at each plan [60].")
-        ] = None,
-        metrics_host: Annotated[
-            str | None, typer.Option(help="Address to serve /metrics on (default loopback).")
-        ] = None,
-        metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
-        request_timeout: Annotated[float | None, typer.Option(help="Per-request deadline, s.")] = None,
-        first_byte_timeout: Annotated[
-            float | None, typer.Option(help="Most seconds to wait for a response's first byte.")
-        ] = None,
-        api_key_env: Annotated[
-            str | None, typer.Option(help="Environment variable holding the API key.")
-        ] = None,
-        run_id: Annotated[str | None, typer.Option(help="Run id (default: time + config hash).")] = None,
-        exclusive: bool | None = EXCLUSIVE,
-        slo_ttft: float | None = SLO_TTFT,
-        slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
-        slo_tpot: float | None = SLO_TPOT,
-        slo_tpot_percentile: str | None = SLO_TPOT_PERCENTILE,
-        confidence: float | None = CONFIDENCE,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
-    ) -> None:
-        """Stream chat completions at each --url in turn; one record per request, one summary per stage.
 
-        With observe.grafana_url set, each experiment's stages then become Grafana annotations.
-        """
-        cli = cli_context(ctx)
-        flags: dict[str, Any] = {
-            "load.users": _numbers(users, int),
-            "load.repeats": repeats,
-            "load.rates_rps": _numbers(rates, float),
-            "load.prompts": prompts,
-            "load.prompt_count": prompt_count,
-            "load.max_tokens": max_tokens,
-            "load.ignore_eos": ignore_eos,
-            "load.cache_prompt": cache_prompt,
-            "load.workers": workers,
-            "load.remote_workers": remote_workers,
-            "load.master_host": master_host,
-            "load.master_port": master_port,
-            "load.workers_timeout_s": workers_timeout,
-            "load.metrics_host": metrics_host,
-            "load.metrics_port": metrics_port,
-            "load.request_timeout_s": request_timeout,
-            "load.first_byte_timeout_s": first_byte_timeout,
-            "workload.kind": workload,
-            "workload.input_lengths": input_lengths,
-            "workload.output_lengths": output_lengths,
-            "workload.dataset": dataset,
-            "trace.path": trace,
-            "trace.speed": speed,
-            "sessions.turns": turns,
-            "sessions.count": sessions,
-            "sessions.think_time_s": think_time,
-            "sessions.affinity": affinity,
-            "mixed.batch_sizes": batch_sizes.split(",") if batch_sizes else None,
-            "limit.time_cap_s": time_cap,
-            "limit.max_users": max_users,
-            "load.exclusive": exclusive,
-            "soak.duration_s": duration_text_s(duration) if duration is not None else None,
-            **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
-        }
-        config = cli.config(flags)
-        settings = config.settings
-        for line in ignored_flags(settings, flags):
-            cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
-        check_out_dir(out)
-        experiments = registry.against_any_server(experiment or ["sweep"], settings)
-        if duration is not None and all(kind.name != SOAK for kind in experiments):
-            cli.err_console.print(
-                f"warning: --duration is read by the soak experiment only: add -e {SOAK}",
-                highlight=False, soft_wrap=True,
-            )  # fmt: skip
-        names, quants = list(name or []), list(quant or [])
-        if len(names) > len(url) or len(quants) > len(url):
-            raise ConfigError("more --name/--quant than --url", "give one per --url, in order")
-        api_key = settings.server.api_key.get_secret_value() if settings.server.api_key else None
-        if api_key_env is not None:
-            api_key = cli.environ.get(api_key_env) or os.environ.get(api_key_env)
-            if not api_key:
-                raise ConfigError(f"environment variable {api_key_env} is empty or unset")
-        secret = SecretStr(api_key) if api_key else None
-        targets = [
-            ServedTarget(
-                name=names[i] if i < len(names) else f"server{i}",
-                quant=quants[i] if i < len(quants) else "unknown",
-                model=model,
-                url=address,
-                api_key=secret,
-            )
-            for i, address in enumerate(url)
-        ]
-        most_users = max(
-            *settings.load.users,
-            settings.limit.max_users if any(kind.name == "limit_users" for kind in experiments) else 1,
+@dataclass(frozen=True)
+class LoadPlan:
+    """What the load will do, checked before any of it starts."""
+
+    config: ResolvedConfig
+    targets: tuple[ServedTarget, ...]
+    experiments: tuple[Experiment, ...]
+    run_id: str
+
+    @property
+    def settings(self) -> Settings:
+        return self.config.settings
+
+
+@dataclass(frozen=True)
+class LoadDone:
+    """Every experiment attempted, and why the load workers did not join (None: they did)."""
+
+    outcomes: tuple[ExperimentOutcome, ...]
+    workers_missing: str | None
+    failed: bool
+
+    def counted(self) -> list[ExperimentOutcome]:
+        """The outcomes said one by one: not those whose workers did not join (said once)."""
+        return [o for o in self.outcomes if o.run is None or not workers_absent(o.run.summaries)]
+
+
+def run_load(cli: CliContext, flags: LoadFlags) -> None:
+    """The whole command after its options are parsed: plan, load, say; exit 1 when a part failed."""
+    plan = _plan(cli, flags)
+    done = _drive(cli, flags, plan)
+    summaries = [s for o in done.outcomes if o.run is not None for s in o.run.summaries]
+    RunDir(flags.out).write_load_summary(summaries)
+    if flags.as_json:
+        typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
+    else:
+        show_stages(cli, summaries, done.counted())
+        cli.console.print(f"records: {flags.out / 'records.jsonl'}  run id: {plan.run_id}")
+    say_stage_warnings(cli, summaries)
+    say_failures(cli, plan.settings.load, done.counted(), done.workers_missing)
+    if done.failed:
+        raise typer.Exit(1)
+
+
+def _plan(cli: CliContext, flags: LoadFlags) -> LoadPlan:
+    """The configuration with the flags, the targets and the experiments, each checked (a
+    ConfigError before any work), with what the console should know said."""
+    given = flags.settings()
+    config = cli.config(given)
+    settings = config.settings
+    for line in ignored_flags(settings, given):
+        _warn(cli, line)
+    check_out_dir(flags.out)
+    experiments = registry.against_any_server(flags.experiment or ["sweep"], settings)
+    if flags.duration is not None and all(kind.name != SOAK for kind in experiments):
+        _warn(cli, f"--duration is read by the soak experiment only: add -e {SOAK}")
+    targets = _targets(cli, flags, settings)
+    _say_layout(cli, flags, settings, experiments)
+    run_id = flags.run_id or make_run_id(settings.model_dump(mode="json"))
+    return LoadPlan(config, tuple(targets), tuple(experiments), run_id)
+
+
+def _warn(cli: CliContext, line: str) -> None:
+    cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
+
+
+def _targets(cli: CliContext, flags: LoadFlags, settings: Settings) -> list[ServedTarget]:
+    """One target per --url, with its --name and --quant, and the API key."""
+    names, quants = list(flags.name or []), list(flags.quant or [])
+    if len(names) > len(flags.url) or len(quants) > len(flags.url):
+        raise ConfigError("more --name/--quant than --url", "give one per --url, in order")
+    api_key = settings.server.api_key.get_secret_value() if settings.server.api_key else None
+    if flags.api_key_env is not None:
+        api_key = cli.environ.get(flags.api_key_env) or os.environ.get(flags.api_key_env)
+        if not api_key:
+            raise ConfigError(f"environment variable {flags.api_key_env} is empty or unset")
+    secret = SecretStr(api_key) if api_key else None
+    return [
+        ServedTarget(
+            name=names[i] if i < len(names) else f"server{i}",
+            quant=quants[i] if i < len(quants) else "unknown",
+            model=flags.model,
+            url=address,
+            api_key=secret,
         )
-        per_process = machine_limits(settings, cli.cwd).streams_per_process  # as the layout will
-        choice = choose_workers(settings.load.workers, most_users, usable_cores(), per_process)
-        if choice.warning:
-            cli.err_console.print(f"warning: {choice.warning}")
-        for line in master_lines(settings.load, choice.workers, master_host, master_port):
-            cli.err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
-        for line in remote_worker_lines(settings.load):
-            cli.err_console.print(line, highlight=False, soft_wrap=True)
-        run = run_id or make_run_id(settings.model_dump(mode="json"))
-        write_load_config(out, config)  # the report's sections read the settings this load ran with
-        summaries: list[StageSummary] = []
-        limits = []
-        searched: set[str] = set()  # a search's trials may fail on purpose: they do not fail the command
-        unreachable: list[str] = []  # a server that stopped answering costs its own experiments only
-        unmeasured: list[str] = []  # limit searches none of whose trials measured anything
-        absent: str | None = None  # workers that did not join: no later plan would fare better
-        with progress_bar(cli.err_console, "load") as progress:
-            context = RunContext(
-                RunDir(out), run, settings, progress,
-                warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
-                cwd=cli.cwd, environ=cli.environ,
-            )  # fmt: skip
-            if settings.observe.idle_baseline == "on":  # these servers are not ours: asked for only
-                seconds = settings.observe.idle_baseline_s
-                cli.err_console.print(f"GPUs idle for {seconds:g} s before the load (observe.idle_baseline)")
-                watch_idle([target.quant for target in targets], seconds, RunDir(out).gpu_path)
-            for target in targets:
-                if absent:
-                    break
-                waited = quiet_before(settings.load, target.url, lambda line: progress(0, None, line))
-                if waited is not None:
-                    cli.err_console.print(f"{target.name}: {waited}", highlight=False, soft_wrap=True)
-                for kind in experiments:
-                    # observe.grafana_url: stage annotations; no server control: these servers are not ours
-                    try:
-                        done = run_experiment(kind.name, target, context)
-                    except ServerError as error:
-                        unreachable.append(f"{target.name} ({target.quant}) {kind.name}: {error.one_line()}")
-                        break
-                    summaries += done.summaries
-                    absent = workers_absent(done.summaries)
-                    if absent:
-                        break
-                    if done.limit is not None:
-                        limits.append(done.limit)
-                        searched.update(s.stage_id for s in done.summaries)
-                        if done.problem is not None:  # nothing measured: fails like a sweep
-                            unmeasured.append(f"{target.name} ({target.quant}) {kind.name}: {done.problem}")
-        RunDir(out).write_load_summary(summaries)
-        if as_json:
-            typer.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
-        else:
-            cli.console.print(_table(summaries))
-            for found in limits:
-                label = f"{found.server} {found.quant} ({found.kind})"
-                cli.console.print(f"limit search {label}: {found.sentence}")
-            cli.console.print(f"records: {out / 'records.jsonl'}  run id: {run}")
-        # the table cuts reasons short: each distinct one in full, once
-        for reason in dict.fromkeys(f"{s.status}: {s.reason}" for s in summaries if s.status != "ok"):
-            cli.err_console.print(f"stage {reason}", highlight=False, soft_wrap=True)
-        saturated = [s for s in summaries if s.client_saturated]
-        if saturated:
-            cli.err_console.print(
-                f"warning: the load generator may have been the bottleneck in {len(saturated)}"
-                " stage(s) (client column): its numbers include client delay"
-            )
-        degraded = [s for s in summaries if s.client_trust == "degraded"]
-        for why in dict.fromkeys(s.client_trust_why or "" for s in degraded):
-            count = sum(1 for s in degraded if (s.client_trust_why or "") == why)
-            cli.err_console.print(
-                f"warning: {count} stage(s) (client column: degraded) may be measured worse than"
-                f" stated: {why}", highlight=False, soft_wrap=True,
-            )  # fmt: skip
-        for failure in unreachable:
-            cli.err_console.print(f"error: {failure}; the server's remaining experiments were not run")
-        if absent:
-            load_settings, hint = settings.load, ""
-            if load_settings.remote_workers:
-                port = master_listen_port(
-                    load_settings.master_host, load_settings.master_port, load_settings.remote_workers
-                )
-                hint = (
-                    f" (start `quantload load-worker --master-host <this host> --master-port {port}` on each"
-                    f" load host, and let them reach {load_settings.master_host}:{port})"
-                )
-            cli.err_console.print(
-                f"error: the Locust workers did not join ({absent}); the remaining experiments were not"
-                f" run{hint}",
-                highlight=False,
-                soft_wrap=True,
-            )
-        for failure in unmeasured:
-            cli.err_console.print(f"error: {failure}", highlight=False, soft_wrap=True)
-        failed_stages = any(s.status != "ok" for s in summaries if s.stage_id not in searched)
-        if absent or unreachable or unmeasured or failed_stages:
-            raise typer.Exit(1)
+        for i, address in enumerate(flags.url)
+    ]
+
+
+def _say_layout(cli: CliContext, flags: LoadFlags, settings: Settings, experiments: list[Experiment]) -> None:
+    """The load processes' layout: the workers chosen, the master's address, remote workers."""
+    searches_users = any(kind.name == "limit_users" for kind in experiments)
+    most_users = max(*settings.load.users, settings.limit.max_users if searches_users else 1)
+    per_process = machine_limits(settings, cli.cwd).streams_per_process  # as the layout will
+    choice = choose_workers(settings.load.workers, most_users, usable_cores(), per_process)
+    if choice.warning:
+        cli.err_console.print(f"warning: {choice.warning}")
+    for line in master_lines(settings.load, choice.workers, flags.master_host, flags.master_port):
+        _warn(cli, line)
+    for line in remote_worker_lines(settings.load):
+        cli.err_console.print(line, highlight=False, soft_wrap=True)
+
+
+def _drive(cli: CliContext, flags: LoadFlags, plan: LoadPlan) -> LoadDone:
+    """Every experiment against every target through the run driver, under its failure rule."""
+    settings = plan.settings
+    write_load_config(flags.out, plan.config)  # the report's sections read the settings this load ran with
+    steps = RunSteps(settings, cli.environ, cache_root(settings.toolchain.cache_dir, cli.environ))
+    with progress_bar(cli.err_console, "load") as progress:
+        place = RunPlace(
+            flags.out, plan.run_id, cli.cwd, cli.environ,
+            warn=lambda line: cli.err_console.print(f"warning: {line}", soft_wrap=True),
+        )  # fmt: skip
+        driver = RunDriver(place, settings, _BarView(progress), steps, record=False)  # --out may hold a run's
+        if settings.observe.idle_baseline == "on":  # these servers are not ours: asked for only
+            seconds = settings.observe.idle_baseline_s
+            cli.err_console.print(f"GPUs idle for {seconds:g} s before the load (observe.idle_baseline)")
+            watch_idle([target.quant for target in plan.targets], seconds, RunDir(flags.out).gpu_path)
+        outcomes: list[ExperimentOutcome] = []
+        for target in plan.targets:
+            if driver.workers_missing:
+                break
+            waited = quiet_before(settings.load, target.url, lambda line: progress(0, None, line))
+            if waited is not None:
+                cli.err_console.print(f"{target.name}: {waited}", highlight=False, soft_wrap=True)
+            # observe.grafana_url: stage annotations; no server control: these servers are not ours
+            outcomes += driver.run_experiments(target, plan.experiments)
+    return LoadDone(tuple(outcomes), driver.workers_missing, bool(driver.failures()))
+
+
+class _BarView:
+    """The load's RunView: every experiment drives the one progress bar; a failure is said once,
+    after the stage table (quantload.cli.load_console), not as it happens."""
+
+    def __init__(self, progress: ProgressCallback) -> None:
+        self.progress = progress
+
+    def step(self, title: str) -> ProgressCallback:
+        return self.progress
+
+    def message(self, text: str) -> None:
+        return None

@@ -143,5 +143,9 @@ def register(app: typer.Typer) -> None:
             result = tune_models(config, cli.environ, settings.run.out, view, resume=resume, cwd=cli.cwd)
         if as_json:
             typer.echo(tune_json_text(result))
-            return
-        _show(cli, result)
+        else:
+            _show(cli, result)
+        for failure in result.failures:  # each said as it happened; again where it is seen
+            cli.err_console.print(f"error: {failure}", highlight=False, markup=False, soft_wrap=True)
+        if result.failures:
+            raise typer.Exit(1)

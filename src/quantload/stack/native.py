@@ -8,10 +8,11 @@
   -> run.json "finished" -> report
 
 The steps are quantload.steps, reached through `RunSteps` (bound to the run's settings), which
-tests replace with fakes. run.json records each step as it begins and ends. A step that fails
-with a QuantloadError is recorded "failed" and the run goes on, except the two it cannot go on
-without (toolchain, prepare), whose error ends the run. A llama-server that dies fails its
-quantization's remaining steps; the others still run.
+tests replace with fakes. The run's folder, context, run.json, servers and experiments are the
+run driver's (quantload.stack.run_driver), and so is the rule for a failure: a step that fails
+with a QuantloadError is recorded "failed" and the run goes on, except those it cannot go on
+without (toolchain, prepare, preflight) and a ConfigError in an experiment, whose error ends the
+run. A llama-server that dies fails its quantization's remaining steps; the others still run.
 
 Every child (llama-servers, the exporter, Prometheus) is entered into an ExitStack before it is
 started, so it is stopped by its own handle on the way out whatever happens: a failure, a bug, or
@@ -23,57 +24,40 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from quantload.analysis import ReportPaths
 from quantload.config import ResolvedConfig, Settings
 from quantload.errors import QuantloadError
 from quantload.exclusive import core_plan, pin_this_process, wait_for_quiet
 from quantload.experiments import registry
-from quantload.experiments.base import ExperimentRun, Preflight, ServerControl, no_check
+from quantload.experiments.base import Preflight, ServerControl, no_check
 from quantload.exporter import ExporterHandle
 from quantload.llamacpp.placement import check_placement, placement_args
-from quantload.llamacpp.server import LlamaServer, free_port
+from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.calibration_file import machine_limits
 from quantload.load.processes import most_workers
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
-from quantload.run_context import RunContext
-from quantload.rundir import make_run_id
-from quantload.rundir.config_file import write_run_config
-from quantload.rundir.handle import RunDir
 from quantload.rundir.run_file import RunStatus
-from quantload.served import ServedTarget, server_alias, server_name
-from quantload.stack.run_state import RunState
+from quantload.stack.run_driver import (
+    Failed,
+    RunDriver,
+    RunPlace,
+    RunView,
+    measuring,
+    new_run_dir,
+    overhead,
+)
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.prepare import PreparedModels
 
 T = TypeVar("T")
-
-
-class RunView(Protocol):
-    """How the run shows itself: one step at a time, each with its own progress."""
-
-    def step(self, title: str) -> ProgressCallback:
-        """A new step begins; the returned callback reports its progress."""
-        ...
-
-    def message(self, text: str) -> None:
-        """A line worth showing between steps."""
-        ...
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A step that ended failed; `why` is what run.json records."""
-
-    why: str
 
 
 @dataclass(frozen=True)
@@ -106,38 +90,6 @@ class RunPorts:
         return [f"http://{host}:{port}" for port in ports]
 
 
-def new_run_dir(out: Path, config: ResolvedConfig) -> Path:
-    """A fresh folder `out/<run-id>`; never an existing one, so a finished run is never overwritten."""
-    run_id = make_run_id(config.settings.model_dump(mode="json"))
-    run_dir = out / run_id
-    suffix = 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = out / f"{run_id}-{suffix}"
-    run_dir.mkdir(parents=True)
-    RunDir(run_dir).logs_path.mkdir()
-    return run_dir
-
-
-# How a step's time is accounted: (time spent measuring, why it counts as failed though it ran).
-Account = Callable[[T, float], tuple[float | None, str | None]]
-
-
-def overhead(result: object, wall_s: float) -> tuple[float | None, str | None]:
-    """Starting and stopping things: none of it is measuring."""
-    return None, None
-
-
-def measuring(result: object, wall_s: float) -> tuple[float | None, str | None]:
-    """The whole step measures (a perplexity, a benchmark, a preparation)."""
-    return wall_s, None
-
-
-def experiment_account(result: ExperimentRun, wall_s: float) -> tuple[float | None, str | None]:
-    """A load experiment measures inside its stages; a stage that did not end ok fails it."""
-    return result.busy_s, result.problem
-
-
 class NativeRun:
     """One run of the whole protocol on this machine (see the module docstring)."""
 
@@ -155,22 +107,14 @@ class NativeRun:
         self.steps = steps or RunSteps(
             self.settings, environ, cache_root(self.settings.toolchain.cache_dir, environ)
         )  # fmt: skip
-        self.run_dir = new_run_dir(out, config)
-        self.run_id = self.run_dir.name
-        run = self.settings.run
-        self.state = RunState(
-            self.run_dir, self.run_id, run.profile, self.settings.model.source, run.servers_at_once
-        )  # fmt: skip
-        write_run_config(self.run_dir, config)
+        folder = new_run_dir(out, config)
         self.ports = RunPorts.pick(self.settings)
+        place = RunPlace(folder, folder.name, cwd or Path.cwd(), environ, loadgen_port=self.ports.loadgen)
+        self.driver = RunDriver(place, self.settings, view, self.steps, record=True)
+        self.run_dir, self.run_id = self.driver.run_dir, self.driver.run_id
+        self.state, self.context = self.driver.state, self.driver.context
         self.cores = core_plan(self.settings.load.exclusive)
-        self.dead_quants: set[str] = set()
         self.said_early: list[str] = []  # lines the run's end repeats (RunOutcome.again)
-        self.on_gpu: dict[str, bool] = {}  # quant -> its server offloaded layers (offload check)
-        self.context = RunContext(
-            RunDir(self.run_dir), self.run_id, self.settings, warn=view.message,
-            loadgen_port=self.ports.loadgen, cwd=cwd or Path.cwd(), environ=environ,
-        )  # fmt: skip
 
     # ------------------------------------------------------------------ the sequence
 
@@ -180,8 +124,8 @@ class NativeRun:
         report: ReportPaths | None = None
         try:
             with contextlib.ExitStack() as children:
-                toolchain = self._required("toolchain", "llama.cpp tools", self.steps.toolchain)
-                models = self._required(
+                toolchain = self.driver.required("toolchain", "llama.cpp tools", self.steps.toolchain)
+                models = self.driver.required(
                     "prepare", f"prepare {self.settings.model.source}",
                     lambda progress: self.steps.prepare(toolchain, self.run_dir, progress),
                     account=lambda prepared, _: (prepared.busy_s, None),
@@ -203,50 +147,8 @@ class NativeRun:
             status = "interrupted"
             raise
         finally:
-            if self.state.status == "running":
-                self.state.finish(status)
+            self.driver.finish(status)
         return RunOutcome(self.run_dir, report, tuple(self.said_early))
-
-    def _attempt(
-        self,
-        name: str,
-        quant: str | None,
-        title: str,
-        body: Callable[[ProgressCallback], T],
-        account: Account[T] = overhead,
-        fatal: bool = False,
-    ) -> T | Failed:
-        """Run one step body, recorded in run.json; a QuantloadError becomes Failed (or, when
-        `fatal`, ends the run); anything else is recorded and raised."""
-        index = self.state.begin(name, quant)
-        progress = self.view.step(title)
-        started = time.monotonic()
-        try:
-            result = body(progress)
-        except QuantloadError as error:
-            self.state.end(index, "failed", error.one_line())
-            self.view.message(f"{title} failed: {error.one_line()}")
-            if fatal:
-                raise
-            return Failed(error.one_line())
-        except BaseException as error:
-            self.state.end(index, "failed", f"{type(error).__name__}: {error}")
-            raise
-        busy_s, problem = account(result, time.monotonic() - started)
-        self.state.end(index, "failed" if problem else "ok", problem, busy_s)
-        return result
-
-    def _required(
-        self,
-        name: str,
-        title: str,
-        body: Callable[[ProgressCallback], T],
-        account: Account[T] = measuring,
-    ) -> T:
-        """A step the run cannot go on without: its failure ends the run."""
-        result = self._attempt(name, None, title, body, account, fatal=True)
-        assert not isinstance(result, Failed)  # a fatal failure raised instead
-        return result
 
     def _preflight(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         """What the planned experiments (and the tune) check of their input, before any server
@@ -274,7 +176,7 @@ class NativeRun:
             if self.settings.run.tune:
                 self.steps.check_tune(found)
 
-        self._required("preflight", "check the experiments' input", check, account=overhead)
+        self.driver.required("preflight", "check the experiments' input", check, account=overhead)
 
     # ------------------------------------------------------------------ measuring files
 
@@ -291,12 +193,12 @@ class NativeRun:
             measure = functools.partial(
                 self.steps.quality, toolchain, models.path(quant), quant, text, self.run_dir
             )
-            self._attempt("quality", quant, f"perplexity {quant}", measure, measuring)
+            self.driver.attempt("quality", quant, f"perplexity {quant}", measure, measuring)
         if not self.settings.quality.kld:
             return
 
         def attempt(title: str, label: str | None, body: Callable[[ProgressCallback], T]) -> T | None:
-            result = self._attempt("kld", label, title, body, measuring)  # one step per run
+            result = self.driver.attempt("kld", label, title, body, measuring)  # one step per run
             return None if isinstance(result, Failed) else result
 
         self.steps.kld(toolchain, models, quants, text, self.run_dir, attempt)
@@ -316,7 +218,7 @@ class NativeRun:
             return
         reference_path = models.path(reference)
         scan = functools.partial(self.steps.sensitivity, toolchain, reference_path, text, self.run_dir)
-        self._attempt("sensitivity", None, "sensitivity scan", scan, measuring)
+        self.driver.attempt("sensitivity", None, "sensitivity scan", scan, measuring)
 
     def _quiet(self, before: str, quant: str | None, server_pids: Sequence[int] = ()) -> None:
         """With load.exclusive: wait (at most load.quiet_wait_s) until other processes leave the
@@ -333,11 +235,11 @@ class NativeRun:
             if said.waited_s >= 3 or not said.quiet:
                 self.state.note(said.sentence(before, load.interference_cpu_frac, load.quiet_wait_s))
 
-        self._attempt("quiet", quant, f"wait for a quiet machine before {before}", wait)
+        self.driver.attempt("quiet", quant, f"wait for a quiet machine before {before}", wait)
 
     def _speed(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
         self._quiet("the machine limits probe and llama-bench", None)
-        limits = self._attempt(
+        limits = self.driver.attempt(
             "roofline_probe", None, "machine limits probe", lambda _: self.steps.probe(), measuring
         )  # fmt: skip
         if isinstance(limits, Failed):
@@ -348,7 +250,7 @@ class NativeRun:
             measure = functools.partial(
                 self.steps.speed, toolchain, models.path(quant), quant, limits, self.run_dir
             )
-            self._attempt("speed", quant, f"llama-bench {quant}", measure, measuring)
+            self.driver.attempt("speed", quant, f"llama-bench {quant}", measure, measuring)
 
     # ------------------------------------------------------------------ serving and load
 
@@ -363,7 +265,7 @@ class NativeRun:
         loadgen_urls = self.ports.loadgen_urls(self.settings, self.context.cwd)
         process = self.steps.prometheus(self.run_dir, exporter_url, loadgen_urls)
         children.callback(process.stop)
-        started = self._attempt("prometheus", None, "start Prometheus", lambda _: process.start())
+        started = self.driver.attempt("prometheus", None, "start Prometheus", lambda _: process.start())
         if isinstance(started, Failed):
             why = f"Prometheus failed to start: {started.why}"
             self.state.prometheus(False, None, why, None)
@@ -411,37 +313,8 @@ class NativeRun:
         self, toolchain: Toolchain, models: PreparedModels, quant: str, stack: contextlib.ExitStack
     ) -> Served | Failed:
         """Start one quantization's server (stopped when `stack` closes) and check its KV cache."""
-        server = self.steps.server(
-            toolchain, models.path(quant), server_alias(models.model_name, quant), quant, self.run_dir
-        )  # fmt: skip
-        stack.callback(server.stop)
-        log = str(server.log_path)
-        started = self._attempt("serve", quant, f"start llama-server {quant}", lambda _: server.start())
-        if isinstance(started, Failed):
-            self.state.server(quant, log=log, status="failed_to_start")
-            for name in ("kv", *(e.step for e in registry.planned(self.settings))):
-                self.state.fail_unrun(name, quant, "llama-server did not start")
-            return started
-        self.state.server(quant, url=server.url, log=log, pid=server.pid, status="running")
-        self._attempt(
-            "kv", quant, f"KV check {quant}",
-            lambda _: self.steps.check_kv(toolchain, server, quant, self.run_dir),
-        )  # fmt: skip
-        self._check_offload(server, quant)
-        return Served(quant, server, name=server_name(quant), model=models.model_name)
-
-    def _check_offload(self, server: LlamaServer, quant: str) -> None:
-        """The layers on the GPU against server.gpu_layers (gpu.json); fewer than asked is said."""
-        check = self._attempt(
-            "offload", quant, f"GPU offload check {quant}",
-            lambda _: self.steps.check_offload(server, quant, self.run_dir),
-        )  # fmt: skip
-        if isinstance(check, Failed):
-            return
-        self.on_gpu[quant] = check.on_gpu
-        if check.verdict == "fewer than asked":
-            self.view.message(f"llama-server {quant}: {check.line}")
-            self.state.note(f"{quant}: {check.line}")
+        planned = [experiment.step for experiment in registry.planned(self.settings)]
+        return self.driver.serve(toolchain, models, quant, stack, then=planned)
 
     def _idle_baseline(self, served: Sequence[Served]) -> None:
         """The GPUs watched idle before the load (observe.idle_baseline: auto = when a server
@@ -449,11 +322,11 @@ class NativeRun:
         mode = self.settings.observe.idle_baseline
         if not served or mode == "off":
             return
-        if mode == "auto" and not any(self.on_gpu.get(item.quant) for item in served):
+        if mode == "auto" and not any(self.driver.on_gpu.get(item.quant) for item in served):
             return
         quants = [item.quant for item in served]
         seconds = self.settings.observe.idle_baseline_s
-        self._attempt(
+        self.driver.attempt(
             "idle_baseline", None, f"GPUs idle for {seconds:g} s (baseline)",
             lambda _: self.steps.idle_baseline(quants, self.run_dir),
         )  # fmt: skip
@@ -479,26 +352,16 @@ class NativeRun:
             self._quiet(f"{item.quant}'s load", item.quant, [pid] if pid is not None else [])
         if self.settings.run.tune:
             self._tune(item, servers, toolchain)
-        for experiment in registry.planned(self.settings):
-            target = item.load_target()
-            name, title = experiment.step, experiment.title.format(quant=item.quant)
-            if item.quant in self.dead_quants:
-                self.state.fail_unrun(name, item.quant, "llama-server died earlier in the run")
-                continue
-            run = functools.partial(self._experiment, experiment.name, target, servers)
-            self._attempt(name, item.quant, title, run, experiment_account)
-            if not item.server.alive():
-                self.dead_quants.add(item.quant)
-                self.state.server(item.quant, status="died", exit_code=item.server.stop())
-                self.view.message(f"llama-server {item.quant} died; its remaining stages are marked failed")
-        if item.quant not in self.dead_quants:
+        target = item.load_target()
+        self.driver.run_experiments(target, registry.planned(self.settings), servers, item.server)
+        if not self.driver.is_gone(target):
             self.state.server(item.quant, status="ok")
 
     def _tune(self, item: Served, servers: ServerControl, toolchain: Toolchain) -> None:
         """Tune the server's flags ([tune]) and serve the rest of the run with the winner's; a tune
         that fails or finds nothing leaves the configured flags (and says so)."""
         quant = item.quant
-        tuned = self._attempt(
+        tuned = self.driver.attempt(
             "tune", quant, f"tune {quant}",
             lambda progress: self.steps.tune(item, servers, self.context.with_progress(progress), toolchain),
             account=lambda outcome, _: (outcome.busy_s, None),
@@ -512,23 +375,19 @@ class NativeRun:
             self.state.note(f"{quant}: tuning found no winner ({why}); served with the configured flags")
             return
         winner = tuned.winner
-        adopted = self._attempt(
+        adopted = self.driver.attempt(
             "serve", quant, f"restart llama-server {quant} with the tuned flags",
             lambda _: self.steps.adopt(servers, winner, quant, self.run_dir),
         )  # fmt: skip
         if isinstance(adopted, Failed):
             self.state.note(f"{quant}: the tuned flags ({winner.key}) did not start: {adopted.why}")
-            if not item.server.alive():
-                self.dead_quants.add(quant)
+            self.driver.check_alive(item.load_target(), item.server)
             return
         self.state.note(f"{quant} served with the tuned flags {winner.key} (tune.jsonl, tune.json)")
 
-    def _experiment(
-        self, name: str, target: ServedTarget, servers: ServerControl, progress: ProgressCallback
-    ) -> ExperimentRun:
-        return self.steps.experiment(name, target, self.context.with_progress(progress), servers)
-
     def _report(self, prometheus: PrometheusProcess | None) -> ReportPaths | None:
         url = prometheus.url if prometheus is not None else None
-        written = self._attempt("report", None, "report", lambda _: self.steps.report(self.run_dir, url))
+        written = self.driver.attempt(
+            "report", None, "report", lambda _: self.steps.report(self.run_dir, url)
+        )
         return None if isinstance(written, Failed) else written

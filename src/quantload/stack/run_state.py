@@ -24,8 +24,18 @@ from quantload.rundir.run_file import (
 class RunState:
     """The run's own account of itself, kept in `run.json` inside the run directory."""
 
-    def __init__(self, run_dir: Path, run_id: str, profile: str, model: str, servers_at_once: bool) -> None:
-        self.path = RunDir(run_dir).run_file_path
+    def __init__(
+        self,
+        run_dir: Path,
+        run_id: str,
+        profile: str,
+        model: str,
+        servers_at_once: bool,
+        written: bool = True,
+    ) -> None:
+        """`written`: kept in the folder's run.json; else in memory only (a command whose folder
+        may hold another run's run.json)."""
+        self.path = RunDir(run_dir).run_file_path if written else None
         self._file = RunFile(
             run_id=run_id,
             started_unix_s=time.time(),
@@ -49,7 +59,8 @@ class RunState:
         return self._file.to_json()
 
     def save(self) -> None:
-        write_json_atomic(self.path, self._file.to_json())
+        if self.path is not None:
+            write_json_atomic(self.path, self._file.to_json())
 
     def begin(self, name: str, quant: str | None = None) -> int:
         """Record a step as running; returns its index for `end`."""

@@ -12,6 +12,11 @@
             compose lines, the search's cost against the full grid and the capacity plan on the
             winner (quantload.tune.outcome); tune.jsonl holds every trial as it ended
 
+Each quantization's server (started with its KV-cache and offload checks, kv.json and gpu.json)
+and its tune are steps of the run driver (quantload.stack.run_driver), under its failure rule: a
+quantization whose server does not start or whose tune fails is said, and the next one is tuned;
+`TuneResult.failures` lists them (the command then exits 1). A ConfigError still ends the tune.
+
 A new tune writes a new run directory under `run.out` (config.json, tune.jsonl, the trials'
 records, stages, summaries and limit searches, variants.jsonl, the servers' logs); `resume` goes
 on in an earlier one: its trials are taken as measured, and only the settings' budget may differ.
@@ -20,6 +25,7 @@ on in an earlier one: its trials are taken as measured, and only the settings' b
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,13 +37,12 @@ from quantload.errors import ConfigError
 from quantload.experiments.base import ExperimentContext
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.server_help import server_build
+from quantload.llamacpp.toolchain import Toolchain
 from quantload.paths import cache_root
-from quantload.run_context import RunContext
+from quantload.progress import ProgressCallback
 from quantload.rundir import TUNE_JSONL
-from quantload.rundir.config_file import write_run_config
 from quantload.rundir.handle import RunDir
-from quantload.served import server_alias, server_name
-from quantload.stack.native import RunView, new_run_dir
+from quantload.stack.run_driver import Failed, RunDriver, RunPlace, RunView, new_run_dir
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.steps.prepare import PreparedModels
 from quantload.text_format import span
@@ -57,15 +62,16 @@ class QuantTune:
 
 @dataclass(frozen=True)
 class TuneResult:
+    """The quantizations tuned, and the steps that failed (the command exits 1 when any did)."""
+
     run_dir: Path
     quants: tuple[QuantTune, ...]
+    failures: tuple[str, ...] = ()
 
 
 def _run_dir(out: Path, config: ResolvedConfig, resume: Path | None) -> Path:
     if resume is None:
-        run_dir = new_run_dir(out, config)
-        write_run_config(run_dir, config)
-        return run_dir
+        return new_run_dir(out, config)
     if not RunDir(resume).tune_state_path.is_file():
         raise ConfigError(f"{resume} holds no {TUNE_JSONL} to resume", "give the run directory of a tune")
     return resume
@@ -110,47 +116,52 @@ def tune_models(
     check_space(settings, build)  # what the settings and the build say, before any file is made
     run_dir = _run_dir(out, config, resume)
     view.message(f"run directory: {run_dir}")
+    place = RunPlace(run_dir, run_dir.name, cwd or Path.cwd(), environ, loadgen_port=free_port())
+    driver = RunDriver(place, settings, view, steps, record=False)  # tune.jsonl is its state on disk
     models = steps.prepare(toolchain, run_dir, view.step(f"prepare {settings.model.source}"))
     quants = tuned_quants(settings, models)
     check_space(settings, build, {quant: models.path(quant) for quant in quants})
     view.message(time_said(settings, len(quants)))
-    context = RunContext(
-        RunDir(run_dir),
-        run_dir.name,
-        settings,
-        warn=view.message,
-        loadgen_port=free_port(),
-        cwd=cwd or Path.cwd(),
-        environ=environ,
-    )
-    state = context.run_dir.tune_state_path
     done: list[QuantTune] = []
     for quant in quants:
-        progress = view.step(f"tune {quant}")
-        server = steps.server(
-            toolchain, models.path(quant), server_alias(models.model_name, quant), quant, run_dir
-        )
         with contextlib.ExitStack() as stack:
-            stack.callback(server.stop)
-            server.start()
-            served = Served(quant, server, name=server_name(quant), model=models.model_name)
-            variants = steps.server_variants(toolchain, served, run_dir, True)
-            target = served.load_target()
-            model = model_identity(
-                settings.model.source, models.path(quant), models.manifest.files[quant].sha256
-            )
-            outcome = tune_quant(
-                ExperimentContext(context.with_progress(progress), target, variants),
-                state if resume is not None else None,
-                model,
-            )
-            size = models.path(quant).stat().st_size
-            summary = quant_summary(
-                outcome, server.spec, settings, toolchain.path("llama-server"), size, server.port
-            )
-        done.append(QuantTune(quant, outcome, summary))
-        write_tune_json(run_dir, quant, summary)
-    return TuneResult(run_dir, tuple(done))
+            served = driver.serve(toolchain, models, quant, stack, then=("tune",))
+            if isinstance(served, Failed):
+                continue
+            tuned = driver.attempt_against(
+                served.load_target(), "tune", f"tune {quant}",
+                functools.partial(_tune_one, driver, toolchain, models, served, resume is not None),
+                lambda one, _: (one.outcome.busy_s, None), served.server,
+            )  # fmt: skip
+        if not isinstance(tuned, Failed):
+            done.append(tuned)
+    return TuneResult(run_dir, tuple(done), tuple(driver.failures()))
+
+
+def _tune_one(
+    driver: RunDriver,
+    toolchain: Toolchain,
+    models: PreparedModels,
+    served: Served,
+    resuming: bool,
+    progress: ProgressCallback,
+) -> QuantTune:
+    """One quantization's tune, its server restarted in place per trial; its entry of tune.json
+    written."""
+    quant, server, run_dir = served.quant, served.server, driver.run_dir
+    variants = driver.steps.server_variants(toolchain, served, run_dir, True)
+    model = model_identity(
+        driver.settings.model.source, models.path(quant), models.manifest.files[quant].sha256
+    )
+    state = driver.context.run_dir.tune_state_path if resuming else None
+    context = ExperimentContext(driver.context.with_progress(progress), served.load_target(), variants)
+    outcome = tune_quant(context, state, model)
+    size = models.path(quant).stat().st_size
+    summary = quant_summary(
+        outcome, server.spec, driver.settings, toolchain.path("llama-server"), size, server.port
+    )  # fmt: skip
+    write_tune_json(run_dir, quant, summary)
+    return QuantTune(quant, outcome, summary)
 
 
 def tune_json_text(result: TuneResult) -> str:

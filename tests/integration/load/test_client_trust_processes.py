@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from load_api import context, sweep_of
-from quantload.cli.cmd_load import _table
+from quantload.cli.load_console import stage_table
 from quantload.config import LoadSettings, Settings
 from quantload.load.calibration_file import (
     Calibration,
@@ -72,5 +72,5 @@ def test_a_sweep_held_to_a_calibration_it_exceeds_says_so_in_every_way(tmp_path:
     assert "3 streams per load process, more than the 1 this machine's calibration measured right" in (
         three.client_trust_why or ""
     )
-    rendered = _table(summaries)
+    rendered = stage_table(summaries)
     assert "degraded" in [cell for column in rendered.columns for cell in column._cells]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quantload.cli.cmd_load import remote_worker_lines
+from quantload.cli.load_console import remote_worker_lines
 from quantload.cli.main import main as cli_main
 from quantload.config import LoadSettings
 from quantload.load.processes import ENTRY_MODULE, workers_absent

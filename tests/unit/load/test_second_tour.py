@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from quantload.cli import cmd_load
 from quantload.cli.main import main
 from quantload.config import LoadSettings, Settings, WorkloadSettings, load_config
 from quantload.errors import ConfigError, MeasurementError, ServerError
@@ -26,6 +25,7 @@ from quantload.load.workload_builder import ignored_flags
 from quantload.load.workloads import StageRequests
 from quantload.quality.dataset import resolve_dataset
 from quantload.served import ServedTarget
+from quantload.stack import run_steps
 
 CAPTURED = Path(__file__).resolve().parents[2] / "fixtures" / "llamacpp"
 TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
@@ -92,7 +92,7 @@ def test_flags_the_workload_does_not_read_are_said(monkeypatch: pytest.MonkeyPat
     (line,) = ignored_flags(settings, {"load.prompt_count": 5})
     assert "--prompt-count" in line and "workload.requests = 50" in line and "QUANTLOAD_WORKLOAD__REQUESTS" in line
     assert ignored_flags(Settings(), {"load.prompt_count": 5}) == []
-    monkeypatch.setattr(cmd_load, "run_experiment", _stop)
+    monkeypatch.setattr(run_steps, "run_experiment", _stop)
     main(["load", "--url", "http://127.0.0.1:9", "--out", str(tmp_path), "--workload", "lengths",
           "--prompt-count", "5"])  # fmt: skip
     assert "warning: --prompt-count sets a stage of the prompts workload" in capsys.readouterr().err

@@ -64,8 +64,8 @@ def test_a_duration_without_the_soak_is_said(
     chosen: list[str], warned: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from quantload.cli import cmd_load
     from quantload.cli.main import main
+    from quantload.stack import run_steps
 
     asked: list[str] = []
 
@@ -73,7 +73,7 @@ def test_a_duration_without_the_soak_is_said(
         asked.append(name)
         raise ConfigError("stopped before any load")
 
-    monkeypatch.setattr(cmd_load, "run_experiment", stand_in)
+    monkeypatch.setattr(run_steps, "run_experiment", stand_in)
     argv = ["load", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "out"), "--duration", "2m", *chosen]
     main(argv)
     err = capsys.readouterr().err

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from quantload.analysis.run_data import load_run
-from quantload.cli import cmd_load
 from quantload.cli.main import main
 from quantload.config import load_config
 from quantload.errors import ConfigError, QuantloadError
 from quantload.load.calibrate import RemoteFake
 from quantload.load.fakeserver import FakeScript
+from quantload.stack import run_steps
 
 NOBODY = "http://127.0.0.1:9"
 
@@ -52,7 +52,7 @@ def test_shift_alone_against_a_server_quantload_did_not_start_is_refused_before_
 ) -> None:
     (tmp_path / "quantload.toml").write_text('[context]\npolicies = ["shift"]\n', encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cmd_load, "run_experiment", _reached)
+    monkeypatch.setattr(run_steps, "run_experiment", _reached)
     out = tmp_path / "o"
     assert main(["load", "--url", NOBODY, "--out", str(out), "-e", "context"]) == 2
     line = _one_error(capsys.readouterr().err)
@@ -63,7 +63,7 @@ def test_shift_alone_against_a_server_quantload_did_not_start_is_refused_before_
 def test_the_masters_address_is_read_only_where_workers_join_and_must_be_one_to_listen_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cmd_load, "run_experiment", _reached)
+    monkeypatch.setattr(run_steps, "run_experiment", _reached)
     out = str(tmp_path / "o")
     main(["load", "--url", NOBODY, "--out", out, "--master-host", "10.0.0.5", "--workers", "0"])
     assert "--master-host is read only when workers join a master" in capsys.readouterr().err
@@ -118,7 +118,7 @@ def test_what_only_writing_finds_is_one_line(
     def disk_full(*args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "o" / "stages.jsonl"))
 
-    monkeypatch.setattr(cmd_load, "run_experiment", disk_full)
+    monkeypatch.setattr(run_steps, "run_experiment", disk_full)
     assert main(["load", "--url", NOBODY, "--out", str(tmp_path / "o")]) == 1
     line = _one_error(capsys.readouterr().err)
     assert "cannot write" in line and "stages.jsonl" in line and "No space left on device" in line
@@ -128,7 +128,7 @@ def test_what_only_writing_finds_is_one_line(
 def test_an_out_the_kernel_refuses_is_one_line_before_any_work(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cmd_load, "run_experiment", _reached)
+    monkeypatch.setattr(run_steps, "run_experiment", _reached)
     assert main(["load", "--url", NOBODY, "--out", "/proc/quantload-out"]) == 2  # root's os.access says yes
     assert "--out /proc/quantload-out cannot be written" in _one_error(capsys.readouterr().err)
 
@@ -140,7 +140,7 @@ def test_a_load_keeps_the_settings_it_ran_with_for_its_report(
         '[[tenants]]\nname = "a"\nusers = 2\n[[tenants]]\nname = "b"\nusers = 1\n', encoding="utf-8"
     )
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cmd_load, "run_experiment", _reached)
+    monkeypatch.setattr(run_steps, "run_experiment", _reached)
     out = tmp_path / "o"
     main(["load", "--url", NOBODY, "--out", str(out), "-e", "noisy_neighbour"])
     settings = load_run(out).settings
