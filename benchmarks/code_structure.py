@@ -39,6 +39,10 @@ class Module:
 
 
 def read_modules(src: Path) -> dict[str, Module]:
+    """Every module under `src`, named as Python imports it (`src` may be the package's folder or
+    the folder that holds it)."""
+    if not (src / "__init__.py").is_file() and (src / "quantload" / "__init__.py").is_file():
+        src = src / "quantload"
     modules = {}
     for path in sorted(src.rglob("*.py")):
         parts = path.relative_to(src.parent).with_suffix("").parts
@@ -59,13 +63,17 @@ def imported(module: Module, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            # every name of `from X import a, b`: X.a where it is a module, else X (parents of an
+            # imported module are not counted, as for `import X.a`)
+            targets = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                for a in node.names
+            ]
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != module.name:
                 found.add(target)
-                break
     return found
 
 

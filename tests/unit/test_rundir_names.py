@@ -19,8 +19,8 @@ NAME_SUFFIXES = ("_JSON", "_JSONL", "_CSV", "_MD", "_HTML", "_DIR")
 # File and folder names defined outside quantload.rundir because they are not in a run directory:
 # (module, constant) -> where the file is.
 NOT_IN_A_RUN_DIRECTORY: dict[tuple[str, str], str] = {
-    ("load/calibrate.py", "CALIBRATION_DIR"): "the calibration folder beside the run directories",
-    ("load/calibrate.py", "LATEST_JSON"): "in the calibration folder",
+    ("load/calibration_file.py", "CALIBRATION_DIR"): "the calibration folder beside the run directories",
+    ("load/calibration_file.py", "LATEST_JSON"): "in the calibration folder",
     ("llamacpp/build.py", "BUILD_MARKER"): "in llama.cpp's build folder in the cache",
     ("llamacpp/build.py", "CONFIGURE_RECORD"): "in llama.cpp's build folder in the cache",
     ("analysis/document.py", "TEMPLATE_NAME"): "the report template shipped with quantload",

@@ -121,6 +121,6 @@ def test_a_label_a_spreadsheet_would_run_is_written_as_text(tmp_path: Path) -> N
     )
     path = tmp_path / "table.csv"
     write_csv(frame, path)
-    rows = list(csv.DictReader(path.open(encoding="utf-8")))
+    rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
     assert [row["quant"] for row in rows] == ['\'=HYPERLINK("http://x","y")', "'+1", "'@SUM(A1)", "Q8_0"]
     assert [row["ttft_p99_s"] for row in rows] == ["0.5", "-0.25", "1", "2"]  # numbers stay numbers

@@ -25,10 +25,13 @@ class StackError(QuantloadError):
 
 def connect(environ: Mapping[str, str]) -> Any:
     """A Docker SDK client for DOCKER_HOST (or the default socket), API version negotiated."""
+    client = None
     try:
         client = docker.from_env(version="auto", environment=dict(environ))
         client.ping()
     except docker.errors.DockerException as error:
+        if client is not None:
+            client.close()  # its connection pool holds the socket it tried
         where = environ.get("DOCKER_HOST") or "the default socket"
         raise StackError(
             f"cannot reach the Docker engine at {where}: {error}",

@@ -234,6 +234,7 @@ class _Handler:
         self.script = script
         self.stats = stats
         self.rng = random.Random(script.seed)
+        self.open_writers: set[asyncio.StreamWriter] = set()  # closed at once when the server stops
         self._base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": script.model}
         self._opening = (
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -294,6 +295,7 @@ class _Handler:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
+        self.open_writers.add(writer)
         try:
             while True:
                 keep_open = await self._one(reader, writer)
@@ -302,8 +304,15 @@ class _Handler:
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):  # OSError: TLS too
             pass
         finally:
+            self.open_writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def abort_open(self) -> None:
+        """Drop every connection still open (a TLS one's polite close needs a loop that is ending)."""
+        for writer in list(self.open_writers):
+            writer.transport.abort()
+        await asyncio.sleep(0)  # the aborted transports close their sockets on the next turn
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         try:
@@ -623,6 +632,7 @@ class FakeServer:
         async with server:
             await self._stop.wait()
             server.close()
+            await handler.abort_open()
 
     def stop(self) -> None:
         """Stop serving and join the thread."""
