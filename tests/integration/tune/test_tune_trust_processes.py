@@ -1,54 +1,33 @@
 """Tunes run against fake servers with real Locust processes: a speculating configuration that never
 drafted and a configuration whose server died during its trial rank as not measured, never as
-recommended or as missing the SLO; the budget bounds the baseline search too.
+recommended or as missing the SLO; the budget bounds the baseline search too; a resumed state's
+damaged trial lines are counted, named and measured again, never a traceback.
 
 Moved from tests/unit/tune/test_tune_trust.py, whose other tests start no process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
-from quantload.llamacpp.server import free_port
+from quantload.experiments.base import ExperimentContext
 from quantload.load.fakeserver import FakeServer
 from quantload.rundir import TUNE_JSONL
 from quantload.tune.outcome import ranking
 from quantload.tune.search import tune_quant
 from quantload.tune.state_file import read_tune
 from tune_fakes import SCRIPT, TARGET, tune_context
+from tune_trust_fakes import MODEL, RecordingVariants, finished_state
 
 pytestmark = pytest.mark.integration
 
-MODEL = "tiny Q8_0-tiny.gguf sha256:0123456789abcdef"
-SCRIPT_LEVEL_SLACK_S = 6.0  # one level of the fake under way when the budget runs out, Locust's start included
-
-
-class RecordingVariants:
-    """Variants of fake servers; `dead` slot counts get a server that is gone when the trial runs."""
-
-    def __init__(self, dead: tuple[int, ...] = ()) -> None:
-        self.asked: list[ServerFlags] = []
-        self.dead = dead
-
-    @contextlib.contextmanager
-    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        self.asked.append(flags)
-        if flags.slots in self.dead:  # killed as the trial starts: nothing listens on its port
-            url = f"http://127.0.0.1:{free_port()}"
-            yield ServedVariant(TARGET.model_copy(update={"url": url}), flags, None, "no KV line", "")
-            return
-        with FakeServer(SCRIPT) as fake:
-            yield ServedVariant(TARGET.model_copy(update={"url": fake.url}), flags, None, "no KV line", "")
-
-    def adopt(self, flags: ServerFlags) -> ServedVariant:
-        raise AssertionError("not here")
+# one level of the fake under way when the budget runs out, Locust's start included
+SCRIPT_LEVEL_SLACK_S = 6.0
 
 
 @pytest.mark.slow
@@ -79,3 +58,22 @@ def test_the_budget_bounds_the_baseline_search_too(tmp_path: Path) -> None:
     # the baseline keeps its share of the budget, not the limit search's hour: a few levels at most
     assert outcome.baseline.seconds < 6.0 + SCRIPT_LEVEL_SLACK_S
     assert time.monotonic() - started < 2 * 6.0 + 2 * SCRIPT_LEVEL_SLACK_S
+
+
+def test_damaged_trial_lines_are_counted_named_and_measured_again_not_a_traceback(tmp_path: Path) -> None:
+    state, lines = finished_state(tmp_path)
+    first_trial = json.loads(lines[1])
+    no_key = json.dumps({**first_trial, "key": None})
+    unknown = json.dumps({**first_trial, "key": "np99 b1/1 kv-f16 fa-auto t0 cb spec-none"})
+    damaged = [lines[0], no_key, '{"kind": "trial", "rung": "x"', unknown, *lines[2:]]
+    state.write_text("\n".join(damaged) + "\n", encoding="utf-8")
+    warned: list[str] = []
+    run = dataclasses.replace(tune_context(tmp_path, baseline=False), warn=warned.append)
+    servers = RecordingVariants()
+    outcome = tune_quant(ExperimentContext(run, TARGET, servers), resume_from=state, model=MODEL)
+    assert [flags.label.split()[1:3] for flags in servers.asked] == [["r0", "np2"]]  # measured again
+    assert len(outcome.search.scores) == 3
+    joined = " ".join(warned)
+    assert "2 lines of tune.jsonl could not be read" in joined and "lines 2, 3" in joined
+    assert "1 trial line(s) of tune.jsonl do not fit this search" in joined and "np99" in joined
+    assert outcome.notes and all("\n" not in note for note in outcome.notes)

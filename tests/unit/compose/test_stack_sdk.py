@@ -312,13 +312,19 @@ def test_servers_that_cannot_be_checked_say_why(tmp_path: Path) -> None:
 
 def test_the_cli_needs_a_stack(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     class NoContainers:
+        closed = False
+
         class containers:
             @staticmethod
             def list(all: bool, filters: dict[str, str]) -> list[Any]:
                 return []
+
+        def close(self) -> None:
+            type(self).closed = True
 
     monkeypatch.setattr(containers_module.docker, "from_env", lambda **_: type("C", (), {
         "ping": lambda self: True, "containers": NoContainers.containers})())  # fmt: skip
     monkeypatch.setattr("quantload.cli.cmd_stack.connect", lambda environ: NoContainers())
     assert main(["stack", "kv", "--project", "empty"]) == 2
     assert "no llama-server containers in compose project 'empty'" in capsys.readouterr().err
+    assert NoContainers.closed  # the engine client is closed when the command ends
