@@ -73,22 +73,21 @@ def pytest_configure(config: pytest.Config) -> None:
 # Warnings are errors (pyproject.toml), with one kept exception outside the unit tier: an unclosed
 # file or socket (ResourceWarning) is shown in the summary, not failed. Those tiers start real
 # processes and kill them mid-stream on purpose; what a killed child leaves (its pipes, a Docker
-# engine's socket) is reported by the garbage collector in whichever later test it runs, so as an
-# error it fails a test that did nothing wrong. The unit tier holds ResourceWarning as an error.
-KEPT_WARNINGS_OUTSIDE_UNIT = (
-    "default::ResourceWarning",
-    "default::pytest.PytestUnraisableExceptionWarning",
-)
+# engine's socket) is reported by the garbage collector in whichever later test runs it, or after
+# the last test, so as an error it fails a test, or the session, that did nothing wrong. The unit
+# tier holds them as errors again (its tests' own marks), keeping the configuration's ignores.
+UNIT_TIER_ERRORS = ("error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `long` run only where QUANTLOAD_LONG_TESTS=1 (`make test-long`); the kept
-    warning exceptions on every test outside tests/unit."""
+    """Tests marked `long` run only where QUANTLOAD_LONG_TESTS=1 (`make test-long`); unclosed
+    files and sockets are errors again in tests/unit."""
     unit = Path(__file__).parent / "unit"
+    ignores = [line for line in config.getini("filterwarnings") if line.startswith("ignore:")]
+    unit_filters = pytest.mark.filterwarnings(*UNIT_TIER_ERRORS, *ignores)  # the last one given wins
     for item in items:
-        if unit not in item.path.parents:
-            for kept in KEPT_WARNINGS_OUTSIDE_UNIT:
-                item.add_marker(pytest.mark.filterwarnings(kept))
+        if unit in item.path.parents:
+            item.add_marker(unit_filters)
     if os.environ.get(LONG_TESTS_ENV) == "1":
         return
     skip = pytest.mark.skip(reason=f"a long end-to-end run: `make test-long` ({LONG_TESTS_ENV}=1) runs it")

@@ -116,7 +116,7 @@ def _container(environ: dict[str, str], name: str, script: str) -> Any:
     client = docker.DockerClient(base_url=environ["DOCKER_HOST"], version=DOCKER_API_VERSION)
     return client.containers.run(
         IMAGE, ["/bin/busybox", "sh", "-c", script], name=name, detach=True, network_mode="none",
-    )  # fmt: skip
+    )  # fmt: skip (the caller closes container.client once it has removed the container)
 
 
 def _settled_reading(probe: DockerMemory, at_least: int, within_s: float) -> int:
@@ -152,6 +152,7 @@ def test_a_containers_memory_is_read_as_docker_stats_shows_it(engine_env: dict[s
         for container in (idle, busy):
             with contextlib.suppress(Exception):
                 container.remove(force=True)
+            container.client.close()
 
 
 def test_an_unknown_container_is_one_line_naming_the_setting(engine_env: dict[str, str]) -> None:

@@ -141,7 +141,11 @@ class DockerMemory:
 
         self.name = name
         self._client = connect(environ)
-        self._container = self._find()
+        try:
+            self._container = self._find()
+        except BaseException:
+            self._client.close()  # no probe to close it later
+            raise
 
     def _find(self) -> Any:
         import docker
