@@ -7,15 +7,13 @@ Moved from tests/unit/tune/test_tune_search.py, whose other tests start no proce
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from quantload.errors import ConfigError, ServerError
-from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.errors import ConfigError
+from quantload.experiments.base import ExperimentContext
 from quantload.llamacpp.server import ServerSpec
 from quantload.load.fakeserver import FakeServer
 from quantload.load.limit_file import read_limits
@@ -23,32 +21,15 @@ from quantload.rundir import TUNE_JSONL
 from quantload.tune.outcome import quant_summary, ranking, search_cost
 from quantload.tune.search import tune_quant
 from quantload.tune.state_file import read_tune
-from tune_fakes import SCRIPT, TARGET, tune_context
+from tune_fakes import SCRIPT, TARGET, RecordingVariants, tune_context
 
 pytestmark = pytest.mark.integration
-
-
-class FakeVariants:
-    def __init__(self, broken: tuple[int, ...] = ()) -> None:
-        self.asked: list[ServerFlags] = []
-        self.broken = broken
-
-    @contextlib.contextmanager
-    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        self.asked.append(flags)
-        if flags.slots in self.broken:
-            raise ServerError(f"llama-server with -np {flags.slots} did not become ready")
-        with FakeServer(SCRIPT) as fake:
-            yield ServedVariant(TARGET.model_copy(update={"url": fake.url}), flags, None, "no KV line")
-
-    def adopt(self, flags: ServerFlags) -> ServedVariant:
-        raise AssertionError("not here")
 
 
 @pytest.mark.slow
 def test_every_configuration_gets_a_short_trial_and_one_that_did_not_run_is_dropped(tmp_path: Path) -> None:
     run = tune_context(tmp_path, baseline=False)
-    servers = FakeVariants(broken=(4,))
+    servers = RecordingVariants(broken=(4,))
     outcome = tune_quant(ExperimentContext(run, TARGET, servers))
     assert [(f.slots, f.label) for f in servers.asked] == [
         (2, "tune r0 np2 b2048/512 kv-f16 fa-auto t0 cb spec-none"),
@@ -82,11 +63,11 @@ def test_every_configuration_gets_a_short_trial_and_one_that_did_not_run_is_drop
 @pytest.mark.slow
 def test_an_interrupted_tune_resumes_where_it_stopped_and_refuses_another_space(tmp_path: Path) -> None:
     first = tune_context(tmp_path, baseline=False)
-    tune_quant(ExperimentContext(first, TARGET, FakeVariants()))
+    tune_quant(ExperimentContext(first, TARGET, RecordingVariants()))
     state = tmp_path / TUNE_JSONL
     kept = state.read_text().splitlines()[:2]  # the start line and the first trial: interrupted there
     state.write_text("\n".join(kept) + "\n" + '{"kind": "tri', encoding="utf-8")  # and a torn line
-    servers = FakeVariants()
+    servers = RecordingVariants()
     outcome = tune_quant(ExperimentContext(first, TARGET, servers), resume_from=state)
     assert [f.label.split()[1:3] for f in servers.asked] == [
         ["r0", "np4"],
@@ -95,7 +76,7 @@ def test_an_interrupted_tune_resumes_where_it_stopped_and_refuses_another_space(
     assert len(outcome.search.scores) == 3 and outcome.ending == "done"
     other = tune_context(tmp_path, baseline=False, slots=[2, 8])
     with pytest.raises(ConfigError, match="searched another model, space, workload or SLO"):
-        tune_quant(ExperimentContext(other, TARGET, FakeVariants()), resume_from=state)
+        tune_quant(ExperimentContext(other, TARGET, RecordingVariants()), resume_from=state)
 
 
 @pytest.mark.slow
@@ -103,7 +84,7 @@ def test_the_budget_stops_the_trials_and_the_baseline_is_searched_as_the_finalis
     run = tune_context(tmp_path, budget_s=1.0, short_trial_s=0.5)
     with FakeServer(SCRIPT) as own:
         target = TARGET.model_copy(update={"url": own.url})
-        outcome = tune_quant(ExperimentContext(run, target, FakeVariants()))
+        outcome = tune_quant(ExperimentContext(run, target, RecordingVariants()))
     assert len(outcome.search.scores) == 1 and outcome.ending == "budget"  # one trial took the budget
     assert outcome.baseline is not None and outcome.baseline.label == "tune baseline"
     lines = read_tune(tmp_path / TUNE_JSONL)

@@ -21,8 +21,7 @@ from quantload.rundir import TUNE_JSONL
 from quantload.tune.outcome import ranking
 from quantload.tune.search import tune_quant
 from quantload.tune.state_file import read_tune
-from tune_fakes import SCRIPT, TARGET, tune_context
-from tune_trust_fakes import MODEL, RecordingVariants, finished_state
+from tune_fakes import MODEL, SCRIPT, TARGET, RecordingVariants, finished_state, tune_context
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,7 @@ from quantload.tune.outcome import SearchCost, winner_command
 from quantload.tune.search import tune_quant
 from quantload.tune.space import configurations, space_key
 from quantload.tune.tune_run import time_said
-from tune_fakes import TARGET, tune_context
-from tune_trust_fakes import MODEL, RecordingVariants, finished_state
+from tune_fakes import MODEL, TARGET, RecordingVariants, finished_state, tune_context
 
 
 def test_the_tune_of_another_model_file_is_refused_in_one_line(tmp_path: Path) -> None:
