@@ -39,11 +39,18 @@ class LinearCost:
         self.fixed_s, self.prompt_s, self.decode_s, self.kv_s = fixed_s, prompt_s, decode_s, kv_s
 
     def batch_s(self, prompt_tokens: int, decode_tokens: int, kv_tokens: int) -> float:
-        return self.fixed_s + self.prompt_s * prompt_tokens + self.decode_s * decode_tokens + self.kv_s * kv_tokens
+        return (
+            self.fixed_s
+            + self.prompt_s * prompt_tokens
+            + self.decode_s * decode_tokens
+            + self.kv_s * kv_tokens
+        )
 
 
 def one_slot(n_batch: int = 2048, ctx: int = 4096, continuous: bool = True) -> ServerModel:
-    return ServerModel(n_slots=1, ctx_per_slot_tokens=ctx, n_batch_tokens=n_batch, continuous_batching=continuous)
+    return ServerModel(
+        n_slots=1, ctx_per_slot_tokens=ctx, n_batch_tokens=n_batch, continuous_batching=continuous
+    )
 
 
 def test_a_lone_request_waits_for_nothing_and_its_ttft_is_its_prefill() -> None:
@@ -152,7 +159,9 @@ def test_a_cached_prefix_skips_prefill_but_one_token_is_always_evaluated() -> No
     simulate(one_slot(), cost, trace([(0.0, RequestShape(300, 2, cached_prefix_tokens=200))]))
     assert cost.calls == [(100, 0, 200), (0, 1, 300)]
     whole = StepCost(1.0)
-    (record,) = simulate(one_slot(), whole, trace([(0.0, RequestShape(300, 1, cached_prefix_tokens=300))])).records
+    (record,) = simulate(
+        one_slot(), whole, trace([(0.0, RequestShape(300, 1, cached_prefix_tokens=300))])
+    ).records
     assert whole.calls == [(1, 0, 299)]
     assert record.cached_prefix_tokens == 299
     assert record.tpot_s is None
@@ -173,7 +182,10 @@ def test_the_slot_context_truncates_generation_and_refuses_a_prompt_that_fills_i
 def test_closed_loop_users_keep_one_request_each_in_flight_littles_law() -> None:
     rng = np.random.default_rng(7)
     shapes = SampledShapes(
-        tuple(RequestShape(int(p), int(o)) for p, o in zip(rng.integers(20, 900, 50), rng.integers(2, 200, 50), strict=True))
+        tuple(
+            RequestShape(int(p), int(o))
+            for p, o in zip(rng.integers(20, 900, 50), rng.integers(2, 200, 50), strict=True)
+        )
     )
     server = ServerModel(n_slots=4, ctx_per_slot_tokens=2048, n_batch_tokens=256)
     cost = LinearCost(fixed_s=0.01, prompt_s=1e-4, decode_s=1e-3, kv_s=1e-7)
@@ -203,10 +215,15 @@ def test_open_loop_arrivals_are_poisson_at_the_rate_and_stop_at_the_bounds() -> 
     arrivals = np.array([record.arrival_s for record in result.records])
     assert len(arrivals) == 20_000
     assert abs(np.mean(np.diff(arrivals)) * 20.0 - 1.0) < 0.03
-    bounded = simulate(server, StepCost(2**-10), OpenLoop(20.0, shape, max_requests=20_000, max_duration_s=10.0), seed=5)
+    bounded = simulate(
+        server, StepCost(2**-10), OpenLoop(20.0, shape, max_requests=20_000, max_duration_s=10.0), seed=5
+    )
     assert 150 < len(bounded.records) < 250
     assert max(record.arrival_s for record in bounded.records) <= 10.0
-    assert all(record.end_s >= record.first_token_s >= record.start_s >= record.arrival_s for record in bounded.records)
+    assert all(
+        record.end_s >= record.first_token_s >= record.start_s >= record.arrival_s
+        for record in bounded.records
+    )
 
 
 def test_closed_loop_stops_sending_at_its_bounds() -> None:
@@ -223,7 +240,10 @@ def test_closed_loop_stops_sending_at_its_bounds() -> None:
 def test_ten_thousand_requests_at_eight_slots_simulate_in_well_under_two_seconds(requests: int) -> None:
     rng = np.random.default_rng(1)
     shapes = SampledShapes(
-        tuple(RequestShape(int(p), int(o)) for p, o in zip(rng.integers(50, 1000, 200), rng.integers(16, 256, 200), strict=True))
+        tuple(
+            RequestShape(int(p), int(o))
+            for p, o in zip(rng.integers(50, 1000, 200), rng.integers(16, 256, 200), strict=True)
+        )
     )
     server = ServerModel(n_slots=8, ctx_per_slot_tokens=4096, n_batch_tokens=512)
     cost = LinearCost(0.01, 1e-4, 5e-4, 1e-7)
