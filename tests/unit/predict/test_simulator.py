@@ -15,6 +15,7 @@ from quantload.predict.simulator import (
     RequestShape,
     SampledShapes,
     ServerModel,
+    ThinkTime,
     simulate,
     trace,
 )
@@ -189,8 +190,15 @@ def test_closed_loop_users_keep_one_request_each_in_flight_littles_law() -> None
     )
     server = ServerModel(n_slots=4, ctx_per_slot_tokens=2048, n_batch_tokens=256)
     cost = LinearCost(fixed_s=0.01, prompt_s=1e-4, decode_s=1e-3, kv_s=1e-7)
-    for users, think_s in ((6, 0.0), (3, 0.25)):
-        result = simulate(server, cost, ClosedLoop(users, shapes, max_requests=3000, think_s=think_s), seed=1)
+    # six users at four slots queue; exponential think times average their mean over 3000 requests
+    cases: list[tuple[int, float, ThinkTime]] = [
+        (6, 0.0, "constant"),
+        (3, 0.25, "constant"),
+        (5, 0.5, "exponential"),
+    ]
+    for users, think_s, think in cases:
+        workload = ClosedLoop(users, shapes, max_requests=3000, think_s=think_s, think=think)
+        result = simulate(server, cost, workload, seed=1)
         throughput = result.throughput_rps
         mean_e2e = float(np.mean([record.e2e_s for record in result.records]))
         in_flight_or_thinking = throughput * (mean_e2e + think_s)
