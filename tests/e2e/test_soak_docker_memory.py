@@ -1,6 +1,6 @@
 """The soak's server memory through a real Docker Engine (the compose layout's source): a private
 engine, containers of a one-binary image (Debian's static busybox, no network), and the Docker
-SDK's stats read as `docker stats` shows them (quantload.experiments.soak_watch.DockerMemory).
+SDK's stats read as `docker stats` shows them (quantload.experiments.soak.watch.DockerMemory).
 
 Assertions compare two containers with each other and with what one of them holds, never a
 figure of this machine's own.
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from compose_e2e.engine import DOCKER_API_VERSION, EngineError, private_engine
 
-from quantload.experiments.soak_watch import DockerMemory, ProbeError
+from quantload.experiments.soak.watch import DockerMemory, ProbeError
 from quantload.paths import cache_root
 from support import missing, require_binary
 

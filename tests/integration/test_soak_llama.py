@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from quantload.config import load_config
-from quantload.experiments.soak_watch import read_soak_lines
+from quantload.experiments.soak.watch import read_soak_lines
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import iter_records, iter_stage_events

@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 
 from quantload.analysis import prometheus_source
-from quantload.analysis.chapters.soak import _memory_sentence
 from quantload.analysis.compare import unrelated
 from quantload.analysis.csv_file import write_csv
 from quantload.cli.main import main
 from quantload.config import MixSettings, PrepareSettings, Settings
 from quantload.errors import ConfigError
+from quantload.experiments.soak.chapter import _memory_sentence
 from quantload.experiments.speculation import check_draft
 from quantload.llamacpp.quant_types import QuantTypes, ggml_tensor_types
 from quantload.models.calibration import check_calibration_file

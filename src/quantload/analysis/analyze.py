@@ -42,7 +42,6 @@ from quantload.analysis.run_tables import (
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
-from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
@@ -107,7 +106,6 @@ class Analysis:
     context_conversations: pd.DataFrame  # context_tables.conversation_table
     context_policies: pd.DataFrame  # context_tables.policy_table
     findings: Mapping[str, object]  # by experiment name: its ExperimentReport.findings
-    soak: tuple[SoakRun, ...] = ()  # soak.soak_view: every soak of the run
 
 
 def load_window(stages: pd.DataFrame) -> TimeWindow | None:
@@ -229,16 +227,18 @@ def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -
 
 
 def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> list[Gap]:
-    """The context experiment and those with a part of their own in the report, where the run
-    meant to measure them and has no stage of them."""
+    """The context experiment and those with a part of their own in the report (unless that part
+    says itself where it did not run: no `subject`), where the run meant to measure them and has no
+    stage of them."""
     if run.records.empty:
         return []
     ran = set(stages["experiment"]) if not stages.empty else set()
     asked = set(requested_names(run.settings)) if run.settings is not None else None
     gaps = []
+    subjects = [(experiment, part.gap_section, part.subject) for experiment, part in parts]
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
-        *((experiment, part.gap_section, part.subject) for experiment, part in parts),
+        *((experiment, section, what) for experiment, section, what in subjects if what is not None),
     ):
         # a gap is what the run meant to measure: an experiment load.experiments leaves out is none,
         # nor one in a folder whose settings are unknown (a compose or multi-host run), as for the
@@ -246,6 +246,17 @@ def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> lis
         if experiment.name not in ran and asked is not None and experiment.name in asked:
             gaps.append(Gap(section, what, not_run_because(run, experiment, None, STAGES_JSONL)))
     return gaps
+
+
+def _own_remarks(parts: ReportParts, findings: Mapping[str, object]) -> tuple[list[Gap], list[str]]:
+    """What the experiments with a part of their own in the report could not measure, beyond
+    their not-run notes, and what reading their files left out, from their findings."""
+    gaps: list[Gap] = []
+    notes: list[str] = []
+    for experiment, part in parts:
+        gaps += part.gaps(findings[experiment.name])
+        notes += part.notes(findings[experiment.name])
+    return gaps, notes
 
 
 def _context_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> list[Gap]:
@@ -309,9 +320,15 @@ def analyze(
     quants = tuple(run.quants())
     stages = stage_table(run, slo) if stages is None else stages
     levels = level_table(stages, "sweep", "users", quants, run.records, slo)
-    soaks = soak_view(run, stages, slo)
-    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + soaks.gaps
-    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + soaks.notes
+    verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
+    plan_inputs = plan_settings or PlanSettings()
+    plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
+    parts = reported()
+    given = ReportInput(run, stages, slo, quants, plan)
+    findings = {experiment.name: part.findings(given) for experiment, part in parts}
+    own_gaps, own_notes = _own_remarks(parts, findings)
+    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + own_gaps
+    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + own_notes
     if run.stages.empty and not run.records.empty:
         notes.append(
             "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
@@ -347,12 +364,7 @@ def analyze(
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, report.client_lag_threshold_s)
-    verdicts = tuple(capacity(levels, quants, slo, run.limits, stages))
-    plan_inputs = plan_settings or PlanSettings()
-    plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
-    parts = reported()
     gaps += _not_run_gaps(run, stages, parts) + _context_gaps(run, stages, plan)
-    given = ReportInput(run, stages, slo, quants, plan)
     conversations = conversation_table(run.records, stages)
     flags = server_flag_tables(run, stages, quants)
     kld = run.quality.kld if run.quality is not None else None
@@ -406,8 +418,7 @@ def analyze(
         context_turns=context_turn_table(run.records, stages, quants),
         context_conversations=conversations,
         context_policies=policy_table(conversations, quants),
-        findings={experiment.name: part.findings(given) for experiment, part in parts},
-        soak=soaks.runs,
+        findings=findings,
     )
 
 

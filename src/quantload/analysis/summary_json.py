@@ -121,28 +121,6 @@ class ServerFlagsSummary(_SummaryPart):
     tune: TunePart
 
 
-class SoakSummary(_SummaryPart):
-    """One soak (soak.SoakRun.to_dict): the level held and for how long, the drift per hour of TTFT
-    p99 and of the server's and the load client's memory (drift.Drift.to_dict), every slice."""
-
-    server: str
-    quant: str
-    invocation: str
-    level: str
-    level_from: str
-    duration_s: float | None
-    held_s: float | None
-    drain_frac: float | None
-    slice_s: float | None
-    slices_planned: int | None
-    settle_slices: int
-    memory_source: str | None
-    memory_missing: str | None
-    reading_errors: list[str]
-    drift: list[Row]
-    slices: list[Row]  # soak.SLICE_COLUMNS
-
-
 class ReportFiles(_SummaryPart):
     """The report's files, relative to its folder."""
 
@@ -154,7 +132,8 @@ class ReportFiles(_SummaryPart):
 
 class SummaryFile(_SummaryPart):
     """The whole summary.json: the keys below, and those the experiments' own report parts add
-    (kept as they are read: the noisy neighbour's tenants, noisy_neighbour, noisy_verdicts)."""
+    (kept as they are read: the noisy neighbour's tenants, noisy_neighbour, noisy_verdicts; the
+    soak's soak)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -189,7 +168,6 @@ class SummaryFile(_SummaryPart):
     server_flags: ServerFlagsSummary
     context_policies: list[Row] = []  # context_tables.policy_table
     context_turns: list[Row] = []  # context_tables.turn_table
-    soak: list[SoakSummary] = []
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -281,7 +259,6 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "context_policies": _rows(analysis.context_policies),
             "context_turns": _rows(analysis.context_turns),
             **_experiment_keys(analysis),
-            "soak": [run.to_dict() for run in analysis.soak],
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {
                 "origin": analysis.prometheus_origin or None,

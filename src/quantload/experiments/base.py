@@ -43,6 +43,7 @@ from quantload.served import ServedTarget
 if TYPE_CHECKING:  # annotations only: declaring an experiment loads none of the report's modules
     from quantload.analysis.chapters.parts import Chapter
     from quantload.analysis.report_input import ReportInput
+    from quantload.analysis.run_data import Gap
 
 ServerFlagsUse = Literal["none", "optional", "required"]
 
@@ -169,6 +170,11 @@ def runs_against_any_server(settings: Settings) -> str | None:
 FindingsT = TypeVar("FindingsT")
 
 
+def nothing_more(findings: object) -> tuple[()]:
+    """The gaps and notes of a report part whose findings add none of their own."""
+    return ()
+
+
 @dataclass(frozen=True)
 class ExperimentReport(Generic[FindingsT]):
     """An experiment's own part of the report. The report step asks the registry for every
@@ -176,13 +182,18 @@ class ExperimentReport(Generic[FindingsT]):
     from the run's data (kept in `Analysis.findings` under the experiment's name), `chapter` shows
     them (its sections and figures, placed after the contexts chapter in the registry's order),
     `summary` gives its keys of summary.json. Where the run meant to measure the experiment and
-    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`."""
+    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`
+    (unless `subject` is None: then its own `gaps` say so). `gaps` and `notes` are what else its
+    findings could not measure and what reading its files left out: the report lists them after
+    those of the run's steps."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
     summary: Callable[[FindingsT], Mapping[str, Any]]
-    subject: str  # "the noisy neighbour"
+    subject: str | None  # "the noisy neighbour"; None: its `gaps` say where it did not run
     gap_section: str  # the section its notes are filed under (Gap.section)
+    gaps: Callable[[FindingsT], Sequence[Gap]] = nothing_more
+    notes: Callable[[FindingsT], Sequence[str]] = nothing_more
 
 
 @dataclass(frozen=True)

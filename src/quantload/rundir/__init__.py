@@ -15,7 +15,7 @@ reads and appends, quantload.rundir.handle.RunDir) is the one way code reaches t
   summaries.jsonl      one line per load stage: its summary, written when it ends (quantload.load.summary)
   limits.jsonl         one line per finished limit search (quantload.experiments.limit_search_run)
   soak.jsonl           the soak's samples: server memory and KV cells in use over time
-                       (quantload.experiments.soak_watch), appended as they are read
+                       (quantload.experiments.soak.watch), appended as they are read
   variants.jsonl       one line per server variant the flag experiments and the tune ran
                        (quantload.experiments.variant_file)
   tune.jsonl           a tune's state, appended as it goes, so it resumes (quantload.tune.state_file)

@@ -25,8 +25,8 @@ import pytest
 
 from load_api import context
 from quantload.config import LoadSettings
-from quantload.experiments import soak
 from quantload.experiments.base import ExperimentContext
+from quantload.experiments.soak.stages import run as run_soak
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
 
@@ -47,7 +47,7 @@ def test_the_load_clients_memory_stays_flat_over_a_long_soak(tmp_path: Path) -> 
     run = context(tmp_path, load, soak={"duration_s": 60, "slice_s": 1.5, "users": 16, "sample_s": 5})
     with FakeServerProcess(script) as fake:
         target = ServedTarget(name="fake", quant="Q4_K_M", model="m", url=fake.url)
-        done = soak.run(ExperimentContext(run, target, None))
+        done = run_soak(ExperimentContext(run, target, None))
     slices = done.summaries
     assert len(slices) == 40 and all(s.status == "ok" for s in slices)
     rss = [s.client_rss_bytes for s in slices]

@@ -16,9 +16,9 @@ import pytest
 
 from load_api import context
 from quantload.config import LoadSettings
-from quantload.experiments import soak
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
-from quantload.experiments.soak_watch import read_soak_lines
+from quantload.experiments.soak.stages import run as run_soak
+from quantload.experiments.soak.watch import read_soak_lines
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
 from quantload.steps.report import write_report
@@ -54,7 +54,7 @@ def test_a_soak_streams_its_slices_and_readings_and_the_report_draws_them(tmp_pa
     run = context(tmp_path, load, soak={"duration_s": 8, "slice_s": 2, "users": 3, "sample_s": 0.5})
     with FakeServerProcess(script) as fake:
         target = TARGET.model_copy(update={"url": fake.url})
-        done = soak.run(ExperimentContext(run, target, FakeServers(fake)))
+        done = run_soak(ExperimentContext(run, target, FakeServers(fake)))
     assert [s.phase for s in done.summaries] == [f"slice {i}/4" for i in range(1, 5)]
     assert all(s.status == "ok" and s.requests == s.requests_planned == s.ok > 8 for s in done.summaries)
     assert all(s.client_rss_bytes and s.client_rss_bytes > 10 * 2**20 for s in done.summaries)
@@ -87,7 +87,7 @@ def test_a_soak_of_a_server_quantload_did_not_start_says_its_memory_was_not_meas
     warned: list[str] = []
     run = type(run)(**{**run.__dict__, "warn": warned.append})
     with FakeServerProcess(script) as fake:
-        done = soak.run(ExperimentContext(run, TARGET.model_copy(update={"url": fake.url}), None))
+        done = run_soak(ExperimentContext(run, TARGET.model_copy(update={"url": fake.url}), None))
     assert len(done.summaries) == 2 and all(s.users == 2 for s in done.summaries)
     assert any("no limit_users search" in line for line in warned)
     assert any("server memory not measured" in line for line in warned)

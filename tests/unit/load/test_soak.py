@@ -20,9 +20,10 @@ from load_api import context
 from quantload.analysis.drift import fit_drift
 from quantload.config import Settings, load_config
 from quantload.errors import ConfigError
-from quantload.experiments import registry, soak
+from quantload.experiments import registry
 from quantload.experiments.base import ExperimentContext
-from quantload.experiments.soak_watch import container_memory_bytes
+from quantload.experiments.soak import stages as soak_stages
+from quantload.experiments.soak.watch import container_memory_bytes
 from quantload.load.in_locust.sinks import DriverSink
 from quantload.load.in_locust.stages import StageController
 from quantload.load.in_locust.ticket_sources import LocalTickets
@@ -49,7 +50,7 @@ def settings(**soak_keys: Any) -> Settings:
 
 
 def test_the_soak_runs_only_with_a_duration_and_its_settings_are_bounded(tmp_path: Path) -> None:
-    assert soak.missing(Settings()) == "soak.duration_s is 0 (give --duration)"
+    assert soak_stages.missing(Settings()) == "soak.duration_s is 0 (give --duration)"
     planned = [e.name for e in registry.planned(load_config(tmp_path, {}, {"soak.duration_s": 60}).settings)]
     assert planned[-1] == "soak" and "soak" not in [e.name for e in registry.planned(Settings())]
     assert "soak" in registry.for_any_server()  # `quantload load -e soak` may run it
@@ -85,20 +86,20 @@ def test_a_duration_without_the_soak_is_said(
     ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("20m", 1200.0), ("1h", 3600.0), (" 1.5 h", 5400.0)]
 )
 def test_a_duration_reads_as_people_write_it(text: str, seconds: float) -> None:
-    assert soak.duration_text_s(text) == seconds
+    assert soak_stages.duration_text_s(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["an hour", "-5m", "inf", "nan", "1d"])
 def test_a_duration_that_is_none_is_refused_naming_it(text: str) -> None:
     with pytest.raises(ConfigError, match="not a duration"):
-        soak.duration_text_s(text)
+        soak_stages.duration_text_s(text)
 
 
 def test_slices_are_whole_and_the_rest_is_a_slice_unless_it_is_a_sliver() -> None:
-    assert soak.slice_lengths(3600, 60) == [60.0] * 60
-    assert soak.slice_lengths(150, 60) == [60.0, 60.0, 30.0]
-    assert soak.slice_lengths(122, 60) == [60.0, 62.0]  # 2 s is under a tenth of a slice
-    assert soak.slice_lengths(30, 60) == [30.0]
+    assert soak_stages.slice_lengths(3600, 60) == [60.0] * 60
+    assert soak_stages.slice_lengths(150, 60) == [60.0, 60.0, 30.0]
+    assert soak_stages.slice_lengths(122, 60) == [60.0, 62.0]  # 2 s is under a tenth of a slice
+    assert soak_stages.slice_lengths(30, 60) == [30.0]
 
 
 def _limit(kind: str, found: float | None, run_id: str = "run-1", variant: str | None = None) -> LimitLine:
@@ -111,28 +112,28 @@ def _limit(kind: str, found: float | None, run_id: str = "run-1", variant: str |
 
 
 def test_the_level_is_the_set_one_or_the_runs_found_limit_less_the_headroom() -> None:
-    assert soak.soak_level(settings(users=6), [], TARGET, "run-1").users == 6
+    assert soak_stages.soak_level(settings(users=6), [], TARGET, "run-1").users == 6
     limits = [_limit("limit_users", 11.0), _limit("limit_users", 40.0, variant="-np 4"),
               _limit("limit_users", 50.0, run_id="older")]  # fmt: skip
-    level = soak.soak_level(settings(users=6, from_limit=True), limits, TARGET, "run-1")
+    level = soak_stages.soak_level(settings(users=6, from_limit=True), limits, TARGET, "run-1")
     assert (level.users, level.fallback) == (7, None)  # floor(11 x 0.7); variants and other runs left out
     assert "limit_users found 11 users, 30 % kept free" in level.origin
-    rate = soak.soak_level(settings(rate_rps=1.0, from_limit=True), [_limit("limit_rate", 4.0)], TARGET, "run-1")
+    rate = soak_stages.soak_level(settings(rate_rps=1.0, from_limit=True), [_limit("limit_rate", 4.0)], TARGET, "run-1")
     assert rate.rate_rps == pytest.approx(2.8) and rate.users is None
-    none = soak.soak_level(settings(users=3, from_limit=True), [_limit("limit_users", None)], TARGET, "run-1")
+    none = soak_stages.soak_level(settings(users=3, from_limit=True), [_limit("limit_users", None)], TARGET, "run-1")
     assert none.users == 3 and none.fallback == f"no limit_users search of {TARGET.name} found a limit in this run"
 
 
 def test_the_plan_is_one_timed_stage_per_slice_warm_ups_in_the_first_only() -> None:
     chosen = settings(duration_s=150, slice_s=60, users=4)
-    plan = soak.soak_plan(chosen, TARGET, POOL, soak.SoakLevel(4, None, "soak.users"), "run-1", "soak-x")
+    plan = soak_stages.soak_plan(chosen, TARGET, POOL, soak_stages.SoakLevel(4, None, "soak.users"), "run-1", "soak-x")
     assert [s.duration_s for s in plan.stages] == [60.0, 60.0, 30.0]
     assert [len(s.warmup) for s in plan.stages] == [1, 0, 0]
     assert {(s.experiment, s.users, s.arrival, s.repeat) for s in plan.stages} == {("soak", 4, "closed", 0)}
     assert [s.phase for s in plan.stages] == ["slice 1/3", "slice 2/3", "slice 3/3"]
-    assert all(s.timeout_s == s.duration_s + 300.0 + soak.SLICE_MARGIN_S for s in plan.stages)
+    assert all(s.timeout_s == s.duration_s + 300.0 + soak_stages.SLICE_MARGIN_S for s in plan.stages)
     assert all(len(s.requests) == 3 and s.warning is None for s in plan.stages)  # the pool, not an hour's worth
-    opened = soak.soak_plan(chosen, TARGET, POOL, soak.SoakLevel(None, 2.5, "soak.rate_rps"), "run-1", "soak-y")
+    opened = soak_stages.soak_plan(chosen, TARGET, POOL, soak_stages.SoakLevel(None, 2.5, "soak.rate_rps"), "run-1", "soak-y")
     assert {(s.arrival, s.rate_rps, s.users) for s in opened.stages} == {("poisson", 2.5, 64)}
     assert all(r.offset_s is None for s in opened.stages for r in s.requests)  # scheduled as the slice runs
 
@@ -141,8 +142,8 @@ def test_the_plan_is_one_timed_stage_per_slice_warm_ups_in_the_first_only() -> N
 
 
 def _book_and_pool(count: int = 3) -> tuple[TicketBook[Any], list[Any], StageTracker]:
-    plan = soak.soak_plan(settings(duration_s=10, slice_s=10), TARGET, POOL,
-                          soak.SoakLevel(2, None, ""), "run-1", "soak-z")  # fmt: skip
+    plan = soak_stages.soak_plan(settings(duration_s=10, slice_s=10), TARGET, POOL,
+                          soak_stages.SoakLevel(2, None, ""), "run-1", "soak-z")  # fmt: skip
     handed: list[Any] = []
     book: TicketBook[Any] = TicketBook(lambda waiter, ticket: handed.append(ticket))
     return book, stage_tickets(plan, plan.stages[0], warmup=False), StageTracker("soak-z-0", 0, False, 5)
@@ -228,7 +229,7 @@ class TimedEnvironment:
 
 def test_timed_stages_run_for_their_time_and_say_what_they_sent(tmp_path: Path) -> None:
     chosen = settings(duration_s=3, slice_s=1, users=2)
-    plan = soak.soak_plan(chosen, TARGET, POOL, soak.SoakLevel(2, None, "soak.users"), "run-1", "inv")
+    plan = soak_stages.soak_plan(chosen, TARGET, POOL, soak_stages.SoakLevel(2, None, "soak.users"), "run-1", "inv")
     tickets = LocalTickets()
     sink = DriverSink(JsonlAppender(tmp_path / "records.jsonl"))
     environment = TimedEnvironment()
@@ -276,14 +277,14 @@ def test_drift_finds_a_slope_beyond_noise_and_none_in_noise_alone() -> None:
 def test_a_container_the_engine_cannot_be_reached_for_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     run = context(tmp_path, soak={"duration_s": 10, "server_container": "llama-q4-k-m"})
     run = type(run)(**{**run.__dict__, "environ": {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}})
-    probe, why = soak.memory_probe(ExperimentContext(run, TARGET, None))
+    probe, why = soak_stages.memory_probe(ExperimentContext(run, TARGET, None))
     assert probe is None and why is not None and "cannot reach the Docker engine" in why
 
 
 def test_a_reading_that_cannot_be_taken_says_why_in_its_line(tmp_path: Path) -> None:
     import httpx
 
-    from quantload.experiments.soak_watch import ProcMemory, SoakLine, SoakWatch
+    from quantload.experiments.soak.watch import ProcMemory, SoakLine, SoakWatch
 
     start = SoakLine(event="soak_start", unix_s=1.0, run_id="r", invocation="soak-x", server="s", quant="Q")
     watch = SoakWatch(tmp_path / "soak.jsonl", start, TARGET, ProcMemory(2**22 + 12345), 1.0)
@@ -295,19 +296,24 @@ def test_a_reading_that_cannot_be_taken_says_why_in_its_line(tmp_path: Path) -> 
 
 
 def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Path) -> None:
+    from quantload.analysis.capacity_plan import plan_from_run, plan_view
+    from quantload.analysis.report_input import ReportInput
     from quantload.analysis.run_data import load_run
-    from quantload.analysis.soak import soak_view
     from quantload.analysis.stage_tables import stage_table
+    from quantload.config import PlanSettings
+    from quantload.experiments.soak.findings import soak_findings
     from quantload.slo import Slo
 
     start = {"schema": "quantload.soak/1", "event": "soak_start", "unix_s": 1.0, "run_id": "r",
              "invocation": "soak-x", "server": "s", "quant": "Q4_K_M", "users": 2, "slices": 3}  # fmt: skip
     (tmp_path / "soak.jsonl").write_text(json.dumps(start) + '\n{"schema": "quantload.soak/1", "ev\n')
     run = load_run(tmp_path)
-    view = soak_view(run, stage_table(run, Slo(1.0, 0.1)), Slo(1.0, 0.1))
-    assert view.notes == [
-        "1 line of soak.jsonl could not be read (torn, foreign or damaged: line 2) and were left out"
-    ]
+    slo, stages = Slo(1.0, 0.1), stage_table(run, Slo(1.0, 0.1))
+    plan = plan_from_run(run, (), plan_view(**PlanSettings().model_dump()), slo.ttft_s, slo.tpot_s, stages)
+    view = soak_findings(ReportInput(run, stages, slo, (), plan))
+    assert view.notes == (
+        "1 line of soak.jsonl could not be read (torn, foreign or damaged: line 2) and were left out",
+    )
     (only,) = view.runs
     assert only.level == "2 users" and only.slices.empty
     assert [g.what for g in view.gaps] == ["every slice during the soak of Q4_K_M"]
@@ -316,8 +322,8 @@ def test_a_torn_soak_line_is_counted_and_the_slices_are_still_shown(tmp_path: Pa
 def test_a_memory_that_grew_and_stopped_is_told_from_one_still_growing() -> None:
     import pandas as pd
 
-    from quantload.analysis.chapters.soak import trend_sentence
-    from quantload.analysis.soak import SLICE_COLUMNS, SoakRun, drifts
+    from quantload.experiments.soak.chapter import trend_sentence
+    from quantload.experiments.soak.tables import SLICE_COLUMNS, SoakRun, drifts
 
     def run_of(server_mib: list[float]) -> SoakRun:
         rows = [dict.fromkeys(SLICE_COLUMNS) | {"slice": i + 1, "status": "ok", "mid_unix_s": 300.0 * i,

@@ -15,7 +15,8 @@ registry's order.
   contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
   (the experiments' own chapters)
                noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
-  soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
+               soak: one load held for long: latency, memory and KV over time (1 figure), drift
+               per hour
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache; the KV-cache type trade-off (1 figure)
@@ -36,7 +37,6 @@ from quantload.analysis.chapters import (
     plan,
     server,
     server_flags,
-    soak,
     traffic,
     ttft,
     verdict,
@@ -55,7 +55,6 @@ BEFORE_EXPERIMENTS: tuple[Chapter, ...] = (
     contexts.CHAPTER,
 )
 AFTER_EXPERIMENTS: tuple[Chapter, ...] = (
-    soak.CHAPTER,
     ttft.CHAPTER,
     model_files.CHAPTER,
     checks.CHAPTER,

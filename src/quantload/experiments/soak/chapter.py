@@ -1,18 +1,23 @@
-"""The soak: one load held for a long time. Latency, errors and memory over time (one figure), the
-drift per hour of TTFT p99 and of the server's and the load client's memory, and every slice."""
+"""The soak's chapter. One load held for a long time: latency, errors and memory over time (one
+figure), the drift per hour of TTFT p99 and of the server's and the load client's memory, and every
+slice."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantload.analysis import fmt
-from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, not_run_section, shown, value
 from quantload.analysis.document import Block, Details, Paragraph, Section, Table
 from quantload.analysis.drift import Drift
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
-from quantload.analysis.soak import DRIFT_SERVER, DRIFT_TTFT, PART_ALL, PART_LATE, SERIES, SoakRun
+from quantload.experiments.soak.findings import findings_of
+from quantload.experiments.soak.tables import DRIFT_SERVER, DRIFT_TTFT, PART_ALL, PART_LATE, SERIES, SoakRun
+
+if TYPE_CHECKING:
+    from quantload.analysis.analyze import Analysis
 
 MIB = 2.0**20
 DRAIN_WARNING_FRAC = 0.1
@@ -67,7 +72,7 @@ def _minutes(run: SoakRun, unix_s: Iterable[float]) -> list[float]:
 
 def _soak_figure(analysis: Analysis, path: Path) -> Path | None:
     """Per soak: TTFT and TPOT per slice; server and client memory; KV cells in use and failures."""
-    runs = [run for run in analysis.soak if not run.slices.empty]
+    runs = [run for run in findings_of(analysis).runs if not run.slices.empty]
     if not runs:
         return None
     figure, axes = new_figure(10.0, 8.0, 3, 1, sharex=True)
@@ -208,7 +213,8 @@ def _run_blocks(run: SoakRun) -> list[Block]:
 
 def soak_section(analysis: Analysis, plots: Plots) -> Section:
     """The soak's verdict, its figure and its slices."""
-    if not analysis.soak:
+    runs = findings_of(analysis).runs
+    if not runs:
         return not_run_section("soak", "Soak", "no soak in this run (the soak experiment)", analysis, "soak")
     blocks = [
         Paragraph(
@@ -218,14 +224,14 @@ def soak_section(analysis: Analysis, plots: Plots) -> Section:
         ),
         *shown(plots, SOAK_FIGURES[0]),
     ]
-    for run in analysis.soak:
+    for run in runs:
         blocks += _run_blocks(run)
     blocks += gap_blocks(analysis, "soak")
     return Section("soak", "Soak", tuple(blocks))
 
 
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    asked = analysis.soak or any(gap.section == "soak" for gap in analysis.gaps)
+    asked = findings_of(analysis).runs or any(gap.section == "soak" for gap in analysis.gaps)
     return (soak_section(analysis, plots),) if asked else ()  # no soak asked for: no section
 
 

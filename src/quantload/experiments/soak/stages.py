@@ -1,22 +1,6 @@
-"""The soak: one fixed load held for `soak.duration_s`, in time slices, watching for drift.
-
-The load is `soak.users` closed-loop users, or Poisson arrivals at `soak.rate_rps`; with
-`soak.from_limit` it is the limit this run's search found for the server (limit_users, or
-limit_rate for a rate) less `plan.headroom_frac`, when the run searched one before (else the set
-level, and a warning says so). It sends `workload.kind`'s requests: one pool of them (the number a
-sweep stage sends, at least one per user), the same in every slice.
-
-Each slice of `soak.slice_s` (the last one what is left) is a timed stage of its own
-(`StagePlan.duration_s`, quantload.load.timed_supply): the users send the pool's requests again and
-again until the slice's time is up, then those in flight finish and the next slice starts (each
-boundary drains, at most one request's time per user). So records, stage lines and summaries go to
-disk as the soak goes, a slice's figures are let go once its summary is written, and the plan
-and the load client hold one slice's worth at a time. Only the first slice has warm-up requests.
-
-While the slices run, `SoakWatch` (quantload.experiments.soak_watch) reads the server's resident
-memory and the KV cells in use every `soak.sample_s` into soak.jsonl; every slice's stage_end line
-carries the load client's own memory. The report fits the drift (quantload.analysis.soak).
-"""
+"""The soak's stages: one timed stage per slice of `soak.slice_s` at the level held (set, or from
+the run's limit search less its headroom), run through the load supervisor while `watch.SoakWatch`
+reads the server's memory and KV cells into soak.jsonl. The duration parser of `--duration` too."""
 
 from __future__ import annotations
 
@@ -29,9 +13,9 @@ from typing import Final
 
 from quantload.config import Settings
 from quantload.errors import ConfigError, QuantloadError
-from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
-from quantload.experiments.soak_watch import DockerMemory, MemoryProbe, ProcMemory, SoakLine, SoakWatch
+from quantload.experiments.soak.watch import DockerMemory, MemoryProbe, ProcMemory, SoakLine, SoakWatch
 from quantload.experiments.sweep import requests_per_stage
 from quantload.load.limit_file import LimitLine
 from quantload.load.limit_search import level_text
@@ -227,14 +211,3 @@ def _by_time(progress: ProgressCallback, duration_s: float, label: str) -> Progr
 
     return show
 
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="soak {quant}",
-    step="soak",
-    chapter="soak",
-    summary="one load held for soak.duration_s in slices: latency, errors, memory and KV over time,"
-    " and their drift per hour ([soak])",
-    missing=missing,
-    run=run,
-)

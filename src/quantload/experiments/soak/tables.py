@@ -1,29 +1,27 @@
-"""The soak's figures: per slice latency, errors, goodput and memory; memory and KV cells over
+"""The soak's tables: per slice latency, errors, goodput and memory; memory and KV cells over
 time; the drift per hour of TTFT p99 and of the server's and the load client's memory.
 
-A soak (quantload.experiments.soak) is found by its start line in soak.jsonl and its stages (those
-whose id starts with the soak's invocation); a soak whose file is lost is still shown from its
-stages, without the server's readings. Each slice's figures are its stage's row of the stage table
-(the same summary every stage gets); the server's memory and KV cells per slice are the median of
-the readings taken inside the slice. The drift fits (quantload.analysis.drift) leave out the first
-`soak.settle_slices` slices, where caches are still filling.
+A soak is found by its start line in soak.jsonl and its stages (those whose id starts with the
+soak's invocation); a soak whose file is lost is still shown from its stages, without the server's
+readings. Each slice's figures are its stage's row of the stage table (the same summary every stage
+gets); the server's memory and KV cells per slice are the median of the readings taken inside the
+slice. The drift fits (quantload.analysis.drift) leave out the first `soak.settle_slices` slices,
+where caches are still filling.
 """
-
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.drift import Drift, fit_drift
-from quantload.analysis.run_data import Gap, RunData
+from quantload.analysis.run_data import RunData
 from quantload.analysis.stage_tables import stage_counts
-from quantload.experiments import soak
-from quantload.experiments.registry import requested_names
-from quantload.experiments.soak_watch import SoakLine, read_soak_lines
+from quantload.experiments.soak.stages import NAME
+from quantload.experiments.soak.watch import SoakLine, read_soak_lines
 from quantload.rundir import SOAK_JSONL
 from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines
@@ -112,15 +110,6 @@ class SoakRun:
             "drift": [d.to_dict() for d in self.drifts],
             "slices": self.slices.to_dict("records"),
         }
-
-
-@dataclass
-class SoakView:
-    """Every soak of the run, and what the report must say it could not measure."""
-
-    runs: tuple[SoakRun, ...] = ()
-    gaps: list[Gap] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def read_lines(run: RunData) -> tuple[list[SoakLine], BadLines]:
@@ -223,15 +212,10 @@ def _invocation_of(stage_id: str) -> str:
     return stage_id.rsplit("-", 1)[0]
 
 
-def soak_view(run: RunData, stages: pd.DataFrame, slo: Slo) -> SoakView:
-    """Every soak of the run (see the module docstring), with its gaps."""
-    view = SoakView()
-    lines, bad = read_lines(run)
-    if (note := bad.note()) is not None:
-        view.notes.append(note)
-    settings = run.settings
-    settle = settings.soak.settle_slices if settings is not None else 1
-    soaked = stages[stages["experiment"] == soak.NAME] if not stages.empty else stages
+def soak_runs(lines: list[SoakLine], stages: pd.DataFrame, slo: Slo, settle: int) -> tuple[SoakRun, ...]:
+    """Every soak of the run (see the module docstring): those soak.jsonl starts, then those of
+    its stages alone, the drifts fitted after the first `settle` slices."""
+    soaked = stages[stages["experiment"] == NAME] if not stages.empty else stages
     starts = {line.invocation: line for line in lines if line.event == "soak_start"}
     invocations = list(starts)
     if not soaked.empty:
@@ -265,15 +249,7 @@ def soak_view(run: RunData, stages: pd.DataFrame, slo: Slo) -> SoakView:
             reading_errors=errors,
         )
         runs.append(soak_run)
-        view.gaps += _gaps(soak_run)
-    view.runs = tuple(runs)
-    asked = settings is not None and soak.EXPERIMENT.missing(settings) is None
-    if settings is not None and asked and not runs and not run.records.empty:
-        why = run.step_why(soak.EXPERIMENT.step, None, SOAK_JSONL)
-        if soak.NAME not in requested_names(settings):
-            why = f"not asked for (load.experiments leaves {soak.NAME} out)"
-        view.gaps.append(Gap("soak", "the soak", why))
-    return view
+    return tuple(runs)
 
 
 def _level_text(start: SoakLine | None, first: Any) -> str:
@@ -283,36 +259,3 @@ def _level_text(start: SoakLine | None, first: Any) -> str:
         return ""
     rate = fmt.cell_float(first.get("rate_rps"))
     return f"{rate:.3g} req/s" if rate is not None else f"{first.get('users')} users"
-
-
-def _gaps(run: SoakRun) -> list[Gap]:
-    label = f"during the soak of {run.quant or run.server}"
-    gaps = []
-    if run.slices.empty:
-        gaps.append(Gap("soak", f"every slice {label}", "no slice of it ended (the run stopped first?)"))
-        return gaps
-    if run.samples["server_rss_bytes"].dropna().empty:
-        why = run.memory_missing or "; ".join(e for e in run.reading_errors if e.startswith("memory")) or (
-            f"{SOAK_JSONL} holds no reading of it"
-        )
-        gaps.append(Gap("soak", f"server memory {label}", why))
-    if run.slices["client_rss_bytes"].dropna().empty:
-        why = "its stage lines carry no client_rss_bytes (no /proc?)"
-        gaps.append(Gap("soak", f"load client memory {label}", why))
-    if run.samples["kv_cells_used"].dropna().empty:
-        slots = [e for e in run.reading_errors if e.startswith("/slots")]
-        why = "; ".join(slots) or f"{SOAK_JSONL} has no reading"
-        gaps.append(Gap("soak", f"KV cells in use {label}", why))
-    for drift in run.drifts:
-        unmeasured = drift.what != DRIFT_TTFT and drift.points == 0  # its own gap says why
-        if drift.part == PART_ALL and drift.beyond_noise is None and not unmeasured:
-            gaps.append(
-                Gap(
-                    "soak",
-                    f"drift of {drift.what} {label}",
-                    f"{fmt.counted(drift.points, 'slice')} to fit after the first {run.settle_slices};"
-                    " it takes 3",
-                    "run longer, or with shorter soak.slice_s",
-                )
-            )
-    return gaps
