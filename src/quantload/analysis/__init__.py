@@ -9,7 +9,8 @@ Computation is grouped by what it reads:
   the run's files        run_data (RunData, gaps), run_tables (header, quantization table, KV, roofline)
   records and stages     stage_tables (stages, levels, client health), capacity (and limits.jsonl),
                          capacity_plan and scale_out (servers for a target, when to add one),
-                         ttft_tables, littles_law, session_tables, mixed_tables
+                         ttft_tables, littles_law (an experiment with a part of its own in the
+                         report has its tables in its folder: quantload.experiments)
   quality.json's KLD     quality_loss (rows, sentences), quality_verdict (capacity at a quality limit),
                          kv_types (the KV-cache type trade-off, with kv.json and the kv_types stages)
   Prometheus             prometheus_source (finding one with the run's data), prometheus_tables

@@ -11,14 +11,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
-from quantload.analysis.capacity_plan import CapacityPlan, plan_from_run, plan_view
+from quantload.analysis.capacity_plan import CONVERSATION_EXPERIMENTS, CapacityPlan, plan_from_run, plan_view
 from quantload.analysis.context_tables import conversation_table, policy_table
 from quantload.analysis.context_tables import turn_table as context_turn_table
 from quantload.analysis.gpu_energy import WHAT as GPU_ENERGY_WHAT
 from quantload.analysis.gpu_energy import gpu_energy_table, read_gpu_file
 from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
-from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
 from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
 from quantload.analysis.prometheus_tables import (
     histogram_check,
@@ -41,7 +40,6 @@ from quantload.analysis.run_tables import (
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
-from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
@@ -50,7 +48,7 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings, SloSettings
-from quantload.experiments import context_overflow, kv_types, prefix_cache, sessions
+from quantload.experiments import context_overflow, kv_types, prefix_cache
 from quantload.experiments.base import Experiment
 from quantload.experiments.registry import ReportParts, reported, requested_names
 from quantload.load.limit_file import LimitLine
@@ -93,11 +91,6 @@ class Analysis:
     quality_loss: QualityLoss
     quality_verdict: QualityVerdict
     kv_types: pd.DataFrame  # kv_types.kv_type_table
-    session_turns: pd.DataFrame  # session_tables.turn_table
-    session_hits: pd.DataFrame  # session_tables.session_hits
-    session_hit_summary: pd.DataFrame  # session_tables.hit_summary
-    mixed: pd.DataFrame  # mixed_tables.mixed_table
-    mixed_verdict: str
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
     server_flags: ServerFlagTables  # batching, slots, speculation and the tune
@@ -235,10 +228,9 @@ def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> lis
     ran = set(stages["experiment"]) if not stages.empty else set()
     asked = set(requested_names(run.settings)) if run.settings is not None else None
     gaps = []
-    subjects = [(experiment, part.gap_section, part.subject) for experiment, part in parts]
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
-        *((experiment, section, what) for experiment, section, what in subjects if what is not None),
+        *((e, part.gap_section, part.subject) for e, part in parts if part.subject is not None),
     ):
         # a gap is what the run meant to measure: an experiment load.experiments leaves out is none,
         # nor one in a folder whose settings are unknown (a compose or multi-host run), as for the
@@ -278,7 +270,7 @@ def _context_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> lis
                     else run.step_why(context_overflow.EXPERIMENT.step, None, STAGES_JSONL)
                 )
                 gaps.append(Gap("contexts", f"the {policy} policy", why, "run it through `quantload run`"))
-    conversations_asked = asked is not None and bool(asked & {sessions.NAME, context_overflow.NAME})
+    conversations_asked = asked is not None and bool(asked & set(CONVERSATION_EXPERIMENTS))
     if plan.context is not None and plan.context.why_not is not None and conversations_asked:
         how = "run the sessions or context experiment"
         gaps.append(Gap("plan", "the context a slot needs", plan.context.why_not, how))
@@ -369,8 +361,6 @@ def analyze(
     flags = server_flag_tables(run, stages, quants)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
-    mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
-    hits = session_hits(run.records, stages, quants)
     return Analysis(
         run=run,
         report=report,
@@ -406,11 +396,6 @@ def analyze(
             slo.confidence,
         ),
         kv_types=kv_type_table(run, stages, quants),
-        session_turns=turn_table(run.records, stages, quants),
-        session_hits=hits,
-        session_hit_summary=hit_summary(hits),
-        mixed=mixed,
-        mixed_verdict=mixed_verdict(mixed),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
         server_flags=flags,

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from quantload.config import Settings
 from quantload.errors import QuantloadError
-from quantload.experiments import mixed
+from quantload.experiments.registry import reported
 from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.load.summary import StageSummary
@@ -138,7 +138,7 @@ class RunData:
     gaps: tuple[Gap, ...]
     reading_notes: tuple[str, ...]
     limits: tuple[LimitLine, ...] = ()  # limits.jsonl: one line per limit search
-    itl_by_request: dict[str, list[float]] | None = None  # mixed-experiment gaps, by request_key
+    itl_by_request: dict[str, list[float]] | None = None  # gap_experiments()' gaps, by request_key
     summaries: Mapping[str, StageSummary] = field(default_factory=dict)  # summaries.jsonl, by stage id
     sensitivity: SensitivityFile | None = None  # sensitivity.json: the tensor groups that resist
 
@@ -234,8 +234,10 @@ def _record_row(record: RequestRecord) -> dict[str, Any]:
     return row
 
 
-# The experiments whose every inter-token gap the report pools (the frame keeps only a summary).
-GAP_EXPERIMENTS = frozenset({mixed.NAME})
+def gap_experiments() -> frozenset[str]:
+    """The experiments whose every inter-token gap the report pools (the frame keeps only a
+    summary): those whose own part of the report asks for them (ExperimentReport.itl_gaps)."""
+    return frozenset(experiment.name for experiment, part in reported() if part.itl_gaps)
 
 
 def request_key(stage_id: object, sent_unix_s: float) -> str:
@@ -247,11 +249,13 @@ def read_records(
     path: Path, gaps: dict[str, list[float]] | None = None, bad: BadLines | None = None
 ) -> pd.DataFrame:
     """The records as a frame (RECORD_COLUMNS); lines that cannot be read are counted in `bad`;
-    `gaps`, when given, gets the inter-token gaps of every record of GAP_EXPERIMENTS by `request_key`."""
+    `gaps`, when given, gets the inter-token gaps of every record of `gap_experiments()` by
+    `request_key`."""
+    pooled = gap_experiments() if gaps is not None else frozenset()
     rows = []
     for record in iter_records(path, bad):
         rows.append(_record_row(record))
-        if gaps is not None and record.experiment in GAP_EXPERIMENTS and record.itl_s:
+        if gaps is not None and record.experiment in pooled and record.itl_s:
             gaps[request_key(record.stage_id, record.sent_unix_s)] = list(record.itl_s)
     frame = _frame(rows, RECORD_COLUMNS)
     for column in RECORD_FLAGS:

@@ -132,8 +132,7 @@ class ReportFiles(_SummaryPart):
 
 class SummaryFile(_SummaryPart):
     """The whole summary.json: the keys below, and those the experiments' own report parts add
-    (kept as they are read: the noisy neighbour's tenants, noisy_neighbour, noisy_verdicts; the
-    soak's soak)."""
+    (kept as they are read: each part's `summary` names them)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -159,10 +158,6 @@ class SummaryFile(_SummaryPart):
     sensitivity: dict[str, Any] | None = None  # sensitivity.json, when the run scanned
     roofline: list[Row]  # run_tables.roofline_frame
     littles_law: list[Row]  # littles_law.littles_law_table
-    session_turns: list[Row]  # session_tables.turn_table
-    session_hits: list[Row]  # session_tables.hit_summary
-    mixed: list[Row]  # mixed_tables.mixed_table
-    mixed_verdict: str
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
     server_flags: ServerFlagsSummary
@@ -249,10 +244,6 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "sensitivity": analysis.run.sensitivity.to_json() if analysis.run.sensitivity else None,
             "roofline": _rows(analysis.roofline),
             "littles_law": _rows(analysis.littles_law),
-            "session_turns": _rows(analysis.session_turns),
-            "session_hits": _rows(analysis.session_hit_summary),
-            "mixed": _rows(analysis.mixed),
-            "mixed_verdict": analysis.mixed_verdict,
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
             "server_flags": _server_flags(analysis),

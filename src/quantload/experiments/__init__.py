@@ -1,5 +1,5 @@
 """The load experiments: one module or folder each (a folder when it brings its own part of the
-report: noisy_neighbour, soak), listed once in `registry`.
+report: sessions, mixed, noisy_neighbour, soak), listed once in `registry`.
 
   base          what an experiment declares, is given (ExperimentContext) and returns (ExperimentRun)
   registry      the list, and the lookups every part uses

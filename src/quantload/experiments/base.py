@@ -180,20 +180,24 @@ class ExperimentReport(Generic[FindingsT]):
     """An experiment's own part of the report. The report step asks the registry for every
     experiment that has one and uses it alike: `findings` computes what the report shows of it
     from the run's data (kept in `Analysis.findings` under the experiment's name), `chapter` shows
-    them (its sections and figures, placed after the contexts chapter in the registry's order),
-    `summary` gives its keys of summary.json. Where the run meant to measure the experiment and
-    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`
-    (unless `subject` is None: then its own `gaps` say so). `gaps` and `notes` are what else its
-    findings could not measure and what reading its files left out: the report lists them after
-    those of the run's steps."""
+    them (its sections and figures, placed right before the report's chapter named `before`, or
+    after the contexts chapter when it names none; in the registry's order), `summary` gives its
+    keys of summary.json. Where `subject` is given, and the run meant to measure the experiment
+    and has no stage of it, the report files a "not measured" note on `subject` under
+    `gap_section` (None: no such note; its own `gaps` may say where it did not run). `gaps` and
+    `notes` are what else its findings could not measure and what reading its files left out: the
+    report lists them after those of the run's steps. `itl_gaps`: the report reads every
+    inter-token gap of its records (RunData.itl_by_request), not only their summary."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
     summary: Callable[[FindingsT], Mapping[str, Any]]
-    subject: str | None  # "the noisy neighbour"; None: its `gaps` say where it did not run
-    gap_section: str  # the section its notes are filed under (Gap.section)
+    subject: str | None = None  # "the noisy neighbour"; None: no generic "not measured" note
+    gap_section: str = ""  # the section its notes are filed under (Gap.section)
     gaps: Callable[[FindingsT], Sequence[Gap]] = nothing_more
     notes: Callable[[FindingsT], Sequence[str]] = nothing_more
+    before: str | None = None  # a chapter module of quantload.analysis.chapters: "traffic"
+    itl_gaps: bool = False
 
 
 @dataclass(frozen=True)

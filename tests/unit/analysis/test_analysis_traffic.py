@@ -16,10 +16,10 @@ from analysis_synthetic import write_synthetic_run
 
 from quantload.analysis import build_report
 from quantload.analysis.capacity import capacity
-from quantload.analysis.mixed_tables import mixed_table, mixed_verdict
 from quantload.analysis.run_data import load_run
-from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.stage_tables import stage_table
+from quantload.experiments.mixed.tables import mixed_table, mixed_verdict
+from quantload.experiments.sessions.tables import hit_summary, session_hits, turn_table
 from quantload.llamacpp.server import free_port
 from quantload.load.limit_file import LimitLine, TrialLine
 from quantload.load.records import RequestRecord, StageEvent

@@ -1,22 +1,31 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
-experiment. The noisy neighbour and the soak have one."""
+experiment. The sessions, mixed, noisy-neighbour and soak experiments have one."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import json
 from pathlib import Path
+
+import pytest
 
 from quantload.analysis import build_report
 from quantload.analysis.analyze import analyze_run
 from quantload.analysis.chapters import chapters, figures
 from quantload.analysis.chapters import contexts as contexts_chapter
+from quantload.analysis.chapters import traffic as traffic_chapter
 from quantload.analysis.run_data import load_run
 from quantload.config import ReportSettings
 from quantload.experiments import registry
+from quantload.experiments.mixed.findings import MixedFindings
+from quantload.experiments.mixed.report import REPORT as MIXED_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
 from quantload.experiments.noisy_neighbour.report import REPORT
+from quantload.experiments.sessions.findings import SessionsFindings
+from quantload.experiments.sessions.report import REPORT as SESSIONS_REPORT
 from quantload.experiments.soak.findings import SoakFindings
 from quantload.experiments.soak.report import REPORT as SOAK_REPORT
 from quantload.llamacpp.server import free_port
@@ -34,24 +43,39 @@ def _imported(tree: ast.Module) -> set[str]:
     return names
 
 
-def test_no_module_of_the_analysis_names_the_noisy_neighbour_or_the_soak() -> None:
+def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() -> None:
+    moved = ("noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables")
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
-        assert not any("noisy_neighbour" in name for name in imported), path.name
+        assert not any(word in name for name in imported for word in moved), path.name
         assert not any(name.rsplit(".", 1)[-1] == "soak" for name in imported), path.name
     assert not (ANALYSIS / "soak.py").exists() and not (ANALYSIS / "chapters" / "soak.py").exists()
 
 
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
-    assert [experiment.name for experiment, _ in parts] == ["noisy_neighbour", "soak"]
-    assert parts[0][1] is REPORT and parts[1][1] is SOAK_REPORT
+    assert [experiment.name for experiment, _ in parts] == ["sessions", "mixed", "noisy_neighbour", "soak"]
+    assert [part for _, part in parts] == [SESSIONS_REPORT, MIXED_REPORT, REPORT, SOAK_REPORT]
     every = chapters()
     after = every.index(contexts_chapter.CHAPTER)
     assert every[after + 1 : after + 3] == (REPORT.chapter, SOAK_REPORT.chapter)
+    # the sessions and mixed sections stay where they were: right before the rest of traffic
+    at = every.index(traffic_chapter.CHAPTER)
+    assert every[at - 2 : at] == (SESSIONS_REPORT.chapter, MIXED_REPORT.chapter)
     keys = [figure.key for figure in figures()]
+    assert keys.index("ttft_by_turn") < keys.index("mixed_itl") < keys.index("mixed_timeline")
     assert keys.index("noisy_neighbour") + 1 == keys.index("soak")
+    assert {"mixed"} == {e.name for e, part in parts if part.itl_gaps}
 
+
+
+def test_a_part_placed_before_no_chapter_of_the_report_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    listing = importlib.import_module("quantload.analysis.chapters")
+    experiment, part = registry.reported()[1]
+    misplaced = dataclasses.replace(part, before="nowhere")
+    monkeypatch.setattr(listing, "reported", lambda: ((experiment, misplaced),))
+    with pytest.raises(ValueError, match="nowhere"):
+        chapters()
 
 def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthetic_run: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
@@ -59,8 +83,16 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
     found = analysis.findings["noisy_neighbour"]
     assert isinstance(found, NoisyNeighbourFindings)
     assert found.tenants.empty and found.steps.empty and found.verdicts == ()
+    sessions, mixed = analysis.findings["sessions"], analysis.findings["mixed"]
+    assert isinstance(sessions, SessionsFindings) and isinstance(mixed, MixedFindings)
+    assert sessions.turns.empty and sessions.hits.empty and sessions.hit_summary.empty
+    assert mixed.table.empty and mixed.verdict.startswith("not measured")
     build_report(synthetic_run, dead)
     summary = json.loads((synthetic_run / "summary.json").read_text())
     assert (summary["tenants"], summary["noisy_neighbour"], summary["noisy_verdicts"]) == ([], [], [])
+    assert (summary["session_turns"], summary["session_hits"], summary["mixed"]) == ([], [], [])
+    assert summary["mixed_verdict"] == mixed.verdict
+    # none of the three files a "not measured" note the sessions or mixed experiment never had
+    assert not [gap for gap in summary["not_measured"] if "sessions" in gap["what"] or "mixed" in gap["what"]]
     soaked = analysis.findings["soak"]
     assert isinstance(soaked, SoakFindings) and soaked.runs == () and summary["soak"] == []

@@ -4,7 +4,7 @@ read back for its next turn, and the records of turns never sent say why."""
 from __future__ import annotations
 
 from quantload.config import LoadSettings, SessionSettings, Settings
-from quantload.experiments.sessions import sessions_plan
+from quantload.experiments.sessions.stages import sessions_plan
 from quantload.load.measure import build_record, cut_turn_records
 from quantload.load.openai_chunks import answer_text, classify_payload, classify_stream
 from quantload.load.plan import PlannedRequest, PlannedTurn

@@ -1,11 +1,6 @@
-"""The mixed-traffic diagnosis: decode-heavy traffic alone, then with long prompts mixed in.
-
-Decode-heavy requests (short prompt, long output, ignore_eos) alone, then the same requests with
-long prompts spread among them at `mixed.long_fraction`, at `mixed.users` closed-loop users; the
-pair at each of `mixed.batch_sizes` (llama-server -b/-ub), the server running with those flags
-for the pair (a variant: `ServerControl`). Where quantload did not start the server it cannot
-change its flags: the pair runs once at the server's own batch size and says so.
-"""
+"""The mixed experiment's stages: decode-heavy traffic alone, then with long prompts mixed in, at
+each batch size, the server restarted with those flags where quantload started it (the experiment
+as a whole: the package docstring)."""
 
 from __future__ import annotations
 
@@ -14,13 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from quantload.config import MixedSettings, Settings
-from quantload.experiments.base import (
-    Experiment,
-    ExperimentContext,
-    ExperimentRun,
-    ServerFlags,
-    experiment_run,
-)
+from quantload.experiments.base import ExperimentContext, ExperimentRun, ServerFlags, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load.lengths import LengthDistribution
 from quantload.load.plan import LoadPlan, PlannedRequest, StagePlan, assemble_plan, stage_plan
@@ -132,15 +121,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
         with _at_batch_size(context, pair) as target:
             summaries += _one_batch_size(context, target, index, f"-b {pair.replace('/', ' -ub ')}")
     return experiment_run(NAME, summaries)
-
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="mixed traffic {quant}",
-    step="mixed",
-    chapter="traffic",
-    summary="decode-heavy traffic alone and with long prompts, at each -b/-ub ([mixed])",
-    missing=lambda settings: None,
-    run=run,
-    server_flags="optional",
-)

@@ -1,4 +1,5 @@
-"""The mixed-traffic diagnosis from the records: what long prompts do to everyone else's decode.
+"""The mixed experiment's tables from the records, the mixed-traffic diagnosis: what long prompts
+do to everyone else's decode.
 
 Per quantization and server batch size (`server_args`, e.g. "-b 256 -ub 256"), the decode-heavy
 requests of the "alone" stage against the same requests in the "mixed" stage, where long prompts
@@ -18,6 +19,7 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.run_data import request_key
 from quantload.analysis.stage_tables import USABLE
+from quantload.experiments.mixed.stages import NAME
 from quantload.stats import percentile
 
 PHASES = ("alone", "mixed")
@@ -40,7 +42,7 @@ def mixed_table(
     """
     if records.empty or stages.empty or "phase" not in stages:
         return pd.DataFrame()
-    usable = stages[(stages["experiment"] == "mixed") & stages["status"].isin(USABLE)]
+    usable = stages[(stages["experiment"] == NAME) & stages["status"].isin(USABLE)]
     if usable.empty:
         return pd.DataFrame()
     chosen = records[records["stage_id"].isin(usable["stage_id"]) & ~records["warmup"]].copy()

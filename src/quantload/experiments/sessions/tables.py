@@ -1,5 +1,5 @@
-"""Multi-turn sessions from the records: TTFT and prompt tokens by turn, the prefix-cache hit rate of
-each conversation, and which slot placement kept a conversation's cache.
+"""The sessions experiment's tables from the records: TTFT and prompt tokens by turn, the
+prefix-cache hit rate of each conversation, and which slot placement kept a conversation's cache.
 
 Only the measured records of complete sessions-experiment stages count (the stage table says which
 stages those are). A conversation's hit rate is the share of the prompt tokens of its later turns
@@ -16,10 +16,10 @@ import pandas as pd
 
 from quantload.analysis.stage_tables import USABLE, sort_by_quant
 from quantload.analysis.stats import mean
-from quantload.experiments import sessions
+from quantload.experiments.sessions.stages import NAME
 from quantload.stats import percentile
 
-SESSION_EXPERIMENTS = (sessions.NAME,)
+SESSION_EXPERIMENTS = (NAME,)
 
 
 def session_records(records: pd.DataFrame, stages: pd.DataFrame) -> pd.DataFrame:

@@ -1,17 +1,13 @@
-"""Multi-turn conversations: `sessions.users` in flight at once, one stage per cache mode, repeated.
-
-Every turn sends the whole history with the server's actual replies; records carry the session
-id and turn, and each reply's `timings.cache_n` says how much of that history the server found in
-its cache. Each stage has conversations of its own, so the cache-on stage cannot reuse what an
-earlier stage left in the slots.
-"""
+"""The sessions experiment's stages: conversations at `sessions.users` at once, one stage per cache
+mode, repeated, drawn before any is sent and run through the load supervisor (the experiment as a
+whole: the package docstring)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from quantload.config import Settings
-from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load.plan import LoadPlan, StagePlan, assemble_plan, stage_plan
 from quantload.load.workloads import StageRequests
@@ -58,14 +54,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
         ]
     plan = sessions_plan(settings, target, drawn, context.run.run_id, invocation)
     return experiment_run(NAME, run_stages(context, plan).summaries)
-
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="multi-turn sessions {quant}",
-    step="sessions",
-    chapter="traffic",
-    summary="multi-turn conversations, cache off then on ([sessions])",
-    missing=missing,
-    run=run,
-)
