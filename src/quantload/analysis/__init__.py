@@ -10,14 +10,16 @@ Computation is grouped by what it reads:
   records and stages     stage_tables (stages, levels, client health), capacity (and limits.jsonl),
                          capacity_plan and scale_out (servers for a target, when to add one),
                          ttft_tables, littles_law, session_tables, mixed_tables
-  quality.json's KLD     quality_loss (rows, sentences), quality_verdict (capacity at a quality limit),
-                         kv_types (the KV-cache type trade-off, with kv.json and the kv_types stages)
+  quality.json's KLD     quality_loss (rows, sentences), quality_verdict (capacity at a quality limit)
   Prometheus             prometheus_source (finding one with the run's data), prometheus_tables
 Rendering: chapters/ (one module per chapter, each owning its figures), plotting, document, fmt;
 summary_json writes the machine-readable copy. A new figure is a draw function, a `Figure` and
 its placement in one chapter module; one that needs a new computation adds that computation (in
 the module for its input) and its field and call in analyze.py: three files at most (a fourth,
-summary_json.py, only when its table should also be in summary.json).
+summary_json.py, only when its table should also be in summary.json). An experiment with a part
+of its own in the report (the context, noisy-neighbour and kv_types experiments) keeps its tables,
+chapter and findings in its folder under quantload.experiments instead (see experiments.base.
+ExperimentReport).
 """
 
 from __future__ import annotations

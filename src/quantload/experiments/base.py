@@ -43,6 +43,7 @@ from quantload.served import ServedTarget
 if TYPE_CHECKING:  # annotations only: declaring an experiment loads none of the report's modules
     from quantload.analysis.chapters.parts import Chapter
     from quantload.analysis.report_input import ReportInput
+    from quantload.analysis.run_data import Gap
 
 ServerFlagsUse = Literal["none", "optional", "required"]
 
@@ -174,15 +175,21 @@ class ExperimentReport(Generic[FindingsT]):
     """An experiment's own part of the report. The report step asks the registry for every
     experiment that has one and uses it alike: `findings` computes what the report shows of it
     from the run's data (kept in `Analysis.findings` under the experiment's name), `chapter` shows
-    them (its sections and figures, placed after the contexts chapter in the registry's order),
-    `summary` gives its keys of summary.json. Where the run meant to measure the experiment and
-    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`."""
+    them (its sections and figures, placed after the report chapter named by `follows`, in the
+    registry's order), `summary` gives its keys of summary.json. Where the run meant to measure the
+    experiment and has no stage of it, the report files a "not measured" note on `subject` under
+    `gap_section` (none where `subject` is None: its own notes say what is missing). `gaps` files
+    its other notes after every experiment's "not run" one; `quant_gaps` its notes of one model
+    file each, with the model files' own (after the KL divergence's)."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
     summary: Callable[[FindingsT], Mapping[str, Any]]
-    subject: str  # "the noisy neighbour"
+    subject: str | None  # "the noisy neighbour"
     gap_section: str  # the section its notes are filed under (Gap.section)
+    follows: str = "server_flags"  # the chapter it follows (a name of analysis.chapters.CHAPTERS)
+    gaps: Callable[[ReportInput], Sequence[Gap]] | None = None
+    quant_gaps: Callable[[ReportInput], Sequence[Gap]] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
-experiment. The noisy neighbour is the first to have one."""
+experiment. The context, noisy-neighbour and kv_types experiments have one."""
 
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ from pathlib import Path
 from quantload.analysis import build_report
 from quantload.analysis.analyze import analyze_run
 from quantload.analysis.chapters import chapters, figures
-from quantload.analysis.chapters import contexts as contexts_chapter
+from quantload.analysis.chapters import model_files as model_files_chapter
+from quantload.analysis.chapters import server_flags as server_flags_chapter
 from quantload.analysis.run_data import load_run
 from quantload.config import ReportSettings
 from quantload.experiments import registry
+from quantload.experiments.context.findings import ContextFindings
+from quantload.experiments.context.report import REPORT as CONTEXT_REPORT
+from quantload.experiments.kv_types.findings import KvTypesFindings
+from quantload.experiments.kv_types.report import REPORT as KV_TYPES_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
 from quantload.experiments.noisy_neighbour.report import REPORT
 from quantload.llamacpp.server import free_port
@@ -32,19 +37,23 @@ def _imported(tree: ast.Module) -> set[str]:
     return names
 
 
-def test_no_module_of_the_analysis_names_the_noisy_neighbour() -> None:
+def test_no_module_of_the_analysis_names_an_experiment_with_a_report_part() -> None:
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
-        assert not any("noisy_neighbour" in name for name in imported), path.name
+        for name in ("noisy_neighbour", "experiments.context", "kv_types"):
+            assert not any(name in module for module in imported), (path.name, name)
 
 
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
-    assert [experiment.name for experiment, _ in parts] == ["noisy_neighbour"]
-    assert parts[0][1] is REPORT
+    assert [experiment.name for experiment, _ in parts] == ["context", "noisy_neighbour", "kv_types"]
+    assert [part for _, part in parts] == [CONTEXT_REPORT, REPORT, KV_TYPES_REPORT]
     every = chapters()
-    assert every[every.index(contexts_chapter.CHAPTER) + 1] is REPORT.chapter
-    assert "noisy_neighbour" in [figure.key for figure in figures()]
+    after_flags = every.index(server_flags_chapter.CHAPTER)
+    assert every[after_flags + 1 : after_flags + 3] == (CONTEXT_REPORT.chapter, REPORT.chapter)
+    assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
+    keys = [figure.key for figure in figures()]
+    assert keys.index("context_by_turn") < keys.index("noisy_neighbour") < keys.index("kv_cache_types")
 
 
 def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthetic_run: Path) -> None:
@@ -53,6 +62,10 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
     found = analysis.findings["noisy_neighbour"]
     assert isinstance(found, NoisyNeighbourFindings)
     assert found.tenants.empty and found.steps.empty and found.verdicts == ()
+    context = analysis.findings["context"]
+    assert isinstance(context, ContextFindings) and context.policies.empty and context.turns.empty
+    assert isinstance(analysis.findings["kv_types"], KvTypesFindings)
     build_report(synthetic_run, dead)
     summary = json.loads((synthetic_run / "summary.json").read_text())
     assert (summary["tenants"], summary["noisy_neighbour"], summary["noisy_verdicts"]) == ([], [], [])
+    assert (summary["context_policies"], summary["context_turns"], summary["kv_cache_types"]) == ([], [], [])

@@ -1,7 +1,7 @@
 """The report's chapters, in reading order: each a run of consecutive sections about one subject,
 with the figures it shows (see `parts.Chapter`). The chapters of experiments with a part of their
-own in the report (experiments.base.ExperimentReport) follow the contexts chapter, in the
-registry's order.
+own in the report (experiments.base.ExperimentReport) follow the chapter each names
+(`ExperimentReport.follows`), in the registry's order.
 
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
@@ -12,13 +12,15 @@ registry's order.
                delivered lengths; which TTFT a reasoning model gets
   server_flags continuous against static batching, slots at a fixed KV budget, speculative
                decoding, the tuned flags (1 figure each)
-  contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
-  (the experiments' own chapters)
+  (the experiments' own chapters that follow server_flags)
+               context: conversations beyond the slot context: refused, trimmed, shifted (1 figure)
                noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
   soak         one load held for long: latency, memory and KV over time (1 figure), drift per hour
   ttft         where TTFT goes; the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
-               cache; the KV-cache type trade-off (1 figure)
+               cache
+  (the experiments' own chapters that follow model_files)
+               kv_types: the KV-cache type trade-off (1 figure)
   checks       Little's law; the load generator's health
   server       the servers' side from Prometheus (1 figure) and its histogram cross-check
   appendix     every load stage; the method
@@ -30,7 +32,6 @@ from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters import (
     appendix,
     checks,
-    contexts,
     load,
     model_files,
     plan,
@@ -46,28 +47,34 @@ from quantload.analysis.document import Document, gathered
 from quantload.analysis.plotting import Figure
 from quantload.experiments.registry import reported
 
-BEFORE_EXPERIMENTS: tuple[Chapter, ...] = (
-    verdict.CHAPTER,
-    load.CHAPTER,
-    plan.CHAPTER,
-    traffic.CHAPTER,
-    server_flags.CHAPTER,
-    contexts.CHAPTER,
-)
-AFTER_EXPERIMENTS: tuple[Chapter, ...] = (
-    soak.CHAPTER,
-    ttft.CHAPTER,
-    model_files.CHAPTER,
-    checks.CHAPTER,
-    server.CHAPTER,
-    appendix.CHAPTER,
+# the report's own chapters by name, in reading order: the names experiments' chapters follow
+CHAPTERS: tuple[tuple[str, Chapter], ...] = (
+    ("verdict", verdict.CHAPTER),
+    ("load", load.CHAPTER),
+    ("plan", plan.CHAPTER),
+    ("traffic", traffic.CHAPTER),
+    ("server_flags", server_flags.CHAPTER),
+    ("soak", soak.CHAPTER),
+    ("ttft", ttft.CHAPTER),
+    ("model_files", model_files.CHAPTER),
+    ("checks", checks.CHAPTER),
+    ("server", server.CHAPTER),
+    ("appendix", appendix.CHAPTER),
 )
 
 
 def chapters() -> tuple[Chapter, ...]:
-    """Every chapter of the report, in reading order."""
-    own = tuple(part.chapter for _, part in reported())
-    return (*BEFORE_EXPERIMENTS, *own, *AFTER_EXPERIMENTS)
+    """Every chapter of the report, in reading order: each experiment's own after the one it
+    follows. ValueError for an experiment that follows no chapter of the report."""
+    parts = reported()
+    names = {name for name, _ in CHAPTERS}
+    for experiment, part in parts:
+        if part.follows not in names:
+            raise ValueError(f"{experiment.name}'s chapter follows {part.follows!r}: no such chapter")
+    every: list[Chapter] = []
+    for name, chapter in CHAPTERS:
+        every += [chapter, *(part.chapter for _, part in parts if part.follows == name)]
+    return tuple(every)
 
 
 def figures() -> tuple[Figure, ...]:
