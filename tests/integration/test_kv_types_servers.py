@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
 from quantload.config import load_config
+from quantload.experiments.kv_types.tables import kv_type_table
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import iter_records, iter_stage_events

@@ -12,11 +12,8 @@ import pandas as pd
 
 from quantload.analysis.capacity import CapacityVerdict, capacity
 from quantload.analysis.capacity_plan import CONVERSATION_EXPERIMENTS, CapacityPlan, plan_from_run, plan_view
-from quantload.analysis.context_tables import conversation_table, policy_table
-from quantload.analysis.context_tables import turn_table as context_turn_table
 from quantload.analysis.gpu_energy import WHAT as GPU_ENERGY_WHAT
 from quantload.analysis.gpu_energy import gpu_energy_table, read_gpu_file
-from quantload.analysis.kv_types import kv_type_table
 from quantload.analysis.littles_law import littles_law_table, stage_windows
 from quantload.analysis.prometheus_source import PromConnection, TimeWindow, open_prometheus
 from quantload.analysis.prometheus_tables import (
@@ -27,7 +24,7 @@ from quantload.analysis.prometheus_tables import (
 )
 from quantload.analysis.quality_loss import QualityLoss, quality_loss
 from quantload.analysis.quality_verdict import QualityVerdict, quality_verdict
-from quantload.analysis.report_input import ReportInput
+from quantload.analysis.report_input import ReportInput, not_run_because
 from quantload.analysis.run_data import Gap, RunData
 from quantload.analysis.run_tables import (
     Header,
@@ -48,8 +45,7 @@ from quantload.analysis.ttft_tables import (
     ttft_split_table,
 )
 from quantload.config import PlanSettings, ReportSettings, SloSettings
-from quantload.experiments import context_overflow, kv_types, prefix_cache
-from quantload.experiments.base import Experiment
+from quantload.experiments import prefix_cache
 from quantload.experiments.registry import ReportParts, reported, requested_names
 from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
@@ -90,14 +86,10 @@ class Analysis:
     scale_out: tuple[SignalVerdict, ...]
     quality_loss: QualityLoss
     quality_verdict: QualityVerdict
-    kv_types: pd.DataFrame  # kv_types.kv_type_table
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
     server_flags: ServerFlagTables  # batching, slots, speculation and the tune
     gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
-    context_turns: pd.DataFrame  # context_tables.turn_table
-    context_conversations: pd.DataFrame  # context_tables.conversation_table
-    context_policies: pd.DataFrame  # context_tables.policy_table
     findings: Mapping[str, object]  # by experiment name: its ExperimentReport.findings
 
 
@@ -113,8 +105,11 @@ def load_window(stages: pd.DataFrame) -> TimeWindow | None:
 
 
 def _quant_gaps(
-    run: RunData, quants: tuple[str, ...], stages: pd.DataFrame, levels: pd.DataFrame
+    run: RunData, quants: tuple[str, ...], stages: pd.DataFrame, levels: pd.DataFrame, given: ReportInput,
+    parts: ReportParts,
 ) -> list[Gap]:
+    """What of each model file the run meant to measure and did not, the experiments' notes of one
+    model file each (ExperimentReport.quant_gaps) among them."""
     gaps = []
     for quant in quants:
         if run.quality is not None and quant not in run.quality.results:
@@ -134,7 +129,8 @@ def _quant_gaps(
         if not run.records.empty and not has_prefix:
             why = not_run_because(run, prefix_cache.EXPERIMENT, quant, RECORDS_JSONL)
             gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
-    gaps += _kld_gaps(run, quants) + _kv_type_gaps(run, quants, stages)
+    gaps += _kld_gaps(run, quants)
+    gaps += [gap for _, part in parts if part.quant_gaps is not None for gap in part.quant_gaps(given)]
     for row in kv_rows(run.kv_results, quants):
         if row.error:
             gaps.append(Gap("kv", f"KV size reported by llama-server for {row.quant}", row.error))
@@ -170,19 +166,6 @@ def _sweep_gaps(run: RunData, quant: str, mine: pd.DataFrame, levels: pd.DataFra
     return gaps
 
 
-def not_run_because(run: RunData, experiment: Experiment, quant: str | None, what_file: str) -> str:
-    """Why an experiment has no stages: its input missing (the registry's reason), left out of
-    load.experiments, or what run.json says of its step."""
-    settings = run.settings
-    if settings is not None:
-        why = experiment.missing(settings)
-        if why is not None:
-            return f"not run because {why}"
-        if experiment.name not in requested_names(settings):
-            return f"not asked for (load.experiments leaves {experiment.name} out)"
-    return run.step_why(experiment.step, quant, what_file)
-
-
 def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
     """The quantizations without a KL divergence from F16, when the run meant to measure it."""
     if run.quality is None or (run.settings is not None and not run.settings.quality.kld):
@@ -198,39 +181,16 @@ def _kld_gaps(run: RunData, quants: tuple[str, ...]) -> list[Gap]:
     ]
 
 
-def _kv_type_gaps(run: RunData, quants: tuple[str, ...], stages: pd.DataFrame) -> list[Gap]:
-    """The KV-cache types the run meant to serve per quantization (kv_types) without a stage."""
-    settings = run.settings
-    if settings is None or run.records.empty or kv_types.EXPERIMENT.missing(settings) is not None:
-        return []
-    types = settings.quality.kld_cache_types
-    ran = stages[stages["experiment"] == kv_types.NAME] if not stages.empty else stages
-    seen = {(str(r["quant"]), str(r["kv_cache_type"])) for r in ran.to_dict("records")}
-    users = settings.kv_types.users
-    return [
-        Gap(
-            "kv_types",
-            f"decode at {users} users of {quant} with a {kind} KV cache",
-            not_run_because(run, kv_types.EXPERIMENT, quant, STAGES_JSONL),
-        )
-        for quant in quants
-        for kind in types
-        if (quant, kind) not in seen and not run.records[run.records["quant"] == quant].empty
-    ]
-
-
 def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> list[Gap]:
-    """The context experiment and those with a part of their own in the report (unless that part
-    says itself where it did not run: no `subject`), where the run meant to measure them and has no
-    stage of them."""
+    """The experiments with a part of their own in the report (and a `subject` to name), where the
+    run meant to measure them and has no stage of them."""
     if run.records.empty:
         return []
     ran = set(stages["experiment"]) if not stages.empty else set()
     asked = set(requested_names(run.settings)) if run.settings is not None else None
     gaps = []
     for experiment, section, what in (
-        (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
-        *((e, part.gap_section, part.subject) for e, part in parts if part.subject is not None),
+        (experiment, part.gap_section, part.subject) for experiment, part in parts if part.subject is not None
     ):
         # a gap is what the run meant to measure: an experiment load.experiments leaves out is none,
         # nor one in a folder whose settings are unknown (a compose or multi-host run), as for the
@@ -240,41 +200,26 @@ def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> lis
     return gaps
 
 
-def _own_remarks(parts: ReportParts, findings: Mapping[str, object]) -> tuple[list[Gap], list[str]]:
-    """What the experiments with a part of their own in the report could not measure, beyond
-    their not-run notes, and what reading their files left out, from their findings."""
-    gaps: list[Gap] = []
-    notes: list[str] = []
-    for experiment, part in parts:
-        gaps += part.gaps(findings[experiment.name])
-        notes += part.notes(findings[experiment.name])
-    return gaps, notes
+def _own_notes(parts: ReportParts, findings: Mapping[str, object]) -> list[str]:
+    """What reading the files of the experiments with a part of their own in the report left out."""
+    return [note for experiment, part in parts for note in part.notes(findings[experiment.name])]
 
 
-def _context_gaps(run: RunData, stages: pd.DataFrame, plan: CapacityPlan) -> list[Gap]:
-    """The context policies the context experiment left out, and the context a slot needs where it
-    could not be sized."""
+def _experiment_gaps(given: ReportInput, parts: ReportParts, findings: Mapping[str, object]) -> list[Gap]:
+    """The experiments' own notes beyond their "not run" one (ExperimentReport.gaps), in order."""
+    return [gap for experiment, part in parts for gap in part.gaps(given, findings[experiment.name])]
+
+
+def _plan_gaps(run: RunData, plan: CapacityPlan) -> list[Gap]:
+    """The context a slot needs, where the run measured conversations and it could not be sized."""
     if run.records.empty:
         return []
-    ran = set(stages["experiment"]) if not stages.empty else set()
     asked = set(requested_names(run.settings)) if run.settings is not None else None
-    gaps = []
-    settings = run.settings
-    if context_overflow.NAME in ran and settings is not None:
-        measured = set(stages.loc[stages["experiment"] == context_overflow.NAME, "context_policy"].dropna())
-        for policy in settings.context.policies:
-            if policy not in measured:
-                why = (
-                    "the server was not started by quantload, so it could not run with --context-shift"
-                    if policy == "shift"
-                    else run.step_why(context_overflow.EXPERIMENT.step, None, STAGES_JSONL)
-                )
-                gaps.append(Gap("contexts", f"the {policy} policy", why, "run it through `quantload run`"))
     conversations_asked = asked is not None and bool(asked & set(CONVERSATION_EXPERIMENTS))
     if plan.context is not None and plan.context.why_not is not None and conversations_asked:
         how = "run the sessions or context experiment"
-        gaps.append(Gap("plan", "the context a slot needs", plan.context.why_not, how))
-    return gaps
+        return [Gap("plan", "the context a slot needs", plan.context.why_not, how)]
+    return []
 
 
 def _excluded_notes(levels: pd.DataFrame) -> list[str]:
@@ -318,9 +263,9 @@ def analyze(
     parts = reported()
     given = ReportInput(run, stages, slo, quants, plan)
     findings = {experiment.name: part.findings(given) for experiment, part in parts}
-    own_gaps, own_notes = _own_remarks(parts, findings)
-    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels) + own_gaps
-    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages) + own_notes
+    gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels, given, parts)
+    notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
+    notes += _own_notes(parts, findings)
     if run.stages.empty and not run.records.empty:
         notes.append(
             "stages.jsonl is absent: whether each stage completed is unknown, so every stage's records"
@@ -356,8 +301,8 @@ def analyze(
         ):
             gaps.append(prometheus.gap(what))
     lagging = lagging_stages(stages, report.client_lag_threshold_s)
-    gaps += _not_run_gaps(run, stages, parts) + _context_gaps(run, stages, plan)
-    conversations = conversation_table(run.records, stages)
+    gaps += _not_run_gaps(run, stages, parts) + _experiment_gaps(given, parts, findings)
+    gaps += _plan_gaps(run, plan)
     flags = server_flag_tables(run, stages, quants)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
@@ -395,14 +340,10 @@ def analyze(
             served.cache_type_v if served else None,
             slo.confidence,
         ),
-        kv_types=kv_type_table(run, stages, quants),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
         server_flags=flags,
         gpu_energy=energy,
-        context_turns=context_turn_table(run.records, stages, quants),
-        context_conversations=conversations,
-        context_policies=policy_table(conversations, quants),
         findings=findings,
     )
 

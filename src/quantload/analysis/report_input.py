@@ -1,5 +1,6 @@
-"""What the report step hands an experiment's own part of the report (ExperimentReport.findings):
-the run's data and what the report has computed of it before."""
+"""What the report step hands an experiment's own part of the report (ExperimentReport.findings and
+its notes): the run's data and what the report has computed of it before; and why an experiment
+has no stages (`not_run_because`), for the report's "not measured" notes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pandas as pd
 
 from quantload.analysis.capacity_plan import CapacityPlan
 from quantload.analysis.run_data import RunData
+from quantload.experiments.base import Experiment
+from quantload.experiments.registry import requested_names
 from quantload.slo import Slo
 
 
@@ -22,3 +25,16 @@ class ReportInput:
     slo: Slo
     quants: tuple[str, ...]
     plan: CapacityPlan
+
+
+def not_run_because(run: RunData, experiment: Experiment, quant: str | None, what_file: str) -> str:
+    """Why an experiment has no stages: its input missing (the registry's reason), left out of
+    load.experiments, or what run.json says of its step."""
+    settings = run.settings
+    if settings is not None:
+        why = experiment.missing(settings)
+        if why is not None:
+            return f"not run because {why}"
+        if experiment.name not in requested_names(settings):
+            return f"not asked for (load.experiments leaves {experiment.name} out)"
+    return run.step_why(experiment.step, quant, what_file)

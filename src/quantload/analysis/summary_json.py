@@ -153,7 +153,6 @@ class SummaryFile(_SummaryPart):
     prompt_cache: list[CacheComparison]
     kv: list[KvRow]
     quality_loss: QualityLossSummary
-    kv_cache_types: list[Row]  # kv_types.kv_type_table
     imatrix_pairs: list[Row] = Field(default_factory=list)  # imatrix_pairs.imatrix_pair_table
     sensitivity: dict[str, Any] | None = None  # sensitivity.json, when the run scanned
     roofline: list[Row]  # run_tables.roofline_frame
@@ -161,8 +160,6 @@ class SummaryFile(_SummaryPart):
     limits: list[LimitLine]  # limits.jsonl, as the report read it
     reasoning: list[Row]  # ttft_tables.reasoning_table
     server_flags: ServerFlagsSummary
-    context_policies: list[Row] = []  # context_tables.policy_table
-    context_turns: list[Row] = []  # context_tables.turn_table
     client: ClientSummary
     prometheus: PrometheusSummary
     not_measured: list[Gap]
@@ -239,7 +236,6 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "prompt_cache": [item.to_dict() for item in analysis.prompt_cache],
             "kv": [row.to_dict() for row in analysis.kv],
             "quality_loss": {**analysis.quality_loss.to_dict(), "rows": _rows(analysis.quality_loss.rows)},
-            "kv_cache_types": _rows(analysis.kv_types),
             "imatrix_pairs": _rows(imatrix_pair_table(analysis.run, analysis.quants)),
             "sensitivity": analysis.run.sensitivity.to_json() if analysis.run.sensitivity else None,
             "roofline": _rows(analysis.roofline),
@@ -247,8 +243,6 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
             "reasoning": _rows(analysis.reasoning),
             "server_flags": _server_flags(analysis),
-            "context_policies": _rows(analysis.context_policies),
-            "context_turns": _rows(analysis.context_turns),
             **_experiment_keys(analysis),
             "client": {"sentence": analysis.client_sentence, "lagging_stages": _rows(analysis.lagging)},
             "prometheus": {

@@ -170,8 +170,8 @@ def runs_against_any_server(settings: Settings) -> str | None:
 FindingsT = TypeVar("FindingsT")
 
 
-def nothing_more(findings: object) -> tuple[()]:
-    """The gaps and notes of a report part whose findings add none of their own."""
+def nothing_more(*given: object) -> tuple[()]:
+    """The gaps and notes of a report part that adds none of its own."""
     return ()
 
 
@@ -180,23 +180,24 @@ class ExperimentReport(Generic[FindingsT]):
     """An experiment's own part of the report. The report step asks the registry for every
     experiment that has one and uses it alike: `findings` computes what the report shows of it
     from the run's data (kept in `Analysis.findings` under the experiment's name), `chapter` shows
-    them (its sections and figures, placed right before the report's chapter named `before`, or
-    after the contexts chapter when it names none; in the registry's order), `summary` gives its
-    keys of summary.json. Where `subject` is given, and the run meant to measure the experiment
-    and has no stage of it, the report files a "not measured" note on `subject` under
-    `gap_section` (None: no such note; its own `gaps` may say where it did not run). `gaps` and
-    `notes` are what else its findings could not measure and what reading its files left out: the
-    report lists them after those of the run's steps. `itl_gaps`: the report reads every
-    inter-token gap of its records (RunData.itl_by_request), not only their summary."""
+    them (its sections and figures, placed after the report chapter named by `follows`, in the
+    registry's order), `summary` gives its keys of summary.json. Where `subject` is given, and the
+    run meant to measure the experiment and has no stage of it, the report files a "not measured"
+    note on `subject` under `gap_section` (None: no such note; its own `gaps` may say where it did
+    not run). `gaps` files its other notes after every experiment's "not run" one; `quant_gaps`
+    its notes of one model file each, with the model files' own (after the KL divergence's);
+    `notes` what reading its files left out. `itl_gaps`: the report reads every inter-token gap of
+    its records (RunData.itl_by_request), not only their summary."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
     summary: Callable[[FindingsT], Mapping[str, Any]]
     subject: str | None = None  # "the noisy neighbour"; None: no generic "not measured" note
     gap_section: str = ""  # the section its notes are filed under (Gap.section)
-    gaps: Callable[[FindingsT], Sequence[Gap]] = nothing_more
+    follows: str = "server_flags"  # the chapter it follows (a name of analysis.chapters.CHAPTERS)
+    gaps: Callable[[ReportInput, FindingsT], Sequence[Gap]] = nothing_more
+    quant_gaps: Callable[[ReportInput], Sequence[Gap]] | None = None
     notes: Callable[[FindingsT], Sequence[str]] = nothing_more
-    before: str | None = None  # a chapter module of quantload.analysis.chapters: "traffic"
     itl_gaps: bool = False
 
 

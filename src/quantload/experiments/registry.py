@@ -16,7 +16,7 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments import (
     batching,
-    context_overflow,
+    context,
     kv_types,
     limit_rate,
     limit_users,
@@ -45,7 +45,7 @@ REGISTRY: tuple[Experiment, ...] = (
     batching.EXPERIMENT,
     slots.EXPERIMENT,
     speculation.EXPERIMENT,
-    context_overflow.EXPERIMENT,
+    context.EXPERIMENT,
     noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
     soak.EXPERIMENT,

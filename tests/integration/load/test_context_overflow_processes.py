@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from load_api import settings_context
-from quantload.analysis.context_tables import conversation_table, policy_table, turn_table
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
 from quantload.config import Settings
-from quantload.experiments import context_overflow
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.experiments.context.stages import run as run_context
+from quantload.experiments.context.tables import conversation_table, policy_table, turn_table
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.records import iter_records
 from quantload.run_context import RunContext
@@ -61,7 +61,7 @@ def test_each_policy_gets_its_stage_on_its_variant_and_the_report_reads_them(tmp
     run = _settings(tmp_path, affinity="id_slot")
     servers = FakeVariants(n_ctx=256)
     with FakeServer(FakeScript(n_ctx=4096)) as own:  # the server as the run started it: --keep is measured on it
-        done = context_overflow.run(ExperimentContext(run, TARGET.model_copy(update={"url": own.url}), servers))
+        done = run_context(ExperimentContext(run, TARGET.model_copy(update={"url": own.url}), servers))
     assert [(s.phase, s.context_policy, s.status) for s in done.summaries] == [
         ("fail", "fail", "ok"), ("trim", "trim", "ok"), ("shift", "shift", "ok"),
     ]  # fmt: skip  (the breaker, at 2 in a row, ignored the expected refusals and cut turns)
@@ -98,6 +98,6 @@ def test_on_a_server_it_did_not_start_shift_is_left_out_and_said(tmp_path: Path)
     run = dataclasses.replace(run, warn=warnings.append)
     script = FakeScript(ttft_ms=(1, 2), itl_ms=(1, 1), tokens=12, n_ctx=256, enforce_context=True)
     with FakeServer(script) as fake:
-        done = context_overflow.run(ExperimentContext(run, TARGET.model_copy(update={"url": fake.url})))
+        done = run_context(ExperimentContext(run, TARGET.model_copy(update={"url": fake.url})))
     assert [s.phase for s in done.summaries] == ["trim"]
     assert any("cannot be restarted with --context-shift: the shift policy is left out" in w for w in warnings)

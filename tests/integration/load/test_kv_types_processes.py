@@ -16,8 +16,8 @@ import pytest
 from load_api import context
 from quantload.config import LoadSettings
 from quantload.errors import ServerError
-from quantload.experiments import kv_types
 from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.experiments.kv_types.stages import run as run_kv_types
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError
@@ -63,7 +63,7 @@ def test_every_cache_type_gets_its_stage_and_a_missing_server_fails_after_the_ot
     with FakeServer(SCRIPT) as own:  # the quantization's own server serves its own cache type, f16
         target = TARGET.model_copy(update={"url": own.url})
         with pytest.raises(LoadError, match=r"measured 2 of 3 KV-cache types; q4_0: llama-server with a q4_0"):
-            kv_types.run(ExperimentContext(run, target, servers))
+            run_kv_types(ExperimentContext(run, target, servers))
     assert servers.served == ["q8_0"]
     ends = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
     assert [(e.kv_cache_type, e.status, e.requests_done, e.stage_users) for e in ends] == [

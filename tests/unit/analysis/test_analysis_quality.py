@@ -13,13 +13,13 @@ from analysis_synthetic import SHAPE, SOURCE_NOTE, kld_set, write_kv, write_qual
 
 from quantload.analysis import build_report
 from quantload.analysis.capacity import CapacityVerdict
-from quantload.analysis.kv_types import kv_type_table, predicted_mib
 from quantload.analysis.quality_loss import quality_loss
 from quantload.analysis.quality_verdict import quality_verdict
 from quantload.analysis.run_data import load_run
 from quantload.analysis.run_tables import quant_table
 from quantload.analysis.stage_tables import stage_table
 from quantload.config import ReportSettings
+from quantload.experiments.kv_types.tables import kv_type_table, predicted_mib
 from quantload.rundir.kv_file import KvResult
 from quantload.slo import Slo
 

@@ -1,6 +1,6 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
-experiment. The sessions, mixed, noisy-neighbour and soak experiments have one."""
+experiment. The sessions, mixed, context, noisy-neighbour, kv_types and soak experiments have one."""
 
 from __future__ import annotations
 
@@ -15,11 +15,16 @@ import pytest
 from quantload.analysis import build_report
 from quantload.analysis.analyze import analyze_run
 from quantload.analysis.chapters import chapters, figures
-from quantload.analysis.chapters import contexts as contexts_chapter
-from quantload.analysis.chapters import traffic as traffic_chapter
+from quantload.analysis.chapters import model_files as model_files_chapter
+from quantload.analysis.chapters import plan as plan_chapter
+from quantload.analysis.chapters import server_flags as server_flags_chapter
 from quantload.analysis.run_data import load_run
 from quantload.config import ReportSettings
 from quantload.experiments import registry
+from quantload.experiments.context.findings import ContextFindings
+from quantload.experiments.context.report import REPORT as CONTEXT_REPORT
+from quantload.experiments.kv_types.findings import KvTypesFindings
+from quantload.experiments.kv_types.report import REPORT as KV_TYPES_REPORT
 from quantload.experiments.mixed.findings import MixedFindings
 from quantload.experiments.mixed.report import REPORT as MIXED_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
@@ -44,7 +49,10 @@ def _imported(tree: ast.Module) -> set[str]:
 
 
 def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() -> None:
-    moved = ("noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables")
+    moved = (
+        "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
+        "experiments.context", "context_tables", "kv_types",
+    )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
         assert not any(word in name for name in imported for word in moved), path.name
@@ -54,28 +62,33 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
-    assert [experiment.name for experiment, _ in parts] == ["sessions", "mixed", "noisy_neighbour", "soak"]
-    assert [part for _, part in parts] == [SESSIONS_REPORT, MIXED_REPORT, REPORT, SOAK_REPORT]
+    names = ["sessions", "mixed", "context", "noisy_neighbour", "kv_types", "soak"]
+    assert [experiment.name for experiment, _ in parts] == names
+    reports = [SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT]
+    assert [part for _, part in parts] == reports
     every = chapters()
-    after = every.index(contexts_chapter.CHAPTER)
-    assert every[after + 1 : after + 3] == (REPORT.chapter, SOAK_REPORT.chapter)
-    # the sessions and mixed sections stay where they were: right before the rest of traffic
-    at = every.index(traffic_chapter.CHAPTER)
-    assert every[at - 2 : at] == (SESSIONS_REPORT.chapter, MIXED_REPORT.chapter)
+    # the sessions and mixed sections stay where they were: after the plan, before the rest of traffic
+    at = every.index(plan_chapter.CHAPTER)
+    assert every[at + 1 : at + 3] == (SESSIONS_REPORT.chapter, MIXED_REPORT.chapter)
+    after_flags = every.index(server_flags_chapter.CHAPTER)
+    assert every[after_flags + 1 : after_flags + 4] == (CONTEXT_REPORT.chapter, REPORT.chapter, SOAK_REPORT.chapter)
+    assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
     keys = [figure.key for figure in figures()]
     assert keys.index("ttft_by_turn") < keys.index("mixed_itl") < keys.index("mixed_timeline")
+    assert keys.index("context_by_turn") < keys.index("noisy_neighbour") < keys.index("kv_cache_types")
     assert keys.index("noisy_neighbour") + 1 == keys.index("soak")
     assert {"mixed"} == {e.name for e, part in parts if part.itl_gaps}
 
 
-
-def test_a_part_placed_before_no_chapter_of_the_report_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_part_that_follows_no_chapter_of_the_report_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     listing = importlib.import_module("quantload.analysis.chapters")
     experiment, part = registry.reported()[1]
-    misplaced = dataclasses.replace(part, before="nowhere")
+    misplaced = dataclasses.replace(part, follows="nowhere")
     monkeypatch.setattr(listing, "reported", lambda: ((experiment, misplaced),))
     with pytest.raises(ValueError, match="nowhere"):
         chapters()
+
+
 
 def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthetic_run: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
@@ -96,3 +109,7 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
     assert not [gap for gap in summary["not_measured"] if "sessions" in gap["what"] or "mixed" in gap["what"]]
     soaked = analysis.findings["soak"]
     assert isinstance(soaked, SoakFindings) and soaked.runs == () and summary["soak"] == []
+    context = analysis.findings["context"]
+    assert isinstance(context, ContextFindings) and context.policies.empty and context.turns.empty
+    assert isinstance(analysis.findings["kv_types"], KvTypesFindings)
+    assert (summary["context_policies"], summary["context_turns"], summary["kv_cache_types"]) == ([], [], [])

@@ -16,8 +16,9 @@ import pytest
 from load_api import context, settings_context
 from quantload.config import Settings, load_config
 from quantload.errors import ConfigError
-from quantload.experiments import context_overflow, registry
+from quantload.experiments import registry
 from quantload.experiments.base import ExperimentContext
+from quantload.experiments.context.stages import run as run_context
 from quantload.load.client import ConnectionPool, Endpoint, stream_request
 from quantload.load.fakeserver import FakeScript, FakeServer, chat_prompt, count_tokens
 from quantload.load.history_trim import HistoryTrimmer, TemplateCost, measure_template
@@ -205,7 +206,7 @@ def test_a_slot_too_small_for_the_system_prompt_is_refused_before_any_load(tmp_p
     run = _settings(tmp_path, system_prompt_tokens=200, reply_tokens="fixed:40", ctx_per_slot=256)
     script = FakeScript(n_ctx=256, enforce_context=True)
     with FakeServer(script) as fake, pytest.raises(ConfigError, match="cannot keep even the system prompt"):
-        context_overflow.run(ExperimentContext(run, TARGET.model_copy(update={"url": fake.url})))
+        run_context(ExperimentContext(run, TARGET.model_copy(update={"url": fake.url})))
     assert not (tmp_path / "records.jsonl").exists()
 
 

@@ -16,7 +16,7 @@ from quantload.config import LoadSettings, load_config
 from quantload.errors import ConfigError
 from quantload.experiments import registry
 from quantload.experiments.base import ServerFlags
-from quantload.experiments.kv_types import decode_requests, kv_type_plan
+from quantload.experiments.kv_types.stages import decode_requests, kv_type_plan
 from quantload.llamacpp.server import ServerSpec
 from quantload.load.prompts import load_builtin
 from quantload.served import ServedTarget

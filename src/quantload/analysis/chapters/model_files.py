@@ -1,12 +1,12 @@
 """What each model file is: its quality loss against F16 (KL divergence, a sentence per
 quantization), its quality and speed against this machine's roofline (one figure: quality loss
 against decode speed and file size), what a mixture of experts' token reads (quantload.analysis.
-moe_section), the memory its KV cache takes (predicted against reported by
-llama-server), and the KV-cache type trade-off (memory, decode speed, quality cost; one figure)."""
+moe_section), and the memory its KV cache takes (predicted against reported by llama-server).
+The KV-cache type trade-off, which closes the chapter, is the kv_types experiment's own
+(experiments/kv_types/chapter.py)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -251,7 +251,8 @@ def kv_section(analysis: Analysis) -> Section:
     return Section("kv", "KV cache: predicted and reported by llama-server", tuple(blocks))
 
 
-def _pct(number: float | None, error: float | None = None, signed: bool = False) -> str:
+def pct_with_error(number: float | None, error: float | None = None, signed: bool = False) -> str:
+    """A percentage with its ± error (the KV-cache type chapter shows them alike)."""
     if number is None:
         return fmt.DASH
     text = f"{number:+.2f}" if signed else f"{number:.2f}"
@@ -270,13 +271,13 @@ def quality_loss_section(analysis: Analysis) -> Section:
         (
             str(r["quant"]) + (" (floor)" if r["is_floor"] else ""),
             str(r["cache_type"]),
-            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
+            kld_with_error(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
             _nats(value(r["kld_median_nats"]), KLD_DIGITS),
             _nats(value(r["kld_p99_nats"]), 5),
             _nats(value(r["kld_p99_9_nats"]), 5),
-            _pct(value(r["same_top_p_pct"]), value(r["same_top_p_error_pct"])),
-            _pct(value(r["delta_p_rms_pct"])),
-            _pct(value(r["ppl_change_pct"]), value(r["ppl_change_error_pct"]), signed=True),
+            pct_with_error(value(r["same_top_p_pct"]), value(r["same_top_p_error_pct"])),
+            pct_with_error(value(r["delta_p_rms_pct"])),
+            pct_with_error(value(r["ppl_change_pct"]), value(r["ppl_change_error_pct"]), signed=True),
             str(r["chunks_scored"]),
         )
         for r in loss.rows.to_dict("records")
@@ -324,8 +325,8 @@ def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
             str(r["quant"]),
             str(r["imatrix"] or fmt.DASH),
             fmt.mib(value(r["size_bytes"])),
-            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
-            _pct(value(r["same_top_p_pct"])),
+            kld_with_error(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
+            pct_with_error(value(r["same_top_p_pct"])),
             fmt.DASH if value(r["perplexity"]) is None
             else f"{value(r['perplexity']):.3f} ± {value(r['perplexity_error']) or 0:.3f}",
             fmt.percent(value(r["kld_change_frac"]), 1, signed=True),
@@ -353,112 +354,12 @@ def _nats(number: float | None, digits: int) -> str:
     return fmt.number(None if number is None else max(0.0, number), digits)
 
 
-def _plus(number: float | None, error: float | None) -> str:
+def kld_with_error(number: float | None, error: float | None) -> str:
+    """A divergence with its ± standard error."""
     if number is None:
         return fmt.DASH
     text = _nats(number, KLD_DIGITS)
     return f"{text} ± {fmt.number(error, KLD_DIGITS)}" if error is not None else text
-
-
-def _kv_types_plot(analysis: Analysis, path: Path) -> Path | None:
-    """KV memory, decode throughput and quality loss per quantization, one bar per cache type."""
-    table = analysis.kv_types
-    if table.empty:
-        return None
-    quants = [q for q in analysis.quants if q in set(table["quant"])]
-    types = list(dict.fromkeys(str(t) for t in table["cache_type"]))
-    figure, axes = new_figure(12.0, 4.2, 1, 3)
-    palette = colors(types)
-    width = 0.8 / max(len(types), 1)
-    users = sorted({int(u) for u in table["users"].dropna()})
-    at = f" at {users[0]} users" if len(users) == 1 else ""
-    panels = (
-        ("kv_predicted_mib", "KV cache, MiB (exact)", None),
-        ("output_tok_s", f"output tok/s{at} (decode-heavy)", None),
-        ("kld_mean_nats", "mean KLD from F16, nats", "kld_mean_error_nats"),
-    )
-    for axis, (column, title, error) in zip(axes[0], panels, strict=True):
-        for index, kind in enumerate(types):
-            mine = table[table["cache_type"] == kind].set_index("quant")
-            xs = [position + (index - (len(types) - 1) / 2) * width for position in range(len(quants))]
-            heights = [_cell(mine, q, column) for q in quants]
-            spreads = [_cell(mine, q, error) if error else 0.0 for q in quants]
-            axis.bar(xs, [h if math.isfinite(h) else 0.0 for h in heights], width,
-                     yerr=[e if math.isfinite(e) else 0.0 for e in spreads] if error else None,
-                     color=palette[kind], label=f"K/V {kind}", capsize=2)  # fmt: skip
-        axis.set_xticks(list(range(len(quants))), quants)
-        axis.set_title(title, fontsize=10)
-        axis.grid(True, axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    figure.suptitle("KV-cache type trade-off: memory, decode speed and quality cost")
-    return save_figure(figure, path)
-
-
-def _cell(frame: pd.DataFrame, quant: str, column: str | None) -> float:
-    if column is None or quant not in frame.index:
-        return float("nan")
-    number = value(frame.loc[quant, column])
-    return number if number is not None else float("nan")
-
-
-def _decided(row: dict[str, object]) -> str:
-    ratio = value(row.get("decode_vs_f16"))
-    if ratio is None:
-        return fmt.DASH
-    bounds = (value(row.get("decode_vs_f16_low")), value(row.get("decode_vs_f16_high")))
-    interval = fmt.with_interval(ratio, bounds, "number")
-    said = {"a": "faster", "b": "slower"}.get(str(row.get("decode_faster")), "no difference shown")
-    return f"x{interval}: {said}"
-
-
-KV_TYPES_PLOT = Figure("kv_cache_types", "KV-cache type trade-off per quantization", _kv_types_plot)
-
-
-def kv_types_section(analysis: Analysis, plots: Plots) -> Section:
-    """Per quantization and KV-cache type: memory, decode speed at the experiment's users, KLD."""
-    table = analysis.kv_types
-    blocks: list[Block] = [*shown(plots, KV_TYPES_PLOT)]
-    rows = tuple(
-        (
-            str(r["quant"]),
-            str(r["cache_type"]) + (" (served)" if r["own_server"] else ""),
-            fmt.number(value(r["kv_predicted_mib"]), 2),
-            fmt.number(value(r["kv_reported_mib"]), 2),
-            fmt.percent(value(r["kv_vs_f16_frac"]), 0, signed=True),
-            fmt.number(value(r["output_tok_s"])),
-            fmt.percent(value(r["output_vs_f16_frac"]), 1, signed=True),
-            fmt.duration(value(r["tpot_p50_s"])),
-            _decided(r),
-            _plus(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
-            fmt.number(value(r["kld_added_nats"]), KLD_DIGITS),
-            _pct(value(r["same_top_p_pct"])),
-            str(r["flash_attn"] or fmt.DASH),
-        )
-        for r in table.to_dict("records")
-    )
-    if rows:
-        users = sorted({int(u) for u in table["users"].dropna()})
-        at = f"{users[0]} users" if len(users) == 1 else "the experiment's users"
-        blocks.append(
-            Table(
-                ("quant", "K/V cache", "KV MiB", "reported MiB", "KV vs f16", f"output tok/s @{at}",
-                 "vs f16", "TPOT p50", "decode vs f16 (decided)", "mean KLD ± s.e.", "KLD added",
-                 "same top token", "flash attn"),
-                rows,
-                (False, False, True, True, True, True, True, True, False, True, True, True, False),
-                "KV MiB: the exact allocation (the KV check's arithmetic) for the run's slots and context;"
-                " reported: what that cache type's llama-server logged. Speed: one closed-loop stage of"
-                f" decode-heavy requests (short prompts, max_tokens with ignore_eos, cache_prompt off) at"
-                f" {at} on each server, the quantization's own server for the type it serves (served) and"
-                " one started for each other type. KLD: llama-perplexity with the same -ctk/-ctv (and"
-                " flash attention on for a quantized V cache); KLD added is the cost of the cache type"
-                " beyond the weights' own loss (f16 cache). Decode vs f16: the f16 cache's median TPOT over"
-                " this type's with its bootstrap 95 % interval; faster or slower only where the interval"
-                " shows it.",
-            )
-        )
-    blocks += gap_blocks(analysis, "kv_types")
-    return Section("kv_types", "KV-cache type trade-off", tuple(blocks))
 
 
 def _sensitivity_plot(analysis: Analysis, path: Path) -> Path | None:
@@ -501,8 +402,8 @@ def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
                 v.direction,
                 str(v.tensors) if v.group else fmt.DASH,
                 fmt.mib(v.size_bytes),
-                _plus(v.kld_mean_nats, v.kld_mean_error_nats),
-                _pct(v.same_top_p_pct),
+                kld_with_error(v.kld_mean_nats, v.kld_mean_error_nats),
+                pct_with_error(v.same_top_p_pct),
                 fmt.DASH if v.kld_change_nats is None else f"{v.kld_change_nats:+.6f}",
                 fmt.DASH if v.size_change_mib is None else f"{v.size_change_mib:+.2f}",
                 fmt.DASH if v.kld_per_mib is None else f"{v.kld_per_mib:.6f}",
@@ -555,8 +456,7 @@ def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
         quality_speed_section(analysis, plots),
         *((experts,) if experts is not None else ()),
         kv_section(analysis),
-        kv_types_section(analysis, plots),
     )
 
 
-CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE, KV_TYPES_PLOT, SENSITIVITY_PLOT))
+CHAPTER = Chapter(_sections, (QUALITY_SPEED_SIZE, SENSITIVITY_PLOT))

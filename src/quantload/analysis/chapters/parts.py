@@ -83,5 +83,5 @@ def not_run_section(key: str, title: str, why: str, analysis: Analysis | None = 
     return Section(key, title, not_run=why)
 
 
-# how a gap says its experiment was never meant to run here (analyze.not_run_because)
+# how a gap says its experiment was never meant to run here (report_input.not_run_because)
 NOT_RUN_WORDS = ("not run because", "not asked for")

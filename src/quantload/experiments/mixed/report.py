@@ -14,6 +14,6 @@ REPORT = ExperimentReport[MixedFindings](
     findings=mixed_findings,
     chapter=CHAPTER,
     summary=summary_keys,
-    before="traffic",
+    follows="plan",
     itl_gaps=True,
 )

@@ -13,5 +13,5 @@ REPORT = ExperimentReport[SessionsFindings](
     findings=sessions_findings,
     chapter=CHAPTER,
     summary=summary_keys,
-    before="traffic",
+    follows="plan",
 )

@@ -13,6 +13,6 @@ REPORT = ExperimentReport[SoakFindings](
     summary=summary_keys,
     subject=None,  # its findings file their own note where the settings asked for a soak and none ran
     gap_section="soak",
-    gaps=lambda found: found.gaps,
+    gaps=lambda given, found: found.gaps,
     notes=lambda found: found.notes,
 )

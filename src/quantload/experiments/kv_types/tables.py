@@ -1,5 +1,5 @@
-"""The KV-cache type trade-off: per quantization and cache type (K and V alike), the KV memory,
-the decode speed through llama-server and the quality cost.
+"""The kv_types experiment's table, the KV-cache type trade-off: per quantization and cache type (K
+and V alike), the KV memory, the decode speed through llama-server and the quality cost.
 
   memory   exact: `predict_kv` on the model's shape and the servers' slot layout as kv.json
            records them (the same arithmetic the KV check confirms), beside what the server of that
@@ -22,7 +22,7 @@ from quantload.analysis.fmt import cell_float
 from quantload.analysis.run_data import RunData
 from quantload.comparison import compare_medians
 from quantload.errors import ModelError
-from quantload.experiments import kv_types
+from quantload.experiments.kv_types.stages import NAME
 from quantload.kvcache import MIB, KvShape, predict_kv
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, mean_error_nats
 from quantload.rundir.kv_file import KvResult
@@ -94,7 +94,7 @@ def measured_cache_types(run: RunData, stages: pd.DataFrame) -> list[str]:
     if run.kv is not None:
         found += [t for per in run.kv.cache_types.values() for t in per]
     if not stages.empty and "kv_cache_type" in stages:
-        found += [str(t) for t in stages[stages["experiment"] == kv_types.NAME]["kv_cache_type"].dropna()]
+        found += [str(t) for t in stages[stages["experiment"] == NAME]["kv_cache_type"].dropna()]
     return list(dict.fromkeys(found))
 
 
@@ -112,7 +112,7 @@ def _stage(stages: pd.DataFrame, quant: str, cache_type: str) -> dict[str, Any]:
     """The kv_types stage of `quant` on `cache_type`: the last complete one, else the last one."""
     if stages.empty or "kv_cache_type" not in stages:
         return {}
-    chosen = stages["experiment"].eq(kv_types.NAME) & stages["quant"].eq(quant)
+    chosen = stages["experiment"].eq(NAME) & stages["quant"].eq(quant)
     mine = stages[chosen & stages["kv_cache_type"].eq(cache_type)]
     if mine.empty:
         return {}

@@ -1,18 +1,6 @@
-"""The KV-cache type trade-off: decode speed of one model file served with each KV-cache type.
-
-For each type of `quality.kld_cache_types`, a llama-server of the same file whose K and V caches
-are of that type (the quantization's own server for the type it serves, a variant otherwise:
-`ServerControl`, flash attention on where a quantized V cache needs it) and one closed-loop stage
-on it: `kv_types.users` users, `kv_types.requests` short prompts (at most
-`kv_types.prompt_max_tokens` tokens), each generating `kv_types.max_tokens` tokens with ignore_eos
-and cache_prompt off, so every server does the same decode work and the stages compare. Each
-stage line names its cache type (`kv_cache_type`); each variant's KV cache, predicted and as the
-server logged it, is filed in kv.json's `cache_types`.
-
-It changes the server's flags, so only `quantload run` runs it. A cache type whose server cannot
-be had (or whose stage cannot run) does not stop the others; the experiment raises afterwards,
-naming each one that failed.
-"""
+"""The kv_types experiment's stages: one decode-heavy closed-loop stage per KV-cache type, each on
+a server whose caches are of that type, run through the load supervisor (the experiment as a whole:
+the package docstring)."""
 
 from __future__ import annotations
 
@@ -23,7 +11,6 @@ from pathlib import Path
 from quantload.config import Settings
 from quantload.errors import ConfigError, QuantloadError
 from quantload.experiments.base import (
-    Experiment,
     ExperimentContext,
     ExperimentRun,
     ServerFlags,
@@ -123,14 +110,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
         )
     return experiment_run(NAME, summaries)
 
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="KV-cache types {quant}",
-    step="kv_types",
-    chapter="model_files",
-    summary="a decode-heavy stage per KV-cache type of quality.kld_cache_types ([kv_types])",
-    missing=missing,
-    run=run,
-    server_flags="required",
-)

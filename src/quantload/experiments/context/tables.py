@@ -1,4 +1,4 @@
-"""The context experiment from the records: per policy, where conversations were refused, trimmed or
+"""The context experiment's tables, from the records: per policy, where conversations were refused, trimmed or
 shifted, TTFT and prompt tokens by turn, the cache hit rate before and after, and how many
 conversations completed.
 
@@ -19,9 +19,9 @@ from typing import Any
 import pandas as pd
 
 from quantload.analysis.stage_tables import USABLE
+from quantload.experiments.context.stages import NAME
 from quantload.stats import percentile
 
-CONTEXT_EXPERIMENT = "context"
 POLICY_ORDER = ("fail", "trim", "shift")
 EVENT_WORDS = {"fail": "refused", "trim": "trimmed", "shift": "shifted"}
 
@@ -30,7 +30,7 @@ def context_records(records: pd.DataFrame, stages: pd.DataFrame) -> pd.DataFrame
     """The measured records of complete context stages, with each one's `policy`."""
     if records.empty or stages.empty or "context_policy" not in stages:
         return records.iloc[0:0].assign(policy=pd.Series(dtype=object))
-    usable = stages[(stages["experiment"] == CONTEXT_EXPERIMENT) & stages["status"].isin(USABLE)]
+    usable = stages[(stages["experiment"] == NAME) & stages["status"].isin(USABLE)]
     policy_of = dict(zip(usable["stage_id"], usable["context_policy"], strict=True))
     chosen = records[
         records["stage_id"].isin(list(policy_of)) & ~records["warmup"] & records["session_id"].notna()

@@ -1,18 +1,22 @@
-"""Conversations that outgrow the slot context: per policy (the server refuses, the client trims,
-the server shifts) where conversations met the slot, how many completed, the cache hit rate before
-and after, and TTFT and prompt tokens by turn (one figure)."""
+"""The context experiment's chapter. Conversations that outgrow the slot context: per policy (the
+server refuses, the client trims, the server shifts) where conversations met the slot, how many
+completed, the cache hit rate before and after, and TTFT and prompt tokens by turn (one figure)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantload.analysis import fmt
-from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, gap_blocks, not_run_section, shown, value
-from quantload.analysis.context_tables import EVENT_WORDS
 from quantload.analysis.document import Bullets, Paragraph, Section, Table
 from quantload.analysis.plotting import Figure, colors, new_figure, save_figure
+from quantload.experiments.context.findings import findings_of
+from quantload.experiments.context.stages import NAME
+from quantload.experiments.context.tables import EVENT_WORDS
+
+if TYPE_CHECKING:
+    from quantload.analysis.analyze import Analysis
 
 POLICY_STYLE = {"fail": "-o", "trim": "--s", "shift": ":^"}
 POLICY_TEXT = {
@@ -24,7 +28,7 @@ POLICY_TEXT = {
 
 def _by_turn(analysis: Analysis, path: Path) -> Path | None:
     """TTFT p50 and prompt tokens p50 by turn, one line per quantization and policy."""
-    table = analysis.context_turns
+    table = findings_of(analysis).turns
     if table.empty or table["ttft_p50_s"].dropna().empty:
         return None
     figure, axes = new_figure(10.0, 4.2, 1, 2)
@@ -36,7 +40,7 @@ def _by_turn(analysis: Analysis, path: Path) -> Path | None:
         turns = [int(t) for t in ok["turn"]]
         axes[0][0].plot(turns, ok["ttft_p50_s"] * 1000, style, color=palette.get(str(quant)), label=label)
         axes[0][1].plot(turns, ok["prompt_tokens_p50"], style, color=palette.get(str(quant)), label=label)
-    slots = analysis.stages.loc[analysis.stages["experiment"] == "context", "slot_context_tokens"].dropna()
+    slots = analysis.stages.loc[analysis.stages["experiment"] == NAME, "slot_context_tokens"].dropna()
     if not slots.empty:
         axes[0][1].axhline(
             float(slots.iloc[0]), color="grey", linestyle="--", linewidth=1, label="slot context"
@@ -90,13 +94,14 @@ def _policy_sentence(row: dict[str, Any]) -> str:
 
 def context_section(analysis: Analysis, plots: Plots) -> Section:
     """Per policy: completed conversations, where they met the slot, the hit rate; then by turn."""
-    policies, turns = analysis.context_policies, analysis.context_turns
+    found = findings_of(analysis)
+    policies, turns = found.policies, found.turns
     if policies.empty:
         return not_run_section(
             "contexts", "Conversations beyond the slot context",
             "no complete context stage (the context experiment)", analysis, "contexts",
         )  # fmt: skip
-    slot = analysis.stages.loc[analysis.stages["experiment"] == "context", "slot_context_tokens"].dropna()
+    slot = analysis.stages.loc[analysis.stages["experiment"] == NAME, "slot_context_tokens"].dropna()
     slot_text = f"{int(slot.iloc[0]):,}-token slots" if not slot.empty else "the server's slots"
     blocks = [
         Paragraph(
