@@ -38,9 +38,9 @@ test: toolchain
 	$(BIN)/python -m pytest -ra tests/unit tests/integration tests/e2e
 
 ## The unit tier alone: pure logic with fakes, no process started (a guard fails a test that starts one),
-## no llama.cpp tools needed.
+## no llama.cpp tools needed; spread over the machine's cores (pytest-xdist, at most four workers).
 test-unit: venv
-	$(BIN)/python -m pytest -ra tests/unit
+	$(BIN)/python -m pytest -ra -n auto --maxprocesses 4 tests/unit
 
 test-long: toolchain  # the long end-to-end runs (compose, five namespace hosts, seven files, ...) `make test` leaves out
 	QUANTLOAD_LONG_TESTS=1 $(BIN)/python -m pytest -ra -m long
