@@ -1,16 +1,18 @@
-"""Measuring one model file's perplexity: the step the CLI and the run orchestrator call."""
+"""Measuring one model file's perplexity; `measure_file_quality` is the quality step that
+`quantload quality` and `quantload run` (through RunSteps) call."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
 
+from quantload.config import QualitySettings
 from quantload.llamacpp.perplexity import run_perplexity
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.gguf_meta import read_gguf
 from quantload.progress import ProgressCallback, no_progress
 from quantload.quality.dataset import describe_dataset
-from quantload.quality.results import QualityResult
+from quantload.quality.results import QualityResult, save_quality_result
 
 
 def measure_quality(
@@ -58,3 +60,31 @@ def measure_quality(
         llama_cpp=toolchain.version_record(),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+
+
+def measure_file_quality(
+    toolchain: Toolchain,
+    model_path: Path,
+    text: Path,
+    settings: QualitySettings,
+    label: str,
+    progress: ProgressCallback = no_progress,
+    out: Path | None = None,
+    log_path: Path | None = None,
+) -> QualityResult:
+    """The quality step: perplexity of `model_path` on `text` with the [quality] settings; with
+    `out`, added to that quality.json under `label`."""
+    result = measure_quality(
+        toolchain,
+        model_path,
+        text,
+        settings.ctx,
+        settings.chunks,
+        progress,
+        threads=settings.threads,
+        timeout_s=settings.timeout_s,
+        log_path=log_path,
+    )
+    if out is not None:
+        save_quality_result(out, label, result)
+    return result
