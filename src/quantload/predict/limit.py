@@ -50,7 +50,7 @@ class ScaledCost:
 
 
 @dataclass(frozen=True)
-class LoadPlan:
+class SimulatedLoad:
     """How every level is loaded: closed loop (level = users) or Poisson (level = requests/s),
     request shapes, requests per level (and a bound in simulated seconds), think time for closed
     loops, and the first requests left out of the percentiles as warm-up."""
@@ -147,7 +147,12 @@ def judge_level(level: float, result: SimResult, slo: Slo, warmup_requests: int 
 
 
 def predict_levels(
-    server: ServerModel, cost: BatchCost, slo: Slo, plan: LoadPlan, levels: Sequence[float], seed: int = 0
+    server: ServerModel,
+    cost: BatchCost,
+    slo: Slo,
+    plan: SimulatedLoad,
+    levels: Sequence[float],
+    seed: int = 0,
 ) -> tuple[LevelPrediction, ...]:
     """Every level simulated (each with the same `seed`) and judged, in ascending order."""
     return tuple(
@@ -170,7 +175,7 @@ def predict_limit(
     server: ServerModel,
     cost: BatchCost,
     slo: Slo,
-    plan: LoadPlan,
+    plan: SimulatedLoad,
     levels: Sequence[float],
     *,
     cost_bounds: tuple[BatchCost, BatchCost] | None = None,

@@ -89,7 +89,8 @@ class StandInEnvironment:
 def drive(tmp_path: Path, behave: Behaviour, **load: Any) -> tuple[StageController, StandInRunner]:
     """A two-stage sweep (1 then 2 users, three prompts, one warm-up) through a real controller."""
     settings = LoadSettings.model_validate({"users": (1, 2), "repeats": 1, "warmup_requests": 1, **load})
-    plan = sweep_of(settings, TARGET, PROMPTS, "run", "inv")
+    # an aborted stage waits its grace for the requests it handed out; the stand-in's hung ones never end
+    plan = sweep_of(settings, TARGET, PROMPTS, "run", "inv").model_copy(update={"abort_grace_s": 0.5})
     tickets = LocalTickets()
     sink = DriverSink(JsonlAppender(tmp_path / "records.jsonl"))
     environment = StandInEnvironment()
@@ -145,7 +146,7 @@ def test_a_failure_of_the_client_itself_ends_the_stage_with_its_cause(tmp_path: 
         return finished(ticket)
 
     settings = LoadSettings(users=(1,), repeats=1, warmup_requests=1)
-    plan = sweep_of(settings, TARGET, PROMPTS, "run", "inv")
+    plan = sweep_of(settings, TARGET, PROMPTS, "run", "inv").model_copy(update={"abort_grace_s": 0.5})
     tickets = LocalTickets()
     sink = DriverSink(JsonlAppender(tmp_path / "records.jsonl"))
     environment = StandInEnvironment()

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from quantload.predict.limit import LoadPlan, ScaledCost, limit_of, predict_levels, predict_limit
+from quantload.predict.limit import ScaledCost, SimulatedLoad, limit_of, predict_levels, predict_limit
 from quantload.predict.simulator import FixedShape, RequestShape, SampledShapes, ServerModel
 from quantload.slo import Slo
 
@@ -24,7 +24,7 @@ class DyadicCost:
 
 SERVER = ServerModel(n_slots=8, ctx_per_slot_tokens=1024, n_batch_tokens=2048)
 # identical requests from users that all start at 0: every round is the same, in lockstep
-LOCKSTEP = LoadPlan("closed", FixedShape(RequestShape(100, 11)), requests=200)
+LOCKSTEP = SimulatedLoad("closed", FixedShape(RequestShape(100, 11)), requests=200)
 
 
 def test_a_ttft_limit_worked_by_hand() -> None:
@@ -75,7 +75,7 @@ def test_failed_requests_over_the_allowance_miss_the_level() -> None:
 
 
 def test_warm_up_requests_are_left_out() -> None:
-    plan = LoadPlan("closed", FixedShape(RequestShape(100, 11)), requests=200, warmup_requests=20)
+    plan = SimulatedLoad("closed", FixedShape(RequestShape(100, 11)), requests=200, warmup_requests=20)
     (level,) = predict_levels(SERVER, DyadicCost(), Slo(ttft_s=1.0, tpot_s=1.0), plan, [2])
     assert level.requests == 180
 
@@ -93,7 +93,7 @@ class SlopedCost:
 
 def test_the_limit_falls_as_the_cost_grows() -> None:
     server = ServerModel(n_slots=8, ctx_per_slot_tokens=1024, n_batch_tokens=256)
-    plan = LoadPlan("closed", random_shapes(), requests=300, warmup_requests=16)
+    plan = SimulatedLoad("closed", random_shapes(), requests=300, warmup_requests=16)
     slo = Slo(ttft_s=0.5, tpot_s=0.03, ttft_percentile="p95", tpot_percentile="p95")
     limits: list[float] = []
     for scale in (0.5, 0.7, 1.0, 1.4, 2.0):
@@ -106,7 +106,7 @@ def test_the_limit_falls_as_the_cost_grows() -> None:
 
 def test_the_interval_brackets_the_point_estimate() -> None:
     server = ServerModel(n_slots=4, ctx_per_slot_tokens=1024, n_batch_tokens=512)
-    plan = LoadPlan("poisson", random_shapes(), requests=400, warmup_requests=20)
+    plan = SimulatedLoad("poisson", random_shapes(), requests=400, warmup_requests=20)
     slo = Slo(ttft_s=0.4, tpot_s=0.03, ttft_percentile="p90", tpot_percentile="p90")
     rates = [0.25 * step for step in range(1, 21)]
     prediction = predict_limit(server, SlopedCost(), slo, plan, rates, scale_bounds=(0.8, 1.25), seed=4)
