@@ -19,7 +19,7 @@ from quantload.analysis.csv_file import write_csv
 from quantload.cli.main import main
 from quantload.config import MixSettings, PrepareSettings, Settings
 from quantload.errors import ConfigError
-from quantload.experiments.speculation import check_draft
+from quantload.experiments.speculation.stages import check_draft
 from quantload.llamacpp.quant_types import QuantTypes, ggml_tensor_types
 from quantload.models.calibration import check_calibration_file
 from quantload.models.file_plan import check_overrides_match, plan_files

@@ -40,7 +40,6 @@ from quantload.analysis.run_tables import (
     users_levels,
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
-from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.session_tables import hit_summary, session_hits, turn_table
 from quantload.analysis.soak import SoakRun, soak_view
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
@@ -50,14 +49,17 @@ from quantload.analysis.ttft_tables import (
     reasoning_table,
     ttft_split_table,
 )
+from quantload.analysis.tune_tables import TuneTables, tune_tables, tune_verdict
 from quantload.config import PlanSettings, ReportSettings, SloSettings
 from quantload.experiments import context_overflow, kv_types, prefix_cache, sessions
 from quantload.experiments.base import Experiment
 from quantload.experiments.registry import ReportParts, reported, requested_names
+from quantload.experiments.variant_file import read_variants
 from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
-from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
+from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL, VARIANTS_JSONL
+from quantload.rundir.jsonl import BadLines
 from quantload.slo import Slo
 
 WINDOW_MARGIN_S = 5.0
@@ -101,7 +103,9 @@ class Analysis:
     mixed_verdict: str
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
-    server_flags: ServerFlagTables  # batching, slots, speculation and the tune
+    tune: TuneTables  # tune_tables.tune_tables: the tune's trials and outcomes (its section of the
+    # server flags chapter; the flag experiments' own sections are theirs: `findings`)
+    tune_verdict: str
     gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
     context_turns: pd.DataFrame  # context_tables.turn_table
     context_conversations: pd.DataFrame  # context_tables.conversation_table
@@ -238,7 +242,11 @@ def _not_run_gaps(run: RunData, stages: pd.DataFrame, parts: ReportParts) -> lis
     gaps = []
     for experiment, section, what in (
         (context_overflow.EXPERIMENT, "contexts", "conversations beyond the slot context"),
-        *((experiment, part.gap_section, part.subject) for experiment, part in parts),
+        *(
+            (experiment, part.gap_section, part.subject)
+            for experiment, part in parts
+            if part.gap_section is not None and part.subject is not None
+        ),
     ):
         # a gap is what the run meant to measure: an experiment load.experiments leaves out is none,
         # nor one in a folder whose settings are unknown (a compose or multi-host run), as for the
@@ -352,9 +360,12 @@ def analyze(
     plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
     parts = reported()
     gaps += _not_run_gaps(run, stages, parts) + _context_gaps(run, stages, plan)
-    given = ReportInput(run, stages, slo, quants, plan)
+    bad_variants = BadLines(VARIANTS_JSONL)
+    variants = tuple(read_variants(run.run_dir, bad_variants))
+    given = ReportInput(run, stages, slo, quants, plan, variants)
     conversations = conversation_table(run.records, stages)
-    flags = server_flag_tables(run, stages, quants)
+    tune = tune_tables(run.run_dir)
+    variants_note = bad_variants.note()
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
     mixed = mixed_table(run.records, stages, run.itl_by_request or {}, quants)
@@ -381,7 +392,7 @@ def analyze(
         histogram_check=hist,
         prometheus_origin=prometheus.origin if client is not None else "",
         gaps=tuple(gaps),
-        notes=(*notes, *flags.notes),
+        notes=(*notes, *((variants_note,) if variants_note else ()), *tune.notes),
         plan=plan,
         scale_out=scale_out_signals(series, stages, verdicts),
         quality_loss=quality_loss(kld, quants, run.step_why("kld", None, QUALITY_JSON)),
@@ -401,7 +412,8 @@ def analyze(
         mixed_verdict=mixed_verdict(mixed),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
-        server_flags=flags,
+        tune=tune,
+        tune_verdict=tune_verdict(tune),
         gpu_energy=energy,
         context_turns=context_turn_table(run.records, stages, quants),
         context_conversations=conversations,

@@ -176,13 +176,21 @@ class ExperimentReport(Generic[FindingsT]):
     from the run's data (kept in `Analysis.findings` under the experiment's name), `chapter` shows
     them (its sections and figures, placed after the contexts chapter in the registry's order),
     `summary` gives its keys of summary.json. Where the run meant to measure the experiment and
-    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`."""
+    has no stage of it, the report files a "not measured" note on `subject` under `gap_section`
+    (None: no note; its section says it did not run).
+
+    `within` names a chapter of the report's own that shows the experiment's sections among its
+    others, where a chapter of the experiment's own would change the report's reading order (the
+    flag experiments: "server_flags", whose chapter shell stays in the analysis with the tune's
+    section). Its chapter's sections then come there, in the registry's order, and its summary
+    keys go under that chapter's key of summary.json."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
     summary: Callable[[FindingsT], Mapping[str, Any]]
-    subject: str  # "the noisy neighbour"
-    gap_section: str  # the section its notes are filed under (Gap.section)
+    subject: str | None = None  # "the noisy neighbour"
+    gap_section: str | None = None  # the section its notes are filed under (Gap.section)
+    within: str | None = None  # the report's chapter that shows its sections (None: its own chapter)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The report's chapters, in reading order: each a run of consecutive sections about one subject,
 with the figures it shows (see `parts.Chapter`). The chapters of experiments with a part of their
 own in the report (experiments.base.ExperimentReport) follow the contexts chapter, in the
-registry's order.
+registry's order; those placed `within` one of these chapters (the flag experiments, within
+server_flags) are its sections instead.
 
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
@@ -10,8 +11,9 @@ registry's order.
                needs; when to add a server
   traffic      multi-turn sessions (1 figure); mixed traffic (2 figures); trace replay; asked and
                delivered lengths; which TTFT a reasoning model gets
-  server_flags continuous against static batching, slots at a fixed KV budget, speculative
-               decoding, the tuned flags (1 figure each)
+  server_flags the flag experiments' sections (batching: continuous against static batching;
+               slots: slots at a fixed KV budget; speculation: speculative decoding), then the
+               tuned flags (1 figure each)
   contexts     conversations beyond the slot context: refused, trimmed, shifted (1 figure)
   (the experiments' own chapters)
                noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
@@ -46,14 +48,7 @@ from quantload.analysis.document import Document, gathered
 from quantload.analysis.plotting import Figure
 from quantload.experiments.registry import reported
 
-BEFORE_EXPERIMENTS: tuple[Chapter, ...] = (
-    verdict.CHAPTER,
-    load.CHAPTER,
-    plan.CHAPTER,
-    traffic.CHAPTER,
-    server_flags.CHAPTER,
-    contexts.CHAPTER,
-)
+BEFORE_FLAGS: tuple[Chapter, ...] = (verdict.CHAPTER, load.CHAPTER, plan.CHAPTER, traffic.CHAPTER)
 AFTER_EXPERIMENTS: tuple[Chapter, ...] = (
     soak.CHAPTER,
     ttft.CHAPTER,
@@ -66,8 +61,14 @@ AFTER_EXPERIMENTS: tuple[Chapter, ...] = (
 
 def chapters() -> tuple[Chapter, ...]:
     """Every chapter of the report, in reading order."""
-    own = tuple(part.chapter for _, part in reported())
-    return (*BEFORE_EXPERIMENTS, *own, *AFTER_EXPERIMENTS)
+    parts = reported()
+    placed = {None, server_flags.KEY}
+    lost = [experiment.name for experiment, part in parts if part.within not in placed]
+    if lost:  # a report part placed within a chapter the report does not have would be left out
+        raise ValueError(f"no report chapter {server_flags.KEY!r} or of their own for {', '.join(lost)}")
+    own = tuple(part.chapter for _, part in parts if part.within is None)
+    flags = server_flags.chapter([part.chapter for _, part in parts if part.within == server_flags.KEY])
+    return (*BEFORE_FLAGS, flags, contexts.CHAPTER, *own, *AFTER_EXPERIMENTS)
 
 
 def figures() -> tuple[Figure, ...]:
