@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.timeout_s,
         )  # fmt: skip
     except QuantloadError as error:
-        print(f"error: {error.one_line()}", file=sys.stderr)
+        sys.stderr.write(f"error: {error.one_line()}\n")
         return 1
-    print(describe(costs))
+    sys.stdout.write(describe(costs) + "\n")
     if args.out is not None:
         write_costs_file(args.out, costs)
     return 0
