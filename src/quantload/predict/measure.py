@@ -52,6 +52,9 @@ def describe(costs: CostsFile) -> str:
     for term in TERMS:
         lines.append(f"  {term:24s} {fit.coefficients[term]:.4e} +/- {fit.stderr[term]:.1e}")
     lines.append(f"  relative error: rms {fit.relative_rms:.3f}, max {fit.relative_max:.3f}")
+    other = costs.batched_bench.other_cpu_frac
+    if other is not None:
+        lines.append(f"  other processes used {other:.0%} of all CPUs during the run (wall-clock timings)")
     return "\n".join(lines)
 
 
