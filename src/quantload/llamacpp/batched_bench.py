@@ -111,6 +111,42 @@ class BatchedBenchResult(BaseModel):
     other_cpu_frac: float | None = None
     llama_cpp: dict[str, Any] = Field(description="Toolchain.version_record()")
     measured_at: str = Field(description="UTC time the run finished, ISO 8601")
+    runs: int = Field(default=1, description="runs of the command `rows` is the fastest of (fastest_of)")
+    run_rows: list[list[BatchedBenchRow]] = Field(
+        default_factory=list, description="each run's own rows, when there were several"
+    )
+
+
+def fastest_of(results: Sequence[BatchedBenchResult]) -> BatchedBenchResult:
+    """Several runs of one command as one: per test, the fastest prefill and the fastest decode.
+    Other processes only ever slow a run down (llama-batched-bench times wall-clock), so the
+    minimum is the best estimate of the machine's own speed; every run's rows are kept."""
+    if not results:
+        raise MeasurementError("no llama-batched-bench runs to combine")
+    first = results[0]
+    shapes = [[(r.prompt_tokens, r.gen_tokens, r.sequences) for r in result.rows] for result in results]
+    if any(shape != shapes[0] for shape in shapes) or any(r.settings != first.settings for r in results):
+        raise MeasurementError("llama-batched-bench runs to combine differ in their tests or settings")
+    rows = [
+        row.model_copy(
+            update={
+                "prompt_s": min(result.rows[index].prompt_s for result in results),
+                "gen_s": min(result.rows[index].gen_s for result in results),
+            }
+        )
+        for index, row in enumerate(first.rows)
+    ]
+    shares = [r.other_cpu_frac for r in results if r.other_cpu_frac is not None]
+    return first.model_copy(
+        update={
+            "rows": rows,
+            "wall_time_s": round(sum(r.wall_time_s for r in results), 3),
+            "other_cpu_frac": max(shares) if shares else None,
+            "measured_at": results[-1].measured_at,
+            "runs": len(results),
+            "run_rows": [list(r.rows) for r in results] if len(results) > 1 else [],
+        }
+    )
 
 
 def _settings(data: dict[str, Any], where: str) -> BatchedBenchSettings:

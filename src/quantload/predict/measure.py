@@ -1,10 +1,12 @@
 """Measuring one model file's cost curves: llama-batched-bench, then the fit, then costs.json.
 
     python -m quantload.predict.measure MODEL.gguf --npp 32,128,512 --ntg 32 --npl 1,2,4,8 -t 1 \
-        --out costs.json
+        [--repeats R] --out costs.json
 
 uses the llama.cpp tools quantload finds or has built (`quantload toolchain`) and prints the
-fitted coefficients and the fit's error.
+fitted coefficients and the fit's error. With --repeats R the tool runs R times and each test
+keeps its fastest prefill and decode (`batched_bench.fastest_of`): on a shared machine the other
+processes' load, not the model, is most of a single run's error.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from quantload.config import ToolchainSettings
 from quantload.errors import QuantloadError
-from quantload.llamacpp.batched_bench import run_batched_bench
+from quantload.llamacpp.batched_bench import fastest_of, run_batched_bench
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.predict.costs import TERMS, CostsFile, fit_costs, write_costs_file
 
@@ -33,13 +35,18 @@ def measure_costs(
     n_ubatch: int = 512,
     timeout_s: float | None = 600.0,
     log_path: Path | None = None,
+    repeats: int = 1,
 ) -> CostsFile:
-    """Run llama-batched-bench on `model_path` and fit its cost curves."""
-    result = run_batched_bench(
-        toolchain, model_path, prompt_tokens, gen_tokens, sequences, threads=threads,
-        n_batch=n_batch, n_ubatch=n_ubatch, timeout_s=timeout_s, log_path=log_path,
-    )  # fmt: skip
-    return fit_costs(result)
+    """Run llama-batched-bench `repeats` times on `model_path` and fit its cost curves to the
+    fastest of each test (`timeout_s` bounds each run)."""
+    results = []
+    for _ in range(max(1, repeats)):
+        result = run_batched_bench(
+            toolchain, model_path, prompt_tokens, gen_tokens, sequences, threads=threads,
+            n_batch=n_batch, n_ubatch=n_ubatch, timeout_s=timeout_s, log_path=log_path,
+        )  # fmt: skip
+        results.append(result)
+    return fit_costs(fastest_of(results))
 
 
 def describe(costs: CostsFile) -> str:
@@ -48,6 +55,7 @@ def describe(costs: CostsFile) -> str:
     lines = [
         f"{costs.model_path} ({costs.quant_type}, {costs.model_size_bytes} bytes), -t {costs.n_threads}"
         f" -b {costs.n_batch} -ub {costs.n_ubatch}, {fit.observations} observations"
+        f" (fastest of {costs.batched_bench.runs} runs)"
     ]
     for term in TERMS:
         lines.append(f"  {term:24s} {fit.coefficients[term]:.4e} +/- {fit.stderr[term]:.1e}")
@@ -71,14 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-t", "--threads", type=int, default=0)
     parser.add_argument("-b", "--batch", type=int, default=2048)
     parser.add_argument("-ub", "--ubatch", type=int, default=512)
-    parser.add_argument("--timeout-s", type=float, default=600.0)
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="per run")
+    parser.add_argument("--repeats", type=int, default=1, help="runs; each test keeps its fastest")
     parser.add_argument("--out", type=Path, default=None, help="write costs.json here")
     args = parser.parse_args(argv)
     try:
         toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
         costs = measure_costs(
             toolchain, args.model, args.npp, args.ntg, args.npl, args.threads, args.batch, args.ubatch,
-            args.timeout_s,
+            args.timeout_s, repeats=args.repeats,
         )  # fmt: skip
     except QuantloadError as error:
         sys.stderr.write(f"error: {error.one_line()}\n")

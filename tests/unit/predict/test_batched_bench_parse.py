@@ -12,6 +12,7 @@ from quantload.llamacpp.batched_bench import (
     batched_bench_command,
     check_grid,
     context_for,
+    fastest_of,
     parse_batched_bench,
     run_batched_bench,
 )
@@ -102,3 +103,23 @@ def test_a_failed_run_is_one_line(tmp_path: Path, run: ToolRun, message: str) ->
 def test_bad_test_values_are_refused_before_running(tmp_path: Path) -> None:
     with pytest.raises(MeasurementError, match="positive -npl"):
         run_batched_bench(_toolchain(), tmp_path / "m.gguf", [16], [4], [], runner=lambda *a, **k: _run(""))
+
+
+def test_several_runs_keep_each_tests_fastest_prefill_and_decode(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"x")
+    slow = JSONL.replace('"t_pp": 0.107845', '"t_pp": 0.9').replace('"t_tg": 0.124340', '"t_tg": 0.1')
+    outputs = [JSONL, slow]
+
+    def runner(command: list[str], on_output: object, timeout_s: float | None) -> ToolRun:
+        return _run(outputs.pop(0))
+
+    runs = [run_batched_bench(_toolchain(), model, [16, 32], [4], [1, 2], runner=runner) for _ in range(2)]
+    combined = fastest_of(runs)
+    assert combined.runs == 2 and len(combined.run_rows) == 2 and combined.run_rows[1][0].prompt_s == 0.9
+    assert combined.rows[0].prompt_s == pytest.approx(0.107845)  # the first run was faster
+    assert combined.rows[3].gen_s == pytest.approx(0.1)  # the second run was
+    assert fastest_of(runs[:1]) == runs[0].model_copy(update={"measured_at": runs[0].measured_at})
+    other = runs[1].model_copy(update={"rows": runs[1].rows[:3]})
+    with pytest.raises(MeasurementError, match="differ"):
+        fastest_of([runs[0], other])
