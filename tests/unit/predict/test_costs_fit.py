@@ -163,3 +163,12 @@ def test_a_row_of_zero_seconds_is_refused() -> None:
         MeasurementError, match="positive measured seconds; batched-bench pp32 tg32 B1 decode"
     ):
         fit_costs(_result(rows), quant_type="Q4_K_M")
+
+
+def test_the_measured_smollm2_curves_load_and_grow_with_sequences() -> None:
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "predict" / "smollm2-q4_k_m-costs.json"
+    costs = load_costs_file(path)
+    assert costs.quant_type == "Q4_K_M" and costs.batched_bench.runs == 3 and costs.fit.relative_rms < 0.15
+    curves = costs.curves()
+    steps = [curves.batch_s(0, n, n * 256) for n in (1, 2, 4, 8)]
+    assert steps == sorted(steps) and 0.005 < steps[0] < 0.05
