@@ -1,27 +1,17 @@
-"""Measuring one model file's cost curves: llama-batched-bench, then the fit, then costs.json.
-
-    python -m quantload.predict.measure MODEL.gguf --npp 32,128,512 --ntg 32 --npl 1,2,4,8 -t 1 \
-        [--repeats R] --out costs.json
-
-uses the llama.cpp tools quantload finds or has built (`quantload toolchain`) and prints the
-fitted coefficients and the fit's error. With --repeats R the tool runs R times and each test
-keeps its fastest prefill and decode (`batched_bench.fastest_of`): on a shared machine the other
-processes' load, not the model, is most of a single run's error.
+"""Measuring one model file's cost curves: llama-batched-bench, then the fit (what `quantload
+predict` does per file, and its description of the fit). With `repeats` the tool runs that many
+times and each test keeps its fastest prefill and decode (`batched_bench.fastest_of`): on a shared
+machine the other processes' load, not the model, is most of a single run's error.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from quantload.config import ToolchainSettings
-from quantload.errors import QuantloadError
 from quantload.llamacpp.batched_bench import fastest_of, run_batched_bench
-from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
-from quantload.predict.costs import TERMS, CostsFile, fit_costs, write_costs_file
+from quantload.llamacpp.toolchain import Toolchain
+from quantload.predict.costs import TERMS, CostsFile, fit_costs
 
 
 def measure_costs(
@@ -64,39 +54,3 @@ def describe(costs: CostsFile) -> str:
     if other is not None:
         lines.append(f"  other processes used {other:.0%} of all CPUs during the run (wall-clock timings)")
     return "\n".join(lines)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m quantload.predict.measure", description=__doc__)
-    parser.add_argument("model", type=Path)
-    parser.add_argument("--npp", type=_ints, default=[32, 128, 512])
-    parser.add_argument("--ntg", type=_ints, default=[32])
-    parser.add_argument("--npl", type=_ints, default=[1, 2, 4, 8])
-    parser.add_argument("-t", "--threads", type=int, default=0)
-    parser.add_argument("-b", "--batch", type=int, default=2048)
-    parser.add_argument("-ub", "--ubatch", type=int, default=512)
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="per run")
-    parser.add_argument("--repeats", type=int, default=1, help="runs; each test keeps its fastest")
-    parser.add_argument("--out", type=Path, default=None, help="write costs.json here")
-    args = parser.parse_args(argv)
-    try:
-        toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
-        costs = measure_costs(
-            toolchain, args.model, args.npp, args.ntg, args.npl, args.threads, args.batch, args.ubatch,
-            args.timeout_s, repeats=args.repeats,
-        )  # fmt: skip
-    except QuantloadError as error:
-        sys.stderr.write(f"error: {error.one_line()}\n")
-        return 1
-    sys.stdout.write(describe(costs) + "\n")
-    if args.out is not None:
-        write_costs_file(args.out, costs)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
