@@ -16,6 +16,7 @@ WORKING = {
 }
 
 RPC_HELP = 'echo "Usage: ggml-rpc-server [options]" >&2'
+VERSION = 'echo "version: 1234 (abc)" >&2'  # llama-imatrix's and llama-batched-bench's --version
 
 
 def write_tools(folder: Path, scripts: dict[str, str]) -> None:

@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from quantload.analysis.run_data import load_run
-from quantload.analysis.server_flags import server_flag_tables
 from quantload.analysis.stage_tables import stage_table
 from quantload.config import load_config
 from quantload.errors import QuantloadError
+from quantload.experiments.batching.tables import batching_table, batching_verdict
+from quantload.experiments.slots.tables import slots_table
+from quantload.experiments.speculation.tables import speculation_table, speculation_verdict
 from quantload.experiments.variant_file import read_variants
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
@@ -113,17 +115,18 @@ def test_batching_slots_and_speculation_on_the_tiny_model(
     assert ngram is not None and not ngram.speculating
 
     run = load_run(run_dir)
-    tables = server_flag_tables(run, stage_table(run, Slo.of(settings.slo)), ["F16"])
-    assert (
-        set(tables.batching["server_args"]) == {"-cb", "-nocb"}
-        and "static batching" in tables.batching_verdict
-    )
-    assert list(tables.slots["slots"]) == [1, 2] and tables.slots["limit_users"].notna().all()
-    spec = tables.speculation.set_index("variant")
+    stages, variants = stage_table(run, Slo.of(settings.slo)), read_variants(run_dir)
+    batching = batching_table(run.records, stages, ["F16"])
+    assert set(batching["server_args"]) == {"-cb", "-nocb"}
+    assert "static batching" in batching_verdict(batching)
+    slots = slots_table(run.limits, variants, dict(run.summaries), run.records, ["F16"])
+    assert list(slots["slots"]) == [1, 2] and slots["limit_users"].notna().all()
+    speculation = speculation_table(run.records, stages, variants, ["F16"])
+    spec = speculation.set_index("variant")
     assert spec.loc["spec off", "speculating"] is None
     assert spec.loc[f"spec draft {tiny_models['Q8_0'].stem}", "acceptance"] is not None
     assert spec.loc["spec ngram default", "speculating"] is False
-    assert "not speculating, so not counted: spec ngram default" in tables.speculation_verdict
+    assert "not speculating, so not counted: spec ngram default" in speculation_verdict(speculation)
 
 
 @pytest.mark.long  # a whole tune on the real server, a minute and more (the tune's logic: tests/unit/tune): `make test-long`

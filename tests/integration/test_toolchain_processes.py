@@ -13,9 +13,9 @@ import pytest
 
 from quantload.config import ToolchainSettings
 from quantload.errors import ToolchainError
-from quantload.llamacpp.build import RPC_SERVER_TOOL, TOOL_NAMES
-from quantload.llamacpp.toolchain import IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
-from toolchain_fakes import RPC_HELP, WORKING, write_tools
+from quantload.llamacpp.build import RPC_SERVER_TOOL
+from quantload.llamacpp.toolchain import BATCHED_BENCH_TOOL, IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
+from toolchain_fakes import RPC_HELP, VERSION, WORKING, write_tools
 
 pytestmark = pytest.mark.integration
 
@@ -34,10 +34,24 @@ def test_a_folder_of_four_working_tools_is_found(tmp_path: Path) -> None:
 def test_llama_imatrix_beside_them_is_taken_and_checked(tmp_path: Path) -> None:
     write_tools(tmp_path, {**WORKING, IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2'})
     found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
-    assert found is not None and set(found.tools) == set(TOOL_NAMES)
+    assert found is not None and set(found.tools) == {*REQUIRED_TOOLS, IMATRIX_TOOL}
     assert found.path(IMATRIX_TOOL) == tmp_path / IMATRIX_TOOL
     write_tools(tmp_path, {IMATRIX_TOOL: "exit 127"})
     with pytest.raises(ToolchainError, match=IMATRIX_TOOL):
+        find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+
+
+def test_llama_batched_bench_beside_the_tools_is_taken_and_checked(tmp_path: Path) -> None:
+    write_tools(tmp_path, WORKING)
+    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+    assert found is not None
+    with pytest.raises(ToolchainError, match="have no llama-batched-bench"):
+        found.path(BATCHED_BENCH_TOOL)
+    write_tools(tmp_path, {BATCHED_BENCH_TOOL: VERSION})
+    found = find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
+    assert found is not None and found.path(BATCHED_BENCH_TOOL) == tmp_path / BATCHED_BENCH_TOOL
+    write_tools(tmp_path, {BATCHED_BENCH_TOOL: "exit 127"})
+    with pytest.raises(ToolchainError, match=BATCHED_BENCH_TOOL):
         find_toolchain(ToolchainSettings(llama_bin=tmp_path), {})
 
 

@@ -19,7 +19,7 @@ from quantload.cli.main import main
 from quantload.config import MixSettings, PrepareSettings, Settings
 from quantload.errors import ConfigError
 from quantload.experiments.soak.chapter import _memory_sentence
-from quantload.experiments.speculation import check_draft
+from quantload.experiments.speculation.stages import check_draft
 from quantload.llamacpp.quant_types import QuantTypes, ggml_tensor_types
 from quantload.models.calibration import check_calibration_file
 from quantload.models.file_plan import check_overrides_match, plan_files

@@ -25,8 +25,8 @@ from quantload.llamacpp.build import (
     build_dir,
     built_bin_dir,
 )
-from quantload.llamacpp.toolchain import IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
-from toolchain_fakes import RPC_HELP, WORKING, write_tools
+from quantload.llamacpp.toolchain import BATCHED_BENCH_TOOL, IMATRIX_TOOL, REQUIRED_TOOLS, find_toolchain
+from toolchain_fakes import RPC_HELP, VERSION, WORKING, write_tools
 
 
 def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
@@ -44,7 +44,7 @@ def test_a_cache_built_before_llama_imatrix_is_completed_with_that_target(
 
     def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
         commands.append(command)
-        write_tools(bins, {IMATRIX_TOOL: 'echo "version: 1234 (abc)" >&2', RPC_SERVER_TOOL: RPC_HELP})
+        write_tools(bins, {IMATRIX_TOOL: VERSION, BATCHED_BENCH_TOOL: VERSION, RPC_SERVER_TOOL: RPC_HELP})
 
     monkeypatch.setattr(build, "run_logged", fake_run)
     monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
@@ -65,7 +65,7 @@ def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cac
     tree.mkdir()
     build_folder = build_dir(tree)
     earlier_flags = [flag for flag in CMAKE_FLAGS if "RPC" not in flag]
-    write_tools(build_folder / "bin", WORKING | {IMATRIX_TOOL: 'echo "version: 1 (a)" >&2'})
+    write_tools(build_folder / "bin", WORKING | {IMATRIX_TOOL: VERSION, BATCHED_BENCH_TOOL: VERSION})
     (build_folder / "CMakeCache.txt").write_text("GGML_RPC:BOOL=OFF\n")
     (build_folder / "object.o").write_text("compiled\n")
     old = {"cmake_flags": earlier_flags, "targets": list(TOOL_NAMES)}
@@ -93,6 +93,34 @@ def test_a_tree_configured_with_other_flags_is_configured_again_from_a_fresh_cac
     assert built_bin_dir(tree) == build_folder / "bin"
     commands.clear()
     assert build.build_tools(tree, jobs=2) == build_folder / "bin" and not commands  # done now
+
+
+def test_a_cache_built_before_llama_batched_bench_is_completed_with_that_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "llama.cpp"
+    bins = build_dir(tree) / "bin"
+    write_tools(bins, WORKING | {IMATRIX_TOOL: VERSION, RPC_SERVER_TOOL: RPC_HELP})
+    (build_dir(tree) / "CMakeCache.txt").write_text("configured\n")
+    old = {"cmake_flags": list(CMAKE_FLAGS), "targets": [t for t in BUILD_TARGETS if t != BATCHED_BENCH_TOOL]}
+    (build_dir(tree) / BUILD_MARKER).write_text(json.dumps(old))
+    assert BATCHED_BENCH_TOOL in BUILD_TARGETS and built_bin_dir(tree) is None
+    commands: list[list[str]] = []
+
+    def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
+        commands.append(command)
+        write_tools(bins, {BATCHED_BENCH_TOOL: VERSION})
+
+    monkeypatch.setattr(build, "run_logged", fake_run)
+    monkeypatch.setattr(build, "check_build_prerequisites", lambda: None)
+    assert build.build_tools(tree, jobs=2) == bins
+    (only,) = commands  # compiled in the configured tree, no configure step
+    assert only[:2] == ["cmake", "--build"] and BATCHED_BENCH_TOOL in only
+    assert json.loads((build_dir(tree) / BUILD_MARKER).read_text())["completed_from"] == old
+
+
+def test_llama_batched_bench_is_optional_in_a_folder_of_the_users() -> None:
+    assert BATCHED_BENCH_TOOL not in REQUIRED_TOOLS and BATCHED_BENCH_TOOL in TOOL_NAMES
 
 
 def test_a_folder_missing_a_tool_names_it(tmp_path: Path) -> None:

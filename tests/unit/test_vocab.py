@@ -10,7 +10,7 @@ import pytest
 
 from quantload.config import load_config
 from quantload.errors import ConfigError
-from quantload.experiments.speculation import check_draft
+from quantload.experiments.speculation.stages import check_draft
 from quantload.models.vocab import draft_problem, read_vocab, vocab_mismatch
 
 TOKENS = [f"tok{n}" for n in range(300)]

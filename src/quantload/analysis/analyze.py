@@ -36,7 +36,6 @@ from quantload.analysis.run_tables import (
     users_levels,
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
-from quantload.analysis.server_flags import ServerFlagTables, server_flag_tables
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
 from quantload.analysis.ttft_tables import (
     CacheComparison,
@@ -44,13 +43,16 @@ from quantload.analysis.ttft_tables import (
     reasoning_table,
     ttft_split_table,
 )
+from quantload.analysis.tune_tables import TuneTables, tune_tables, tune_verdict
 from quantload.config import PlanSettings, ReportSettings, SloSettings
 from quantload.experiments import prefix_cache
 from quantload.experiments.registry import ReportParts, reported, requested_names
+from quantload.experiments.variant_file import read_variants
 from quantload.load.limit_file import LimitLine
 from quantload.observe.promql import PrometheusQueryError
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE
-from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL
+from quantload.rundir import KV_JSON, QUALITY_JSON, RECORDS_JSONL, SPEED_JSON, STAGES_JSONL, VARIANTS_JSONL
+from quantload.rundir.jsonl import BadLines
 from quantload.slo import Slo
 
 WINDOW_MARGIN_S = 5.0
@@ -88,7 +90,9 @@ class Analysis:
     quality_verdict: QualityVerdict
     limits: tuple[LimitLine, ...]  # the searches of each server as the run configured it
     reasoning: pd.DataFrame  # ttft_tables.reasoning_table
-    server_flags: ServerFlagTables  # batching, slots, speculation and the tune
+    tune: TuneTables  # tune_tables.tune_tables: the tune's trials and outcomes (its section of the
+    # server flags chapter; the flag experiments' own sections are theirs: `findings`)
+    tune_verdict: str
     gpu_energy: pd.DataFrame  # gpu_energy.gpu_energy_table
     findings: Mapping[str, object]  # by experiment name: its ExperimentReport.findings
 
@@ -261,7 +265,10 @@ def analyze(
     plan_inputs = plan_settings or PlanSettings()
     plan = plan_from_run(run, verdicts, plan_view(**plan_inputs.model_dump()), slo.ttft_s, slo.tpot_s, stages)
     parts = reported()
-    given = ReportInput(run, stages, slo, quants, plan)
+    bad_variants = BadLines(VARIANTS_JSONL)
+    variants = tuple(read_variants(run.run_dir, bad_variants))
+    variants_note = bad_variants.note()
+    given = ReportInput(run, stages, slo, quants, plan, variants)
     findings = {experiment.name: part.findings(given) for experiment, part in parts}
     gaps = list(run.gaps) + _quant_gaps(run, quants, stages, levels, given, parts)
     notes = list(run.reading_notes) + _excluded_notes(levels) + _stage_warnings(run.stages)
@@ -303,7 +310,7 @@ def analyze(
     lagging = lagging_stages(stages, report.client_lag_threshold_s)
     gaps += _not_run_gaps(run, stages, parts) + _experiment_gaps(given, parts, findings)
     gaps += _plan_gaps(run, plan)
-    flags = server_flag_tables(run, stages, quants)
+    tune = tune_tables(run.run_dir)
     kld = run.quality.kld if run.quality is not None else None
     served = run.settings.server if run.settings is not None else None
     return Analysis(
@@ -328,7 +335,7 @@ def analyze(
         histogram_check=hist,
         prometheus_origin=prometheus.origin if client is not None else "",
         gaps=tuple(gaps),
-        notes=(*notes, *flags.notes),
+        notes=(*notes, *((variants_note,) if variants_note else ()), *tune.notes),
         plan=plan,
         scale_out=scale_out_signals(series, stages, verdicts),
         quality_loss=quality_loss(kld, quants, run.step_why("kld", None, QUALITY_JSON)),
@@ -342,7 +349,8 @@ def analyze(
         ),
         limits=tuple(line for line in run.limits if line.variant is None),  # variants: their own chapters
         reasoning=reasoning_table(run.records, quants),
-        server_flags=flags,
+        tune=tune,
+        tune_verdict=tune_verdict(tune),
         gpu_energy=energy,
         findings=findings,
     )

@@ -43,7 +43,7 @@ def _users(count: float | int) -> str:
 
 def _flags(analysis: Analysis, quant: str) -> str:
     """The server flags the choice was measured with: the tune's winner where the run tuned."""
-    tuned = analysis.server_flags.tune.outcomes.get(quant) or {}
+    tuned = analysis.tune.outcomes.get(quant) or {}
     if tuned.get("winner"):
         return f"the tuned flags {tuned['winner']}"
     settings = analysis.run.settings

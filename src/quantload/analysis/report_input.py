@@ -12,19 +12,22 @@ from quantload.analysis.capacity_plan import CapacityPlan
 from quantload.analysis.run_data import RunData
 from quantload.experiments.base import Experiment
 from quantload.experiments.registry import requested_names
+from quantload.experiments.variant_file import VariantLine
 from quantload.slo import Slo
 
 
 @dataclass(frozen=True)
 class ReportInput:
     """The run, its stage table, the SLO it is judged against, its quantizations in report order,
-    and its capacity plan."""
+    its capacity plan, and the server variants the flag experiments and the tune ran (variants.jsonl,
+    read once by the report: its damaged lines are one note)."""
 
     run: RunData
     stages: pd.DataFrame  # stage_tables.stage_table
     slo: Slo
     quants: tuple[str, ...]
     plan: CapacityPlan
+    variants: tuple[VariantLine, ...] = ()
 
 
 def not_run_because(run: RunData, experiment: Experiment, quant: str | None, what_file: str) -> str:

@@ -4,7 +4,8 @@ typed model.
 The verdicts, the header, the KV rows and the prompt-cache comparisons keep the types the analysis
 computes them as; a table is a list of its rows (`Row`), whose columns are those of the frame the
 named analysis module builds. Missing figures are null, never NaN. An experiment with a part of its
-own in the report (experiments.base.ExperimentReport) adds its keys through that part's `summary`.
+own in the report (experiments.base.ExperimentReport) adds its keys through that part's `summary`:
+at the top level, or under `server_flags` for one placed within that chapter.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from quantload.load.limit_file import LimitLine
 from quantload.stats import PERCENTILE_METHOD
 
 SUMMARY_SCHEMA = "quantload.report/1"
+SERVER_FLAGS = "server_flags"  # the chapter (and key) the flag experiments' parts are placed within
 Row = dict[str, Any]
 
 
@@ -96,13 +98,6 @@ class QualityLossSummary(_SummaryPart):
     rows: list[Row]  # quality_loss.QUALITY_LOSS_COLUMNS
 
 
-class FlagPart(_SummaryPart):
-    """One server-flag experiment: its table's rows and its one-sentence verdict."""
-
-    rows: list[Row]
-    verdict: str
-
-
 class TunePart(_SummaryPart):
     """The tune: every trial (tune_tables.TRIAL_COLUMNS), each quantization's outcome (tune.json)
     and the verdict."""
@@ -113,11 +108,11 @@ class TunePart(_SummaryPart):
 
 
 class ServerFlagsSummary(_SummaryPart):
-    """The server flags chapter (analysis.server_flags.ServerFlagTables)."""
+    """The server flags chapter: the tune, and the keys the flag experiments' report parts add
+    (kept as they are read: batching, slots, speculation, each its table's rows and its verdict)."""
 
-    batching: FlagPart  # batching_tables.batching_table
-    slots: FlagPart  # slots_tables.slots_table
-    speculation: FlagPart  # speculation_tables.speculation_table
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
     tune: TunePart
 
 
@@ -191,24 +186,23 @@ def _rows(frame: pd.DataFrame) -> list[Row]:
 
 
 def _server_flags(analysis: Analysis) -> dict[str, Any]:
-    flags = analysis.server_flags
     return {
-        "batching": {"rows": _rows(flags.batching), "verdict": flags.batching_verdict},
-        "slots": {"rows": _rows(flags.slots), "verdict": flags.slots_verdict},
-        "speculation": {"rows": _rows(flags.speculation), "verdict": flags.speculation_verdict},
+        **_experiment_keys(analysis, SERVER_FLAGS),
         "tune": {
-            "trials": _rows(flags.tune.trials),
-            "outcomes": flags.tune.outcomes,
-            "verdict": flags.tune_verdict,
+            "trials": _rows(analysis.tune.trials),
+            "outcomes": analysis.tune.outcomes,
+            "verdict": analysis.tune_verdict,
         },
     }
 
 
-def _experiment_keys(analysis: Analysis) -> dict[str, Any]:
-    """The keys the experiments' own report parts add, from their findings."""
+def _experiment_keys(analysis: Analysis, within: str | None = None) -> dict[str, Any]:
+    """The keys the experiments' own report parts add, from their findings: those of the parts
+    placed `within` that chapter (None: those with a chapter of their own)."""
     keys: dict[str, Any] = {}
     for experiment, part in reported():
-        keys.update(part.summary(analysis.findings[experiment.name]))
+        if part.within == within:
+            keys.update(part.summary(analysis.findings[experiment.name]))
     return keys
 
 

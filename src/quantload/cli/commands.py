@@ -55,6 +55,10 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Measure perplexity and KL divergence from F16 with llama-perplexity.",
     ),
     CommandEntry(
+        "predict", "cmd_predict",
+        "Predict each file's SLO limit (users) from its measured cost curves, without serving.",
+    ),
+    CommandEntry(
         "speed", "cmd_speed",
         "Measure pp/tg tokens/s with llama-bench and place them on this machine's roofline.",
     ),

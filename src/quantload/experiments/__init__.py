@@ -1,5 +1,6 @@
 """The load experiments: one module or folder each (a folder when it brings its own part of the
-report: sessions, mixed, context, noisy_neighbour, kv_types, soak), listed once in `registry`.
+report: sessions, mixed, batching, slots, speculation, context, noisy_neighbour, kv_types, soak),
+listed once in `registry`.
 
   base          what an experiment declares, is given (ExperimentContext) and returns (ExperimentRun)
   registry      the list, and the lookups every part uses
@@ -9,6 +10,6 @@ report: sessions, mixed, context, noisy_neighbour, kv_types, soak), listed once 
                 the experiments
   limit_trials  the limit search's trials, shared by limit_users and limit_rate (and the tune)
   at_limit      the users a flag experiment compares at: the run's found limit, or its own search
-  spec_probe    whether a llama-server speculates: its log, its /slots, its draft counters
-  variant_file  variants.jsonl: each server variant the flag experiments and the tune ran
+  variant_file  variants.jsonl: each server variant the flag experiments and the tune ran (whether
+                a variant speculates: speculation.probe, which the tune reads too)
 """

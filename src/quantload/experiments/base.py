@@ -187,7 +187,13 @@ class ExperimentReport(Generic[FindingsT]):
     not run). `gaps` files its other notes after every experiment's "not run" one; `quant_gaps`
     its notes of one model file each, with the model files' own (after the KL divergence's);
     `notes` what reading its files left out. `itl_gaps`: the report reads every inter-token gap of
-    its records (RunData.itl_by_request), not only their summary."""
+    its records (RunData.itl_by_request), not only their summary.
+
+    `within` names a chapter of the report's own that shows the experiment's sections among its
+    others, where a chapter of the experiment's own would change the report's reading order (the
+    flag experiments: "server_flags", whose chapter shell stays in the analysis with the tune's
+    section). Its chapter's sections then come there, in the registry's order, and its summary
+    keys go under that chapter's key of summary.json."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
@@ -199,6 +205,7 @@ class ExperimentReport(Generic[FindingsT]):
     quant_gaps: Callable[[ReportInput], Sequence[Gap]] | None = None
     notes: Callable[[FindingsT], Sequence[str]] = nothing_more
     itl_gaps: bool = False
+    within: str | None = None  # the report's chapter that shows its sections (None: its own chapter)
 
 
 @dataclass(frozen=True)

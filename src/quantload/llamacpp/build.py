@@ -2,9 +2,10 @@
 
 A build is complete when its marker is written with the flags of its backend and every target of
 BUILD_TARGETS is in bin/. A cache built before a tool was added (the four tools without
-llama-imatrix) is completed in place: the configured tree is kept and `cmake --build` compiles
-only the missing target, reusing the libraries already built. A tree configured with other flags
-(before the RPC backend) is configured again from scratch, its CMakeCache.txt removed first:
+llama-imatrix, or without llama-batched-bench) is completed in place: the configured tree is kept
+and `cmake --build` compiles only the missing target, reusing the libraries already built. A tree
+configured with other flags (before the RPC backend) is configured again from scratch, its
+CMakeCache.txt removed first:
 CMake keeps every value of an old cache that the new command line does not name, so a flag
 dropped since would otherwise stay on. Objects whose compile command did not change are kept.
 Each backend (`llamacpp.backend`: the CPU, or CUDA for some architectures, with the user's extra
@@ -33,6 +34,7 @@ from quantload.progress import ProgressCallback, no_progress
 
 TOOL_NAMES: tuple[str, ...] = (
     "llama-server", "llama-quantize", "llama-bench", "llama-perplexity", "llama-imatrix",
+    "llama-batched-bench",
 )  # fmt: skip
 RPC_SERVER_TOOL = "ggml-rpc-server"  # serves this host's CPU to a llama-server elsewhere (--rpc)
 BUILD_TARGETS: tuple[str, ...] = (*TOOL_NAMES, RPC_SERVER_TOOL)

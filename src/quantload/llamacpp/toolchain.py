@@ -3,8 +3,9 @@
 Our own build always has every tool of TOOL_NAMES and ggml-rpc-server, built for the backend
 `llamacpp.backend` chooses (CUDA for the GPUs found where nvcc is, else the CPU), each backend in a
 cache folder of its own. A folder of the user's (QUANTLOAD_LLAMA_BIN, PATH) needs the four
-REQUIRED_TOOLS; llama-imatrix and ggml-rpc-server (OPTIONAL_TOOLS) are used when they are there,
-and a step that needs one without it stops in one line naming the folder (`Toolchain.path`).
+REQUIRED_TOOLS; llama-imatrix, llama-batched-bench and ggml-rpc-server (OPTIONAL_TOOLS) are used
+when they are there, and a step that needs one without it stops in one line naming the folder
+(`Toolchain.path`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ from quantload.progress import ProgressCallback, no_progress
 
 Origin = Literal["QUANTLOAD_LLAMA_BIN", "PATH", "cache"]
 IMATRIX_TOOL = "llama-imatrix"
-REQUIRED_TOOLS: tuple[str, ...] = tuple(name for name in TOOL_NAMES if name != IMATRIX_TOOL)
-OPTIONAL_TOOLS: tuple[str, ...] = (IMATRIX_TOOL, RPC_SERVER_TOOL)
+BATCHED_BENCH_TOOL = "llama-batched-bench"
+REQUIRED_TOOLS: tuple[str, ...] = tuple(
+    name for name in TOOL_NAMES if name not in (IMATRIX_TOOL, BATCHED_BENCH_TOOL)
+)
+OPTIONAL_TOOLS: tuple[str, ...] = (IMATRIX_TOOL, BATCHED_BENCH_TOOL, RPC_SERVER_TOOL)
 
 
 @dataclass(frozen=True)

@@ -153,12 +153,19 @@ def predict_levels(
     plan: SimulatedLoad,
     levels: Sequence[float],
     seed: int = 0,
+    misses_past: int | None = None,
 ) -> tuple[LevelPrediction, ...]:
-    """Every level simulated (each with the same `seed`) and judged, in ascending order."""
-    return tuple(
-        judge_level(level, simulate(server, cost, plan.workload(level), seed), slo, plan.warmup_requests)
-        for level in sorted(levels)
-    )
+    """Every level simulated (each with the same `seed`) and judged, in ascending order; with
+    `misses_past`, stopping once that many levels in a row have missed."""
+    judged: list[LevelPrediction] = []
+    missed = 0
+    for level in sorted(levels):
+        result = simulate(server, cost, plan.workload(level), seed)
+        judged.append(judge_level(level, result, slo, plan.warmup_requests))
+        missed = 0 if judged[-1].meets else missed + 1
+        if misses_past is not None and missed >= misses_past:
+            break
+    return tuple(judged)
 
 
 def limit_of(levels: Sequence[LevelPrediction]) -> float | None:
@@ -181,11 +188,14 @@ def predict_limit(
     cost_bounds: tuple[BatchCost, BatchCost] | None = None,
     scale_bounds: tuple[float, float] | None = None,
     seed: int = 0,
+    misses_past: int | None = None,
 ) -> LimitPrediction:
     """The predicted SLO limit over `levels` (users 1..max_users, or rates), with its interval.
 
     `cost_bounds` is (fastest, slowest) BatchCost; `scale_bounds` is (low, high) factors on `cost`
-    (0.9, 1.1 for ±10 %). Give one or neither (then the interval is the point).
+    (0.9, 1.1 for ±10 %). Give one or neither (then the interval is the point). `misses_past`:
+    each of the three sweeps stops once that many levels in a row have missed (levels above them
+    cannot change the limit, which needs every lower level to meet).
     """
     if cost_bounds is not None and scale_bounds is not None:
         raise ValueError("give cost_bounds or scale_bounds, not both")
@@ -196,12 +206,12 @@ def predict_limit(
         if not 0 < low_factor <= high_factor:
             raise ValueError(f"scale bounds must be 0 < low <= high: {scale_bounds}")
         cost_bounds = (ScaledCost(cost, low_factor), ScaledCost(cost, high_factor))
-    point = predict_levels(server, cost, slo, plan, levels, seed)
+    point = predict_levels(server, cost, slo, plan, levels, seed, misses_past)
     if cost_bounds is None:
         fast = slow = point
     else:
-        fast = predict_levels(server, cost_bounds[0], slo, plan, levels, seed)
-        slow = predict_levels(server, cost_bounds[1], slo, plan, levels, seed)
+        fast = predict_levels(server, cost_bounds[0], slo, plan, levels, seed, misses_past)
+        slow = predict_levels(server, cost_bounds[1], slo, plan, levels, seed, misses_past)
     return LimitPrediction(
         slo=slo,
         arrival=plan.arrival,

@@ -10,6 +10,9 @@ reads and appends, quantload.rundir.handle.RunDir) is the one way code reaches t
   speed.json           llama-bench and roofline per file (quantload.roofline.speed_file)
   kv.json              KV cache predicted vs reported per file (rundir.kv_file)
   gpu.json             each server's GPU offload check and the GPUs' idle baselines (rundir.gpu_file)
+  costs.json           cost curves fitted to llama-batched-bench rows (quantload.predict.costs); one
+                       per model file as costs-<quant>.json where a folder holds several
+  predict.json         the capacity predicted from them before any load (quantload.predict.prediction)
   records.jsonl        one line per request (quantload.load.records), appended as they finish
   stages.jsonl         one line per load stage start/end (quantload.load.records)
   summaries.jsonl      one line per load stage: its summary, written when it ends (quantload.load.summary)
@@ -57,6 +60,8 @@ QUALITY_JSON = "quality.json"
 SPEED_JSON = "speed.json"
 KV_JSON = "kv.json"
 GPU_JSON = "gpu.json"
+COSTS_JSON = "costs.json"
+PREDICT_JSON = "predict.json"
 RECORDS_JSONL = "records.jsonl"
 STAGES_JSONL = "stages.jsonl"
 LIMITS_JSONL = "limits.jsonl"
@@ -138,6 +143,21 @@ class RunPaths:
     @property
     def kv_path(self) -> Path:
         return self.path / KV_JSON
+
+    @property
+    def costs_path(self) -> Path:
+        """costs.json: cost curves of one model file (quantload.predict.costs)."""
+        return self.path / COSTS_JSON
+
+    def costs_path_of(self, quant: str) -> Path:
+        """costs-<quant>.json: the cost curves of one of several model files."""
+        stem, _, suffix = COSTS_JSON.rpartition(".")
+        return self.path / f"{stem}-{quant}.{suffix}"
+
+    @property
+    def predict_path(self) -> Path:
+        """predict.json: the capacity predicted before the load (quantload.predict.prediction)."""
+        return self.path / PREDICT_JSON
 
     @property
     def gpu_path(self) -> Path:

@@ -25,7 +25,7 @@ from typing import Any, cast
 from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.base import ServerFlags
-from quantload.experiments.speculation import check_draft, draft_args, ngram_args
+from quantload.experiments.speculation.stages import check_draft, draft_args, ngram_args
 from quantload.llamacpp.devices import Device
 from quantload.llamacpp.kld import needs_flash_attention
 from quantload.llamacpp.offload import GpuLayers

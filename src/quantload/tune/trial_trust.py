@@ -2,8 +2,8 @@
 
 - A configuration that speculates must have drafted: its server's startup log and `/slots` are
   read before the trial, and its draft counters (`/metrics`, each request's timings) after it,
-  as the speculation experiment reads them (quantload.experiments.spec_probe). A variant that
-  never drafted measured the server without speculation: its trial is not a measurement of the
+  as the speculation experiment reads them (quantload.experiments.speculation.probe). A variant
+  that never drafted measured the server without speculation: its trial is not a measurement of the
   configuration, and it is never recommended.
 - The variant's server must still answer when the trial ends. One killed or crashed mid-trial
   fails its levels with refused connections; that is not the configuration missing the SLO.
@@ -16,8 +16,8 @@ from __future__ import annotations
 import httpx
 
 from quantload.experiments.base import ServedVariant
-from quantload.experiments.spec_probe import check_after, check_before
-from quantload.experiments.speculation import request_drafts
+from quantload.experiments.speculation.probe import check_after, check_before
+from quantload.experiments.speculation.stages import request_drafts
 from quantload.experiments.variant_file import SpeculationCheck
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget

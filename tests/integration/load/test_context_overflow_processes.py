@@ -7,9 +7,8 @@ Moved from tests/unit/load/test_context_overflow.py, whose other tests start no 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from load_api import settings_context
 from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import stage_table
 from quantload.config import Settings
-from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.experiments.base import ExperimentContext, ServerFlags
 from quantload.experiments.context.stages import run as run_context
 from quantload.experiments.context.tables import conversation_table, policy_table, turn_table
 from quantload.load.fakeserver import FakeScript, FakeServer
@@ -26,26 +25,23 @@ from quantload.load.records import iter_records
 from quantload.run_context import RunContext
 from quantload.served import ServedTarget
 from quantload.slo import Slo
+from variant_fakes import FakeVariants
 
 pytestmark = pytest.mark.integration
 
 TARGET = ServedTarget(name="fake", quant="Q4_K_M", model="m", url="http://127.0.0.1:1")
 
 
-class FakeVariants:
-    """A fake server per variant, refusing beyond its context as llama-server does; records the flags."""
 
-    def __init__(self, n_ctx: int) -> None:
-        self.n_ctx = n_ctx
-        self.flags: list[ServerFlags] = []
 
-    @contextlib.contextmanager
-    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        script = FakeScript(ttft_ms=(1, 3), itl_ms=(1, 1), tokens=12, n_ctx=self.n_ctx, slots=flags.slots or 4,
-                            enforce_context=True)  # fmt: skip
-        with FakeServer(script) as fake:
-            self.flags.append(flags)
-            yield ServedVariant(TARGET.model_copy(update={"url": fake.url}), flags)
+def refusing_beyond(n_ctx: int) -> Callable[[ServerFlags], FakeScript]:
+    """A fake per variant refusing beyond its context as llama-server does."""
+
+    def script(flags: ServerFlags) -> FakeScript:
+        return FakeScript(ttft_ms=(1, 3), itl_ms=(1, 1), tokens=12, n_ctx=n_ctx, slots=flags.slots or 4,
+                          enforce_context=True)  # fmt: skip
+
+    return script
 
 
 def _settings(tmp_path: Path, **changes: object) -> RunContext:
@@ -59,15 +55,15 @@ def _settings(tmp_path: Path, **changes: object) -> RunContext:
 @pytest.mark.slow
 def test_each_policy_gets_its_stage_on_its_variant_and_the_report_reads_them(tmp_path: Path) -> None:
     run = _settings(tmp_path, affinity="id_slot")
-    servers = FakeVariants(n_ctx=256)
+    servers = FakeVariants(script=refusing_beyond(256), target=TARGET)
     with FakeServer(FakeScript(n_ctx=4096)) as own:  # the server as the run started it: --keep is measured on it
         done = run_context(ExperimentContext(run, TARGET.model_copy(update={"url": own.url}), servers))
     assert [(s.phase, s.context_policy, s.status) for s in done.summaries] == [
         ("fail", "fail", "ok"), ("trim", "trim", "ok"), ("shift", "shift", "ok"),
     ]  # fmt: skip  (the breaker, at 2 in a row, ignored the expected refusals and cut turns)
-    assert [(f.slots, f.ctx_per_slot) for f in servers.flags] == [(2, 256), (2, 256)]  # fail and trim share one
-    assert servers.flags[0].extra_args == () and servers.flags[1].extra_args[:2] == ("--context-shift", "--keep")
-    keep = int(servers.flags[1].extra_args[2])
+    assert [(f.slots, f.ctx_per_slot) for f in servers.served] == [(2, 256), (2, 256)]  # fail and trim share one
+    assert servers.served[0].extra_args == () and servers.served[1].extra_args[:2] == ("--context-shift", "--keep")
+    keep = int(servers.served[1].extra_args[2])
     assert 16 <= keep <= 40  # the system prompt's whole length, as the template renders it
     records = [r for r in iter_records(tmp_path / "records.jsonl") if not r.warmup]
     fail = [r for r in records if r.stage_id and "-fail-" in r.stage_id]

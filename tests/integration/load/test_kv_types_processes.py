@@ -6,22 +6,20 @@ Moved from tests/unit/load/test_kv_types.py, whose other tests start no process.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from load_api import context
 from quantload.config import LoadSettings
-from quantload.errors import ServerError
-from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.experiments.base import ExperimentContext
 from quantload.experiments.kv_types.stages import run as run_kv_types
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError
 from quantload.served import ServedTarget
+from variant_fakes import FakeVariants
 
 pytestmark = pytest.mark.integration
 
@@ -38,33 +36,20 @@ def load_settings(**changes: object) -> LoadSettings:
     return LoadSettings.model_validate(base)
 
 
-class FakeVariants:
-    """A fake server per cache-type variant; `missing` types raise as a llama-server that would not start."""
-
-    def __init__(self, missing: tuple[str, ...] = ()) -> None:
-        self.missing = missing
-        self.served: list[str] = []
-
-    @contextlib.contextmanager
-    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        if flags.cache_type in self.missing:
-            raise ServerError(f"llama-server with a {flags.cache_type} cache did not become ready")
-        with FakeServer(SCRIPT) as fake:
-            self.served.append(str(flags.cache_type))
-            target = ServedTarget(name=f"llama-q8_0-{flags.label}", quant="Q8_0", model="m", url=fake.url)
-            yield ServedVariant(target, flags, None, "the fake logs no KV line")
 
 
 @pytest.mark.slow
 def test_every_cache_type_gets_its_stage_and_a_missing_server_fails_after_the_others(tmp_path: Path) -> None:
-    servers = FakeVariants(missing=("q4_0",))
+    servers = FakeVariants(
+        refused=lambda flags: flags.cache_type == "q4_0", name=lambda flags: f"llama-q8_0-{flags.label}"
+    )
     run = context(tmp_path, load_settings(), kv_types={"users": 2, "requests": 4, "max_tokens": 6},
                   quality={"kld_cache_types": ["f16", "q4_0", "q8_0"]})  # fmt: skip
     with FakeServer(SCRIPT) as own:  # the quantization's own server serves its own cache type, f16
         target = TARGET.model_copy(update={"url": own.url})
-        with pytest.raises(LoadError, match=r"measured 2 of 3 KV-cache types; q4_0: llama-server with a q4_0"):
+        with pytest.raises(LoadError, match=r"measured 2 of 3 KV-cache types; q4_0: llama-server with kv-q4_0"):
             run_kv_types(ExperimentContext(run, target, servers))
-    assert servers.served == ["q8_0"]
+    assert [flags.cache_type for flags in servers.served] == ["q8_0"]
     ends = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
     assert [(e.kv_cache_type, e.status, e.requests_done, e.stage_users) for e in ends] == [
         ("f16", "ok", 4, 2), ("q8_0", "ok", 4, 2),

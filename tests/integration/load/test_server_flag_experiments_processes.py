@@ -7,9 +7,7 @@ Moved from tests/unit/load/test_server_flag_experiments.py, whose other tests st
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +15,14 @@ import pytest
 from load_api import context
 from quantload.config import LoadSettings
 from quantload.experiments import batching, slots, speculation
-from quantload.experiments.base import ExperimentContext, ServedVariant, ServerFlags
+from quantload.experiments.base import ExperimentContext
 from quantload.experiments.variant_file import read_variants
 from quantload.load.fakeserver import FakeScript, FakeServer
 from quantload.load.limit_file import read_limits
 from quantload.load.records import iter_records, iter_stage_events
 from quantload.load.supervisor import LoadError
 from quantload.served import ServedTarget
+from variant_fakes import FakeVariants
 
 pytestmark = pytest.mark.integration
 
@@ -50,22 +49,6 @@ def load_settings(**changes: object) -> LoadSettings:
     return LoadSettings.model_validate(base)
 
 
-class FakeVariants:
-    """A fake server per variant; every variant asked for is kept in `asked`."""
-
-    def __init__(self, startup_log: str = "") -> None:
-        self.asked: list[ServerFlags] = []
-        self.startup_log = startup_log
-
-    @contextlib.contextmanager
-    def variant(self, flags: ServerFlags) -> Iterator[ServedVariant]:
-        self.asked.append(flags)
-        with FakeServer(SCRIPT) as fake:
-            target = TARGET.model_copy(update={"url": fake.url})
-            yield ServedVariant(target, flags, None, "the fake logs no KV line", self.startup_log)
-
-    def adopt(self, flags: ServerFlags) -> ServedVariant:
-        raise AssertionError("not in these tests")
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
-experiment. The sessions, mixed, context, noisy-neighbour, kv_types and soak experiments have one."""
+experiment. The sessions, mixed, context, noisy-neighbour, kv_types and soak experiments have a chapter
+of their own; the flag experiments (batching, slots, speculation) are sections of the server flags
+chapter, before the tune's."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from quantload.analysis.chapters import server_flags as server_flags_chapter
 from quantload.analysis.run_data import load_run
 from quantload.config import ReportSettings
 from quantload.experiments import registry
+from quantload.experiments.batching.findings import BatchingFindings
 from quantload.experiments.context.findings import ContextFindings
 from quantload.experiments.context.report import REPORT as CONTEXT_REPORT
 from quantload.experiments.kv_types.findings import KvTypesFindings
@@ -31,8 +34,10 @@ from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFinding
 from quantload.experiments.noisy_neighbour.report import REPORT
 from quantload.experiments.sessions.findings import SessionsFindings
 from quantload.experiments.sessions.report import REPORT as SESSIONS_REPORT
+from quantload.experiments.slots.findings import SlotsFindings
 from quantload.experiments.soak.findings import SoakFindings
 from quantload.experiments.soak.report import REPORT as SOAK_REPORT
+from quantload.experiments.speculation.findings import SpeculationFindings
 from quantload.llamacpp.server import free_port
 
 ANALYSIS = Path(__file__).resolve().parents[3] / "src" / "quantload" / "analysis"
@@ -51,7 +56,8 @@ def _imported(tree: ast.Module) -> set[str]:
 def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() -> None:
     moved = (
         "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
-        "experiments.context", "context_tables", "kv_types",
+        "experiments.context", "context_tables", "kv_types", "experiments.batching", "experiments.slots",
+        "experiments.speculation",
     )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
@@ -62,29 +68,42 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
-    names = ["sessions", "mixed", "context", "noisy_neighbour", "kv_types", "soak"]
+    names = ["sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour", "kv_types", "soak"]
     assert [experiment.name for experiment, _ in parts] == names
+    by_name = {experiment.name: part for experiment, part in parts}
     reports = [SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT]
-    assert [part for _, part in parts] == reports
+    assert [part for _, part in parts if part.within is None] == reports
+    assert [name for name, part in by_name.items() if part.within == "server_flags"] == [
+        "batching", "slots", "speculation",
+    ]
     every = chapters()
     # the sessions and mixed sections stay where they were: after the plan, before the rest of traffic
     at = every.index(plan_chapter.CHAPTER)
     assert every[at + 1 : at + 3] == (SESSIONS_REPORT.chapter, MIXED_REPORT.chapter)
-    after_flags = every.index(server_flags_chapter.CHAPTER)
+    after_flags = at + 4  # plan, sessions, mixed, traffic, then the server flags chapter
     assert every[after_flags + 1 : after_flags + 4] == (CONTEXT_REPORT.chapter, REPORT.chapter, SOAK_REPORT.chapter)
     assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
     keys = [figure.key for figure in figures()]
     assert keys.index("ttft_by_turn") < keys.index("mixed_itl") < keys.index("mixed_timeline")
+    # the server flags chapter: the experiments' figures in the registry's order, then the tune's
+    assert keys[keys.index("batching") : keys.index("tune") + 1] == ["batching", "slots", "speculation", "tune"]
+    assert keys.index("tune") < keys.index("context_by_turn")
     assert keys.index("context_by_turn") < keys.index("noisy_neighbour") < keys.index("kv_cache_types")
     assert keys.index("noisy_neighbour") + 1 == keys.index("soak")
     assert {"mixed"} == {e.name for e, part in parts if part.itl_gaps}
+    assert server_flags_chapter.KEY == "server_flags"
 
 
 def test_a_part_that_follows_no_chapter_of_the_report_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     listing = importlib.import_module("quantload.analysis.chapters")
-    experiment, part = registry.reported()[1]
-    misplaced = dataclasses.replace(part, follows="nowhere")
+    experiment, part = registry.get("noisy_neighbour"), registry.get("noisy_neighbour").report
+    assert part is not None
+    misplaced = dataclasses.replace(part(), follows="nowhere")
     monkeypatch.setattr(listing, "reported", lambda: ((experiment, misplaced),))
+    with pytest.raises(ValueError, match="nowhere"):
+        chapters()
+    within_nothing = dataclasses.replace(part(), within="nowhere")
+    monkeypatch.setattr(listing, "reported", lambda: ((experiment, within_nothing),))
     with pytest.raises(ValueError, match="nowhere"):
         chapters()
 
@@ -113,3 +132,12 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
     assert isinstance(context, ContextFindings) and context.policies.empty and context.turns.empty
     assert isinstance(analysis.findings["kv_types"], KvTypesFindings)
     assert (summary["context_policies"], summary["context_turns"], summary["kv_cache_types"]) == ([], [], [])
+    for name, kind in (
+        ("batching", BatchingFindings),
+        ("slots", SlotsFindings),
+        ("speculation", SpeculationFindings),
+    ):
+        flag = analysis.findings[name]
+        assert isinstance(flag, kind) and flag.table.empty
+        assert summary["server_flags"][name] == {"rows": [], "verdict": flag.verdict}
+    assert set(summary["server_flags"]) == {"batching", "slots", "speculation", "tune"}

@@ -10,10 +10,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from quantload.analysis.batching_tables import batching_table, batching_verdict, request_waits
-from quantload.analysis.slots_tables import slots_table, slots_verdict
-from quantload.analysis.speculation_tables import speculation_table, speculation_verdict
 from quantload.analysis.tune_tables import tune_tables, tune_verdict
+from quantload.experiments.batching.tables import batching_table, batching_verdict, request_waits
+from quantload.experiments.slots.tables import slots_table, slots_verdict
+from quantload.experiments.speculation.tables import speculation_table, speculation_verdict
 from quantload.experiments.variant_file import SpeculationCheck, VariantLine
 from quantload.load.limit_file import LimitLine, TrialLine
 from quantload.rundir import TUNE_JSONL

@@ -14,8 +14,15 @@ import pytest
 from load_api import context
 from quantload.config import load_config
 from quantload.errors import ConfigError
-from quantload.experiments import registry, slots, speculation
-from quantload.experiments.spec_probe import check_before, read_counters, slots_speculative, startup_problem
+from quantload.experiments import registry
+from quantload.experiments.slots import stages as slots
+from quantload.experiments.speculation import stages as speculation
+from quantload.experiments.speculation.probe import (
+    check_before,
+    read_counters,
+    slots_speculative,
+    startup_problem,
+)
 from quantload.served import ServedTarget
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")

@@ -1,7 +1,8 @@
 """The report's chapters, in reading order: each a run of consecutive sections about one subject,
 with the figures it shows (see `parts.Chapter`). The chapters of experiments with a part of their
 own in the report (experiments.base.ExperimentReport) follow the chapter each names
-(`ExperimentReport.follows`), in the registry's order.
+(`ExperimentReport.follows`), in the registry's order; those placed `within` one of the report's
+chapters (the flag experiments, within server_flags) are its sections instead.
 
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
@@ -12,8 +13,9 @@ own in the report (experiments.base.ExperimentReport) follow the chapter each na
                sessions: multi-turn sessions (1 figure)
                mixed: mixed traffic (2 figures)
   traffic      trace replay; asked and delivered lengths; which TTFT a reasoning model gets
-  server_flags continuous against static batching, slots at a fixed KV budget, speculative
-               decoding, the tuned flags (1 figure each)
+  server_flags the flag experiments' sections (batching: continuous against static batching;
+               slots: slots at a fixed KV budget; speculation: speculative decoding), then the
+               tuned flags (1 figure each)
   (the experiments' own chapters that follow server_flags)
                context: conversations beyond the slot context: refused, trimmed, shifted (1 figure)
                noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
@@ -49,13 +51,14 @@ from quantload.analysis.document import Document, gathered
 from quantload.analysis.plotting import Figure
 from quantload.experiments.registry import reported
 
-# the report's own chapters by name, in reading order: the names experiments' chapters follow
-CHAPTERS: tuple[tuple[str, Chapter], ...] = (
+# the report's own chapters by name, in reading order: the names experiments' chapters follow (the
+# server flags chapter is made by `chapter()` from the sections placed within it, then the tune's)
+CHAPTERS: tuple[tuple[str, Chapter | None], ...] = (
     ("verdict", verdict.CHAPTER),
     ("load", load.CHAPTER),
     ("plan", plan.CHAPTER),
     ("traffic", traffic.CHAPTER),
-    ("server_flags", server_flags.CHAPTER),
+    (server_flags.KEY, None),
     ("ttft", ttft.CHAPTER),
     ("model_files", model_files.CHAPTER),
     ("checks", checks.CHAPTER),
@@ -66,15 +69,20 @@ CHAPTERS: tuple[tuple[str, Chapter], ...] = (
 
 def chapters() -> tuple[Chapter, ...]:
     """Every chapter of the report, in reading order: each experiment's own after the one it
-    follows. ValueError for an experiment that follows no chapter of the report."""
+    follows; the sections of those placed within server_flags in that chapter. ValueError for an
+    experiment that follows no chapter of the report, or is placed within one that takes none."""
     parts = reported()
     names = {name for name, _ in CHAPTERS}
     for experiment, part in parts:
-        if part.follows not in names:
+        if part.within is None and part.follows not in names:
             raise ValueError(f"{experiment.name}'s chapter follows {part.follows!r}: no such chapter")
+        if part.within not in (None, server_flags.KEY):
+            raise ValueError(f"{experiment.name}'s sections go within {part.within!r}: no such chapter")
+    flags = server_flags.chapter([part.chapter for _, part in parts if part.within == server_flags.KEY])
     every: list[Chapter] = []
     for name, chapter in CHAPTERS:
-        every += [chapter, *(part.chapter for _, part in parts if part.follows == name)]
+        every.append(flags if chapter is None else chapter)
+        every += [part.chapter for _, part in parts if part.within is None and part.follows == name]
     return tuple(every)
 
 

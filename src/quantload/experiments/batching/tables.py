@@ -28,9 +28,9 @@ import pandas as pd
 
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import USABLE
+from quantload.experiments.batching.stages import NAME
 from quantload.stats import percentile
 
-EXPERIMENT = "batching"
 MODES = {"-cb": "continuous", "-nocb": "static"}
 PHASES = ("closed", "poisson")
 
@@ -59,7 +59,7 @@ def batching_table(records: pd.DataFrame, stages: pd.DataFrame, quant_order: Seq
     """One row per (quant, batching mode, phase) of the complete batching stages (see the docstring)."""
     if records.empty or stages.empty or "server_args" not in stages:
         return pd.DataFrame()
-    usable = stages[(stages["experiment"] == EXPERIMENT) & stages["status"].isin(USABLE)]
+    usable = stages[(stages["experiment"] == NAME) & stages["status"].isin(USABLE)]
     if usable.empty:
         return pd.DataFrame()
     rank = {quant: index for index, quant in enumerate(quant_order)}

@@ -1,21 +1,6 @@
-"""Continuous against static batching: the same traffic on the server with `-cb` and with `-nocb`.
-
-llama-server batches continuously by default: a new request joins the next server step while
-others generate. With `-nocb` pending prompts are admitted only when no slot is generating
-(tools/server/server-context.cpp), so a new arrival waits for every running generation to end:
-static batching. The experiment restarts the server with each (a variant: `ServerControl`) and
-sends both the same requests of the run's workload (`workload.kind`), the prompt cache off:
-
-  closed   `batching.users` closed-loop users, by default the limit this run's search found for
-           the server as configured (or a search of its own: quantload.experiments.at_limit)
-  poisson  the same requests as Poisson arrivals at `batching.rate_frac` of the requests/s the
-           continuous server completed in its closed-loop stage ("near the limit"), from a pool
-           of `load.open_loop_users`; TTFT counts from each request's intended send time
-
-Each stage line names its flags (`server_args` "-cb" or "-nocb") and its part (`phase` "closed"
-or "poisson"). How long a new arrival waited behind running generations is computed by the
-report from the records (quantload.analysis.batching_tables). Only `quantload run` runs it.
-"""
+"""The batching experiment's stages: the same requests on the server restarted with -cb and with
+-nocb, closed loop at the limit and Poisson near it, run through the load supervisor (the
+experiment as a whole: the package docstring)."""
 
 from __future__ import annotations
 
@@ -23,7 +8,6 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.experiments.at_limit import users_at_limit
 from quantload.experiments.base import (
-    Experiment,
     ExperimentContext,
     ExperimentRun,
     ServerFlags,
@@ -148,16 +132,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
             " so there is no rate to send Poisson arrivals at"
         )
     return at_limit.with_search_time(experiment_run(NAME, summaries))
-
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="batching, continuous against static {quant}",
-    step="batching",
-    chapter="server_flags",
-    summary="the same traffic with -cb and -nocb, closed loop at the limit and Poisson near it ([batching])",
-    missing=lambda settings: None,
-    run=run,
-    server_flags="required",
-    by_default=False,
-)

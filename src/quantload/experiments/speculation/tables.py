@@ -23,10 +23,10 @@ import pandas as pd
 from quantload.analysis import fmt
 from quantload.analysis.stage_tables import USABLE
 from quantload.comparison import compare_medians
+from quantload.experiments.speculation.stages import NAME
 from quantload.experiments.variant_file import VariantLine
 from quantload.stats import percentile
 
-EXPERIMENT = "speculation"
 OFF = "spec off"
 
 
@@ -41,10 +41,10 @@ def speculation_table(
     """One row per (quant, variant, traffic, users) of the speculation stages (see the docstring)."""
     if records.empty or stages.empty or "server_args" not in stages:
         return pd.DataFrame()
-    chosen = stages[(stages["experiment"] == EXPERIMENT) & stages["status"].isin(USABLE)]
+    chosen = stages[(stages["experiment"] == NAME) & stages["status"].isin(USABLE)]
     if chosen.empty:
         return pd.DataFrame()
-    checks = {(v.quant, v.label): v for v in variants if v.experiment == EXPERIMENT}
+    checks = {(v.quant, v.label): v for v in variants if v.experiment == NAME}
     rank = {quant: index for index, quant in enumerate(quant_order)}
     rows: list[dict[str, Any]] = []
     decode_of: dict[tuple[str, str, str, int], list[float]] = {}  # per-request decode tok/s

@@ -1,15 +1,5 @@
-"""Slots at a fixed KV budget: the limit search at each `-np`, the context per slot shrinking so the
-KV cache stays exactly the same size.
-
-For each count of `slots.counts` the server restarts (a variant: `ServerControl`) with `-np N`
-and `-c` the budget `slots.kv_cells` (default: the run's own slots x context per slot), so each
-slot holds budget / N tokens. With llama.cpp's non-unified cache that is N streams of budget / N
-cells, the same cells and bytes at every N (quantload.kvcache, checked against the KV line each
-variant logs), as long as budget / N is a whole multiple of llama.cpp's 256-cell padding: the
-check says so before any server starts. At each count the limit search for users runs
-(`limit_users` with `[limit]`, on the run's workload), filed under the variant "slots -np N".
-The report then says where more slots stop paying, and which requests no longer fit a slot.
-"""
+"""The slots experiment's run: a limit search on the server restarted with each -np, the KV budget
+split into that many slots (the experiment as a whole: the package docstring)."""
 
 from __future__ import annotations
 
@@ -18,7 +8,6 @@ from dataclasses import dataclass
 from quantload.config import Settings
 from quantload.errors import ConfigError, ServerError
 from quantload.experiments.base import (
-    Experiment,
     ExperimentContext,
     ExperimentRun,
     Preflight,
@@ -104,18 +93,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
         )
     done = experiment_run(NAME, summaries)
     return ExperimentRun(NAME, (), done.busy_s)  # its stages are trials that may fail on purpose
-
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="slots at a fixed KV budget {quant}",
-    step="slots",
-    chapter="server_flags",
-    summary="the limit search at each -np of slots.counts, the KV cache kept the same size ([slots])",
-    missing=lambda settings: None,
-    run=run,
-    server_flags="required",
-    searches=True,
-    by_default=False,
-    check=check,
-)

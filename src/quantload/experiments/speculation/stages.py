@@ -1,26 +1,6 @@
-"""Speculative decoding: off, an n-gram type and a draft model, on traffic where drafting can help
-and where it cannot, at one user and at the limit.
-
-Each way of speculating is a variant of the server (`ServerControl`): `--spec-type none` (off);
-the n-gram type of `speculation.ngram_type` (no draft model; `default` = `--spec-default`, which
-is ngram-mod tuned); `-md speculation.draft_model --spec-type draft-simple` when a draft is given
-(checked before any server starts: the file is there and has the target's vocabulary, as
-llama.cpp compares them: quantload.models.vocab); and, for benchmarking, each
-`speculation.synth_lengths` value as `--spec-synth-len` on the draft (or the n-gram type), which
-accepts drafts at random at that mean length. `--spec-draft-n-max` is `speculation.draft_n_max`
-where set.
-
-On each variant, per traffic kind (`repeat`: prompts of the prompt set asking the model to
-repeat or lightly edit that text, where drafts from the prompt can be right; `free`: the prompt
-set as it is) one stage at 1 user (`speculation.requests`) and one at the limit (the users this
-run's search found, or `speculation.users`), `speculation.max_tokens` each, the prompt cache off.
-
-A variant asked to speculate that does not (its log says "failed to initialize speculative
-decoding context", its `/slots` say no slot speculates, or no draft token was counted over its
-requests: quantload.experiments.spec_probe) fails, with that reason, in variants.jsonl and in its
-stages' outcome; the report never shows it as speculation. The other variants still run; the
-experiment fails afterwards naming each.
-"""
+"""The speculation experiment's variants and stages: each way of speculating a server restarted
+with it, its traffic at 1 user and at the limit, and whether it speculated (probe) (the experiment
+as a whole: the package docstring)."""
 
 from __future__ import annotations
 
@@ -32,7 +12,6 @@ from quantload.config import Settings
 from quantload.errors import ConfigError, QuantloadError
 from quantload.experiments.at_limit import users_at_limit
 from quantload.experiments.base import (
-    Experiment,
     ExperimentContext,
     ExperimentRun,
     Preflight,
@@ -40,7 +19,7 @@ from quantload.experiments.base import (
     experiment_run,
 )
 from quantload.experiments.running import invocation_id, run_stages
-from quantload.experiments.spec_probe import check_after, check_before
+from quantload.experiments.speculation.probe import check_after, check_before
 from quantload.experiments.variant_file import SpeculationCheck, append_variant, variant_line
 from quantload.load.plan import PlannedRequest, assemble_plan, stage_plan
 from quantload.load.prompts import select_prompts
@@ -252,17 +231,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
             "the stages it did run are in records.jsonl; variants.jsonl says why",
         )
     return at_limit.with_search_time(experiment_run(NAME, summaries))
-
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="speculative decoding {quant}",
-    step="speculation",
-    chapter="server_flags",
-    summary="speculation off, n-gram and a draft model at 1 user and at the limit ([speculation])",
-    missing=lambda settings: None,
-    run=run,
-    server_flags="required",
-    by_default=False,
-    check=check,
-)

@@ -1,0 +1,176 @@
+"""Is the predicted limit the one the load measures? `quantload predict` against a decided limit
+search, configuration by configuration, on real llama-servers (issue 36).
+
+For each configuration (quantization, slots, -b/-ub, threads, workload of short or long prompts)
+the same settings go, as QUANTLOAD_* variables, to `quantload predict` (its cost curves measured
+once per file and flags, kept in OUT/costs/) and to `quantload load -e limit_users` against a
+llama-server started with those flags. Prints, and writes to OUT/table.md, one row per
+configuration: the predicted limit and its interval, the measured (decided) limit and where its
+misses begin, and whether the measured limit lies in the interval and within one user.
+
+    .venv/bin/python benchmarks/predict_vs_measured.py [--model smollm2-135m] [--only 1,4,7]
+        [--time-cap 900] [--out results/bench-predict]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantload.config import ToolchainSettings
+from quantload.llamacpp.server import LlamaServer, ServerSpec
+from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.load.limit_file import read_limits
+from quantload.paths import cache_root
+from quantload.steps.prepare import prepared_folder
+
+SLO = {
+    "ttft_s": "3", "tpot_s": "0.2", "ttft_percentile": "p90", "tpot_percentile": "p90",
+    "max_failed_frac": "0.1",
+}  # fmt: skip
+SHORT = ("lengths", "uniform:64-192", "fixed:32")
+LONG = ("lengths", "uniform:512-1024", "fixed:32")
+
+
+@dataclass(frozen=True)
+class Config:
+    quant: str
+    slots: int
+    batch: int
+    ubatch: int
+    threads: int
+    workload: tuple[str, str, str]
+
+    def label(self) -> str:
+        kind = "short" if self.workload == SHORT else "long"
+        return f"{self.quant} np{self.slots} b{self.batch}/{self.ubatch} t{self.threads} {kind}"
+
+    def environ(self, level_max_s: float) -> dict[str, str]:
+        kind, inputs, outputs = self.workload
+        settings = {
+            "QUANTLOAD_SERVER__SLOTS": str(self.slots),
+            "QUANTLOAD_SERVER__CTX_PER_SLOT": "2048",
+            "QUANTLOAD_SERVER__THREADS": str(self.threads),
+            "QUANTLOAD_SERVER__EXTRA_ARGS": json.dumps(["-b", str(self.batch), "-ub", str(self.ubatch)]),
+            "QUANTLOAD_WORKLOAD__KIND": kind,
+            "QUANTLOAD_WORKLOAD__INPUT_LENGTHS": inputs,
+            "QUANTLOAD_WORKLOAD__OUTPUT_LENGTHS": outputs,
+            "QUANTLOAD_WORKLOAD__REQUESTS": "400",
+            "QUANTLOAD_SLO__LEVEL_MAX_S": str(level_max_s),
+        }
+        settings.update({f"QUANTLOAD_SLO__{key.upper()}": value for key, value in SLO.items()})
+        return {**os.environ, **settings}
+
+
+CONFIGS: tuple[Config, ...] = (
+    *(Config("Q4_K_M", slots, 2048, 512, 1, SHORT) for slots in (1, 2, 4, 8)),
+    *(Config("Q4_K_M", slots, 2048, 512, 1, LONG) for slots in (2, 4, 8)),
+    *(Config("Q8_0", slots, 2048, 512, 1, SHORT) for slots in (2, 4, 8)),
+    *(Config("Q8_0", slots, 2048, 512, 1, LONG) for slots in (4, 8)),
+    *(Config("F16", slots, 2048, 512, 1, SHORT) for slots in (2, 4, 8)),
+    Config("F16", 4, 2048, 512, 1, LONG),
+    Config("Q4_K_M", 4, 256, 256, 1, SHORT),
+    Config("Q4_K_M", 4, 256, 256, 1, LONG),
+    Config("Q8_0", 4, 256, 128, 1, LONG),
+    Config("Q4_K_M", 4, 2048, 512, 2, SHORT),
+)
+
+
+def quantload(args: list[str], environ: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "quantload.cli.main", *args]
+    return subprocess.run(
+        command, env=environ, timeout=timeout_s, capture_output=True, text=True, check=False
+    )
+
+
+def predicted(config: Config, model: Path, out: Path, environ: dict[str, str]) -> dict[str, object]:
+    costs = out / "costs" / f"{config.quant}-b{config.batch}-ub{config.ubatch}-t{config.threads}.json"
+    folder = out / "predict" / config.label().replace(" ", "_").replace("/", "-")
+    args = ["predict", str(model), "--out", str(folder), "--max-users", "32"]
+    if costs.exists():
+        args += ["--costs", str(costs)]
+    done = quantload(args, environ, 1800)
+    if done.returncode != 0:
+        raise SystemExit(f"predict failed for {config.label()}: {done.stderr.strip()[-400:]}")
+    measured = next(folder.glob("costs-*.json"), None)
+    if measured is not None and not costs.exists():
+        costs.parent.mkdir(parents=True, exist_ok=True)
+        costs.write_bytes(measured.read_bytes())
+    (prediction,) = json.loads((folder / "predict.json").read_text())["predictions"].values()
+    limit: dict[str, object] = prediction["limit"]
+    return limit
+
+
+def measured(
+    config: Config, model: Path, out: Path, environ: dict[str, str], time_cap_s: float
+) -> tuple[float | None, float | None]:
+    """The decided limit of one search and where its misses begin (None: none shown)."""
+    toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
+    folder = out / "load" / config.label().replace(" ", "_").replace("/", "-")
+    spec = ServerSpec(
+        model_path=model, alias=config.quant, slots=config.slots, ctx_per_slot=2048, threads=config.threads,
+        extra_args=("-b", str(config.batch), "-ub", str(config.ubatch)),
+    )  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    with LlamaServer(toolchain, spec, folder / "llama-server.log") as server:
+        args = [
+            "load", "--url", server.url, "--name", "bench", "--quant", config.quant, "--out", str(folder),
+            "--metrics-port", "0", "-e", "limit_users", "--time-cap", str(time_cap_s),
+        ]  # fmt: skip
+        quantload(args, environ, time_cap_s + 600)
+    lines = read_limits(folder / "limits.jsonl")
+    if not lines:
+        raise SystemExit(f"the limit search of {config.label()} wrote no line: see {folder}")
+    return lines[-1].limit, lines[-1].lowest_miss
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--only", default="", help="1-based configuration numbers, e.g. 1,4,7")
+    parser.add_argument("--time-cap", type=float, default=900.0, help="seconds per limit search")
+    parser.add_argument("--level-max-s", type=float, default=120.0)
+    parser.add_argument("--out", type=Path, default=Path("results/bench-predict"))
+    args = parser.parse_args()
+    picked = [int(n) for n in args.only.split(",") if n] or list(range(1, len(CONFIGS) + 1))
+    folder = prepared_folder(cache_root(None, os.environ), args.model)
+    rows = [
+        "| # | configuration | predicted | interval | measured | misses from | in interval | within 1 |",
+        "|---:|---|---:|---|---:|---:|---|---|",
+    ]
+    for number in picked:
+        config = CONFIGS[number - 1]
+        model = next(folder.glob(f"*-{config.quant}.gguf"), None)
+        if model is None:
+            hint = f"run `quantload prepare --model {args.model}`"
+            raise SystemExit(f"no {config.quant} file in {folder}: {hint}")
+        environ = config.environ(args.level_max_s)
+        started = time.monotonic()
+        limit = predicted(config, model, args.out, environ)
+        value, miss = measured(config, model, args.out, environ, args.time_cap)
+        low, point, high = (_number(limit[key]) for key in ("limit_low", "limit", "limit_high"))
+        inside = None not in (value, low, high) and low <= value <= high  # type: ignore[operator]
+        close = None not in (value, point) and abs(value - point) <= 1  # type: ignore[operator]
+        rows.append(
+            f"| {number} | {config.label()} | {point} | {low}-{high} | {value} | {miss} |"
+            f" {'yes' if inside else 'no'} | {'yes' if close else 'no'} |"
+        )
+        took = f"({time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f})"
+        print(rows[-1], took, flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "table.md").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""The speculation experiment's part of the report (ExperimentReport): its findings, its section of the
+server flags chapter and its key of summary.json's `server_flags`."""
+
+from __future__ import annotations
+
+from quantload.experiments.base import ExperimentReport
+from quantload.experiments.speculation.chapter import CHAPTER
+from quantload.experiments.speculation.findings import SpeculationFindings, speculation_findings, summary_keys
+
+REPORT = ExperimentReport[SpeculationFindings](
+    findings=speculation_findings,
+    chapter=CHAPTER,
+    summary=summary_keys,
+    within="server_flags",
+)
