@@ -164,7 +164,7 @@ def test_a_break_after_steps_that_held_says_where_the_slo_first_breaks() -> None
     run = runs_of(step_summary(0, 1, FAST), step_summary(1, 2, FAST), step_summary(2, 3, SLOW))
     assert list(run.steps["outcome"]) == ["meets", "meets", "misses"]
     assert (run.held_users, run.breaks_at_users, run.undecided_from_users) == (2, 3, None)
-    assert run.sentence.startswith("The SLO first breaks at 3 users (")
+    assert run.sentence.startswith("The SLO first breaks at 3 users: ")
     assert run.sentence.endswith("; it held up to 2 users.")
 
 

@@ -44,6 +44,9 @@ def _ramp_figure(analysis: Analysis, path: Path) -> Path | None:
                       ms=10, mew=2, color="#d62728")  # fmt: skip
     axis.axhline(slo.ttft_s * 1000, color="#555555", linestyle="--", linewidth=1,
                  label=f"TTFT {slo.ttft_percentile} limit")  # fmt: skip
+    from matplotlib.ticker import MaxNLocator
+
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # users are whole
     axis.set_xlabel("closed-loop users (one step each)")
     axis.set_ylabel(f"TTFT {slo.ttft_percentile} (ms; x: misses the SLO)")
     axis.set_ylim(bottom=0)

@@ -146,7 +146,7 @@ def ramp_outcome(steps: Sequence[dict[str, Any]], steps_planned: int | None) -> 
     if miss is not None and open_step is None:
         breaks = int(miss["users"])
         after = f"; it {held_text}" if held is not None else "; it missed from the first step"
-        sentence = f"The SLO first breaks at {_users(breaks)} ({miss['why']}){after}."
+        sentence = f"The SLO first breaks at {_users(breaks)}: {miss['why']}{after}."
         return RampOutcome(held, breaks, None, breaks, sentence)
     if open_step is not None:
         undecided = int(open_step["users"])
@@ -155,7 +155,7 @@ def ramp_outcome(steps: Sequence[dict[str, Any]], steps_planned: int | None) -> 
         missed = int(miss["users"]) if miss is not None else None
         if miss is not None and missed is not None:
             at = _users(missed)
-            sentence += f"; it misses at {at} ({miss['why']}), so it breaks at {at} at the latest"
+            sentence += f"; it breaks at {at} at the latest, where it misses: {miss['why']}"
         return RampOutcome(held, None, undecided, missed, sentence + ".")
     last = steps[-1]
     number = int(last["step"])
