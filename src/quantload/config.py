@@ -390,8 +390,8 @@ class LoadSettings(_Section):
     experiments: ExperimentNames | None = Field(
         default=None,
         description="what `quantload run` runs per quantization, in this order (unset: the experiments"
-        " of quantload.experiments.registry that run by default; batching, slots and speculation run"
-        " when named); one whose input is missing is left out, with the reason the registry gives"
+        " of quantload.experiments.registry that run by default; batching, slots, speculation and"
+        " ramp_up run when named); one whose input is missing is left out, with the reason the registry gives"
         " (run.json and the report say it)",
     )
 
