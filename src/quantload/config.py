@@ -390,8 +390,8 @@ class LoadSettings(_Section):
     experiments: ExperimentNames | None = Field(
         default=None,
         description="what `quantload run` runs per quantization, in this order (unset: the experiments"
-        " of quantload.experiments.registry that run by default; batching, slots and speculation run"
-        " when named); one whose input is missing is left out, with the reason the registry gives"
+        " of quantload.experiments.registry that run by default; batching, slots, speculation and"
+        " ramp_up run when named); one whose input is missing is left out, with the reason the registry gives"
         " (run.json and the report say it)",
     )
 
@@ -568,6 +568,33 @@ class SoakSettings(_Section):
         if self.duration_s / self.slice_s > MAX_SOAK_SLICES:
             raise ValueError(
                 f"duration_s / slice_s makes more than {MAX_SOAK_SLICES} slices; raise soak.slice_s"
+            )
+        return self
+
+
+MAX_RAMP_STEPS = 1_000  # a ramp-up's most steps
+
+
+class RampUpSettings(_Section):
+    """The ramp-up (experiment ramp_up): closed-loop users grown by one every `step_s`, from
+    `start_users` up to `max_users`, each step a timed stage judged against the SLO; it stops after
+    the first step that misses."""
+
+    step_s: float = Field(
+        default=30.0, ge=1, le=3600, description="each step's length, s: one timed stage at its users"
+    )
+    start_users: int = Field(default=1, ge=1, le=MAX_USERS, description="the users of the first step")
+    max_users: int = Field(
+        default=8, ge=1, le=MAX_USERS, description="the users of the last step, unless one misses first"
+    )
+
+    @model_validator(mode="after")
+    def _rising(self) -> RampUpSettings:
+        if self.max_users < self.start_users:
+            raise ValueError("ramp_up.max_users is below ramp_up.start_users; raise ramp_up.max_users")
+        if self.max_users - self.start_users + 1 > MAX_RAMP_STEPS:
+            raise ValueError(
+                f"ramp_up.start_users to max_users makes more than {MAX_RAMP_STEPS} steps; narrow them"
             )
         return self
 
@@ -1273,6 +1300,7 @@ class Settings(_Section):
     speculation: SpeculationSettings = SpeculationSettings()
     tune: TuneSettings = TuneSettings()
     soak: SoakSettings = SoakSettings()
+    ramp_up: RampUpSettings = RampUpSettings()
     context: ContextSettings = ContextSettings()
     tenants: tuple[TenantSettings, ...] = ()
     noisy_neighbour: NoisyNeighbourSettings = NoisyNeighbourSettings()

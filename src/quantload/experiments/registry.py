@@ -24,6 +24,7 @@ from quantload.experiments import (
     noisy_neighbour,
     open_loop,
     prefix_cache,
+    ramp_up,
     sessions,
     slots,
     soak,
@@ -57,6 +58,7 @@ REGISTRY: tuple[Experiment, ...] = (
     noisy_neighbour.EXPERIMENT,
     kv_types.EXPERIMENT,
     soak.EXPERIMENT,
+    ramp_up.EXPERIMENT,
 )
 
 

@@ -32,6 +32,7 @@ from quantload.experiments.mixed.findings import MixedFindings
 from quantload.experiments.mixed.report import REPORT as MIXED_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
 from quantload.experiments.noisy_neighbour.report import REPORT
+from quantload.experiments.ramp_up.report import REPORT as RAMP_UP_REPORT
 from quantload.experiments.sessions.findings import SessionsFindings
 from quantload.experiments.sessions.report import REPORT as SESSIONS_REPORT
 from quantload.experiments.slots.findings import SlotsFindings
@@ -68,10 +69,13 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
-    names = ["sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour", "kv_types", "soak"]
+    names = [
+        "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour", "kv_types", "soak",
+        "ramp_up",
+    ]  # fmt: skip
     assert [experiment.name for experiment, _ in parts] == names
     by_name = {experiment.name: part for experiment, part in parts}
-    reports = [SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT]
+    reports = [SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT, RAMP_UP_REPORT]
     assert [part for _, part in parts if part.within is None] == reports
     assert [name for name, part in by_name.items() if part.within == "server_flags"] == [
         "batching", "slots", "speculation",

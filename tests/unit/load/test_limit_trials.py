@@ -158,7 +158,7 @@ def test_load_experiments_names_only_the_registry_s_experiments_once(tmp_path: P
     assert listed.config().settings.load.experiments == ("sweep", "soak")
     assert registry.requested_names(Settings()) == registry.default_names()
     named_only = [name for name in registry.names() if name not in registry.default_names()]
-    assert named_only == ["batching", "slots", "speculation"]  # they run when load.experiments names them
+    assert named_only == ["batching", "slots", "speculation", "ramp_up"]  # they run when load.experiments names them
 
 
 def test_a_trial_sends_at_least_what_a_sweep_stage_sends_unless_told_fewer() -> None:
