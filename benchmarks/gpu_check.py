@@ -58,8 +58,8 @@ from quantload.models.gguf_meta import read_gguf
 from quantload.models.synthetic import TinyShape, write_tiny_model
 from quantload.nvml import NvmlLoader, system_nvml
 from quantload.roofline.ceilings import UnknownGpuCeilings, roofline
+from quantload.roofline.gpu_limits import gpu_ceilings
 from quantload.roofline.probe import run_probe
-from quantload.steps.speed import gpu_ceilings
 
 ENERGY_TOLERANCE = 0.20
 DEADLINE_S = 600.0

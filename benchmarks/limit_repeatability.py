@@ -28,9 +28,9 @@ from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.load.limit_file import read_limits
 from quantload.load.records import iter_stage_events
+from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
 from quantload.slo import Slo, SloCounts, judge
-from quantload.steps.prepare import prepared_folder
 
 
 def load(

@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 from quantload.analysis.moe_cost import Comparison, ModelCost, markdown_table  # noqa: E402
 from quantload.config import LoadSettings, Settings, SpeedSettings, ToolchainSettings  # noqa: E402
+from quantload.experiments.registry import run_experiment  # noqa: E402
 from quantload.llamacpp.quantize import quantize  # noqa: E402
 from quantload.llamacpp.server import LlamaServer, ServerSpec  # noqa: E402
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain  # noqa: E402
@@ -42,12 +43,12 @@ from quantload.models.gguf_meta import read_gguf  # noqa: E402
 from quantload.models.moe import file_moe_facts  # noqa: E402
 from quantload.models.synthetic_moe import MoeShape, write_dense_twin, write_tiny_moe  # noqa: E402
 from quantload.paths import cache_root  # noqa: E402
+from quantload.roofline.measure import measure_file_speed  # noqa: E402
+from quantload.roofline.probe import probe_in_cache  # noqa: E402
 from quantload.roofline.weights import weight_traffic  # noqa: E402
 from quantload.run_context import RunContext  # noqa: E402
 from quantload.rundir.handle import RunDir  # noqa: E402
 from quantload.served import ServedTarget  # noqa: E402
-from quantload.steps.load import run_experiment  # noqa: E402
-from quantload.steps.speed import measure_file_speed, probe  # noqa: E402
 
 ROLES = ("moe", "dense-total", "dense-active")
 CTX_PER_SLOT = 1024
@@ -142,7 +143,7 @@ def main() -> int:
     command = "benchmarks/moe_vs_dense.py " + " ".join(sys.argv[1:])
     before, started = _loadavg(), time.monotonic()
     files = _write(shape, args.quant, toolchain, args.work / "models")
-    limits = probe(cache_root(None, os.environ), SpeedSettings())
+    limits = probe_in_cache(cache_root(None, os.environ), SpeedSettings())
     Round = tuple[float, float, dict[int, float], dict[int, float], float, str]  # + the tg ceiling, bound
     measured: dict[str, list[Round]] = {role: [] for role in ROLES}
     for round_index in range(args.rounds):  # the models in turn, the order turning each round

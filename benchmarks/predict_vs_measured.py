@@ -27,8 +27,8 @@ from quantload.config import ToolchainSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.load.limit_file import read_limits
+from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
-from quantload.steps.prepare import prepared_folder
 
 SLO = {
     "ttft_s": "3", "tpot_s": "0.2", "ttft_percentile": "p90", "tpot_percentile": "p90",

@@ -23,10 +23,10 @@ from pathlib import Path
 from quantload.config import PrepareSettings, QualitySettings, ToolchainSettings
 from quantload.llamacpp.toolchain import ensure_llama_source, ensure_toolchain
 from quantload.models.prepare import prepare_models
+from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
 from quantload.quality.kld_measure import KldFile, measure_kld_set
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, mean_error_nats
-from quantload.steps.prepare import prepared_folder
 
 HERE = Path(__file__).resolve().parent
 MIB = float(1 << 20)

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from quantload.config import LoadSettings, Settings, ToolchainSettings
+from quantload.experiments.registry import run_experiment
 from quantload.exporter import ExporterTarget, start_exporter
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import ensure_toolchain
@@ -29,7 +30,6 @@ from quantload.observe.prometheus import PrometheusProcess
 from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
-from quantload.steps.load import run_experiment
 
 ALERTS = ("LlamaServerQueueing", "LlamaServerSlotsSaturated", "LlamaServerTTFTOverSLO")
 QUERIES = {

@@ -19,10 +19,10 @@ from quantload.config import QualitySettings, SensitivitySettings, ToolchainSett
 from quantload.llamacpp.quant_types import quant_types
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.manifest import load_manifest
+from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
 from quantload.quality.sensitivity import load_sensitivity_file, scan_sensitivity
 from quantload.rundir import MANIFEST_JSON
-from quantload.steps.prepare import prepared_folder
 
 HERE = Path(__file__).resolve().parent
 MIB = float(1 << 20)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from quantload.cpu_share import mark, other_cpu_frac
+from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
-from quantload.steps.prepare import prepared_folder
 
 HERE = Path(__file__).resolve().parent
 MIB = 2.0**20

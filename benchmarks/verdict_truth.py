@@ -214,11 +214,11 @@ CAPACITY_TTFT_LIMIT_S = 0.020
 def capacity_searches(searches: int, slots: int, out: Path) -> list[dict[str, object]]:
     """The limit search for users against a fake serving `slots` streams at once, `searches` times."""
     from quantload.config import LimitSettings, LoadSettings, Settings, SloSettings
+    from quantload.experiments.registry import run_experiment
     from quantload.load.fakeserver import FakeScript, FakeServerProcess
     from quantload.run_context import RunContext
     from quantload.rundir.handle import RunDir
     from quantload.served import ServedTarget
-    from quantload.steps.load import run_experiment
 
     # In a closed loop of N users against K slots, a stream of S ms (5 ms to the first token, then
     # 9 gaps of ITL_MS) and no think time, the server finishes K streams every S ms, so each user's

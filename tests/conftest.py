@@ -19,8 +19,8 @@ from fake_grafana import FakeGrafana
 from quantload.config import ToolchainSettings
 from quantload.llamacpp.toolchain import Toolchain, ensure_llama_source, find_toolchain
 from quantload.models.prepare import prepare_models
+from quantload.models.prepared import PREPARED_DIR
 from quantload.paths import cache_root
-from quantload.steps.prepare import PREPARED_DIR
 from support import CI_API_KEY, GRAFANA_ANNOTATIONS_JSON, clean_env, missing, run_quantload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -104,6 +104,6 @@ def experiment(
     name: str, target: ServedTarget, load: LoadSettings, run_dir: Path, run_id: str = "run-1", **sections: Any
 ) -> list[StageSummary]:
     """The registry's experiment `name` against `target` (no server control), its stage summaries."""
-    from quantload.steps.load import run_experiment
+    from quantload.experiments.registry import run_experiment
 
     return list(run_experiment(name, target, context(run_dir, load, run_id, **sections)).summaries)

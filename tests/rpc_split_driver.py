@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 
 from quantload.config import LoadSettings, Settings, ToolchainSettings
+from quantload.experiments.registry import run_experiment
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import find_toolchain
 from quantload.load.records import iter_records
 from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
-from quantload.steps.load import run_experiment
 
 MODEL_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 WAIT_LIMIT_S = 600.0

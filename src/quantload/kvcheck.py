@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantload.errors import MeasurementError, ServerError
-from quantload.kvcache import KvPrediction
+from quantload.errors import MeasurementError, QuantloadError, ServerError
+from quantload.kvcache import KvPrediction, kv_shape_from_gguf, predict_kv
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.server_log import (
     BufferLine,
@@ -20,6 +20,7 @@ from quantload.llamacpp.server_log import (
     parse_slot_layout,
 )
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.models.gguf_meta import read_gguf
 from quantload.rundir import write_json_atomic
 from quantload.rundir.kv_file import KvFile, KvResult, load_kv_file
 
@@ -114,6 +115,38 @@ def kv_check_with_server(
             f"full log in {log_path}",
         )
     return kv_check_from_log(prediction, text, log_path)
+
+
+
+def kv_prediction(spec: ServerSpec) -> KvPrediction:
+    """The KV-cache size the spec's layout allocates, from the model's GGUF metadata."""
+    return predict_kv(
+        kv_shape_from_gguf(read_gguf(spec.model_path)),
+        spec.slots,
+        spec.ctx_per_slot,
+        spec.cache_type_k,
+        spec.cache_type_v,
+        spec.kv_unified,
+    )
+
+
+def check_kv(
+    server: LlamaServer, label: str, out: Path | None = None, llama_cpp: dict[str, object] | None = None
+) -> KvCheck:
+    """The serve step's KV check: the prediction against the size the running server logged (it
+    runs with -lv 4).
+
+    With `out`, the outcome (or why there is none) is filed in that kv.json under `label`.
+    """
+    try:
+        check = kv_check_from_log(kv_prediction(server.spec), server.log_text(), server.log_path)
+    except QuantloadError as error:
+        if out is not None:
+            merge_kv_file(out, label, error.one_line(), llama_cpp)
+        raise
+    if out is not None:
+        merge_kv_file(out, label, check, llama_cpp)
+    return check
 
 
 def _result(check: KvCheck | str) -> KvResult:

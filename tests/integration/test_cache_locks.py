@@ -20,8 +20,8 @@ from quantload.config import ModelSettings, ToolchainSettings
 from quantload.errors import ToolchainError
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.manifest import load_manifest
+from quantload.models.prepared import prepare_model_files
 from quantload.rundir import read_json
-from quantload.steps.prepare import prepare_model_files
 
 pytestmark = [
     pytest.mark.integration,

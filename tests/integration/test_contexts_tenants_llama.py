@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from quantload.analysis.report import build_report
 from quantload.config import Settings, load_config
+from quantload.experiments.registry import run_experiment
 from quantload.llamacpp.server import LlamaServer, ServerSpec, free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import RequestRecord, iter_records, iter_stage_events
@@ -32,7 +33,6 @@ from quantload.run_context import RunContext
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget, server_name
 from quantload.stack.run_steps import RunSteps, Served
-from quantload.steps.load import run_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 REPLY = 100

@@ -12,9 +12,9 @@ import pytest
 
 from quantload.llamacpp.batched_bench import run_batched_bench
 from quantload.llamacpp.toolchain import BATCHED_BENCH_TOOL, Toolchain
+from quantload.models.prepared import PREPARED_DIR
 from quantload.paths import cache_root
 from quantload.predict.costs import fit_costs, load_costs_file, write_costs_file
-from quantload.steps.prepare import PREPARED_DIR
 from support import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from quantload.cli.main import main
+from quantload.config import QualitySettings
 from quantload.errors import MeasurementError
 from quantload.llamacpp.toolchain import Toolchain
-from quantload.quality.measure import measure_quality
+from quantload.quality.measure import measure_file_quality
 from quantload.quality.results import QUALITY_SCHEMA, load_quality_file
 from quantload.roofline.speed_file import SPEED_SCHEMA, load_speed_file
 
@@ -70,12 +71,12 @@ def test_progress_follows_the_chunks(
     toolchain: Toolchain, tiny_models: dict[str, Path], wikitext_test_raw: Path
 ) -> None:
     calls: list[tuple[float, float | None]] = []
-    result = measure_quality(
+    result = measure_file_quality(
         toolchain,
         tiny_models["Q8_0"],
         wikitext_test_raw,
-        ctx_tokens=64,
-        chunks=3,
+        QualitySettings(ctx=64, chunks=3),
+        "Q8_0",
         progress=lambda done, total, note="": calls.append((done, total)),
     )
     assert result.chunks_scored == 3
@@ -115,7 +116,9 @@ def test_a_run_past_its_time_limit_is_stopped_without_a_result(
     toolchain: Toolchain, tiny_models: dict[str, Path], wikitext_test_raw: Path
 ) -> None:
     with pytest.raises(MeasurementError, match="did not finish within"):
-        measure_quality(toolchain, tiny_models["F16"], wikitext_test_raw, ctx_tokens=128, timeout_s=2.0)
+        measure_file_quality(
+            toolchain, tiny_models["F16"], wikitext_test_raw, QualitySettings(ctx=128, timeout_s=2.0), "F16"
+        )
 
 
 def test_speed_command_places_each_file_on_the_roofline(

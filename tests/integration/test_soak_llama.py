@@ -25,7 +25,6 @@ from quantload.rundir.handle import RunDir
 from quantload.rundir.jsonl import BadLines
 from quantload.served import server_name
 from quantload.stack.run_steps import RunSteps, Served
-from quantload.steps.report import write_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -74,7 +73,7 @@ def test_a_short_soak_reads_the_real_servers_memory_and_cells_every_slice(
     assert all(line.kv_cells_total is not None and line.kv_cells_total > 0 for line in samples)
     assert any(line.kv_cells_used for line in samples)  # the slots hold the tokens they served
 
-    paths = write_report(run_dir, settings, None)
+    paths = steps.report(run_dir, None)
     text = paths.markdown.read_text(encoding="utf-8")
     assert "## Soak" in text and "2 users held for" in text and "plots/soak.png" in text
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -19,13 +19,13 @@ import pytest
 
 from load_api import settings_context
 from quantload.config import Settings
+from quantload.experiments.registry import run_experiment
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.served import ServedTarget
 from quantload.stack.run_steps import Served
 from quantload.stack.server_variants import ServerVariants
-from quantload.steps.load import run_experiment
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -28,8 +28,8 @@ NOT_IN_A_RUN_DIRECTORY: dict[tuple[str, str], str] = {
     ("analysis/compare.py", "COMPARE_HTML"): "in a comparison's own folder (compare-<A>-vs-<B>)",
     ("analysis/compare.py", "COMPARE_CSV"): "in a comparison's own folder (compare-<A>-vs-<B>)",
     ("assets.py", "PACKAGED_DIR"): "inside the installed package",
-    ("steps/prepare.py", "PREPARED_DIR"): "in the cache (prepared model files)",
-    ("steps/speed.py", "PROBE_DIR"): "in the cache (the machine probe's result)",
+    ("models/prepared.py", "PREPARED_DIR"): "in the cache (prepared model files)",
+    ("roofline/probe.py", "PROBE_DIR"): "in the cache (the machine probe's result)",
 }
 
 

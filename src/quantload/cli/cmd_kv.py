@@ -13,9 +13,9 @@ from quantload.cli.context import cli_context
 from quantload.errors import ConfigError, ModelError
 from quantload.kvcache import KvPrediction, kv_shape_from_gguf, kv_shape_from_hf_config, predict_kv
 from quantload.kvcheck import KvCheck, kv_check_from_log, kv_check_with_server, merge_kv_file, unchecked_dict
+from quantload.llamacpp.server import ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import read_gguf
-from quantload.steps.serve import server_spec
 
 
 def _predict(model: Path, slots: int, ctx: int, type_k: str, type_v: str, unified: bool) -> KvPrediction:
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             toolchain = ensure_toolchain(settings.toolchain, cli.environ)
             llama_cpp = toolchain.version_record()
             log_path = log or Path(f"kv-check-{model.stem}.log")
-            spec = server_spec(server, model, model.stem)
+            spec = ServerSpec.from_settings(server, model, model.stem)
             checked = kv_check_with_server(toolchain, spec, prediction, log_path, server.startup_timeout_s)
         if checked is not None:
             result = checked.as_dict()

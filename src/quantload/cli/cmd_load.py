@@ -40,11 +40,11 @@ from quantload.paths import cache_root, check_out_dir
 from quantload.progress import ProgressCallback
 from quantload.rundir import make_run_id
 from quantload.rundir.config_file import write_load_config
+from quantload.rundir.gpu_file import watch_idle
 from quantload.rundir.handle import RunDir
 from quantload.served import ServedTarget
 from quantload.stack.run_driver import ExperimentOutcome, RunDriver, RunPlace
 from quantload.stack.run_steps import RunSteps
-from quantload.steps.serve import watch_idle
 
 
 def load(

@@ -14,8 +14,8 @@ from quantload.cli.file_args import given_files, quant_labels
 from quantload.cli.progress_view import progress_bar
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.manifest import ManifestEntry
+from quantload.models.prepared import preflight, prepare_model_files, scored_text_on_disk
 from quantload.paths import cache_root, check_out_dir
-from quantload.steps.prepare import preflight, prepare_model_files, scored_text_on_disk
 
 
 def params_text(entry: ManifestEntry) -> str:

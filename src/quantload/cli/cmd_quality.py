@@ -27,12 +27,13 @@ from quantload.models.imatrix_file import imatrix_metadata
 from quantload.models.manifest import source_note_of
 from quantload.paths import cache_root, check_out_dir, check_out_file
 from quantload.progress import ProgressCallback
+from quantload.quality.dataset import resolve_dataset
 from quantload.quality.kld_measure import KldFile, RunAttempt, find_reference, measure_kld_set
 from quantload.quality.kld_results import FLOOR_CACHE_TYPE, KldSet
+from quantload.quality.measure import measure_file_quality
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
 from quantload.rundir.handle import RunDir
-from quantload.steps.quality import measure_file_quality, quality_text
 
 T = TypeVar("T")
 
@@ -173,7 +174,7 @@ def _scan(cli: CliContext, settings: Settings, models: list[Path], out: Path) ->
         )
     types = quant_types(toolchain)
     types.file_type(settings.sensitivity.base, "sensitivity.base (--base)")  # a typo fails before work
-    text = quality_text(settings.quality, cache, cli.environ)
+    text = resolve_dataset(settings.quality.dataset, cache, cli.environ)
     with progress_bar(cli.err_console, "sensitivity scan") as progress:
         scan = scan_sensitivity(
             toolchain, reference, text, cache, settings.quality, settings.sensitivity,
@@ -276,7 +277,7 @@ def register(app: typer.Typer) -> None:
         labels = result_labels(models, kinds)
         reference = find_reference(models, file_types, kld_base) if settings.quality.kld else None
         cache = cache_root(settings.toolchain.cache_dir, cli.environ)
-        text = quality_text(settings.quality, cache, cli.environ)
+        text = resolve_dataset(settings.quality.dataset, cache, cli.environ)
         with progress_bar(cli.err_console, "llama.cpp build") as progress:
             toolchain = ensure_toolchain(
                 settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers

@@ -20,9 +20,9 @@ from quantload.cli.slo_options import (
 )
 from quantload.experiments.soak import duration_text_s
 from quantload.llamacpp.toolchain import find_toolchain
+from quantload.models.prepared import preflight
 from quantload.paths import cache_root, check_out_dir
 from quantload.stack.native import NativeRun
-from quantload.steps.prepare import preflight
 
 
 def register(app: typer.Typer) -> None:

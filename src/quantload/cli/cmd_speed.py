@@ -15,9 +15,9 @@ from quantload.cli.result_labels import result_labels, source_notes
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.paths import cache_root, check_out_file
-from quantload.roofline.probe import MachineLimits
+from quantload.roofline.measure import measure_file_speed
+from quantload.roofline.probe import MachineLimits, probe_in_cache
 from quantload.roofline.speed_file import SpeedFile, busy_note, load_speed_file
-from quantload.steps.speed import measure_file_speed, probe
 
 
 def speed_table(speeds: SpeedFile) -> Table:
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             )
         with cli.err_console.status("measuring memory bandwidth and arithmetic rate"):
             cache = cache_root(settings.toolchain.cache_dir, cli.environ)
-            limits = probe(cache, settings.speed, refresh=reprobe)
+            limits = probe_in_cache(cache, settings.speed, refresh=reprobe)
         speeds = SpeedFile()
         for model, label in zip(models, labels, strict=True):
             with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:

@@ -32,7 +32,15 @@ from quantload.experiments import (
     sweep,
     trace,
 )
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import (
+    Experiment,
+    ExperimentContext,
+    ExperimentReport,
+    ExperimentRun,
+    ServerControl,
+)
+from quantload.run_context import RunContext
+from quantload.served import ServedTarget
 
 REGISTRY: tuple[Experiment, ...] = (
     sweep.EXPERIMENT,
@@ -140,3 +148,25 @@ def unknown(requested: Sequence[str]) -> list[str]:
     """The names of `requested` that are no experiment."""
     known = set(names())
     return [name for name in requested if name not in known]
+
+
+def run_experiment(
+    name: str, target: ServedTarget, context: RunContext, servers: ServerControl | None = None
+) -> ExperimentRun:
+    """Run one experiment's stages against a served target (what `quantload run` and `quantload
+    load` both call); records, stage lines and summaries are appended to the run directory as they
+    come.
+
+    `servers` controls the target's llama-server where quantload started it (an experiment that
+    varies the server's flags needs it; None for a URL quantload was given).
+    """
+    experiment = get(name)
+    why = experiment.missing(context.settings)
+    if why is not None:
+        raise ConfigError(f"the {name} experiment cannot run: {why}", "set it, or leave the experiment out")
+    if experiment.server_flags == "required" and servers is None:
+        raise ConfigError(
+            f"the {name} experiment starts llama-servers of its own with other flags",
+            "run it through `quantload run`",
+        )
+    return experiment.run(ExperimentContext(context, target, servers))

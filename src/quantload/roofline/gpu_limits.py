@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantload.gpus import GpuInfo
+from quantload.gpus import GpuInfo, InventoryReader
 
 TERA = 1e12
 
@@ -121,3 +121,9 @@ def gpu_limits(gpu: GpuInfo) -> GpuLimits | None:
         arithmetic_source=arithmetic[1],
         memory_total_bytes=gpu.memory_total_bytes,
     )
+
+
+def gpu_ceilings(inventory: InventoryReader) -> tuple[GpuLimits, ...]:
+    """The limits of every GPU NVML lists here that quantload can tell them for."""
+    found = (gpu_limits(gpu) for gpu in inventory().gpus)
+    return tuple(limits for limits in found if limits is not None)

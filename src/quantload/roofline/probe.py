@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quantload import cpu_share
+from quantload.config import SpeedSettings
 from quantload.llamacpp.bench import load_average_1m, usable_cpus
 from quantload.rundir import read_json, write_json_atomic
 from quantload.text_format import percent
@@ -44,6 +45,7 @@ BANDWIDTH_PASSES = 7
 MATRIX_SIZE = 1536
 MATMUL_PASSES = 5
 DEFAULT_MAX_AGE_S = 24 * 3600.0
+PROBE_DIR = "machine"  # under the cache: the probe's result, per machine, for a day
 # A 1-minute load average above this many runnable tasks per CPU means other work shared the CPUs.
 BANDWIDTH_METHOD = (
     "numpy.max over a float32 buffer, one slice per CPU thread; bytes read / wall time;"
@@ -290,6 +292,13 @@ def probe_machine(
             limits = limits.model_copy(update={"earlier": earlier})
         write_json_atomic(path, limits.model_dump(mode="json"))
     return limits
+
+
+
+def probe_in_cache(cache: Path, settings: SpeedSettings, refresh: bool = False) -> MachineLimits:
+    """The speed step's probe: memory bandwidth and arithmetic rate, a recent probe kept in the
+    cache (PROBE_DIR) else measured (about 1 s)."""
+    return probe_machine(cache / PROBE_DIR, refresh=refresh, max_age_s=settings.probe_max_age_s)
 
 
 def _earlier(path: Path, machine: MachineId) -> EarlierProbe | None:

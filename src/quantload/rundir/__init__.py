@@ -35,7 +35,7 @@ reads and appends, quantload.rundir.handle.RunDir) is the one way code reaches t
                        what `quantload report` writes (into the run directory unless --out says)
 A folder of prepared model files in the cache keeps the same manifest.json and logs/. Files that
 are not in a run directory are named by the module that writes them: the cache's (for instance
-quantload.steps.prepare, quantload.llamacpp.build), the calibration folder beside the runs
+quantload.models.prepared, quantload.llamacpp.build), the calibration folder beside the runs
 (quantload.load.calibration_file), a comparison's folder (quantload.analysis.compare);
 tests/unit/test_rundir_names.py lists each and holds the rest here.
 """

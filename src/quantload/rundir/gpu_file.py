@@ -19,6 +19,8 @@ draw then is what they cost doing nothing (analysis.gpu_energy).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -96,3 +98,19 @@ def add_idle_window(path: Path, window: IdleWindow) -> None:
     """File one idle window."""
     current = _current(path)
     write_json_atomic(path, current.model_copy(update={"idle": (*current.idle, window)}).to_json())
+
+
+def watch_idle(
+    quants: Sequence[str],
+    seconds: float,
+    out: Path,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> IdleWindow:
+    """Let the servers of `quants` sit idle for `seconds` (nothing is sent to them) and file the
+    span in gpu.json (`out`): the GPUs' draw then is their idle baseline (analysis.gpu_energy)."""
+    start = clock()
+    sleep(seconds)
+    window = IdleWindow(quants=tuple(quants), start_unix_s=start, end_unix_s=clock())
+    add_idle_window(out, window)
+    return window

@@ -7,7 +7,7 @@
   (quantload.experiments.registry; those that vary the server's flags run its variants), stop
   -> run.json "finished" -> report
 
-The steps are quantload.steps, reached through `RunSteps` (bound to the run's settings), which
+The steps are `RunSteps`' (quantload.stack.run_steps: bound to the run's settings), which
 tests replace with fakes. The run's folder, context, run.json, servers and experiments are the
 run driver's (quantload.stack.run_driver), and so is the rule for a failure: a step that fails
 with a QuantloadError is recorded "failed" and the run goes on, except those it cannot go on
@@ -41,6 +41,7 @@ from quantload.llamacpp.server import free_port
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.calibration_file import machine_limits
 from quantload.load.processes import most_workers
+from quantload.models.prepared import PreparedModels
 from quantload.observe.prometheus import PrometheusProcess
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
@@ -55,7 +56,6 @@ from quantload.stack.run_driver import (
     overhead,
 )
 from quantload.stack.run_steps import RunSteps, Served
-from quantload.steps.prepare import PreparedModels
 
 T = TypeVar("T")
 

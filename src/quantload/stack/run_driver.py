@@ -42,6 +42,7 @@ from quantload.experiments.base import Experiment, ExperimentRun, ServerControl
 from quantload.llamacpp.server import LlamaServer
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.load.processes import workers_absent
+from quantload.models.prepared import PreparedModels
 from quantload.progress import ProgressCallback
 from quantload.run_context import RunContext, Warn
 from quantload.rundir import make_run_id
@@ -51,7 +52,6 @@ from quantload.rundir.run_file import RunStatus
 from quantload.served import ServedTarget, server_alias, server_name
 from quantload.stack.run_state import RunState
 from quantload.stack.run_steps import RunSteps, Served
-from quantload.steps.prepare import PreparedModels
 
 T = TypeVar("T")
 

@@ -1,9 +1,25 @@
-"""The steps of one native run bound to its settings (what `NativeRun` calls), and a served target.
+"""The named steps of the protocol, bound to one run's settings (what `NativeRun` calls), and a
+served target.
 
-`RunSteps` turns the run's settings into the arguments of each named step (quantload.steps) and
-of each child the run starts (llama-server, the exporter, Prometheus), with run-directory file
-names filled in, and hands out the control of each started server's variants (other flags, for
-the experiments that vary them). Tests of the orchestrator subclass it with fakes.
+`RunSteps` is the one seam between the run and the work: each method is one step with typed
+inputs and a typed result, its settings and run-directory file names filled in, calling the
+module of its domain; tests of the orchestrator subclass it with fakes. A step that cannot produce
+its result raises a QuantloadError (its typed failure: ModelError, ServerError, MeasurementError,
+...). Each subcommand calls the same domain function as its step here, so a step has one
+implementation and each run-directory file one writer.
+
+  prepare  the files of one model, their manifest (quantload.models.prepared)   -> PreparedModels
+  quality  perplexity of one file on WikiText-2, quality.json (quantload.quality.measure)
+                                                                                 -> QualityResult
+  speed    the machine's roofline probe (quantload.roofline.probe); llama-bench of one file,
+           speed.json (quantload.roofline.measure)                               -> SpeedEntry
+  serve    a llama-server of one file (quantload.llamacpp.server); its KV cache checked, kv.json
+           (quantload.kvcheck); its layers' placement, gpu.json (llamacpp.offload) -> LlamaServer, KvCheck
+  load     one load experiment against a served target (experiments.registry) -> ExperimentRun
+  report   the report of a run directory (quantload.analysis)                 -> ReportPaths
+
+It also starts each child the run needs besides (the exporter, Prometheus) and hands out the
+control of each started server's variants (other flags, for the experiments that vary them).
 """
 
 from __future__ import annotations
@@ -15,7 +31,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from quantload.analysis import ReportPaths
+from quantload.analysis import ReportPaths, build_report
 from quantload.config import Settings
 from quantload.exclusive import core_plan
 from quantload.experiments.base import (
@@ -25,38 +41,37 @@ from quantload.experiments.base import (
     ServedVariant,
     ServerControl,
 )
+from quantload.experiments.registry import run_experiment
 from quantload.exporter import ExporterHandle, ExporterTarget, start_exporter
-from quantload.kvcheck import KvCheck, merge_kv_file
+from quantload.kvcheck import KvCheck, check_kv, merge_kv_file
 from quantload.llamacpp.devices import Device, list_devices
-from quantload.llamacpp.offload import OffloadCheck
+from quantload.llamacpp.offload import OffloadCheck, check_offload, parse_offload
 from quantload.llamacpp.quant_types import quant_types
-from quantload.llamacpp.server import LlamaServer
+from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.server_help import ServerBuild, server_build
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
-from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
-from quantload.progress import ProgressCallback
-from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
-from quantload.quality.kld_results import KldSet
-from quantload.quality.results import QualityResult
-from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
-from quantload.roofline.probe import MachineLimits
-from quantload.roofline.speed_file import SpeedEntry
-from quantload.run_context import RunContext
-from quantload.rundir.gpu_file import IdleWindow
-from quantload.rundir.handle import RunDir
-from quantload.served import ServedTarget
-from quantload.stack.server_variants import ServerVariants
-from quantload.steps.load import run_experiment
-from quantload.steps.prepare import (
+from quantload.models.prepared import (
     PreparedModels,
     prepare_model_files,
     prepared_folder,
     scored_text_on_disk,
 )
-from quantload.steps.quality import measure_file_quality, quality_text
-from quantload.steps.report import write_report
-from quantload.steps.serve import check_kv, check_server_offload, server_spec, watch_idle
-from quantload.steps.speed import measure_file_speed, probe
+from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
+from quantload.progress import ProgressCallback
+from quantload.quality.dataset import resolve_dataset
+from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
+from quantload.quality.kld_results import KldSet
+from quantload.quality.measure import measure_file_quality
+from quantload.quality.results import QualityResult
+from quantload.quality.sensitivity import SensitivityFile, scan_sensitivity
+from quantload.roofline.measure import measure_file_speed
+from quantload.roofline.probe import MachineLimits, probe_in_cache
+from quantload.roofline.speed_file import SpeedEntry
+from quantload.run_context import RunContext
+from quantload.rundir.gpu_file import IdleWindow, merge_offload, watch_idle
+from quantload.rundir.handle import RunDir
+from quantload.served import ServedTarget
+from quantload.stack.server_variants import ServerVariants
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant
 from quantload.tune.space import TuneConfig, check_space, model_identity
@@ -87,7 +102,9 @@ class RunSteps:
         )  # fmt: skip
 
     def quality_text(self) -> Path:
-        return quality_text(self.settings.quality, self.cache, self.environ)
+        """The text to score: the configured file, else WikiText-2 from the cache or the network;
+        a QuantloadError saying how to provide it when there is none (offline, no path)."""
+        return resolve_dataset(self.settings.quality.dataset, self.cache, self.environ)
 
     def quality(
         self, toolchain: Toolchain, model: Path, quant: str, text: Path, run_dir: Path,
@@ -120,7 +137,7 @@ class RunSteps:
         )  # fmt: skip
 
     def probe(self) -> MachineLimits:
-        return probe(self.cache, self.settings.speed)
+        return probe_in_cache(self.cache, self.settings.speed)
 
     def speed(
         self, toolchain: Toolchain, model: Path, quant: str, limits: MachineLimits, run_dir: Path,
@@ -144,8 +161,11 @@ class RunSteps:
 
     def server(self, toolchain: Toolchain, model: Path, alias: str, quant: str, run_dir: Path) -> LlamaServer:
         files = RunDir(run_dir)  # its slots folder lets the run erase slots between experiments
-        spec = server_spec(self.settings.server, model, alias, slot_save_path=files.slots_path)
-        spec = dataclasses.replace(spec, cpus=core_plan(self.settings.load.exclusive).server_cpus)
+        spec = dataclasses.replace(
+            ServerSpec.from_settings(self.settings.server, model, alias),
+            slot_save_path=files.slots_path,
+            cpus=core_plan(self.settings.load.exclusive).server_cpus,
+        )
         log_path = files.log_path(f"llama-server-{quant}.log")
         return LlamaServer(toolchain, spec, log_path, self.settings.server.startup_timeout_s)
 
@@ -153,7 +173,11 @@ class RunSteps:
         return check_kv(server, quant, RunDir(run_dir).kv_path, toolchain.version_record())
 
     def check_offload(self, server: LlamaServer, quant: str, run_dir: Path) -> OffloadCheck:
-        return check_server_offload(server, quant, RunDir(run_dir).gpu_path)
+        """The layers the server was asked to put on the GPU against those its latest launch
+        logged, filed in gpu.json under `quant`."""
+        check = check_offload(server.spec.gpu_layers, parse_offload(server.launch_log_text()))
+        merge_offload(RunDir(run_dir).gpu_path, quant, check)
+        return check
 
     def idle_baseline(self, quants: Sequence[str], run_dir: Path) -> IdleWindow:
         return watch_idle(quants, self.settings.observe.idle_baseline_s, RunDir(run_dir).gpu_path)
@@ -210,7 +234,13 @@ class RunSteps:
         return adopted
 
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
-        return write_report(run_dir, self.settings, prometheus_url)
+        """The report of `run_dir` (report.md, report.html, table.csv, summary.json, plots);
+        without `prometheus_url` it reopens the run's saved Prometheus data when it can."""
+        settings = self.settings
+        return build_report(
+            run_dir, prometheus_url, settings.report, None, settings.observe.prometheus_binary,
+            plan=settings.plan,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,22 @@ from pydantic import SecretStr
 from quantload.errors import QuantloadError, ServerError
 from quantload.experiments.base import ServedVariant, ServerFlags
 from quantload.experiments.running import label as file_label
-from quantload.kvcheck import KvCheck, kv_check_from_log
+from quantload.kvcheck import KvCheck, kv_check_from_log, kv_prediction
+from quantload.llamacpp.kld import needs_flash_attention
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.served import ServedTarget
-from quantload.steps.serve import cache_type_spec, kv_prediction
+
+
+def cache_type_spec(spec: ServerSpec, cache_type: str) -> ServerSpec:
+    """`spec` with K and V caches of `cache_type`, and flash attention on where a quantized V cache
+    needs it (the rule the KLD runs follow); the port is picked afresh."""
+    extra = tuple(spec.extra_args)
+    if needs_flash_attention(cache_type) and not {"-fa", "--flash-attn"} & set(extra):
+        extra += ("-fa", "on")
+    return dataclasses.replace(
+        spec, cache_type_k=cache_type, cache_type_v=cache_type, port=0, extra_args=extra
+    )
 
 
 def variant_spec(spec: ServerSpec, flags: ServerFlags) -> ServerSpec:

@@ -5,7 +5,7 @@
             what this llama-server build accepts (`--help`: KV-cache and speculation types) and the
             model files (a draft of another vocabulary): every one a one-line ConfigError before
             any server starts
-  prepare   the model files (quantload.steps.prepare; cached)
+  prepare   the model files (quantload.models.prepared; cached)
   tune      per file `prepare.quants` names (`--quants`): its llama-server, restarted in place
             per trial
   outcome   tune.json: per quantization the ranking, the winner's command line, its .env and
@@ -38,13 +38,13 @@ from quantload.experiments.base import ExperimentContext
 from quantload.llamacpp.server import free_port
 from quantload.llamacpp.server_help import server_build
 from quantload.llamacpp.toolchain import Toolchain
+from quantload.models.prepared import PreparedModels
 from quantload.paths import cache_root
 from quantload.progress import ProgressCallback
 from quantload.rundir import TUNE_JSONL
 from quantload.rundir.handle import RunDir
 from quantload.stack.run_driver import Failed, RunDriver, RunPlace, RunView, new_run_dir
 from quantload.stack.run_steps import RunSteps, Served
-from quantload.steps.prepare import PreparedModels
 from quantload.text_format import span
 from quantload.tune.outcome import quant_summary, write_tune_json
 from quantload.tune.search import TuneOutcome, tune_quant

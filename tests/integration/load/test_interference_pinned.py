@@ -24,10 +24,10 @@ from quantload.analysis.run_data import load_run
 from quantload.analysis.stage_tables import level_table, stage_table
 from quantload.config import LoadSettings, Settings, SloSettings
 from quantload.exclusive import pin_process, pin_this_process, usable_cpus, wait_for_quiet
+from quantload.experiments.registry import run_experiment
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
 from quantload.slo import Slo
-from quantload.steps.load import run_experiment
 
 pytestmark = [pytest.mark.integration,
     pytest.mark.slow,

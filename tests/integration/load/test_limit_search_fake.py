@@ -13,10 +13,10 @@ import pytest
 
 from load_api import settings_context
 from quantload.config import LimitSettings, LoadSettings, Settings, SloSettings
+from quantload.experiments.registry import run_experiment
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.load.limit_file import read_limits
 from quantload.served import ServedTarget
-from quantload.steps.load import run_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,10 +12,10 @@ import pytest
 
 from load_api import settings_context
 from quantload.config import LoadSettings, Settings, SloSettings
+from quantload.experiments.registry import run_experiment
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
-from quantload.steps.load import run_experiment
-from quantload.steps.report import write_report
+from quantload.stack.run_steps import RunSteps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +53,7 @@ def test_the_ramp_breaks_at_the_scripted_users_and_the_report_says_so(tmp_path: 
     assert all(s.status == "ok" and s.experiment == "ramp_up" for s in done.summaries)
     assert done.problem is None and took < 60, took
     (tmp_path / "config.json").write_text(f'{{"settings": {settings.model_dump_json()}}}')  # the run's SLO
-    paths = write_report(tmp_path, settings, None)
+    paths = RunSteps(settings, {}, tmp_path).report(tmp_path, None)  # as `quantload run` writes it
     text = paths.markdown.read_text(encoding="utf-8")
     section = text[text.index("## Ramp-up") :]
     section = section[: section.index("\n## ", 4)] if "\n## " in section[4:] else section

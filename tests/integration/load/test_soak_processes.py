@@ -21,7 +21,7 @@ from quantload.experiments.soak.stages import run as run_soak
 from quantload.experiments.soak.watch import read_soak_lines
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.served import ServedTarget
-from quantload.steps.report import write_report
+from quantload.stack.run_steps import RunSteps
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ def test_a_soak_streams_its_slices_and_readings_and_the_report_draws_them(tmp_pa
     samples = [line for line in lines if line.event == "sample"]
     assert len(samples) >= 8 and all(s.server_rss_bytes and s.server_rss_bytes > 2**20 for s in samples)
     assert all(s.kv_cells_total == 4 * 4096 and s.kv_cells_used == 0 for s in samples)  # the fake's /slots
-    paths = write_report(tmp_path, run.settings, None)
+    paths = RunSteps(run.settings, {}, tmp_path).report(tmp_path, None)  # as `quantload run` writes it
     text = paths.markdown.read_text(encoding="utf-8")
     assert "## Soak" in text and "3 users held for" in text and "plots/soak.png" in text
     assert (tmp_path / "plots" / "soak.png").is_file()
@@ -91,7 +91,7 @@ def test_a_soak_of_a_server_quantload_did_not_start_says_its_memory_was_not_meas
     assert len(done.summaries) == 2 and all(s.users == 2 for s in done.summaries)
     assert any("no limit_users search" in line for line in warned)
     assert any("server memory not measured" in line for line in warned)
-    write_report(tmp_path, run.settings, None)
+    RunSteps(run.settings, {}, tmp_path).report(tmp_path, None)
     summary = json.loads((tmp_path / "summary.json").read_text())
     gaps = [g["what"] for g in summary["not_measured"] if g["section"] == "soak"]
     assert "server memory during the soak of Q4_K_M" in gaps

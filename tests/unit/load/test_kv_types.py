@@ -17,12 +17,11 @@ from quantload.errors import ConfigError
 from quantload.experiments import registry
 from quantload.experiments.base import ServerFlags
 from quantload.experiments.kv_types.stages import decode_requests, kv_type_plan
+from quantload.experiments.registry import run_experiment
 from quantload.llamacpp.server import ServerSpec
 from quantload.load.prompts import load_builtin
 from quantload.served import ServedTarget
-from quantload.stack.server_variants import variant_spec
-from quantload.steps.load import run_experiment
-from quantload.steps.serve import cache_type_spec
+from quantload.stack.server_variants import cache_type_spec, variant_spec
 
 TARGET = ServedTarget(name="llama-q8_0", quant="Q8_0", model="m", url="http://127.0.0.1:1")
 

@@ -14,6 +14,7 @@ from quantload.config import LimitSettings, LoadSettings, Settings, TraceSetting
 from quantload.errors import ConfigError
 from quantload.experiments import registry
 from quantload.experiments.limit_trials import judge_trial, trial_requests
+from quantload.experiments.registry import run_experiment
 from quantload.experiments.sweep import requests_per_stage
 from quantload.load.limit_file import LimitLine, TrialLine, read_limits
 from quantload.load.prompts import Prompt
@@ -22,7 +23,6 @@ from quantload.load.summary import StageSummary, summarize_stage
 from quantload.load.workloads import PromptSetWorkload
 from quantload.served import ServedTarget
 from quantload.slo import Slo
-from quantload.steps.load import run_experiment
 
 SLO = Slo(ttft_s=0.5, tpot_s=0.05)
 

@@ -109,7 +109,7 @@ def test_the_quality_command_measures_every_file_and_the_kld_although_one_failed
         return None
 
     monkeypatch.setattr(cmd_quality, "ensure_toolchain", lambda *args, **kwargs: fake_toolchain)
-    monkeypatch.setattr(cmd_quality, "quality_text", lambda *args: text)
+    monkeypatch.setattr(cmd_quality, "resolve_dataset", lambda *args: text)
     monkeypatch.setattr(cmd_quality, "measure_file_quality", measure)
     monkeypatch.setattr(cmd_quality, "measure_kld_set", kld)
     out = tmp_path / "run" / "quality.json"

@@ -17,8 +17,7 @@ from quantload.llamacpp.bench import SpeedResult
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.gguf_meta import read_gguf
 from quantload.roofline.ceilings import UnknownGpuCeilings, device_ceilings, roofline
-from quantload.roofline.gpu_limits import gpu_limits, known_part
-from quantload.steps.speed import gpu_ceilings
+from quantload.roofline.gpu_limits import gpu_ceilings, gpu_limits, known_part
 
 H100 = FakeGpu(name="NVIDIA H100 80GB HBM3", max_memory_clock_mhz=2619, memory_bus_width_bits=5120)
 

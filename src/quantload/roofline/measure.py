@@ -1,5 +1,5 @@
-"""The speed step: this machine's roofline probe, and llama-bench of one file against the limits of
-the device it ran on (the CPU's probe, or the GPUs' figures)."""
+"""The speed step of one file: llama-bench prefill and decode, placed on the roofline of the device
+it ran on (this machine's probe for the CPU, the GPUs' figures for a GPU), filed in speed.json."""
 
 from __future__ import annotations
 
@@ -12,16 +12,9 @@ from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.gguf_meta import read_gguf
 from quantload.progress import ProgressCallback, no_progress
 from quantload.roofline.ceilings import UnknownGpuCeilings, roofline
-from quantload.roofline.gpu_limits import GpuLimits, gpu_limits
-from quantload.roofline.probe import MachineLimits, probe_machine
+from quantload.roofline.gpu_limits import gpu_ceilings
+from quantload.roofline.probe import MachineLimits
 from quantload.roofline.speed_file import SpeedEntry, save_speed_entry
-
-PROBE_DIR = "machine"  # under the cache: the probe's result, per machine, for a day
-
-
-def probe(cache: Path, settings: SpeedSettings, refresh: bool = False) -> MachineLimits:
-    """Memory bandwidth and arithmetic rate: a recent cached probe, else measured (about 1 s)."""
-    return probe_machine(cache / PROBE_DIR, refresh=refresh, max_age_s=settings.probe_max_age_s)
 
 
 def measure_file_speed(
@@ -59,9 +52,3 @@ def measure_file_speed(
     if out is not None:
         save_speed_entry(out, label, entry, limits, gpus)
     return entry
-
-
-def gpu_ceilings(inventory: InventoryReader) -> tuple[GpuLimits, ...]:
-    """The limits of every GPU NVML lists here that quantload can tell them for."""
-    found = (gpu_limits(gpu) for gpu in inventory().gpus)
-    return tuple(limits for limits in found if limits is not None)

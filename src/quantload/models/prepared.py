@@ -1,5 +1,7 @@
 """The prepare step: the files of a run, made once and reused from the cache (the model's
-reference and every type and mix asked for), or the user's own files (prepare.files)."""
+reference and every type and mix asked for, quantload.models.prepare), or the user's own files
+(prepare.files, quantload.models.given_files); what `quantload prepare` and `quantload run`
+(through RunSteps) call."""
 
 from __future__ import annotations
 
