@@ -15,8 +15,10 @@ An experiment (one module or folder of this package, listed once in `registry`) 
   check           what it checks of its input before any server starts (`Preflight`: the
                   settings, what the llama-server build accepts, the model files): ConfigError
   report          its own part of the report, where it has one (`ExperimentReport`): what the
-                  report computes of its stages, its chapter, its keys of summary.json. A function
-                  returning it, so that the analysis and its pandas are imported only by the report.
+                  report computes of its stages, its chapter, its keys of summary.json. The name
+                  of the module whose REPORT it is, which the registry loads when the report asks
+                  (as a plugin is loaded): the analysis and its pandas are imported only by the
+                  report, and no import ties an experiment's declaration to the analysis.
 
 Run context: `ExperimentContext` holds the run (quantload.run_context.RunContext), the served
 target, and the server control where quantload started the server (None for a URL it was given).
@@ -225,4 +227,4 @@ class Experiment:
     check: Callable[[Preflight], None] = no_check
     # why it would measure nothing against a server quantload did not start (None: it measures)
     foreign: Callable[[Settings], str | None] = runs_against_any_server
-    report: Callable[[], ExperimentReport[Any]] | None = None
+    report: str | None = None  # the module of its ExperimentReport, REPORT (registry.reported)

@@ -9,6 +9,7 @@ and one line below; its settings are one section of quantload.config.Settings.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,10 +72,20 @@ def names() -> tuple[str, ...]:
 ReportParts = tuple[tuple[Experiment, ExperimentReport[Any]], ...]
 
 
+def report_part(experiment: Experiment) -> ExperimentReport[Any]:
+    """The experiment's own part of the report: the REPORT of the module it names, loaded now."""
+    if experiment.report is None:
+        raise ValueError(f"the {experiment.name} experiment has no part of its own in the report")
+    part = getattr(importlib.import_module(experiment.report), "REPORT", None)
+    if not isinstance(part, ExperimentReport):
+        raise TypeError(f"{experiment.report} has no REPORT of type ExperimentReport")
+    return part
+
+
 def reported() -> ReportParts:
     """The experiments with a part of their own in the report, each with that part, in the default
-    order (the report step's one way to them: their parts are imported here)."""
-    return tuple((e, e.report()) for e in REGISTRY if e.report is not None)
+    order (the report step's one way to them: each part is loaded here, by its module's name)."""
+    return tuple((e, report_part(e)) for e in REGISTRY if e.report is not None)
 
 
 def default_names() -> tuple[str, ...]:

@@ -100,13 +100,13 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
 
 def test_a_part_that_follows_no_chapter_of_the_report_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     listing = importlib.import_module("quantload.analysis.chapters")
-    experiment, part = registry.get("noisy_neighbour"), registry.get("noisy_neighbour").report
-    assert part is not None
-    misplaced = dataclasses.replace(part(), follows="nowhere")
+    experiment = registry.get("noisy_neighbour")
+    part = registry.report_part(experiment)
+    misplaced = dataclasses.replace(part, follows="nowhere")
     monkeypatch.setattr(listing, "reported", lambda: ((experiment, misplaced),))
     with pytest.raises(ValueError, match="nowhere"):
         chapters()
-    within_nothing = dataclasses.replace(part(), within="nowhere")
+    within_nothing = dataclasses.replace(part, within="nowhere")
     monkeypatch.setattr(listing, "reported", lambda: ((experiment, within_nothing),))
     with pytest.raises(ValueError, match="nowhere"):
         chapters()
@@ -145,3 +145,13 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
         assert isinstance(flag, kind) and flag.table.empty
         assert summary["server_flags"][name] == {"rows": [], "verdict": flag.verdict}
     assert set(summary["server_flags"]) == {"batching", "slots", "speculation", "tune"}
+
+
+def test_a_report_part_is_its_modules_report_and_a_module_without_one_is_refused() -> None:
+    experiment = registry.get("sessions")
+    assert experiment.report == "quantload.experiments.sessions.report"
+    assert registry.report_part(experiment) is SESSIONS_REPORT
+    with pytest.raises(TypeError, match=r"quantload\.experiments\.sessions\.stages has no REPORT"):
+        registry.report_part(dataclasses.replace(experiment, report="quantload.experiments.sessions.stages"))
+    with pytest.raises(ValueError, match="sweep experiment has no part of its own"):
+        registry.report_part(registry.get("sweep"))

@@ -29,22 +29,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.batching.stages import NAME, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.batching.findings import BatchingFindings
-
-
-def report() -> ExperimentReport[BatchingFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.batching.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -56,5 +42,5 @@ EXPERIMENT = Experiment(
     run=run,
     server_flags="required",
     by_default=False,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

@@ -42,22 +42,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.context.stages import NAME, foreign, missing, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.context.findings import ContextFindings
-
-
-def report() -> ExperimentReport[ContextFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.context.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -69,5 +55,5 @@ EXPERIMENT = Experiment(
     run=run,
     server_flags="optional",
     foreign=foreign,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

@@ -26,22 +26,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.kv_types.stages import NAME, missing, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.kv_types.findings import KvTypesFindings
-
-
-def report() -> ExperimentReport[KvTypesFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.kv_types.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -52,5 +38,5 @@ EXPERIMENT = Experiment(
     missing=missing,
     run=run,
     server_flags="required",
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

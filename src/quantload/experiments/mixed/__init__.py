@@ -17,22 +17,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.mixed.stages import NAME, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.mixed.findings import MixedFindings
-
-
-def report() -> ExperimentReport[MixedFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.mixed.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -43,5 +29,5 @@ EXPERIMENT = Experiment(
     missing=lambda settings: None,
     run=run,
     server_flags="optional",
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

@@ -25,22 +25,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.noisy_neighbour.stages import NAME, missing, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
-
-
-def report() -> ExperimentReport[NoisyNeighbourFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.noisy_neighbour.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -50,5 +36,5 @@ EXPERIMENT = Experiment(
     summary="tenants sharing a server while one steps its load up ([[tenants]], [noisy_neighbour])",
     missing=missing,
     run=run,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

@@ -22,23 +22,10 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.ramp_up.stages import NAME, missing, run
 
-if TYPE_CHECKING:
-    from quantload.experiments.ramp_up.findings import RampUpFindings
-
 __all__ = ["EXPERIMENT", "NAME"]
-
-
-def report() -> ExperimentReport[RampUpFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.ramp_up.report import REPORT
-
-    return REPORT
 
 
 EXPERIMENT = Experiment(
@@ -50,5 +37,5 @@ EXPERIMENT = Experiment(
     missing=missing,
     run=run,
     by_default=False,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

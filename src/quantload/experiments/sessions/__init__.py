@@ -16,22 +16,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.sessions.stages import NAME, missing, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.sessions.findings import SessionsFindings
-
-
-def report() -> ExperimentReport[SessionsFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.sessions.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -41,5 +27,5 @@ EXPERIMENT = Experiment(
     summary="multi-turn conversations, cache off then on ([sessions])",
     missing=missing,
     run=run,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

@@ -22,22 +22,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.slots.stages import NAME, check, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.slots.findings import SlotsFindings
-
-
-def report() -> ExperimentReport[SlotsFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.slots.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -51,5 +37,5 @@ EXPERIMENT = Experiment(
     searches=True,
     by_default=False,
     check=check,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

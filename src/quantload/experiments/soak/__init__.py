@@ -30,23 +30,10 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.soak.stages import NAME, duration_text_s, missing, run
 
-if TYPE_CHECKING:
-    from quantload.experiments.soak.findings import SoakFindings
-
 __all__ = ["EXPERIMENT", "NAME", "duration_text_s"]
-
-
-def report() -> ExperimentReport[SoakFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.soak.report import REPORT
-
-    return REPORT
 
 
 EXPERIMENT = Experiment(
@@ -58,5 +45,5 @@ EXPERIMENT = Experiment(
     " and their drift per hour ([soak])",
     missing=missing,
     run=run,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )

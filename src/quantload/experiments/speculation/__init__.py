@@ -35,22 +35,8 @@ Its folder holds all of it:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from quantload.experiments.base import Experiment, ExperimentReport
+from quantload.experiments.base import Experiment
 from quantload.experiments.speculation.stages import NAME, check, run
-
-if TYPE_CHECKING:
-    from quantload.experiments.speculation.findings import SpeculationFindings
-
-
-def report() -> ExperimentReport[SpeculationFindings]:
-    """Its part of the report, imported when the report asks for it (pandas and the report's
-    modules are not for `quantload load`)."""
-    from quantload.experiments.speculation.report import REPORT
-
-    return REPORT
-
 
 EXPERIMENT = Experiment(
     name=NAME,
@@ -63,5 +49,5 @@ EXPERIMENT = Experiment(
     server_flags="required",
     by_default=False,
     check=check,
-    report=report,
+    report=f"{__name__}.report",  # its REPORT, loaded by the registry when the report asks
 )
