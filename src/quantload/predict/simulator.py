@@ -319,96 +319,107 @@ class _Arrivals:
             self._send(user, time_s + think)
 
 
-def simulate(server: ServerModel, cost: BatchCost, workload: Workload, seed: int = 0) -> SimResult:
-    """Run `workload` through the scheduler of `server`, each batch costing `cost.batch_s`."""
-    arrivals = _Arrivals(workload, seed)
-    heap = arrivals.heap
-    batch_s = cost.batch_s
-    n_slots = server.n_slots
-    n_batch = server.n_batch_tokens
-    ctx = server.ctx_per_slot_tokens
-    continuous = server.continuous_batching
-    queue: deque[tuple[float, int, int | None, RequestShape]] = deque()
-    prompting: list[_Slot] = []  # in the order they took their slot
-    generating: list[_Slot] = []
-    records: dict[int, RequestRecord] = {}
-    now = 0.0
-    iterations = 0
-    inf = math.inf
+class _Scheduler:
+    """One simulation's state: the queue, the slots prompting and generating, the clock."""
 
-    def finish(slot: _Slot, end_s: float) -> None:
-        records[slot.index] = slot.record(end_s)
-        arrivals.ended(slot.user, end_s)
+    def __init__(self, server: ServerModel, cost: BatchCost, workload: Workload, seed: int) -> None:
+        self.server = server
+        self.arrivals = _Arrivals(workload, seed)
+        self.heap = self.arrivals.heap
+        self.batch_s = cost.batch_s
+        self.n_slots = server.n_slots
+        self.n_batch = server.n_batch_tokens
+        self.ctx = server.ctx_per_slot_tokens
+        self.continuous = server.continuous_batching
+        self.queue: deque[tuple[float, int, int | None, RequestShape]] = deque()
+        self.prompting: list[_Slot] = []  # in the order they took their slot
+        self.generating: list[_Slot] = []
+        self.records: dict[int, RequestRecord] = {}
+        self.now = 0.0
+        self.iterations = 0
 
-    while True:
-        while heap and heap[0][0] <= now:
+    def finish(self, slot: _Slot, end_s: float) -> None:
+        self.records[slot.index] = slot.record(end_s)
+        self.arrivals.ended(slot.user, end_s)
+
+    def take_arrivals(self) -> None:
+        """Every request arrived by now joins the queue."""
+        heap, queue = self.heap, self.queue
+        while heap and heap[0][0] <= self.now:
             queue.append(heapq.heappop(heap))
-        while queue and len(prompting) + len(generating) < n_slots:
-            arrival_s, index, user, shape = queue.popleft()
-            if shape.prompt_tokens >= ctx:  # refused at once: exceed_context_size_error
-                records[index] = RequestRecord(index, user, arrival_s, shape.prompt_tokens, 0, 0,
-                                               now, now, now, failed=True)  # fmt: skip
-                arrivals.ended(user, now)
-                while heap and heap[0][0] <= now:
-                    queue.append(heapq.heappop(heap))
+
+    def admit(self) -> None:
+        """Queued requests take the free slots in order; a prompt that does not fit the slot's
+        context is refused at once (exceed_context_size_error)."""
+        self.take_arrivals()
+        now = self.now
+        while self.queue and len(self.prompting) + len(self.generating) < self.n_slots:
+            arrival_s, index, user, shape = self.queue.popleft()
+            if shape.prompt_tokens >= self.ctx:
+                self.records[index] = RequestRecord(index, user, arrival_s, shape.prompt_tokens, 0, 0,
+                                                    now, now, now, failed=True)  # fmt: skip
+                self.arrivals.ended(user, now)
+                self.take_arrivals()
                 continue
-            prompting.append(_Slot(index, user, arrival_s, shape, ctx))
-        if not prompting and not generating:
-            if not heap:
-                break
-            now = max(now, heap[0][0])
-            continue
+            self.prompting.append(_Slot(index, user, arrival_s, shape, self.ctx))
 
+    def prompt_iteration(self) -> None:
+        """One batch of every generating slot's next token and as many prompt tokens as -b leaves
+        room for, in the order the slots were taken."""
+        generating = self.generating
         decode_tokens = len(generating)
-        if prompting and (continuous or decode_tokens == 0) and decode_tokens < n_batch:
-            kv_tokens = 0
-            for slot in generating:
-                kv_tokens += slot.kv_tokens
-            room = n_batch - decode_tokens
-            chunks: list[tuple[_Slot, int]] = []
-            for slot in prompting:
-                take = min(slot.prompt_left, room)
-                chunks.append((slot, take))
-                kv_tokens += slot.kv_tokens
-                room -= take
-                if room == 0:
-                    break
-            prompt_tokens = n_batch - decode_tokens - room
-            start = now
-            now += batch_s(prompt_tokens, decode_tokens, kv_tokens)
-            iterations += 1
-            still: list[_Slot] = []
-            for slot in generating:
-                slot.generated += 1
-                slot.kv_tokens += 1
-                if slot.generated >= slot.target:
-                    finish(slot, now)
-                else:
-                    still.append(slot)
-            for slot, take in chunks:
-                if slot.start_s != slot.start_s:  # NaN: its first prompt chunk
-                    slot.start_s = start
-                slot.prompt_left -= take
-                slot.kv_tokens += take
-                if slot.prompt_left == 0:
-                    prompting.remove(slot)
-                    slot.first_s = now
-                    slot.generated = 1
-                    if slot.target <= 1:
-                        finish(slot, now)
-                    else:
-                        still.append(slot)
-            generating = still
-            continue
-
-        # Only decode tokens until a slot ends (or, with a free slot and continuous batching, a
-        # request arrives): the same slots step together, their KV growing by one token each.
-        steps = min(slot.target - slot.generated for slot in generating)
-        can_admit = continuous and len(prompting) + decode_tokens < n_slots
-        wake_s = heap[0][0] if heap and can_admit else inf
         kv_tokens = 0
         for slot in generating:
             kv_tokens += slot.kv_tokens
+        room = self.n_batch - decode_tokens
+        chunks: list[tuple[_Slot, int]] = []
+        for slot in self.prompting:
+            take = min(slot.prompt_left, room)
+            chunks.append((slot, take))
+            kv_tokens += slot.kv_tokens
+            room -= take
+            if room == 0:
+                break
+        prompt_tokens = self.n_batch - decode_tokens - room
+        start = self.now
+        self.now += self.batch_s(prompt_tokens, decode_tokens, kv_tokens)
+        now = self.now
+        self.iterations += 1
+        still: list[_Slot] = []
+        for slot in generating:
+            slot.generated += 1
+            slot.kv_tokens += 1
+            if slot.generated >= slot.target:
+                self.finish(slot, now)
+            else:
+                still.append(slot)
+        for slot, take in chunks:
+            if slot.start_s != slot.start_s:  # NaN: its first prompt chunk
+                slot.start_s = start
+            slot.prompt_left -= take
+            slot.kv_tokens += take
+            if slot.prompt_left == 0:
+                self.prompting.remove(slot)
+                slot.first_s = now
+                slot.generated = 1
+                if slot.target <= 1:
+                    self.finish(slot, now)
+                else:
+                    still.append(slot)
+        self.generating = still
+
+    def decode_run(self) -> None:
+        """Only decode tokens until a slot ends (or, with a free slot and continuous batching, a
+        request arrives): the same slots step together, their KV growing by one token each."""
+        generating, batch_s = self.generating, self.batch_s
+        decode_tokens = len(generating)
+        steps = min(slot.target - slot.generated for slot in generating)
+        can_admit = self.continuous and len(self.prompting) + decode_tokens < self.n_slots
+        wake_s = self.heap[0][0] if self.heap and can_admit else math.inf
+        kv_tokens = 0
+        for slot in generating:
+            kv_tokens += slot.kv_tokens
+        now = self.now
         done = 0
         while done < steps:
             now += batch_s(0, decode_tokens, kv_tokens)
@@ -416,19 +427,38 @@ def simulate(server: ServerModel, cost: BatchCost, workload: Workload, seed: int
             done += 1
             if now >= wake_s:
                 break
-        iterations += done
+        self.now = now
+        self.iterations += done
         still = []
         for slot in generating:
             slot.generated += done
             slot.kv_tokens += done
             if slot.generated >= slot.target:
-                finish(slot, now)
+                self.finish(slot, now)
             else:
                 still.append(slot)
-        generating = still
+        self.generating = still
 
-    ordered = tuple(records[index] for index in sorted(records))
-    return SimResult(server, ordered, iterations, now)
+    def run(self) -> SimResult:
+        while True:
+            self.admit()
+            if not self.prompting and not self.generating:
+                if not self.heap:
+                    break
+                self.now = max(self.now, self.heap[0][0])
+                continue
+            decode_tokens = len(self.generating)
+            if self.prompting and (self.continuous or decode_tokens == 0) and decode_tokens < self.n_batch:
+                self.prompt_iteration()
+            else:
+                self.decode_run()
+        ordered = tuple(self.records[index] for index in sorted(self.records))
+        return SimResult(self.server, ordered, self.iterations, self.now)
+
+
+def simulate(server: ServerModel, cost: BatchCost, workload: Workload, seed: int = 0) -> SimResult:
+    """Run `workload` through the scheduler of `server`, each batch costing `cost.batch_s`."""
+    return _Scheduler(server, cost, workload, seed).run()
 
 
 def trace(requests: Sequence[tuple[float, RequestShape]]) -> Trace:
