@@ -45,10 +45,12 @@ def _ranking(quant: str, summary: dict[str, Any]) -> Table:
     )
     for row in summary["ranking"]:
         limit = "not measured" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
+        if row.get("screened"):
+            limit = "screened out"
         table.add_row(
             str(row["rank"]),
             row["key"],
-            str(row["rung"] + 1),
+            "-" if row["rung"] < 0 else str(row["rung"] + 1),
             limit,
             _cell(row["lowest_miss"], 0 if unit == "users" else 2),
             "yes" if row["final"] else "no",
@@ -68,6 +70,9 @@ def _show(cli: Any, result: TuneResult) -> None:
             if not row["ran"]:
                 said = f"  {row['key']}: not measured: {row['why']}"
                 cli.console.print(said, highlight=False, markup=False, soft_wrap=True)
+        if summary.get("screening"):
+            said = f"  {summary['screening']['sentence']}"
+            cli.console.print(said, highlight=False, markup=False, soft_wrap=True)
         for note in summary.get("notes", []):
             cli.console.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
         if summary["winner"] is None:
