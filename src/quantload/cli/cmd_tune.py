@@ -120,6 +120,10 @@ def register(app: typer.Typer) -> None:
             None, "--budget", help="Seconds per quantization, trials and baseline together (tune.budget_s)."
         ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
+        predict_first: bool | None = typer.Option(
+            None, "--predict-first/--measure-all",
+            help="Measure only what the predicted limits cannot separate from the best (tune.predict_first).",
+        ),
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
         slo_tpot: float | None = SLO_TPOT,
@@ -137,6 +141,7 @@ def register(app: typer.Typer) -> None:
             "run.out": out,
             "tune.budget_s": budget,
             "tune.objective": objective,
+            "tune.predict_first": predict_first,
             **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
         }
         config = cli.config(flags)

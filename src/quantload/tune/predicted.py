@@ -251,7 +251,8 @@ def best_of(predictions: Sequence[ConfigPrediction]) -> ConfigPrediction | None:
     ranked = [p for p in predictions if p.predicted]
     if not ranked:
         return None
-    return max(reversed(ranked), key=lambda p: (_value(p.limit), _value(p.limit_high)))
+    order = {p.key: n for n, p in enumerate(ranked)}
+    return max(ranked, key=lambda p: (_value(p.limit), _value(p.limit_high), -order[p.key]))
 
 
 def screen(predictions: Sequence[ConfigPrediction], always: Iterable[str] = ()) -> Screening:
