@@ -9,6 +9,10 @@ the limit range found (the highest level shown to meet the SLO, the lowest shown
 the goodput at that limit (requests/s that met the SLO). A configuration whose server does not
 start scores as not run, and the search goes on. Each trial's search is in limits.jsonl under the
 variant "tune r<rung> <key>"; each variant's KV cache and memory in variants.jsonl.
+
+With `tune.predict_first` the space is screened before the first trial (quantload.tune.predicted):
+halving runs over the configurations kept, the screening goes into tune.jsonl after the start line
+(a resume takes it from there rather than measuring costs again), and the outcome carries it.
 """
 
 from __future__ import annotations
