@@ -1077,6 +1077,11 @@ class TuneSettings(_Section):
         default=True, description="also search the server's configured flags as the finalists are"
         " searched (the winner against them, within the budget)",
     )
+    predict_first: bool = Field(
+        default=False, description="rank the space by predicted limit (quantload predict's cost"
+        " curves per -b/-ub, threads, KV-cache type and flash attention) and measure only the"
+        " configurations whose interval reaches the best's, the configured flags and speculation",
+    )
 
     @field_validator("expert_placement")
     @classmethod

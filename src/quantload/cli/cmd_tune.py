@@ -45,10 +45,12 @@ def _ranking(quant: str, summary: dict[str, Any]) -> Table:
     )
     for row in summary["ranking"]:
         limit = "not measured" if not row["ran"] else _cell(row["limit"], 0 if unit == "users" else 2)
+        if row.get("screened"):
+            limit = "screened out"
         table.add_row(
             str(row["rank"]),
             row["key"],
-            str(row["rung"] + 1),
+            "-" if row["rung"] < 0 else str(row["rung"] + 1),
             limit,
             _cell(row["lowest_miss"], 0 if unit == "users" else 2),
             "yes" if row["final"] else "no",
@@ -68,6 +70,9 @@ def _show(cli: Any, result: TuneResult) -> None:
             if not row["ran"]:
                 said = f"  {row['key']}: not measured: {row['why']}"
                 cli.console.print(said, highlight=False, markup=False, soft_wrap=True)
+        if summary.get("screening"):
+            said = f"  {summary['screening']['sentence']}"
+            cli.console.print(said, highlight=False, markup=False, soft_wrap=True)
         for note in summary.get("notes", []):
             cli.console.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
         if summary["winner"] is None:
@@ -115,6 +120,10 @@ def register(app: typer.Typer) -> None:
             None, "--budget", help="Seconds per quantization, trials and baseline together (tune.budget_s)."
         ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
+        predict_first: bool | None = typer.Option(
+            None, "--predict-first/--measure-all",
+            help="Measure only what the predicted limits cannot separate from the best (tune.predict_first).",
+        ),
         slo_ttft: float | None = SLO_TTFT,
         slo_ttft_percentile: str | None = SLO_TTFT_PERCENTILE,
         slo_tpot: float | None = SLO_TPOT,
@@ -132,6 +141,7 @@ def register(app: typer.Typer) -> None:
             "run.out": out,
             "tune.budget_s": budget,
             "tune.objective": objective,
+            "tune.predict_first": predict_first,
             **slo_flags(slo_ttft, slo_ttft_percentile, slo_tpot, slo_tpot_percentile, confidence),
         }
         config = cli.config(flags)

@@ -249,8 +249,11 @@ def batched_bench_command(
     n_batch: int = 2048,
     n_ubatch: int = 512,
     layer_args: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The llama-batched-bench command line (JSONL output); `threads` 0 keeps the tool's default."""
+    """The llama-batched-bench command line (JSONL output); `threads` 0 keeps the tool's default.
+    `extra_args` are further common flags of llama.cpp the tool takes as llama-server does
+    (`-ctk/-ctv TYPE`, `-fa on|off|auto`), so the costs are measured with the server's."""
     joined = [",".join(str(n) for n in values) for values in (prompt_tokens, gen_tokens, sequences)]
     command = [
         str(binary), "-m", str(model_path),
@@ -261,7 +264,7 @@ def batched_bench_command(
     ]  # fmt: skip
     if threads > 0:
         command += ["-t", str(threads)]
-    return command + list(layer_args)
+    return command + list(layer_args) + list(extra_args)
 
 
 def check_grid(
@@ -295,6 +298,7 @@ def run_batched_bench(
     progress: ProgressCallback = no_progress,
     runner: Callable[..., ToolRun] = run_tool,
     log_path: Path | None = None,
+    extra_args: Sequence[str] = (),
 ) -> BatchedBenchResult:
     """Run llama-batched-bench over -npp x -ntg x -npl on one file, stopped after `timeout_s`;
     MeasurementError (ModelError for a file it cannot load) in one line when it fails."""
@@ -302,7 +306,7 @@ def run_batched_bench(
         _check_values(name, values)
     command = batched_bench_command(
         toolchain.path(BATCHED_BENCH_TOOL), model_path, prompt_tokens, gen_tokens, sequences,
-        threads, n_batch, n_ubatch, toolchain.layer_args(BATCHED_BENCH_TOOL),
+        threads, n_batch, n_ubatch, toolchain.layer_args(BATCHED_BENCH_TOOL), extra_args,
     )  # fmt: skip
     total = len(prompt_tokens) * len(gen_tokens) * len(sequences)
 

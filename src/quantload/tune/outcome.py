@@ -5,7 +5,10 @@ and the capacity plan recomputed on the winner.
   ranking       one row per configuration at the highest rung it reached: its limit (users or
                 requests/s shown to meet the SLO), the lowest level shown to miss it, goodput at
                 the limit, the memory its server reported (every buffer), its KV cache, the time its
-                trials took, and whether another configuration of its rung beat it (dropped)
+                trials took, and whether another configuration of its rung beat it (dropped); with
+                tune.predict_first each row's predicted limit and interval, and after the measured
+                rows those the prediction screened out (rung -1, not run, why: their prediction
+                against the best's)
   winner        the best configuration, named only where it beats the configured flags by a decided
                 margin (quantload.comparison); otherwise the configured flags are as good as any
                 tried, and the configurations tied with the best are named
@@ -24,6 +27,7 @@ and the capacity plan recomputed on the winner.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import statistics
@@ -91,9 +95,22 @@ class RankedRow:
     seconds: float
     ran: bool
     why: str
+    screened: bool = False  # tune.predict_first dropped it unmeasured (why says its prediction)
+    predicted_limit: float | None = None
+    predicted_low: float | None = None
+    predicted_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def predicted(self, outcome: TuneOutcome, key: str) -> RankedRow:
+        """The row with the configuration's prediction (tune.predict_first), where it has one."""
+        found = outcome.screening.prediction(key) if outcome.screening is not None else None
+        if found is None:
+            return self
+        return dataclasses.replace(
+            self, predicted_limit=found.limit, predicted_low=found.limit_low, predicted_high=found.limit_high
+        )
 
 
 def ranking(outcome: TuneOutcome) -> list[RankedRow]:
@@ -122,9 +139,21 @@ def ranking(outcome: TuneOutcome) -> list[RankedRow]:
                 seconds=round(seconds.get(score.key, 0.0), 1),
                 ran=score.ran,
                 why=score.why,
-            )
+            ).predicted(outcome, score.key)
+        )
+    screening = outcome.screening
+    for key, reason in screening.dropped if screening is not None else ():
+        rows.append(
+            RankedRow(
+                rank=len(rows) + 1, key=key, rung=-1, final=False, limit=None, lowest_miss=None,
+                dropped=False, goodput_rps=None, output_tok_s=None, memory_mib=None, kv_mib=None,
+                seconds=0.0, ran=False, why=f"{SCREENED_OUT}: {reason}", screened=True,
+            ).predicted(outcome, key)
         )
     return rows
+
+
+SCREENED_OUT = "screened out by prediction"
 
 
 def winner_command(
@@ -319,6 +348,7 @@ def quant_summary(
         "plan_lines": plan_lines(plan, settings.plan.currency),
         "against_baseline": against_baseline(outcome),
         "notes": list(outcome.notes),
+        "screening": outcome.screening.to_dict() if outcome.screening is not None else None,
     }
 
 

@@ -61,10 +61,11 @@ def left_out_note(left_out: list[TuneLine], path: Path) -> str | None:
     )
 
 
-def resume_tune(path: Path, quant: str, model: str, key: str, search: SuccessiveHalving) -> Resumed:
-    """The state of `quant`'s tune in `path`, its trials recorded into `search` (see the module
-    docstring); ConfigError when it tuned another model file, space, workload or SLO."""
-    bad = BadLines(path.name)
+def resumable_lines(
+    path: Path, quant: str, model: str, key: str, bad: BadLines | None = None
+) -> list[TuneLine]:
+    """The lines of `quant`'s latest search in `path`; ConfigError when it tuned another model
+    file, space, workload or SLO."""
     lines = lines_of(read_tune(path, bad), quant)
     if lines:
         start = lines[0]
@@ -79,6 +80,14 @@ def resume_tune(path: Path, quant: str, model: str, key: str, search: Successive
                 f" (key {start.space_key}, now {key})",
                 "resume with the settings it started with, or start a new tune",
             )
+    return lines
+
+
+def resume_tune(path: Path, quant: str, model: str, key: str, search: SuccessiveHalving) -> Resumed:
+    """The state of `quant`'s tune in `path`, its trials recorded into `search` (see the module
+    docstring); ConfigError when it tuned another model file, space, workload or SLO."""
+    bad = BadLines(path.name)
+    lines = resumable_lines(path, quant, model, key, bad)
     offered = [line for line in lines if line.kind == "trial"]
     taken = take_planned(search, offered)
     notes = [note for note in (bad.note(),) if note is not None]

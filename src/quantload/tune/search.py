@@ -9,6 +9,10 @@ the limit range found (the highest level shown to meet the SLO, the lowest shown
 the goodput at that limit (requests/s that met the SLO). A configuration whose server does not
 start scores as not run, and the search goes on. Each trial's search is in limits.jsonl under the
 variant "tune r<rung> <key>"; each variant's KV cache and memory in variants.jsonl.
+
+With `tune.predict_first` the space is screened before the first trial (quantload.tune.predicted):
+halving runs over the configurations kept, the screening goes into tune.jsonl after the start line
+(a resume takes it from there rather than measuring costs again), and the outcome carries it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,16 @@ from quantload.load.limit_file import SearchExperiment
 from quantload.progress import ProgressCallback
 from quantload.text_format import duration
 from quantload.tune.halving import PlannedTrial, SuccessiveHalving, plan_rungs
-from quantload.tune.resume import Resumed, left_out_note, resume_tune, take_planned
+from quantload.tune.predicted import (
+    CostMeasure,
+    Screening,
+    configured_key,
+    predict_space,
+    screen,
+    screen_lines,
+    screening_of,
+)
+from quantload.tune.resume import Resumed, left_out_note, resumable_lines, resume_tune, take_planned
 from quantload.tune.space import TuneConfig, configurations, space_key
 from quantload.tune.state_file import TuneLine, append_tune_line, rung_dicts
 from quantload.tune.trial_trust import server_gone, speculation_after, speculation_before
@@ -51,6 +64,7 @@ class TuneOutcome:
     baseline: TuneLine | None = None  # the configured flags, searched as the finalists were
     confidence: float = 0.95  # the SLO's: each limit's verdicts, and so the comparisons
     notes: tuple[str, ...] = ()  # what a resume left out of the state (quantload.tune.resume)
+    screening: Screening | None = None  # tune.predict_first: what the prediction kept and dropped
 
     def config(self, key: str) -> TuneConfig:
         return next(config for config in self.configs if config.key == key)
@@ -279,21 +293,59 @@ def _progress(
     return show
 
 
+def screen_space(
+    context: ExperimentContext,
+    configs: list[TuneConfig],
+    earlier: list[TuneLine],
+    measure_cost: CostMeasure | None,
+) -> tuple[Screening, bool]:
+    """`tune.predict_first`'s screening (quantload.tune.predicted): the one the state recorded, or
+    a new one from cost curves measured now (True: new, its lines still to append)."""
+    recorded = screening_of(earlier)
+    if recorded is not None:
+        return recorded, False
+    if measure_cost is None:
+        raise ConfigError(
+            "tune.predict_first needs llama-batched-bench's cost curves, and this tune cannot measure them",
+            "run it through quantload tune, or set tune.predict_first = false",
+        )
+    settings, name = context.settings, context.target.name
+    predictions = predict_space(
+        settings, configs, measure_cost, lambda said: context.run.progress(0, None, f"{name} tune: {said}")
+    )
+    always = [key] if (key := configured_key(settings, configs)) is not None else []
+    return screen(predictions, always), True
+
+
 def tune_quant(
-    context: ExperimentContext, resume_from: Path | None = None, model: str = ""
+    context: ExperimentContext,
+    resume_from: Path | None = None,
+    model: str = "",
+    measure_cost: CostMeasure | None = None,
 ) -> TuneOutcome:
     """Tune the target's server (see the module docstring); with `resume_from` (a tune.jsonl) the
     trials already there are taken as measured and the search goes on from them
-    (quantload.tune.resume). `model` names the model file tuned (`model_identity`)."""
+    (quantload.tune.resume). `model` names the model file tuned (`model_identity`). With
+    `tune.predict_first` the search runs only over the configurations the prediction kept
+    (`measure_cost` measures a combination's cost curves; a resume takes the recorded screening)."""
     settings, run = context.settings, context.run
     if context.servers is None:
         raise ConfigError(
             "quantload tune restarts llama-server with each configuration", "run it through quantload"
         )
     configs = configurations(settings)
-    search = new_search(settings, [config.key for config in configs])
     state = run.run_dir.tune_state_path
     key = space_key(settings, model)
+    screening: Screening | None = None
+    new_screening = False
+    if settings.tune.predict_first:
+        earlier_lines = (
+            resumable_lines(resume_from, context.target.quant, model, key) if resume_from is not None else []
+        )
+        screening, new_screening = screen_space(context, configs, earlier_lines, measure_cost)
+        run.progress(0, None, f"{context.target.name} tune: {screening.sentence()}")
+    kept = set(screening.kept) if screening is not None else {config.key for config in configs}
+    search = new_search(settings, [config.key for config in configs if config.key in kept])
     resumed = (
         resume_tune(resume_from, context.target.quant, model, key, search)
         if resume_from is not None
@@ -320,6 +372,9 @@ def tune_quant(
                 budget_s=settings.tune.budget_s,
             ),
         )
+    if screening is not None and new_screening:
+        for line in screen_lines(screening, run.run_id, context.target.quant, context.target.name):
+            append_tune_line(state, line)
     busy = 0.0
     by_key = {config.key: config for config in configs}
     while (trial := search.next_trial()) is not None:
@@ -346,7 +401,7 @@ def tune_quant(
         busy += baseline.seconds
     outcome = TuneOutcome(
         context.target.quant, context.target.name, tuple(configs), search, tuple(trials), busy, baseline,
-        settings.slo.confidence, tuple(notes),
+        settings.slo.confidence, tuple(notes), screening,
     )  # fmt: skip
     best = search.winner()
     append_tune_line(

@@ -156,7 +156,8 @@ def space_key(settings: Settings, model: str = "") -> str:
     chosen["load"] = {
         k: v for k, v in dumped["load"].items() if k not in ("experiments", "metrics_port", "workers")
     }
-    chosen["tune"] = {k: v for k, v in dumped["tune"].items() if k != "budget_s"}  # more time may be given
+    tune = dumped["tune"]  # more time may be given; predict_first off keeps the keys tunes had before it
+    chosen["tune"] = {k: v for k, v in tune.items() if k != "budget_s" and (k, v) != ("predict_first", False)}
     text = json.dumps(chosen, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -1,8 +1,10 @@
-"""tune.jsonl (schema `quantload.tune/1`): a tune's state, appended as it goes, so it resumes.
+"""tune.jsonl (schema `quantload.tune/3`): a tune's state, appended as it goes, so it resumes.
 
 One `start` line per quantization when its search begins (the model file it tunes; the space's
 key: a hash of that file, the space, the limit search, the workload and the SLO; the
-configurations and the rungs), one `trial` line
+configurations and the rungs), with `tune.predict_first` one `screen` line per configuration (its
+predicted limit and interval, whether it is measured, and why not: quantload.tune.predicted),
+one `trial` line
 as each trial ends (the configuration, the rung, the limit and goodput it measured, the memory
 its server reported, how long it took, why it could not run), one `baseline` line for the server's
 configured flags searched as the finalists were (`tune.baseline`), and one `end` line when the
@@ -26,7 +28,7 @@ from quantload.load.records import JsonlAppender
 from quantload.rundir.jsonl import BadLines, iter_jsonl
 from quantload.tune.halving import Rung, Score
 
-TUNE_SCHEMA = "quantload.tune/2"
+TUNE_SCHEMA = "quantload.tune/3"
 
 
 class TuneLine(BaseModel):
@@ -35,7 +37,7 @@ class TuneLine(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     schema_: str = Field(default=TUNE_SCHEMA, alias="schema")
-    kind: Literal["start", "trial", "baseline", "end"]
+    kind: Literal["start", "screen", "trial", "baseline", "end"]
     run_id: str
     quant: str
     server: str
@@ -47,6 +49,12 @@ class TuneLine(BaseModel):
     configs: list[str] = Field(default_factory=list)
     rungs: list[dict[str, float | int | bool]] = Field(default_factory=list)
     budget_s: float | None = None
+    # screen (tune.predict_first; key and why too)
+    predicted: bool | None = None  # False: not predictable (speculation), so measured
+    predicted_limit: float | None = None
+    predicted_low: float | None = None
+    predicted_high: float | None = None
+    kept: bool | None = None  # measured; False: screened out by the prediction (why says so)
     # trial
     key: str | None = None
     rung: int | None = None
@@ -86,6 +94,8 @@ class TuneLine(BaseModel):
         named = parsed.key is not None and parsed.rung is not None and parsed.rung >= 0
         if parsed.kind in ("trial", "baseline") and not named:
             raise ValueError(f"a {parsed.kind} line without its configuration or rung")
+        if parsed.kind == "screen" and (parsed.key is None or parsed.kept is None):
+            raise ValueError("a screen line without its configuration or whether it was kept")
         return parsed
 
 

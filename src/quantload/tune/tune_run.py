@@ -40,6 +40,10 @@ from quantload.llamacpp.server_help import server_build
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.models.prepared import PreparedModels
 from quantload.paths import cache_root
+from quantload.predict.costs import CostsFile, write_costs_file
+from quantload.predict.measure import GEN_TOKENS, measure_costs, measuring_grid
+from quantload.predict.prediction import ServerFlagsUsed
+from quantload.predict.workload_shapes import workload_shapes
 from quantload.progress import ProgressCallback
 from quantload.rundir import TUNE_JSONL
 from quantload.rundir.handle import RunDir
@@ -47,6 +51,7 @@ from quantload.stack.run_driver import Failed, RunDriver, RunPlace, RunView, new
 from quantload.stack.run_steps import RunSteps, Served
 from quantload.text_format import span
 from quantload.tune.outcome import quant_summary, write_tune_json
+from quantload.tune.predicted import CostFlags
 from quantload.tune.search import TuneOutcome, tune_quant
 from quantload.tune.space import check_space, model_identity
 
@@ -155,13 +160,37 @@ def _tune_one(
     )
     state = driver.context.run_dir.tune_state_path if resuming else None
     context = ExperimentContext(driver.context.with_progress(progress), served.load_target(), variants)
-    outcome = tune_quant(context, state, model)
+    measure = None
+    if driver.settings.tune.predict_first:
+        measure = functools.partial(
+            _measure_costs, driver.settings, toolchain, models.path(quant), run_dir, quant
+        )
+    outcome = tune_quant(context, state, model, measure)
     size = models.path(quant).stat().st_size
     summary = quant_summary(
         outcome, server.spec, driver.settings, toolchain.path("llama-server"), size, server.port
     )  # fmt: skip
     write_tune_json(run_dir, quant, summary)
     return QuantTune(quant, outcome, summary)
+
+
+def _measure_costs(
+    settings: Settings, toolchain: Toolchain, model_path: Path, run_dir: Path, quant: str, flags: CostFlags
+) -> CostsFile:
+    """One combination's cost curves for `tune.predict_first`: llama-batched-bench with its flags
+    over the workload's prompt lengths and up to the space's most slots, written beside the tune
+    (costs-<quant>-<flags>.json)."""
+    shapes = workload_shapes(settings)
+    ctx = settings.tune.ctx_per_slot or settings.server.ctx_per_slot
+    most = ServerFlagsUsed(max(settings.tune.slots), ctx, flags.n_batch, flags.n_ubatch, flags.threads, True)
+    npp, npl = measuring_grid(shapes, most)
+    costs = measure_costs(
+        toolchain, model_path, npp, (GEN_TOKENS,), npl, flags.threads, flags.n_batch, flags.n_ubatch,
+        extra_args=flags.args(),
+    )  # fmt: skip
+    name = f"b{flags.n_batch}-ub{flags.n_ubatch}-t{flags.threads}-kv-{flags.cache_type}-fa-{flags.flash_attn}"
+    write_costs_file(run_dir / f"costs-{quant}-{name}.json", costs)
+    return costs
 
 
 def tune_json_text(result: TuneResult) -> str:

@@ -81,7 +81,7 @@ def tune_section(analysis: Analysis, plots: Plots) -> Section:
             (
                 str(r["rank"]),
                 str(r["key"]),
-                str(r["rung"] + 1),
+                "-" if r["rung"] < 0 else str(r["rung"] + 1),
                 fmt.number(value(r["limit"]), 2),
                 fmt.number(value(r.get("lowest_miss")), 2),
                 "yes" if r.get("dropped") else "no",
