@@ -25,33 +25,19 @@ from quantload.errors import ConfigError
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.predict.costs import CostsFile, load_costs_file, write_costs_file
-from quantload.predict.measure import describe, measure_costs
+from quantload.predict.measure import GEN_TOKENS, describe, measure_costs, measuring_grid
 from quantload.predict.prediction import (
     FilePrediction,
-    ServerFlagsUsed,
     predict_body,
     predict_file,
     server_flags_used,
     write_predict_file,
 )
-from quantload.predict.workload_shapes import WorkloadShapes, workload_shapes
+from quantload.predict.workload_shapes import workload_shapes
 from quantload.rundir import RunPaths
 from quantload.slo import Slo
 
-GEN_TOKENS = 32  # decode steps per llama-batched-bench test
-SHORTEST_PROMPT = 32
-
-
-def measuring_grid(shapes: WorkloadShapes, flags: ServerFlagsUsed) -> tuple[list[int], list[int]]:
-    """llama-batched-bench's prompt lengths (-npp: short, the workload's median and its 90th
-    percentile) and sequence counts (-npl: powers of two up to the slots, and the slots)."""
-    prompts = sorted(shape.prompt_tokens for shape in shapes.shapes.shapes)
-    room = max(SHORTEST_PROMPT, flags.ctx_per_slot - GEN_TOKENS - 1)
-    picks = {SHORTEST_PROMPT, prompts[len(prompts) // 2], prompts[int(len(prompts) * 0.9)]}
-    npp = sorted({min(max(p, SHORTEST_PROMPT), room) for p in picks})
-    npl = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n <= flags.slots} | {flags.slots})
-    return npp, npl
-
+__all__ = ["GEN_TOKENS", "level_table", "measuring_grid", "print_predictions", "register"]
 
 def level_table(prediction: FilePrediction) -> Table:
     """Each simulated level: the SLO's percentiles, throughput and where a request's time goes."""

@@ -12,6 +12,22 @@ from pathlib import Path
 from quantload.llamacpp.batched_bench import fastest_of, run_batched_bench
 from quantload.llamacpp.toolchain import Toolchain
 from quantload.predict.costs import TERMS, CostsFile, fit_costs
+from quantload.predict.prediction import ServerFlagsUsed
+from quantload.predict.workload_shapes import WorkloadShapes
+
+GEN_TOKENS = 32  # decode steps per llama-batched-bench test
+SHORTEST_PROMPT = 32
+
+
+def measuring_grid(shapes: WorkloadShapes, flags: ServerFlagsUsed) -> tuple[list[int], list[int]]:
+    """llama-batched-bench's prompt lengths (-npp: short, the workload's median and its 90th
+    percentile) and sequence counts (-npl: powers of two up to the slots, and the slots)."""
+    prompts = sorted(shape.prompt_tokens for shape in shapes.shapes.shapes)
+    room = max(SHORTEST_PROMPT, flags.ctx_per_slot - GEN_TOKENS - 1)
+    picks = {SHORTEST_PROMPT, prompts[len(prompts) // 2], prompts[int(len(prompts) * 0.9)]}
+    npp = sorted({min(max(p, SHORTEST_PROMPT), room) for p in picks})
+    npl = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n <= flags.slots} | {flags.slots})
+    return npp, npl
 
 
 def measure_costs(
