@@ -346,6 +346,7 @@ def load_run(run_dir: Path) -> RunData:
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
     notes += [note for tally in bad.values() if (note := tally.note()) is not None]
+    predict = _read_predict(files.predict_path, partial, gaps, notes)
     return RunData(
         run_dir=run_dir,
         state=state,
@@ -362,7 +363,7 @@ def load_run(run_dir: Path) -> RunData:
         itl_by_request=itl,
         summaries=summaries,
         sensitivity=_read_sensitivity(files.sensitivity_path, notes),
-        predict=_read_predict(files.predict_path, partial, gaps, notes),
+        predict=predict,
     )
 
 
