@@ -6,6 +6,7 @@ under the quantization's name. `quantload predict` measures and predicts with th
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from quantload.config import Settings
@@ -54,6 +55,8 @@ def predict_in_run(
         log_path=files.log_path(f"llama-batched-bench-{quant}.log"), repeats=repeats,
     )  # fmt: skip
     write_costs_file(files.costs_path_of(quant), costs)
+    if flags.threads == 0:  # llama.cpp's default, the same count in llama-server as the tool reported
+        flags = dataclasses.replace(flags, threads=costs.n_threads)
     error = describe(costs).splitlines()[-1].strip()
     most = users_to_predict(settings)
     progress(1, 2, f"simulating 1 to {most} users ({error})")
