@@ -86,7 +86,10 @@ class PredictionCheck:
     slo_note: str | None = None  # the prediction's SLO percentiles differ from the report's
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The check as summary.json holds it: each level with whether TTFT and TPOT part there."""
+        levels = [{**asdict(level), "ttft_parts": level.ttft_parts, "tpot_parts": level.tpot_parts}
+                  for level in self.levels]  # fmt: skip
+        return {**asdict(self), "levels": levels}
 
 
 def _over(measured: float | None, bound: float | None) -> bool:

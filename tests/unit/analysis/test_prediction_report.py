@@ -95,7 +95,8 @@ def test_the_report_puts_predicted_beside_measured_and_says_where_they_part(synt
     assert "Q4_K_M: Predicted before the load: 4 users" in report and f"the model got {TTFT_PART} wrong" in report
     summary = json.loads(paths.summary.read_text())
     assert [(c["quant"], c["wrong_part"]) for c in summary["prediction"]] == [("Q8_0", None), ("Q4_K_M", TTFT_PART)]
-    assert summary["prediction"][1]["levels"][0]["users"] == 1
+    first = summary["prediction"][1]["levels"][0]
+    assert (first["users"], first["ttft_parts"], first["tpot_parts"]) == (1, True, False)
 
 
 def test_a_slow_decode_names_tpot_and_a_limit_below_the_interval_is_a_finding(synthetic_run: Path) -> None:
