@@ -1137,6 +1137,22 @@ class ObserveSettings(_Section):
 MAX_LEVEL_REQUESTS = 1_000_000
 
 
+class PredictSettings(_Section):
+    """The prediction `quantload run` makes before its load, per quantization (the step `predict`):
+    the file's cost curves measured by llama-batched-bench with the server's flags, the scheduler
+    simulated with the run's workload and SLO up to the most users the load tries (the limit
+    search's `limit.max_users` or the sweep's highest level, whichever is larger, at most
+    PREDICT_MAX_USERS); the report then sets it beside what the load measured."""
+
+    enabled: bool = Field(default=True, description="`quantload run` predicts before its load")
+    requests_per_level: int = Field(
+        default=2000, ge=50, le=100_000, description="simulated requests per level"
+    )
+    repeats: int = Field(
+        default=1, ge=1, le=10, description="llama-batched-bench runs; each test keeps its fastest"
+    )
+
+
 class SloSettings(_Section):
     """The service-level objective every verdict is judged against, how sure a verdict must be, and
     what a level may spend on being decided (quantload.slo). The sweep and the limit searches keep
@@ -1309,6 +1325,7 @@ class Settings(_Section):
     context: ContextSettings = ContextSettings()
     tenants: tuple[TenantSettings, ...] = ()
     noisy_neighbour: NoisyNeighbourSettings = NoisyNeighbourSettings()
+    predict: PredictSettings = PredictSettings()
     slo: SloSettings = SloSettings()
     report: ReportSettings = ReportSettings()
     plan: PlanSettings = PlanSettings()

@@ -47,6 +47,7 @@ _PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "prepare": {"imatrix_chunks": 2, "imatrix_ctx": 128},
         "quality": {"ctx": 128, "chunks": 2, "kld_chunks": 2},
         "speed": {"prompt_tokens": 32, "gen_tokens": 8, "reps": 1},
+        "predict": {"requests_per_level": 100, "repeats": 1},
         "server": {"slots": 4, "ctx_per_slot": 2048},
         "load": {
             "users": (1, 2),

@@ -175,6 +175,29 @@ def test_every_report_section_has_numbers(ci_run: Path) -> None:
     assert "data:image/png;base64," in html and "<table" in html
 
 
+def test_the_run_predicts_each_file_before_its_load_or_says_why(ci_run: Path) -> None:
+    run = _json(ci_run / "run.json")
+    names = [step["name"] for step in run["steps"]]
+    predicted = [step for step in run["steps"] if step["name"] == "predict"]
+    assert predicted and names.index("predict") > max(i for i, name in enumerate(names) if name == "speed")
+    assert names.index("predict") < names.index("serve")
+    summary = _json(ci_run / "summary.json")
+    checks = {check["quant"]: check for check in summary["prediction"]}
+    assert list(checks) == list(QUANTS)
+    report = (ci_run / "report.md").read_text()
+    assert "## Predicted before the load, and measured" in report
+    for step in predicted:
+        if step["status"] != "ok":  # the ci profile predicts; where it could not, the report says why
+            assert step["error"] and all(check["not_predicted"] for check in checks.values()), step
+            continue
+        quant = step["quant"]
+        assert (ci_run / f"costs-{quant}.json").is_file()
+        assert quant in _json(ci_run / "predict.json")["predictions"]
+        check = checks[quant]
+        assert check["sentence"].startswith("Predicted before the load: ") and "measured: " in check["sentence"]
+        assert {level["users"] for level in check["levels"]} <= {1, 2} and check["parting"]
+
+
 def test_report_can_be_rebuilt_from_the_run_directory_alone(ci_run: Path, tmp_path: Path) -> None:
     copy = tmp_path / ci_run.name
     shutil.copytree(ci_run, copy)

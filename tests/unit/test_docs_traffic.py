@@ -13,6 +13,7 @@ from quantload.config import (
     LimitSettings,
     MixedSettings,
     NoisyNeighbourSettings,
+    PredictSettings,
     RampUpSettings,
     SessionSettings,
     SloSettings,
@@ -26,7 +27,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "traffic.md"
 SECTIONS: dict[str, type[BaseModel]] = {
     "workload": WorkloadSettings, "sessions": SessionSettings, "trace": TraceSettings, "mixed": MixedSettings,
     "limit": LimitSettings, "context": ContextSettings, "noisy_neighbour": NoisyNeighbourSettings,
-    "soak": SoakSettings, "slo": SloSettings, "ramp_up": RampUpSettings,
+    "soak": SoakSettings, "slo": SloSettings, "ramp_up": RampUpSettings, "predict": PredictSettings,
 }  # fmt: skip
 
 

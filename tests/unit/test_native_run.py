@@ -166,6 +166,14 @@ class FakeSteps(RunSteps):
         self._call(f"speed {quant}")
         return object()
 
+    def predict_workload(self, cwd: Path) -> Any:
+        self._call("predict_workload")
+        return object()
+
+    def predict(self, toolchain: Any, model: Path, quant: str, shapes: Any, run_dir: Path, progress: Any) -> Any:
+        self._call(f"predict {quant}")
+        return object()
+
     def prometheus_missing(self) -> str | None:
         return "the 'prometheus' binary is not installed"
 
@@ -240,7 +248,8 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
         per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", *experiments, f"stop {quant}"]
     assert steps.calls == [
         "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "kld", "probe",
-        *(f"speed {q}" for q in QUANTS), "exporter", *per_quant, "stop exporter", "report",
+        *(f"speed {q}" for q in QUANTS), "predict_workload", *(f"predict {q}" for q in QUANTS), "exporter",
+        *per_quant, "stop exporter", "report",
     ]
     data = _run_json(run)
     assert data["status"] == "finished" and data["finished_unix_s"] is not None
@@ -284,8 +293,8 @@ def test_a_server_that_does_not_start_fails_its_quantization_only(tmp_path: Path
     run = _run(tmp_path, steps)
     run.execute()
     data = _run_json(run)
-    q8 = [(name, status) for name, quant, status in _steps(data) if quant == "Q8_0" and name != "quality"
-          and name != "speed"]
+    q8 = [(name, status) for name, quant, status in _steps(data) if quant == "Q8_0"
+          and name not in ("quality", "speed", "predict")]
     assert q8 == [("serve", "failed"), ("kv", "failed"), *((name, "failed") for name in CI_STEPS)]
     assert data["servers"]["Q8_0"]["status"] == "failed_to_start"
     assert data["servers"]["Q4_K_M"]["status"] == "ok"
@@ -490,3 +499,43 @@ def test_an_offline_run_says_how_to_give_the_text_at_its_start_and_again_in_its_
     (again,) = outcome.again
     assert again.startswith("quality skipped: WikiText-2 cannot be downloaded: offline") and "DATASET=PATH" in again
     assert outcome.report is not None  # the run went on without quality
+
+
+def test_each_file_is_predicted_after_its_speed_and_before_any_server(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    run = _run(tmp_path, steps)
+    run.execute()
+    assert steps.calls.index("speed Q4_K_M") < steps.calls.index("predict F16") < steps.calls.index("exporter")
+    predicted = [(quant, status) for name, quant, status in _steps(_run_json(run)) if name == "predict"]
+    assert predicted == [(quant, "ok") for quant in QUANTS]
+
+
+def test_a_failed_prediction_is_recorded_with_its_reason_and_the_run_goes_on(tmp_path: Path) -> None:
+    missing = ConfigError("the llama.cpp tools in /bin have no llama-batched-bench", "build it")
+    steps = FakeSteps(fail={"predict Q8_0": missing})
+    run = _run(tmp_path, steps)
+    run.execute()
+    data = _run_json(run)
+    failed = [(s["name"], s["quant"], s["error"]) for s in data["steps"] if s["status"] == "failed"]
+    assert failed == [("predict", "Q8_0", missing.one_line())]
+    assert "predict Q4_K_M" in steps.calls and "start Q8_0" in steps.calls and data["status"] == "finished"
+
+
+def test_a_workload_the_model_does_not_predict_skips_the_step_with_why(tmp_path: Path) -> None:
+    steps = FakeSteps(fail={"predict_workload": ConfigError("workload.kind = trace is not predicted yet")})
+    run = _run(tmp_path, steps)
+    run.execute()
+    (skipped,) = [s for s in _run_json(run)["steps"] if s["name"] == "predict"]
+    assert skipped["status"] == "skipped" and skipped["quant"] is None
+    assert skipped["error"] == "workload.kind = trace is not predicted yet"
+    assert not any(call.startswith("predict ") for call in steps.calls) and "report" in steps.calls
+
+
+def test_predict_enabled_false_turns_the_step_off_and_says_so(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "predict.enabled": False})
+    run = NativeRun(config, {}, tmp_path / "results", Silent(), steps)
+    run.execute()
+    assert not any(call.startswith("predict") for call in steps.calls)
+    (skipped,) = [s for s in _run_json(run)["steps"] if s["name"] == "predict"]
+    assert (skipped["status"], skipped["error"]) == ("skipped", "turned off (predict.enabled = false)")

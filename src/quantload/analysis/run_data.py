@@ -26,6 +26,7 @@ from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import RequestRecord, StageEvent, iter_records, iter_stage_events
 from quantload.load.summary import StageSummary
 from quantload.models.manifest import Manifest
+from quantload.predict.predict_file import PredictFile, load_predict_file
 from quantload.quality.results import QualityFile, load_quality_file
 from quantload.quality.sensitivity import SensitivityFile, load_sensitivity_file
 from quantload.roofline.speed_file import SpeedFile, load_speed_file
@@ -33,6 +34,7 @@ from quantload.rundir import (
     KV_JSON,
     LIMITS_JSONL,
     MANIFEST_JSON,
+    PREDICT_JSON,
     QUALITY_JSON,
     RECORDS_JSONL,
     SPEED_JSON,
@@ -141,6 +143,7 @@ class RunData:
     itl_by_request: dict[str, list[float]] | None = None  # gap_experiments()' gaps, by request_key
     summaries: Mapping[str, StageSummary] = field(default_factory=dict)  # summaries.jsonl, by stage id
     sensitivity: SensitivityFile | None = None  # sensitivity.json: the tensor groups that resist
+    predict: PredictFile | None = None  # predict.json: each file's limit predicted before the load
 
     @property
     def run_id(self) -> str:
@@ -343,6 +346,7 @@ def load_run(run_dir: Path) -> RunData:
     if records.empty:
         gaps.append(Gap("load", "load test (records.jsonl)", partial.step_why("load", None, RECORDS_JSONL)))
     notes += [note for tally in bad.values() if (note := tally.note()) is not None]
+    predict = _read_predict(files.predict_path, partial, gaps, notes)
     return RunData(
         run_dir=run_dir,
         state=state,
@@ -359,6 +363,7 @@ def load_run(run_dir: Path) -> RunData:
         itl_by_request=itl,
         summaries=summaries,
         sensitivity=_read_sensitivity(files.sensitivity_path, notes),
+        predict=predict,
     )
 
 
@@ -370,4 +375,21 @@ def _read_sensitivity(path: Path, notes: list[str]) -> SensitivityFile | None:
         return load_sensitivity_file(path)
     except (ValidationError, ValueError, OSError) as error:
         notes.append(f"{path.name} could not be read ({_first_line(error)}); the scan is left out")
+        return None
+
+
+def _read_predict(path: Path, partial: RunData, gaps: list[Gap], notes: list[str]) -> PredictFile | None:
+    """predict.json when the run predicted. Absent: a gap where run.json records a predict step that
+    was not skipped (nothing where the run had none, e.g. a folder of `quantload load`, or skipped
+    it); unreadable: a note."""
+    if not path.is_file():
+        steps = [step for step in partial.state.steps if step.name == "predict"] if partial.state else []
+        if any(step.status != "skipped" for step in steps):  # a step turned off or skipped says so itself
+            why = partial.step_why("predict", None, PREDICT_JSON)
+            gaps.append(Gap("prediction", f"the prediction before the load ({PREDICT_JSON})", why))
+        return None
+    try:
+        return load_predict_file(path)
+    except (ValidationError, ValueError, OSError) as error:
+        notes.append(f"{path.name} could not be read ({_first_line(error)}); the prediction is left out")
         return None

@@ -23,6 +23,7 @@ from quantload import json_input
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.capacity import CapacityVerdict, slo_text
 from quantload.analysis.imatrix_pairs import imatrix_pair_table
+from quantload.analysis.prediction_check import prediction_checks
 from quantload.analysis.quality_verdict import QualityVerdict
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
@@ -153,6 +154,7 @@ class SummaryFile(_SummaryPart):
     roofline: list[Row]  # run_tables.roofline_frame
     littles_law: list[Row]  # littles_law.littles_law_table
     limits: list[LimitLine]  # limits.jsonl, as the report read it
+    prediction: list[Row] = Field(default_factory=list)  # prediction_check.PredictionCheck per file
     reasoning: list[Row]  # ttft_tables.reasoning_table
     server_flags: ServerFlagsSummary
     client: ClientSummary
@@ -235,6 +237,12 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "roofline": _rows(analysis.roofline),
             "littles_law": _rows(analysis.littles_law),
             "limits": [line.model_dump(mode="json", by_alias=True) for line in analysis.limits],
+            "prediction": [
+                check.to_dict()
+                for check in prediction_checks(
+                    analysis.run, analysis.levels, analysis.capacity, analysis.quants, analysis.slo
+                )
+            ],
             "reasoning": _rows(analysis.reasoning),
             "server_flags": _server_flags(analysis),
             **_experiment_keys(analysis),

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from quantload.cli.context import cli_context
+from quantload.cli.context import CliContext, cli_context
 from quantload.cli.progress_view import progress_bar
 from quantload.cli.result_labels import result_labels
 from quantload.cli.slo_options import (
@@ -21,8 +21,9 @@ from quantload.cli.slo_options import (
     SLO_TTFT_PERCENTILE,
     slo_flags,
 )
+from quantload.config import Settings
 from quantload.errors import ConfigError
-from quantload.llamacpp.toolchain import ensure_toolchain
+from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.predict.costs import CostsFile, load_costs_file, write_costs_file
 from quantload.predict.measure import GEN_TOKENS, describe, measure_costs, measuring_grid
@@ -33,7 +34,7 @@ from quantload.predict.prediction import (
     server_flags_used,
     write_predict_file,
 )
-from quantload.predict.workload_shapes import workload_shapes
+from quantload.predict.workload_shapes import WorkloadShapes, workload_shapes
 from quantload.rundir import RunPaths
 from quantload.slo import Slo
 
@@ -67,6 +68,44 @@ def _costs_for(costs: list[Path], count: int) -> list[Path | None]:
             f"{len(costs)} --costs file(s) for {count} model file(s)", "give one --costs per MODEL, in order"
         )
     return list(costs) if costs else [None] * count
+
+
+def _curves(
+    cli: CliContext,
+    settings: Settings,
+    files_given: list[tuple[Path, str, CostsFile | None]],
+    shapes: WorkloadShapes,
+    repeats: int,
+    out: RunPaths | None,
+) -> list[CostsFile]:
+    """Each file's cost curves: the ones given, else measured by llama-batched-bench with the
+    server's flags (and written to `out` as costs-<quant>.json)."""
+    flags = server_flags_used(settings)
+    toolchain: Toolchain | None = None
+    curves = []
+    for model, label, known in files_given:
+        if known is not None:
+            curves.append(known)
+            continue
+        if toolchain is None:
+            with progress_bar(cli.err_console, "llama.cpp build") as progress:
+                toolchain = ensure_toolchain(
+                    settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
+                )
+        npp, npl = measuring_grid(shapes, flags)
+        with cli.err_console.status(
+            f"llama-batched-bench {model.name}: -npp {','.join(map(str, npp))} -ntg {GEN_TOKENS}"
+            f" -npl {','.join(map(str, npl))}, {repeats} run(s)"
+        ):
+            found = measure_costs(
+                toolchain, model, npp, (GEN_TOKENS,), npl, flags.threads, flags.n_batch, flags.n_ubatch,
+                repeats=repeats,
+            )  # fmt: skip
+        cli.err_console.print(describe(found), highlight=False)
+        if out is not None:
+            write_costs_file(out.costs_path_of(label), found)
+        curves.append(found)
+    return curves
 
 
 def print_predictions(console: Console, predictions: list[FilePrediction]) -> None:
@@ -120,7 +159,7 @@ def register(app: typer.Typer) -> None:
         given = _costs_for(costs, len(models))
         for model in models:
             check_is_gguf(model)
-        measured = [load_costs_file(path) if path is not None else None for path in given]
+        known = [load_costs_file(path) if path is not None else None for path in given]
         flags = server_flags_used(settings)
         shapes = workload_shapes(settings, cli.cwd)
         slo = Slo.of(settings.slo)
@@ -128,30 +167,9 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
         files = RunPaths(out) if out is not None else None
-        toolchain = None
+        curves = _curves(cli, settings, list(zip(models, labels, known, strict=True)), shapes, repeats, files)
         predictions = []
-        for model, label, known in zip(models, labels, measured, strict=True):
-            found: CostsFile
-            if known is None:
-                if toolchain is None:
-                    with progress_bar(cli.err_console, "llama.cpp build") as progress:
-                        toolchain = ensure_toolchain(
-                            settings.toolchain, cli.environ, progress, gpu_layers=settings.server.gpu_layers
-                        )
-                npp, npl = measuring_grid(shapes, flags)
-                with cli.err_console.status(
-                    f"llama-batched-bench {model.name}: -npp {','.join(map(str, npp))} -ntg {GEN_TOKENS}"
-                    f" -npl {','.join(map(str, npl))}, {repeats} run(s)"
-                ):
-                    found = measure_costs(
-                        toolchain, model, npp, (GEN_TOKENS,), npl, flags.threads, flags.n_batch,
-                        flags.n_ubatch, repeats=repeats,
-                    )  # fmt: skip
-                cli.err_console.print(describe(found), highlight=False)
-                if files is not None:
-                    write_costs_file(files.costs_path_of(label), found)
-            else:
-                found = known
+        for label, found in zip(labels, curves, strict=True):
             with cli.err_console.status(f"simulating {label} at 1 to {max_users} users"):
                 predictions.append(
                     predict_file(

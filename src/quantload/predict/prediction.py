@@ -21,6 +21,7 @@ from quantload.predict.costs import CostsFile
 from quantload.predict.limit import LimitPrediction, SimulatedLoad, predict_limit
 from quantload.predict.simulator import ServerModel
 from quantload.predict.workload_shapes import WorkloadShapes
+from quantload.rundir import read_json, write_json_atomic
 from quantload.slo import Slo
 
 PREDICT_SCHEMA = "quantload.predict/1"
@@ -130,7 +131,10 @@ def predict_file(
     seed: int = 0,
 ) -> FilePrediction:
     """Simulate closed-loop users 1..max_users (each sweep stopping after MISSES_PAST misses in a
-    row) under the fitted curves and their (fast, slow) bounds at `confidence`."""
+    row) under the fitted curves and their (fast, slow) bounds at `confidence`. A server left at
+    llama.cpp's default threads (0) runs with the count the tool reported using."""
+    if flags.threads == 0:
+        flags = dataclasses.replace(flags, threads=costs.n_threads)
     check_costs_match(costs, flags, label)
     curves = costs.curves()
     fast, slow = curves.bounds(confidence)
@@ -156,6 +160,23 @@ def _jsonable(value: Any) -> Any:
 def predict_body(predictions: Sequence[FilePrediction]) -> dict[str, Any]:
     """predict.json's object: every file's prediction, by label."""
     return {"schema": PREDICT_SCHEMA, "predictions": {p.label: _jsonable(p) for p in predictions}}
+
+
+def merge_predict_file(path: Path, prediction: FilePrediction) -> None:
+    """Add (or replace) one file's prediction in the predict.json at `path`, created when absent;
+    one that is not a predict.json (unreadable, another schema) is replaced. Written atomically
+    (a temporary file of this writer's own, renamed over it)."""
+    kept: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            current = read_json(path)
+        except (ValueError, OSError):
+            current = None
+        if isinstance(current, dict) and current.get("schema") == PREDICT_SCHEMA:
+            found = current.get("predictions")
+            kept = dict(found) if isinstance(found, dict) else {}
+    kept[prediction.label] = _jsonable(prediction)
+    write_json_atomic(path, {"schema": PREDICT_SCHEMA, "predictions": kept})
 
 
 def write_predict_file(path: Path, predictions: Sequence[FilePrediction]) -> None:

@@ -1,7 +1,8 @@
 """`quantload run` as plain local processes: the named steps in order, every child supervised.
 
   toolchain -> prepare -> preflight (when an experiment or the tune checks its input)
-  -> quality (per file) -> machine probe -> speed (per file)
+  -> quality (per file) -> machine probe -> speed (per file) -> predict (per file: cost curves
+  and the predicted limit, predict.enabled; a failure is recorded and the run goes on)
   -> Prometheus (when installed) -> per quantization: llama-server, KV check, [tune and serve
   with the winner's flags, with run.tune], the load experiments of `load.experiments`
   (quantload.experiments.registry; those that vary the server's flags run its variants), stop
@@ -135,6 +136,7 @@ class NativeRun:
                 self._quality(toolchain, models, quants)
                 self._sensitivity(toolchain, models)
                 self._speed(toolchain, models, quants)
+                self._predict(toolchain, models, quants)
                 prometheus = self._prometheus(children)
                 self._serve_and_load(toolchain, models, quants, prometheus)
                 # Measuring is over. run.json says so before the report, which reads it: a report
@@ -251,6 +253,26 @@ class NativeRun:
                 self.steps.speed, toolchain, models.path(quant), quant, limits, self.run_dir
             )
             self.driver.attempt("speed", quant, f"llama-bench {quant}", measure, measuring)
+
+    def _predict(self, toolchain: Toolchain, models: PreparedModels, quants: Sequence[str]) -> None:
+        """Each file's limit predicted before any load (predict.json), for the report to set beside
+        what the load measures. Nothing here stops the run: turned off, or a workload the model
+        does not predict, is recorded skipped with why; a tool that fails, that file's step failed."""
+        if not self.settings.predict.enabled:
+            self.state.skip("predict", None, "turned off (predict.enabled = false)")
+            return
+        try:
+            shapes = self.steps.predict_workload(self.context.cwd)
+        except QuantloadError as error:
+            self.state.skip("predict", None, error.one_line())
+            self.view.message(f"prediction skipped: {error.one_line()}")
+            return
+        self._quiet("the prediction's llama-batched-bench", None)
+        for quant in quants:
+            measure = functools.partial(
+                self.steps.predict, toolchain, models.path(quant), quant, shapes, self.run_dir
+            )
+            self.driver.attempt("predict", quant, f"predict {quant}", measure, measuring)
 
     # ------------------------------------------------------------------ serving and load
 

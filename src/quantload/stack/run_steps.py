@@ -13,6 +13,9 @@ implementation and each run-directory file one writer.
                                                                                  -> QualityResult
   speed    the machine's roofline probe (quantload.roofline.probe); llama-bench of one file,
            speed.json (quantload.roofline.measure)                               -> SpeedEntry
+  predict  the workload's request shapes (quantload.predict.workload_shapes); one file's cost
+           curves, costs-<quant>.json, and its predicted limit added to predict.json
+           (quantload.predict.in_run)                                            -> FilePrediction
   serve    a llama-server of one file (quantload.llamacpp.server); its KV cache checked, kv.json
            (quantload.kvcheck); its layers' placement, gpu.json (llamacpp.offload) -> LlamaServer, KvCheck
   load     one load experiment against a served target (experiments.registry) -> ExperimentRun
@@ -57,6 +60,9 @@ from quantload.models.prepared import (
     scored_text_on_disk,
 )
 from quantload.observe.prometheus import PrometheusProcess, prometheus_missing
+from quantload.predict.in_run import predict_in_run
+from quantload.predict.prediction import FilePrediction
+from quantload.predict.workload_shapes import WorkloadShapes, workload_shapes
 from quantload.progress import ProgressCallback
 from quantload.quality.dataset import resolve_dataset
 from quantload.quality.kld_measure import RunAttempt, measure_manifest_kld
@@ -148,6 +154,16 @@ class RunSteps:
             toolchain, model, self.settings.speed, limits, quant, progress, files.speed_path,
             files.log_path(f"llama-bench-{quant}.log"),
         )  # fmt: skip
+
+    def predict_workload(self, cwd: Path) -> WorkloadShapes:
+        """What the load will send, in tokens; a ConfigError for a workload kind not predicted."""
+        return workload_shapes(self.settings, cwd)
+
+    def predict(
+        self, toolchain: Toolchain, model: Path, quant: str, shapes: WorkloadShapes, run_dir: Path,
+        progress: ProgressCallback,
+    ) -> FilePrediction:  # fmt: skip
+        return predict_in_run(toolchain, model, quant, self.settings, shapes, run_dir, progress)
 
     def prometheus_missing(self) -> str | None:
         return prometheus_missing(self.settings.observe.prometheus_binary)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from quantload.cli.cmd_predict import measuring_grid
 from quantload.cli.main import build_app
 from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.predict.costs import load_costs_file
+from quantload.predict.measure import measuring_grid
 from quantload.predict.prediction import (
     PREDICT_SCHEMA,
     ServerFlagsUsed,
@@ -139,3 +139,12 @@ def test_the_command_predicts_from_given_curves_and_writes_predict_json(tmp_path
     wrong = CliRunner().invoke(build_app(), twice)
     # the error reaches the CLI's edge (quantload.cli.main turns it into its one line)
     assert isinstance(wrong.exception, ConfigError) and "2 --costs file(s) for 1 model file(s)" in str(wrong.exception)
+
+
+def test_a_server_at_llama_cpps_default_threads_takes_the_count_the_tool_used() -> None:
+    costs = load_costs_file(SMOLLM2_COSTS)  # measured with -t 1
+    settings = settings_of(load={"max_prompt_tokens": 200})  # server.threads = 0: llama.cpp decides
+    flags = server_flags_used(settings)
+    assert flags.threads == 0
+    found = predict_file("Q4_K_M", costs, flags, workload_shapes(settings), Slo(3.0, 0.2, "p90", "p90"), 4, 100)
+    assert found.flags.threads == costs.n_threads == 1

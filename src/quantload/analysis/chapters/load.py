@@ -33,6 +33,7 @@ from quantload.analysis.plotting import (
     save_figure,
     users_axis,
 )
+from quantload.analysis.prediction_check import PART_FRAC, TPOT_PART, TTFT_PART, prediction_checks
 from quantload.experiments.registry import REGISTRY
 from quantload.load.limit_search import level_text
 
@@ -282,6 +283,62 @@ def capacity_section(analysis: Analysis) -> Section:
     return Section("capacity", "Capacity under the SLO (goodput)", tuple(blocks))
 
 
+def prediction_section(analysis: Analysis) -> Section:
+    """Each file's limit and latencies as predicted before the load, beside what the load measured."""
+    title = "Predicted before the load, and measured"
+    checks = prediction_checks(
+        analysis.run, analysis.levels, analysis.capacity, analysis.quants, analysis.slo
+    )
+    if not checks:
+        return not_run_section("prediction", title, "the run made no prediction (predict.enabled)")
+    slo = analysis.slo
+    blocks: list[Block] = [
+        Paragraph(
+            "Before serving, each file's cost curves were measured with llama-batched-bench and the"
+            " server's flags, and a model of llama-server's scheduler predicted the most users within"
+            " the SLO (the interval: the same levels under the slowest and the fastest cost the curves'"
+            " error allows) and each level's latencies. A measured value parts from the prediction when it"
+            f" exceeds both that interval and the prediction by more than {fmt.percent(PART_FRAC, 0)};"
+            f" {TTFT_PART} is the model's queueing and prompt processing, {TPOT_PART} its decode step."
+        ),
+        Bullets(tuple(f"{check.quant}: {check.sentence}" for check in checks), "verdict"),
+    ]
+    findings = [f"{check.quant}: {check.finding}" for check in checks if check.finding]
+    if findings:
+        blocks.append(Bullets(tuple(findings), "warning"))
+    rows = tuple(
+        (
+            check.quant,
+            str(level.users),
+            fmt.duration(level.predicted_ttft_s),
+            fmt.duration(level.measured_ttft_s),
+            fmt.duration(level.predicted_tpot_s),
+            fmt.duration(level.measured_tpot_s),
+            fmt.percent(level.queue_share, 0),
+            fmt.percent(level.prefill_share, 0),
+            fmt.percent(level.decode_share, 0),
+            ", ".join(part for part, flag in ((TTFT_PART, level.ttft_parts), (TPOT_PART, level.tpot_parts))
+                      if flag) or "no",
+        )
+        for check in checks
+        for level in check.levels
+    )  # fmt: skip
+    if rows:
+        columns = (
+            "quant", "users", f"TTFT {slo.ttft_percentile} predicted", "measured",
+            f"TPOT {slo.tpot_percentile} predicted", "measured", "queue", "prefill", "decode", "parts",
+        )  # fmt: skip
+        caption = "Sweep levels both predicted and measured; queue, prefill and decode: the predicted shares."
+        blocks.append(Table(columns, rows, (False, *([True] * 8), False), caption))
+    partings = [f"{check.quant}: {check.parting}" for check in checks if check.parting]
+    notes = [f"{check.quant}: {check.slo_note}" for check in checks if check.slo_note]
+    if partings:
+        blocks.append(Bullets(tuple(partings)))
+    if notes:
+        blocks.append(Bullets(tuple(notes), "muted"))
+    return Section("prediction", title, tuple(blocks))
+
+
 def limit_section(analysis: Analysis, plots: Plots) -> Section:
     """What each limit search found, how long it took, and its trials."""
     title = "Finding the limit"
@@ -382,6 +439,7 @@ def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
     return (
         load_curves_section(analysis, plots),
         capacity_section(analysis),
+        prediction_section(analysis),
         limit_section(analysis, plots),
         open_loop_section(analysis),
     )
