@@ -37,6 +37,7 @@ from quantload.analysis.run_tables import level_column, users_levels
 from quantload.analysis.stage_tables import USABLE
 from quantload.comparison import Comparison, Side, compare_limits, compare_normal, compare_percentiles
 from quantload.config import ReportSettings
+from quantload.experiments.prefix_cache.findings import findings_of as cache_findings_of
 from quantload.slo import Slo
 
 COMPARE_MD = "compare.md"
@@ -92,7 +93,7 @@ def _capacity(analysis: Analysis, quant: str) -> float | None:
 
 
 def _cache_speedup(analysis: Analysis, quant: str) -> float | None:
-    found = [c.speedup_p50 for c in analysis.prompt_cache if c.quant == quant]
+    found = [c.speedup_p50 for c in cache_findings_of(analysis).comparisons if c.quant == quant]
     return found[0] if found else None
 
 

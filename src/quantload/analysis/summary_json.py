@@ -1,7 +1,7 @@
 """summary.json (schema `quantload.report/1`): the report's figures for machines to read, as one
 typed model.
 
-The verdicts, the header, the KV rows and the prompt-cache comparisons keep the types the analysis
+The verdicts, the header and the KV rows keep the types the analysis
 computes them as; a table is a list of its rows (`Row`), whose columns are those of the frame the
 named analysis module builds. Missing figures are null, never NaN. An experiment with a part of its
 own in the report (experiments.base.ExperimentReport) adds its keys through that part's `summary`:
@@ -27,7 +27,6 @@ from quantload.analysis.quality_verdict import QualityVerdict
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
-from quantload.analysis.ttft_tables import CacheComparison
 from quantload.experiments.registry import reported
 from quantload.load.limit_file import LimitLine
 from quantload.stats import PERCENTILE_METHOD
@@ -145,7 +144,6 @@ class SummaryFile(_SummaryPart):
     open_loop_levels: list[Row]  # stage_tables.level_table of the open loop
     stages: list[Row]  # stage_tables.stage_table
     ttft_split: list[Row]  # ttft_tables.ttft_split_table
-    prompt_cache: list[CacheComparison]
     kv: list[KvRow]
     quality_loss: QualityLossSummary
     imatrix_pairs: list[Row] = Field(default_factory=list)  # imatrix_pairs.imatrix_pair_table
@@ -227,7 +225,6 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             "open_loop_levels": _rows(analysis.open_loop),
             "stages": _rows(analysis.stages),
             "ttft_split": _rows(analysis.ttft_split),
-            "prompt_cache": [item.to_dict() for item in analysis.prompt_cache],
             "kv": [row.to_dict() for row in analysis.kv],
             "quality_loss": {**analysis.quality_loss.to_dict(), "rows": _rows(analysis.quality_loss.rows)},
             "imatrix_pairs": _rows(imatrix_pair_table(analysis.run, analysis.quants)),

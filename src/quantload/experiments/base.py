@@ -188,6 +188,8 @@ class ExperimentReport(Generic[FindingsT]):
     note on `subject` under `gap_section` (None: no such note; its own `gaps` may say where it did
     not run). `gaps` files its other notes after every experiment's "not run" one; `quant_gaps`
     its notes of one model file each, with the model files' own (after the KL divergence's);
+    `file_gaps` its notes of the one model file it is given, among that file's own (after its
+    sweep's), file by file;
     `notes` what reading its files left out. `itl_gaps`: the report reads every inter-token gap of
     its records (RunData.itl_by_request), not only their summary.
 
@@ -205,6 +207,7 @@ class ExperimentReport(Generic[FindingsT]):
     follows: str = "server_flags"  # the chapter it follows (a name of analysis.chapters.CHAPTERS)
     gaps: Callable[[ReportInput, FindingsT], Sequence[Gap]] = nothing_more
     quant_gaps: Callable[[ReportInput], Sequence[Gap]] | None = None
+    file_gaps: Callable[[ReportInput, str], Sequence[Gap]] | None = None  # (given, quant)
     notes: Callable[[FindingsT], Sequence[str]] = nothing_more
     itl_gaps: bool = False
     within: str | None = None  # the report's chapter that shows its sections (None: its own chapter)

@@ -20,7 +20,9 @@ from quantload.analysis.chapters import chapters, figures
 from quantload.analysis.chapters import model_files as model_files_chapter
 from quantload.analysis.chapters import plan as plan_chapter
 from quantload.analysis.chapters import server_flags as server_flags_chapter
+from quantload.analysis.chapters import ttft as ttft_chapter
 from quantload.analysis.run_data import load_run
+from quantload.analysis.summary_json import clean
 from quantload.config import ReportSettings
 from quantload.experiments import registry
 from quantload.experiments.batching.findings import BatchingFindings
@@ -32,6 +34,8 @@ from quantload.experiments.mixed.findings import MixedFindings
 from quantload.experiments.mixed.report import REPORT as MIXED_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
 from quantload.experiments.noisy_neighbour.report import REPORT
+from quantload.experiments.prefix_cache.findings import PrefixCacheFindings
+from quantload.experiments.prefix_cache.report import REPORT as PREFIX_CACHE_REPORT
 from quantload.experiments.ramp_up.report import REPORT as RAMP_UP_REPORT
 from quantload.experiments.sessions.findings import SessionsFindings
 from quantload.experiments.sessions.report import REPORT as SESSIONS_REPORT
@@ -70,12 +74,15 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
     names = [
-        "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour", "kv_types", "soak",
-        "ramp_up",
+        "prefix_cache", "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour",
+        "kv_types", "soak", "ramp_up",
     ]  # fmt: skip
     assert [experiment.name for experiment, _ in parts] == names
     by_name = {experiment.name: part for experiment, part in parts}
-    reports = [SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT, RAMP_UP_REPORT]
+    reports = [
+        PREFIX_CACHE_REPORT, SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT,
+        RAMP_UP_REPORT,
+    ]  # fmt: skip
     assert [part for _, part in parts if part.within is None] == reports
     assert [name for name, part in by_name.items() if part.within == "server_flags"] == [
         "batching", "slots", "speculation",
@@ -87,6 +94,10 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     after_flags = at + 4  # plan, sessions, mixed, traffic, then the server flags chapter
     assert every[after_flags + 1 : after_flags + 4] == (CONTEXT_REPORT.chapter, REPORT.chapter, SOAK_REPORT.chapter)
     assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
+    # the prompt cache stays the last section after where TTFT goes
+    assert every[every.index(ttft_chapter.CHAPTER) + 1 : every.index(model_files_chapter.CHAPTER)] == (
+        PREFIX_CACHE_REPORT.chapter,
+    )
     keys = [figure.key for figure in figures()]
     assert keys.index("ttft_by_turn") < keys.index("mixed_itl") < keys.index("mixed_timeline")
     # the server flags chapter: the experiments' figures in the registry's order, then the tune's
@@ -145,6 +156,9 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
         assert isinstance(flag, kind) and flag.table.empty
         assert summary["server_flags"][name] == {"rows": [], "verdict": flag.verdict}
     assert set(summary["server_flags"]) == {"batching", "slots", "speculation", "tune"}
+    cache = analysis.findings["prefix_cache"]
+    assert isinstance(cache, PrefixCacheFindings)
+    assert summary["prompt_cache"] == [clean(item.to_dict()) for item in cache.comparisons]
 
 
 def test_a_report_part_is_its_modules_report_and_a_module_without_one_is_refused() -> None:

@@ -21,7 +21,9 @@ chapters (the flag experiments, within server_flags) are its sections instead.
                noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
                soak: one load held for long: latency, memory and KV over time (1 figure), drift
                per hour
-  ttft         where TTFT goes; the prompt cache off and on
+  ttft         where TTFT goes
+  (the experiments' own chapters that follow ttft)
+               prefix_cache: the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache
   (the experiments' own chapters that follow model_files)
