@@ -63,7 +63,6 @@ class Analysis:
     header: Header
     stages: pd.DataFrame
     levels: pd.DataFrame
-    open_loop: pd.DataFrame
     quant_table: pd.DataFrame
     capacity: tuple[CapacityVerdict, ...]
     ttft_split: pd.DataFrame
@@ -312,7 +311,6 @@ def analyze(
         header=build_header(run, stages),
         stages=stages,
         levels=levels,
-        open_loop=level_table(stages, "open_loop", "rate_rps", quants, run.records, slo),
         quant_table=quant_table(run, levels, quants),
         capacity=verdicts,
         ttft_split=ttft_split_table(run.records, stages, "sweep", quants),

@@ -141,7 +141,6 @@ class SummaryFile(_SummaryPart):
     plan: PlanSummary
     table: list[Row]  # run_tables.quant_table, as table.csv
     sweep_levels: list[Row]  # stage_tables.level_table of the sweep
-    open_loop_levels: list[Row]  # stage_tables.level_table of the open loop
     stages: list[Row]  # stage_tables.stage_table
     ttft_split: list[Row]  # ttft_tables.ttft_split_table
     kv: list[KvRow]
@@ -222,7 +221,6 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             },
             "table": _rows(analysis.quant_table),
             "sweep_levels": _rows(analysis.levels),
-            "open_loop_levels": _rows(analysis.open_loop),
             "stages": _rows(analysis.stages),
             "ttft_split": _rows(analysis.ttft_split),
             "kv": [row.to_dict() for row in analysis.kv],

@@ -1,7 +1,7 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
-experiment. The sessions, mixed, context, noisy-neighbour, kv_types and soak experiments have a chapter
-of their own; the flag experiments (batching, slots, speculation) are sections of the server flags
+experiment. The prompt-cache, open-loop, sessions, mixed, context, noisy-neighbour, kv_types and soak
+experiments have a chapter of their own; the flag experiments (batching, slots, speculation) are sections of the server flags
 chapter, before the tune's."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 from quantload.analysis import build_report
 from quantload.analysis.analyze import analyze_run
 from quantload.analysis.chapters import chapters, figures
+from quantload.analysis.chapters import load as load_chapter
 from quantload.analysis.chapters import model_files as model_files_chapter
 from quantload.analysis.chapters import plan as plan_chapter
 from quantload.analysis.chapters import server_flags as server_flags_chapter
@@ -34,6 +35,8 @@ from quantload.experiments.mixed.findings import MixedFindings
 from quantload.experiments.mixed.report import REPORT as MIXED_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
 from quantload.experiments.noisy_neighbour.report import REPORT
+from quantload.experiments.open_loop.findings import OpenLoopFindings
+from quantload.experiments.open_loop.report import REPORT as OPEN_LOOP_REPORT
 from quantload.experiments.prefix_cache.findings import PrefixCacheFindings
 from quantload.experiments.prefix_cache.report import REPORT as PREFIX_CACHE_REPORT
 from quantload.experiments.ramp_up.report import REPORT as RAMP_UP_REPORT
@@ -62,7 +65,7 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
     moved = (
         "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
         "experiments.context", "context_tables", "kv_types", "experiments.batching", "experiments.slots",
-        "experiments.speculation",
+        "experiments.speculation", "experiments.open_loop",
     )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
@@ -74,13 +77,13 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
     names = [
-        "prefix_cache", "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour",
+        "prefix_cache", "open_loop", "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour",
         "kv_types", "soak", "ramp_up",
     ]  # fmt: skip
     assert [experiment.name for experiment, _ in parts] == names
     by_name = {experiment.name: part for experiment, part in parts}
     reports = [
-        PREFIX_CACHE_REPORT, SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT,
+        PREFIX_CACHE_REPORT, OPEN_LOOP_REPORT, SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT,
         RAMP_UP_REPORT,
     ]  # fmt: skip
     assert [part for _, part in parts if part.within is None] == reports
@@ -94,6 +97,8 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     after_flags = at + 4  # plan, sessions, mixed, traffic, then the server flags chapter
     assert every[after_flags + 1 : after_flags + 4] == (CONTEXT_REPORT.chapter, REPORT.chapter, SOAK_REPORT.chapter)
     assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
+    # the open loop stays the load chapter's last section, before the ramp-up's chapter and the plan
+    assert every[every.index(load_chapter.CHAPTER) + 1 : at] == (OPEN_LOOP_REPORT.chapter, RAMP_UP_REPORT.chapter)
     # the prompt cache stays the last section after where TTFT goes
     assert every[every.index(ttft_chapter.CHAPTER) + 1 : every.index(model_files_chapter.CHAPTER)] == (
         PREFIX_CACHE_REPORT.chapter,
@@ -159,6 +164,8 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
     cache = analysis.findings["prefix_cache"]
     assert isinstance(cache, PrefixCacheFindings)
     assert summary["prompt_cache"] == [clean(item.to_dict()) for item in cache.comparisons]
+    opened = analysis.findings["open_loop"]
+    assert isinstance(opened, OpenLoopFindings) and opened.levels.empty and summary["open_loop_levels"] == []
 
 
 def test_a_report_part_is_its_modules_report_and_a_module_without_one_is_refused() -> None:

@@ -6,7 +6,9 @@ chapters (the flag experiments, within server_flags) are its sections instead.
 
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
-               search (1 figure); open loop
+               search (1 figure)
+  (the experiments' own chapters that follow load)
+               open_loop: open loop (Poisson arrivals)
   plan         the capacity plan (servers, memory, cost, request limits); the context a slot
                needs; when to add a server
   (the experiments' own chapters that follow plan)
