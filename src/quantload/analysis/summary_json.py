@@ -5,7 +5,8 @@ The verdicts, the header and the KV rows keep the types the analysis
 computes them as; a table is a list of its rows (`Row`), whose columns are those of the frame the
 named analysis module builds. Missing figures are null, never NaN. An experiment with a part of its
 own in the report (experiments.base.ExperimentReport) adds its keys through that part's `summary`:
-at the top level, or under `server_flags` for one placed within that chapter.
+at the top level, or under `server_flags` for one placed within that chapter (one placed within
+traffic, which has no key of its own, at the top level).
 """
 
 from __future__ import annotations
@@ -195,10 +196,11 @@ def _server_flags(analysis: Analysis) -> dict[str, Any]:
 
 def _experiment_keys(analysis: Analysis, within: str | None = None) -> dict[str, Any]:
     """The keys the experiments' own report parts add, from their findings: those of the parts
-    placed `within` that chapter (None: those with a chapter of their own)."""
+    placed `within` server_flags (its key of summary.json), else every other's (a chapter of
+    their own, or one without a key of its own: traffic)."""
     keys: dict[str, Any] = {}
     for experiment, part in reported():
-        if part.within == within:
+        if (part.within == SERVER_FLAGS) == (within == SERVER_FLAGS):
             keys.update(part.summary(analysis.findings[experiment.name]))
     return keys
 

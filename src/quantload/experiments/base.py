@@ -196,8 +196,9 @@ class ExperimentReport(Generic[FindingsT]):
     `within` names a chapter of the report's own that shows the experiment's sections among its
     others, where a chapter of the experiment's own would change the report's reading order (the
     flag experiments: "server_flags", whose chapter shell stays in the analysis with the tune's
-    section). Its chapter's sections then come there, in the registry's order, and its summary
-    keys go under that chapter's key of summary.json."""
+    section; the trace replay: "traffic", before its lengths and reasoning sections). Its
+    chapter's sections then come there, in the registry's order, and its summary keys go under
+    that chapter's key of summary.json (server_flags; traffic has none: at the top level)."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter

@@ -1,8 +1,9 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
 experiment. The prompt-cache, open-loop, sessions, mixed, context, noisy-neighbour, kv_types and soak
-experiments have a chapter of their own; the flag experiments (batching, slots, speculation) are sections of the server flags
-chapter, before the tune's."""
+experiments have a chapter of their own; the flag experiments (batching, slots, speculation) are
+sections of the server flags chapter, before the tune's, and the trace replay the traffic chapter's
+first section."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from quantload.experiments.slots.findings import SlotsFindings
 from quantload.experiments.soak.findings import SoakFindings
 from quantload.experiments.soak.report import REPORT as SOAK_REPORT
 from quantload.experiments.speculation.findings import SpeculationFindings
+from quantload.experiments.trace.findings import TraceFindings
 from quantload.llamacpp.server import free_port
 
 ANALYSIS = Path(__file__).resolve().parents[3] / "src" / "quantload" / "analysis"
@@ -65,7 +67,7 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
     moved = (
         "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
         "experiments.context", "context_tables", "kv_types", "experiments.batching", "experiments.slots",
-        "experiments.speculation", "experiments.open_loop",
+        "experiments.speculation", "experiments.open_loop", "experiments.trace",
     )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
@@ -77,8 +79,8 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
     names = [
-        "prefix_cache", "open_loop", "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour",
-        "kv_types", "soak", "ramp_up",
+        "prefix_cache", "open_loop", "sessions", "trace", "mixed", "batching", "slots", "speculation", "context",
+        "noisy_neighbour", "kv_types", "soak", "ramp_up",
     ]  # fmt: skip
     assert [experiment.name for experiment, _ in parts] == names
     by_name = {experiment.name: part for experiment, part in parts}
@@ -90,6 +92,7 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     assert [name for name, part in by_name.items() if part.within == "server_flags"] == [
         "batching", "slots", "speculation",
     ]
+    assert [name for name, part in by_name.items() if part.within == "traffic"] == ["trace"]
     every = chapters()
     # the sessions and mixed sections stay where they were: after the plan, before the rest of traffic
     at = every.index(plan_chapter.CHAPTER)
@@ -164,6 +167,8 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
     cache = analysis.findings["prefix_cache"]
     assert isinstance(cache, PrefixCacheFindings)
     assert summary["prompt_cache"] == [clean(item.to_dict()) for item in cache.comparisons]
+    traced = analysis.findings["trace"]
+    assert isinstance(traced, TraceFindings) and traced.stages.empty and "trace" not in summary
     opened = analysis.findings["open_loop"]
     assert isinstance(opened, OpenLoopFindings) and opened.levels.empty and summary["open_loop_levels"] == []
 
