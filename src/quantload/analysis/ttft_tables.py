@@ -5,7 +5,7 @@ end of the prompt; the client's TTFT runs from sending to the first generated te
 is the time spent waiting for a slot, on the wire and in the server's HTTP layer.
 
 Which TTFT a reasoning model gets: the first token of any kind beside the first answer content.
-(The prompt-cache experiment's table is in its folder: quantload.experiments.prefix_cache.)
+(The prompt-cache experiment's table is in its own folder under quantload.experiments.)
 """
 
 from __future__ import annotations

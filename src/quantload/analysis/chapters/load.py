@@ -1,6 +1,6 @@
 """The load test's main results: latency and throughput against concurrency (three figures), the
 capacity under the SLO with goodput and the limit search (one figure). The open loop's levels
-(Poisson arrivals) follow, from its folder (quantload.experiments.open_loop)."""
+(Poisson arrivals) follow, from the experiment's own folder under quantload.experiments."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where TTFT goes: the split into queueing+network and the server's prefill. The prompt-cache
-experiment's section (TTFT with caching off and on) follows it, from its folder
-(quantload.experiments.prefix_cache)."""
+experiment's section (TTFT with caching off and on) follows it, from the experiment's own folder
+under quantload.experiments."""
 
 from __future__ import annotations
 
