@@ -37,7 +37,8 @@ from quantload.analysis.run_tables import level_column, users_levels
 from quantload.analysis.stage_tables import USABLE
 from quantload.comparison import Comparison, Side, compare_limits, compare_normal, compare_percentiles
 from quantload.config import ReportSettings
-from quantload.experiments.prefix_cache.findings import findings_of as cache_findings_of
+from quantload.experiments.base import ComparedFigure
+from quantload.experiments.registry import reported
 from quantload.slo import Slo
 
 COMPARE_MD = "compare.md"
@@ -92,9 +93,13 @@ def _capacity(analysis: Analysis, quant: str) -> float | None:
     return float(found[0]) if found and found[0] is not None else None
 
 
-def _cache_speedup(analysis: Analysis, quant: str) -> float | None:
-    found = [c.speedup_p50 for c in cache_findings_of(analysis).comparisons if c.quant == quant]
-    return found[0] if found else None
+def _experiment_figure(name: str, figure: ComparedFigure[Any]) -> Metric:
+    """An experiment's figure (ExperimentReport.compared), read from its findings in each run."""
+
+    def read(analysis: Analysis, quant: str) -> float | None:
+        return figure.read(analysis.findings[name], quant) if name in analysis.findings else None
+
+    return Metric(figure.name, read, figure.show, figure.lower_is_better)
 
 
 def _kv_diff(analysis: Analysis, quant: str) -> float | None:
@@ -195,8 +200,10 @@ def metrics(levels: list[int]) -> list[Metric]:
         ]  # fmt: skip
     chosen += [
         Metric("users sustained under the SLO", _capacity, lambda v: fmt.number(v, 0), False, decide=_limits),
-        Metric(
-            "prompt-cache TTFT p50 speed-up", _cache_speedup, lambda v: f"{v:.2f}×" if v else fmt.DASH, False
+        *(
+            _experiment_figure(experiment.name, figure)
+            for experiment, part in reported()
+            for figure in part.compared
         ),
         Metric("KV predicted vs reported", _kv_diff, lambda v: fmt.percent(v, 2, True), True, signed=True),
     ]

@@ -178,6 +178,18 @@ def nothing_more(*given: object) -> tuple[()]:
 
 
 @dataclass(frozen=True)
+class ComparedFigure(Generic[FindingsT]):
+    """One figure of an experiment that `quantload compare` shows for two runs side by side: read
+    from its findings for one model file (None: not measured), shown as text, which way is better.
+    Shown, not decided: compare says no more than the difference."""
+
+    name: str
+    read: Callable[[FindingsT, str], float | None]  # (findings, quant)
+    show: Callable[[float | None], str]
+    lower_is_better: bool
+
+
+@dataclass(frozen=True)
 class ExperimentReport(Generic[FindingsT]):
     """An experiment's own part of the report. The report step asks the registry for every
     experiment that has one and uses it alike: `findings` computes what the report shows of it
@@ -189,9 +201,10 @@ class ExperimentReport(Generic[FindingsT]):
     not run). `gaps` files its other notes after every experiment's "not run" one; `quant_gaps`
     its notes of one model file each, with the model files' own (after the KL divergence's);
     `file_gaps` its notes of the one model file it is given, among that file's own (after its
-    sweep's), file by file;
-    `notes` what reading its files left out. `itl_gaps`: the report reads every inter-token gap of
-    its records (RunData.itl_by_request), not only their summary.
+    sweep's), file by file; `notes` what reading its files left out. `itl_gaps`: the report reads
+    every inter-token gap of its records (RunData.itl_by_request), not only their summary.
+    `compared`: its figures `quantload compare` sets side by side for each model file, after the
+    capacity's.
 
     `within` names a chapter of the report's own that shows the experiment's sections among its
     others, where a chapter of the experiment's own would change the report's reading order (the
@@ -212,6 +225,7 @@ class ExperimentReport(Generic[FindingsT]):
     notes: Callable[[FindingsT], Sequence[str]] = nothing_more
     itl_gaps: bool = False
     within: str | None = None  # the report's chapter that shows its sections (None: its own chapter)
+    compared: tuple[ComparedFigure[FindingsT], ...] = ()
 
 
 @dataclass(frozen=True)

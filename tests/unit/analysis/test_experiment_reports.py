@@ -67,7 +67,7 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
     moved = (
         "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
         "experiments.context", "context_tables", "kv_types", "experiments.batching", "experiments.slots",
-        "experiments.speculation", "experiments.open_loop", "experiments.trace",
+        "experiments.speculation", "experiments.open_loop", "experiments.trace", "experiments.prefix_cache",
     )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
@@ -114,6 +114,10 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     assert keys.index("context_by_turn") < keys.index("noisy_neighbour") < keys.index("kv_cache_types")
     assert keys.index("noisy_neighbour") + 1 == keys.index("soak")
     assert {"mixed"} == {e.name for e, part in parts if part.itl_gaps}
+    assert {"prefix_cache"} == {e.name for e, part in parts if part.file_gaps is not None}
+    assert [(e.name, f.name) for e, part in parts for f in part.compared] == [
+        ("prefix_cache", "prompt-cache TTFT p50 speed-up")
+    ]
     assert server_flags_chapter.KEY == "server_flags"
 
 

@@ -44,6 +44,12 @@ def summary_keys(found: PrefixCacheFindings) -> Mapping[str, Any]:
     return {"prompt_cache": [item.to_dict() for item in found.comparisons]}
 
 
+def speedup_p50(found: PrefixCacheFindings, quant: str) -> float | None:
+    """TTFT p50 off / on of `quant` (None where it was not measured): `quantload compare`'s figure."""
+    chosen = [c.speedup_p50 for c in found.comparisons if c.quant == quant]
+    return chosen[0] if chosen else None
+
+
 def file_gaps(given: ReportInput, quant: str) -> list[Gap]:
     """`quant` has no prompt-cache stage in a run with records: the experiment on it, not measured."""
     run, stages = given.run, given.stages
