@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from quantload.config import LoadSettings, Settings
-from quantload.experiments.open_loop import open_loop_plan
+from quantload.experiments.open_loop.stages import open_loop_plan
 from quantload.experiments.running import invocation_id
 from quantload.experiments.sweep import sweep_plan
 from quantload.load.plan import LoadPlan

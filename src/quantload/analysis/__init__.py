@@ -19,9 +19,9 @@ summary_json writes the machine-readable copy. A new figure is a draw function, 
 its placement in one chapter module; one that needs a new computation adds that computation (in
 the module for its input) and its field and call in analyze.py: three files at most (a fourth,
 summary_json.py, only when its table should also be in summary.json). An experiment with a part
-of its own in the report (the context, noisy-neighbour and kv_types experiments) keeps its tables,
-chapter and findings in its folder under quantload.experiments instead (see experiments.base.
-ExperimentReport).
+of its own in the report (the prompt-cache, context, noisy-neighbour and kv_types experiments)
+keeps its tables, chapter and findings in its folder under quantload.experiments instead (see
+experiments.base.ExperimentReport).
 """
 
 from __future__ import annotations

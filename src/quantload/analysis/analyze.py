@@ -37,15 +37,9 @@ from quantload.analysis.run_tables import (
 )
 from quantload.analysis.scale_out import SignalVerdict, scale_out_signals
 from quantload.analysis.stage_tables import client_verdict, lagging_stages, level_table, stage_table
-from quantload.analysis.ttft_tables import (
-    CacheComparison,
-    prompt_cache_table,
-    reasoning_table,
-    ttft_split_table,
-)
+from quantload.analysis.ttft_tables import reasoning_table, ttft_split_table
 from quantload.analysis.tune_tables import TuneTables, tune_tables, tune_verdict
 from quantload.config import PlanSettings, ReportSettings, SloSettings
-from quantload.experiments import prefix_cache
 from quantload.experiments.registry import ReportParts, reported, requested_names
 from quantload.experiments.variant_file import read_variants
 from quantload.load.limit_file import LimitLine
@@ -69,11 +63,9 @@ class Analysis:
     header: Header
     stages: pd.DataFrame
     levels: pd.DataFrame
-    open_loop: pd.DataFrame
     quant_table: pd.DataFrame
     capacity: tuple[CapacityVerdict, ...]
     ttft_split: pd.DataFrame
-    prompt_cache: tuple[CacheComparison, ...]
     kv: tuple[KvRow, ...]
     roofline: pd.DataFrame
     littles_law: pd.DataFrame
@@ -113,7 +105,8 @@ def _quant_gaps(
     parts: ReportParts,
 ) -> list[Gap]:
     """What of each model file the run meant to measure and did not, the experiments' notes of one
-    model file each (ExperimentReport.quant_gaps) among them."""
+    model file each (ExperimentReport.file_gaps, file by file; ExperimentReport.quant_gaps) among
+    them."""
     gaps = []
     for quant in quants:
         if run.quality is not None and quant not in run.quality.results:
@@ -129,10 +122,7 @@ def _quant_gaps(
         mine = stages[stages["quant"] == quant] if not stages.empty else stages
         if not run.records.empty:
             gaps += _sweep_gaps(run, quant, mine, levels)
-        has_prefix = not mine.empty and (mine["experiment"] == prefix_cache.NAME).any()
-        if not run.records.empty and not has_prefix:
-            why = not_run_because(run, prefix_cache.EXPERIMENT, quant, RECORDS_JSONL)
-            gaps.append(Gap("prompt_cache", f"prompt-cache experiment on {quant}", why))
+        gaps += [gap for _, part in parts if part.file_gaps for gap in part.file_gaps(given, quant)]
     gaps += _kld_gaps(run, quants)
     gaps += [gap for _, part in parts if part.quant_gaps is not None for gap in part.quant_gaps(given)]
     for row in kv_rows(run.kv_results, quants):
@@ -321,11 +311,9 @@ def analyze(
         header=build_header(run, stages),
         stages=stages,
         levels=levels,
-        open_loop=level_table(stages, "open_loop", "rate_rps", quants, run.records, slo),
         quant_table=quant_table(run, levels, quants),
         capacity=verdicts,
         ttft_split=ttft_split_table(run.records, stages, "sweep", quants),
-        prompt_cache=tuple(prompt_cache_table(stages, quants)),
         kv=tuple(kv_rows(run.kv_results, quants)),
         roofline=roofline_frame(run.speed, quants),
         littles_law=littles_law_table(run.records, stages, windows, server),

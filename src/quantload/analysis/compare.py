@@ -37,6 +37,7 @@ from quantload.analysis.run_tables import level_column, users_levels
 from quantload.analysis.stage_tables import USABLE
 from quantload.comparison import Comparison, Side, compare_limits, compare_normal, compare_percentiles
 from quantload.config import ReportSettings
+from quantload.experiments.registry import reported
 from quantload.slo import Slo
 
 COMPARE_MD = "compare.md"
@@ -51,6 +52,9 @@ class ComparePaths:
     markdown: Path
     html: Path
     csv: Path
+
+
+Reader = Callable[[Analysis, str], float | None]  # one figure of one model file in one run
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,21 @@ def _capacity(analysis: Analysis, quant: str) -> float | None:
     return float(found[0]) if found and found[0] is not None else None
 
 
-def _cache_speedup(analysis: Analysis, quant: str) -> float | None:
-    found = [c.speedup_p50 for c in analysis.prompt_cache if c.quant == quant]
-    return found[0] if found else None
+def _experiment_metrics() -> list[Metric]:
+    """The experiments' figures (ExperimentReport.compared), each read from its findings in each
+    run, in the registry's order."""
+
+    def reader(name: str, read: Callable[[Any, str], float | None]) -> Reader:
+        def figure(analysis: Analysis, quant: str) -> float | None:
+            return read(analysis.findings[name], quant) if name in analysis.findings else None
+
+        return figure
+
+    return [
+        Metric(figure.name, reader(experiment.name, figure.read), figure.show, figure.lower_is_better)
+        for experiment, part in reported()
+        for figure in part.compared
+    ]
 
 
 def _kv_diff(analysis: Analysis, quant: str) -> float | None:
@@ -194,9 +210,7 @@ def metrics(levels: list[int]) -> list[Metric]:
         ]  # fmt: skip
     chosen += [
         Metric("users sustained under the SLO", _capacity, lambda v: fmt.number(v, 0), False, decide=_limits),
-        Metric(
-            "prompt-cache TTFT p50 speed-up", _cache_speedup, lambda v: f"{v:.2f}×" if v else fmt.DASH, False
-        ),
+        *_experiment_metrics(),
         Metric("KV predicted vs reported", _kv_diff, lambda v: fmt.percent(v, 2, True), True, signed=True),
     ]
     return chosen

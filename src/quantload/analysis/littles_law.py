@@ -24,12 +24,11 @@ import pandas as pd
 
 from quantload.analysis.stage_tables import USABLE
 from quantload.analysis.stats import relative_diff
-from quantload.experiments import open_loop, sweep
 
 TOLERANCE = 0.10
 MIN_COMPLETED = 5  # fewer completions in the window: too few to judge
 MIN_SCRAPES = 3  # fewer scrapes inside the window: the server mean is too coarse to judge
-EXPERIMENTS = (sweep.NAME, open_loop.NAME)
+EXPERIMENTS = ("sweep", "open_loop")  # the experiments' names: the stages checked
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """summary.json (schema `quantload.report/1`): the report's figures for machines to read, as one
 typed model.
 
-The verdicts, the header, the KV rows and the prompt-cache comparisons keep the types the analysis
+The verdicts, the header and the KV rows keep the types the analysis
 computes them as; a table is a list of its rows (`Row`), whose columns are those of the frame the
 named analysis module builds. Missing figures are null, never NaN. An experiment with a part of its
 own in the report (experiments.base.ExperimentReport) adds its keys through that part's `summary`:
-at the top level, or under `server_flags` for one placed within that chapter.
+at the top level, or under `server_flags` for one placed within that chapter (one placed within
+traffic, which has no key of its own, at the top level).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from quantload.analysis.quality_verdict import QualityVerdict
 from quantload.analysis.run_data import Gap
 from quantload.analysis.run_tables import Header, KvRow
 from quantload.analysis.stats import PERCENTILE_METHOD_TEXT
-from quantload.analysis.ttft_tables import CacheComparison
 from quantload.experiments.registry import reported
 from quantload.load.limit_file import LimitLine
 from quantload.stats import PERCENTILE_METHOD
@@ -143,10 +143,8 @@ class SummaryFile(_SummaryPart):
     plan: PlanSummary
     table: list[Row]  # run_tables.quant_table, as table.csv
     sweep_levels: list[Row]  # stage_tables.level_table of the sweep
-    open_loop_levels: list[Row]  # stage_tables.level_table of the open loop
     stages: list[Row]  # stage_tables.stage_table
     ttft_split: list[Row]  # ttft_tables.ttft_split_table
-    prompt_cache: list[CacheComparison]
     kv: list[KvRow]
     quality_loss: QualityLossSummary
     imatrix_pairs: list[Row] = Field(default_factory=list)  # imatrix_pairs.imatrix_pair_table
@@ -200,10 +198,11 @@ def _server_flags(analysis: Analysis) -> dict[str, Any]:
 
 def _experiment_keys(analysis: Analysis, within: str | None = None) -> dict[str, Any]:
     """The keys the experiments' own report parts add, from their findings: those of the parts
-    placed `within` that chapter (None: those with a chapter of their own)."""
+    placed `within` server_flags (its key of summary.json), else every other's (a chapter of
+    their own, or one without a key of its own: traffic)."""
     keys: dict[str, Any] = {}
     for experiment, part in reported():
-        if part.within == within:
+        if (part.within == SERVER_FLAGS) == (within == SERVER_FLAGS):
             keys.update(part.summary(analysis.findings[experiment.name]))
     return keys
 
@@ -226,10 +225,8 @@ def summary_file(analysis: Analysis, files: ReportFiles) -> SummaryFile:
             },
             "table": _rows(analysis.quant_table),
             "sweep_levels": _rows(analysis.levels),
-            "open_loop_levels": _rows(analysis.open_loop),
             "stages": _rows(analysis.stages),
             "ttft_split": _rows(analysis.ttft_split),
-            "prompt_cache": [item.to_dict() for item in analysis.prompt_cache],
             "kv": [row.to_dict() for row in analysis.kv],
             "quality_loss": {**analysis.quality_loss.to_dict(), "rows": _rows(analysis.quality_loss.rows)},
             "imatrix_pairs": _rows(imatrix_pair_table(analysis.run, analysis.quants)),

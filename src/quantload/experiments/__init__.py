@@ -1,5 +1,6 @@
 """The load experiments: one module or folder each (a folder when it brings its own part of the
-report: sessions, mixed, batching, slots, speculation, context, noisy_neighbour, kv_types, soak),
+report: prefix_cache, open_loop, sessions, trace, mixed, batching, slots, speculation, context,
+noisy_neighbour, kv_types, soak, ramp_up),
 listed once in `registry`.
 
   base          what an experiment declares, is given (ExperimentContext) and returns (ExperimentRun)

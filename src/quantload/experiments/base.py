@@ -178,6 +178,18 @@ def nothing_more(*given: object) -> tuple[()]:
 
 
 @dataclass(frozen=True)
+class ComparedFigure(Generic[FindingsT]):
+    """One figure of an experiment that `quantload compare` shows for two runs side by side: read
+    from its findings for one model file (None: not measured), shown as text, which way is better.
+    Shown, not decided: compare says no more than the difference."""
+
+    name: str
+    read: Callable[[FindingsT, str], float | None]  # (findings, quant)
+    show: Callable[[float | None], str]
+    lower_is_better: bool
+
+
+@dataclass(frozen=True)
 class ExperimentReport(Generic[FindingsT]):
     """An experiment's own part of the report. The report step asks the registry for every
     experiment that has one and uses it alike: `findings` computes what the report shows of it
@@ -188,14 +200,18 @@ class ExperimentReport(Generic[FindingsT]):
     note on `subject` under `gap_section` (None: no such note; its own `gaps` may say where it did
     not run). `gaps` files its other notes after every experiment's "not run" one; `quant_gaps`
     its notes of one model file each, with the model files' own (after the KL divergence's);
-    `notes` what reading its files left out. `itl_gaps`: the report reads every inter-token gap of
-    its records (RunData.itl_by_request), not only their summary.
+    `file_gaps` its notes of the one model file it is given, among that file's own (after its
+    sweep's), file by file; `notes` what reading its files left out. `itl_gaps`: the report reads
+    every inter-token gap of its records (RunData.itl_by_request), not only their summary.
+    `compared`: its figures `quantload compare` sets side by side for each model file, after the
+    capacity's.
 
     `within` names a chapter of the report's own that shows the experiment's sections among its
     others, where a chapter of the experiment's own would change the report's reading order (the
     flag experiments: "server_flags", whose chapter shell stays in the analysis with the tune's
-    section). Its chapter's sections then come there, in the registry's order, and its summary
-    keys go under that chapter's key of summary.json."""
+    section; the trace replay: "traffic", before its lengths and reasoning sections). Its
+    chapter's sections then come there, in the registry's order, and its summary keys go under
+    that chapter's key of summary.json (server_flags; traffic has none: at the top level)."""
 
     findings: Callable[[ReportInput], FindingsT]
     chapter: Chapter
@@ -205,9 +221,11 @@ class ExperimentReport(Generic[FindingsT]):
     follows: str = "server_flags"  # the chapter it follows (a name of analysis.chapters.CHAPTERS)
     gaps: Callable[[ReportInput, FindingsT], Sequence[Gap]] = nothing_more
     quant_gaps: Callable[[ReportInput], Sequence[Gap]] | None = None
+    file_gaps: Callable[[ReportInput, str], Sequence[Gap]] | None = None  # (given, quant)
     notes: Callable[[FindingsT], Sequence[str]] = nothing_more
     itl_gaps: bool = False
     within: str | None = None  # the report's chapter that shows its sections (None: its own chapter)
+    compared: tuple[ComparedFigure[FindingsT], ...] = ()
 
 
 @dataclass(frozen=True)

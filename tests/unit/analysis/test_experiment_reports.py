@@ -1,8 +1,9 @@
 """An experiment's own part of the report, declared on the experiment (ExperimentReport): the report
 step finds it through the registry and uses it alike, and nothing under analysis/ names the
-experiment. The sessions, mixed, context, noisy-neighbour, kv_types and soak experiments have a chapter
-of their own; the flag experiments (batching, slots, speculation) are sections of the server flags
-chapter, before the tune's."""
+experiment. The prompt-cache, open-loop, sessions, mixed, context, noisy-neighbour, kv_types and soak
+experiments have a chapter of their own; the flag experiments (batching, slots, speculation) are
+sections of the server flags chapter, before the tune's, and the trace replay the traffic chapter's
+first section."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ import pytest
 from quantload.analysis import build_report
 from quantload.analysis.analyze import analyze_run
 from quantload.analysis.chapters import chapters, figures
+from quantload.analysis.chapters import load as load_chapter
 from quantload.analysis.chapters import model_files as model_files_chapter
 from quantload.analysis.chapters import plan as plan_chapter
 from quantload.analysis.chapters import server_flags as server_flags_chapter
+from quantload.analysis.chapters import ttft as ttft_chapter
 from quantload.analysis.run_data import load_run
+from quantload.analysis.summary_json import clean
 from quantload.config import ReportSettings
 from quantload.experiments import registry
 from quantload.experiments.batching.findings import BatchingFindings
@@ -32,6 +36,10 @@ from quantload.experiments.mixed.findings import MixedFindings
 from quantload.experiments.mixed.report import REPORT as MIXED_REPORT
 from quantload.experiments.noisy_neighbour.findings import NoisyNeighbourFindings
 from quantload.experiments.noisy_neighbour.report import REPORT
+from quantload.experiments.open_loop.findings import OpenLoopFindings
+from quantload.experiments.open_loop.report import REPORT as OPEN_LOOP_REPORT
+from quantload.experiments.prefix_cache.findings import PrefixCacheFindings
+from quantload.experiments.prefix_cache.report import REPORT as PREFIX_CACHE_REPORT
 from quantload.experiments.ramp_up.report import REPORT as RAMP_UP_REPORT
 from quantload.experiments.sessions.findings import SessionsFindings
 from quantload.experiments.sessions.report import REPORT as SESSIONS_REPORT
@@ -39,6 +47,7 @@ from quantload.experiments.slots.findings import SlotsFindings
 from quantload.experiments.soak.findings import SoakFindings
 from quantload.experiments.soak.report import REPORT as SOAK_REPORT
 from quantload.experiments.speculation.findings import SpeculationFindings
+from quantload.experiments.trace.findings import TraceFindings
 from quantload.llamacpp.server import free_port
 
 ANALYSIS = Path(__file__).resolve().parents[3] / "src" / "quantload" / "analysis"
@@ -58,7 +67,7 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
     moved = (
         "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
         "experiments.context", "context_tables", "kv_types", "experiments.batching", "experiments.slots",
-        "experiments.speculation",
+        "experiments.speculation", "experiments.open_loop", "experiments.trace", "experiments.prefix_cache",
     )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
@@ -70,16 +79,20 @@ def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() ->
 def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     parts = registry.reported()
     names = [
-        "sessions", "mixed", "batching", "slots", "speculation", "context", "noisy_neighbour", "kv_types", "soak",
-        "ramp_up",
+        "prefix_cache", "open_loop", "sessions", "trace", "mixed", "batching", "slots", "speculation", "context",
+        "noisy_neighbour", "kv_types", "soak", "ramp_up",
     ]  # fmt: skip
     assert [experiment.name for experiment, _ in parts] == names
     by_name = {experiment.name: part for experiment, part in parts}
-    reports = [SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT, RAMP_UP_REPORT]
+    reports = [
+        PREFIX_CACHE_REPORT, OPEN_LOOP_REPORT, SESSIONS_REPORT, MIXED_REPORT, CONTEXT_REPORT, REPORT, KV_TYPES_REPORT, SOAK_REPORT,
+        RAMP_UP_REPORT,
+    ]  # fmt: skip
     assert [part for _, part in parts if part.within is None] == reports
     assert [name for name, part in by_name.items() if part.within == "server_flags"] == [
         "batching", "slots", "speculation",
     ]
+    assert [name for name, part in by_name.items() if part.within == "traffic"] == ["trace"]
     every = chapters()
     # the sessions and mixed sections stay where they were: after the plan, before the rest of traffic
     at = every.index(plan_chapter.CHAPTER)
@@ -87,6 +100,12 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     after_flags = at + 4  # plan, sessions, mixed, traffic, then the server flags chapter
     assert every[after_flags + 1 : after_flags + 4] == (CONTEXT_REPORT.chapter, REPORT.chapter, SOAK_REPORT.chapter)
     assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
+    # the open loop stays the load chapter's last section, before the ramp-up's chapter and the plan
+    assert every[every.index(load_chapter.CHAPTER) + 1 : at] == (OPEN_LOOP_REPORT.chapter, RAMP_UP_REPORT.chapter)
+    # the prompt cache stays the last section after where TTFT goes
+    assert every[every.index(ttft_chapter.CHAPTER) + 1 : every.index(model_files_chapter.CHAPTER)] == (
+        PREFIX_CACHE_REPORT.chapter,
+    )
     keys = [figure.key for figure in figures()]
     assert keys.index("ttft_by_turn") < keys.index("mixed_itl") < keys.index("mixed_timeline")
     # the server flags chapter: the experiments' figures in the registry's order, then the tune's
@@ -95,6 +114,10 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     assert keys.index("context_by_turn") < keys.index("noisy_neighbour") < keys.index("kv_cache_types")
     assert keys.index("noisy_neighbour") + 1 == keys.index("soak")
     assert {"mixed"} == {e.name for e, part in parts if part.itl_gaps}
+    assert {"prefix_cache"} == {e.name for e, part in parts if part.file_gaps is not None}
+    assert [(e.name, f.name) for e, part in parts for f in part.compared] == [
+        ("prefix_cache", "prompt-cache TTFT p50 speed-up")
+    ]
     assert server_flags_chapter.KEY == "server_flags"
 
 
@@ -145,6 +168,13 @@ def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthet
         assert isinstance(flag, kind) and flag.table.empty
         assert summary["server_flags"][name] == {"rows": [], "verdict": flag.verdict}
     assert set(summary["server_flags"]) == {"batching", "slots", "speculation", "tune"}
+    cache = analysis.findings["prefix_cache"]
+    assert isinstance(cache, PrefixCacheFindings)
+    assert summary["prompt_cache"] == [clean(item.to_dict()) for item in cache.comparisons]
+    traced = analysis.findings["trace"]
+    assert isinstance(traced, TraceFindings) and traced.stages.empty and "trace" not in summary
+    opened = analysis.findings["open_loop"]
+    assert isinstance(opened, OpenLoopFindings) and opened.levels.empty and summary["open_loop_levels"] == []
 
 
 def test_a_report_part_is_its_modules_report_and_a_module_without_one_is_refused() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from load_api import open_loop_of, sweep_of
 from quantload.config import LoadSettings
-from quantload.experiments.prefix_cache import SYSTEM_PROMPT_ID, prefix_cache_plan
+from quantload.experiments.prefix_cache.stages import SYSTEM_PROMPT_ID, prefix_cache_plan
 from quantload.load.client_health import ClientHealth
 from quantload.load.plan import LoadPlan, poisson_offsets
 from quantload.load.prompts import WARMUP_PROMPT_ID, Prompt

@@ -24,6 +24,7 @@ from quantload.analysis.stage_tables import stage_line, summary_from_records
 from quantload.config import Settings
 from quantload.experiments import registry
 from quantload.experiments.base import ExperimentContext
+from quantload.experiments.open_loop.report import REPORT as OPEN_LOOP_REPORT
 from quantload.experiments.ramp_up import stages as ramp_stages
 from quantload.experiments.ramp_up.chapter import step_table
 from quantload.experiments.ramp_up.report import REPORT
@@ -220,6 +221,8 @@ def test_the_registry_and_the_report_pick_it_up_after_the_load_chapter() -> None
     parts = dict((e.name, part) for e, part in registry.reported())
     assert parts["ramp_up"] is REPORT and REPORT.follows == "load" and REPORT.subject == "the ramp-up"
     every = chapters()
-    assert every[every.index(load_chapter.CHAPTER) + 1] is REPORT.chapter
+    at = every.index(load_chapter.CHAPTER)
+    # after the load chapter's last section, the open loop's (its own chapter, earlier in the registry)
+    assert every[at + 1 : at + 3] == (OPEN_LOOP_REPORT.chapter, REPORT.chapter)
     assert "ramp_up" in [figure.key for figure in figures()]
     assert set(REPORT.summary(REPORT.findings.__globals__["RampUpFindings"]())) == {"ramp_up"}

@@ -15,7 +15,7 @@ import pytest
 from quantload.cli.main import main
 from quantload.config import LoadSettings, Settings, WorkloadSettings, load_config
 from quantload.errors import ConfigError, MeasurementError, ServerError
-from quantload.experiments.trace import trace_plan
+from quantload.experiments.trace.stages import trace_plan
 from quantload.llamacpp.perplexity import diagnose_failure
 from quantload.llamacpp.tool_run import ToolRun
 from quantload.load.lengths import parse_length_distribution

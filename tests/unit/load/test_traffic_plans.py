@@ -17,10 +17,10 @@ from quantload.config import (
 )
 from quantload.experiments.limit_trials import trial_plan
 from quantload.experiments.mixed.stages import interleave, long_request_count, mixed_plan
-from quantload.experiments.open_loop import open_loop_plan
+from quantload.experiments.open_loop.stages import open_loop_plan
 from quantload.experiments.sessions.stages import sessions_plan
 from quantload.experiments.sweep import sweep_plan
-from quantload.experiments.trace import trace_plan
+from quantload.experiments.trace.stages import trace_plan
 from quantload.load.plan import LoadPlan, PlannedRequest, PlannedTurn
 from quantload.load.prompts import Prompt
 from quantload.load.tickets import StageContext, Ticket, TicketBook, stage_tickets

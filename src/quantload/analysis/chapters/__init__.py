@@ -2,17 +2,21 @@
 with the figures it shows (see `parts.Chapter`). The chapters of experiments with a part of their
 own in the report (experiments.base.ExperimentReport) follow the chapter each names
 (`ExperimentReport.follows`), in the registry's order; those placed `within` one of the report's
-chapters (the flag experiments, within server_flags) are its sections instead.
+chapters (the trace replay within traffic, the flag experiments within server_flags) are its
+sections instead.
 
   verdict      Run and verdict; the table, one row per quantization
   load         latency and throughput under load (3 figures); capacity under the SLO; the limit
-               search (1 figure); open loop
+               search (1 figure)
+  (the experiments' own chapters that follow load)
+               open_loop: open loop (Poisson arrivals)
   plan         the capacity plan (servers, memory, cost, request limits); the context a slot
                needs; when to add a server
   (the experiments' own chapters that follow plan)
                sessions: multi-turn sessions (1 figure)
                mixed: mixed traffic (2 figures)
-  traffic      trace replay; asked and delivered lengths; which TTFT a reasoning model gets
+  traffic      the sections placed within it (trace: trace replay); asked and delivered
+               lengths; which TTFT a reasoning model gets
   server_flags the flag experiments' sections (batching: continuous against static batching;
                slots: slots at a fixed KV budget; speculation: speculative decoding), then the
                tuned flags (1 figure each)
@@ -21,7 +25,9 @@ chapters (the flag experiments, within server_flags) are its sections instead.
                noisy_neighbour: tenants sharing a server; the noisy neighbour (1 figure)
                soak: one load held for long: latency, memory and KV over time (1 figure), drift
                per hour
-  ttft         where TTFT goes; the prompt cache off and on
+  ttft         where TTFT goes
+  (the experiments' own chapters that follow ttft)
+               prefix_cache: the prompt cache off and on
   model_files  quality loss against F16; quality, speed and the roofline (1 figure); the KV
                cache
   (the experiments' own chapters that follow model_files)
@@ -32,6 +38,8 @@ chapters (the flag experiments, within server_flags) are its sections instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters import (
@@ -52,12 +60,13 @@ from quantload.analysis.plotting import Figure
 from quantload.experiments.registry import reported
 
 # the report's own chapters by name, in reading order: the names experiments' chapters follow (the
-# server flags chapter is made by `chapter()` from the sections placed within it, then the tune's)
+# traffic and server flags chapters, None here, are made by their `chapter()` from the sections
+# placed within them, then their own: WITHIN)
 CHAPTERS: tuple[tuple[str, Chapter | None], ...] = (
     ("verdict", verdict.CHAPTER),
     ("load", load.CHAPTER),
     ("plan", plan.CHAPTER),
-    ("traffic", traffic.CHAPTER),
+    (traffic.KEY, None),
     (server_flags.KEY, None),
     ("ttft", ttft.CHAPTER),
     ("model_files", model_files.CHAPTER),
@@ -67,21 +76,29 @@ CHAPTERS: tuple[tuple[str, Chapter | None], ...] = (
 )
 
 
+# the report's chapters that show the sections of the report parts placed `within` them, by name
+WITHIN: dict[str, Callable[[Sequence[Chapter]], Chapter]] = {
+    traffic.KEY: traffic.chapter,
+    server_flags.KEY: server_flags.chapter,
+}
+
+
 def chapters() -> tuple[Chapter, ...]:
     """Every chapter of the report, in reading order: each experiment's own after the one it
-    follows; the sections of those placed within server_flags in that chapter. ValueError for an
-    experiment that follows no chapter of the report, or is placed within one that takes none."""
+    follows; the sections of those placed within traffic or server_flags in that chapter.
+    ValueError for an experiment that follows no chapter of the report, or is placed within one
+    that takes none."""
     parts = reported()
     names = {name for name, _ in CHAPTERS}
     for experiment, part in parts:
         if part.within is None and part.follows not in names:
             raise ValueError(f"{experiment.name}'s chapter follows {part.follows!r}: no such chapter")
-        if part.within not in (None, server_flags.KEY):
+        if part.within is not None and part.within not in WITHIN:
             raise ValueError(f"{experiment.name}'s sections go within {part.within!r}: no such chapter")
-    flags = server_flags.chapter([part.chapter for _, part in parts if part.within == server_flags.KEY])
+    made = {key: make([p.chapter for _, p in parts if p.within == key]) for key, make in WITHIN.items()}
     every: list[Chapter] = []
     for name, chapter in CHAPTERS:
-        every.append(flags if chapter is None else chapter)
+        every.append(made[name] if chapter is None else chapter)
         every += [part.chapter for _, part in parts if part.within is None and part.follows == name]
     return tuple(every)
 

@@ -1,6 +1,6 @@
 """The load test's main results: latency and throughput against concurrency (three figures), the
-capacity under the SLO with goodput, the limit search (one figure), and the open-loop (Poisson
-arrivals) levels."""
+capacity under the SLO with goodput and the limit search (one figure). The open loop's levels
+(Poisson arrivals) follow, from the experiment's own folder under quantload.experiments."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from quantload.analysis.capacity import search_sentence, slo_text
 from quantload.analysis.chapters.parts import (
     Chapter,
     Plots,
-    cache_state_block,
     interval_text,
     not_run_section,
     range_text,
@@ -403,45 +402,12 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     return Section("limit", title, tuple(blocks))
 
 
-def open_loop_section(analysis: Analysis) -> Section:
-    """Poisson arrivals at set rates; latency from the intended send time."""
-    table = analysis.open_loop
-    if table.empty:
-        return not_run_section(
-            "open_loop", "Open loop (Poisson arrivals)", "no open-loop rates were configured (load.rates_rps)"
-        )
-    rows = tuple(
-        (
-            str(r["quant"]),
-            f"{fmt.number(value(r['rate_rps']), 2)} req/s",
-            range_text(r, "requests_per_s", "number"),
-            range_text(r, "ttft_from_intended_p50_s"),
-            range_text(r, "ttft_from_intended_p99_s"),
-            range_text(r, "tpot_p99_s"),
-            range_text(r, "output_tok_s", "number"),
-            fmt.percent(value(r["failed_frac"])),
-            fmt.percent(value(r["good_frac"])),
-        )
-        for r in table.to_dict("records")
-    )
-    columns = ("quant", "target rate", "achieved req/s", "TTFT p50", "TTFT p99", "TPOT p99", "output tok/s",
-               "failed", "good requests")  # fmt: skip
-    caption = (
-        "TTFT here runs from each request's intended send time (its Poisson arrival), so a client that"
-        " fell behind cannot hide queueing; median of repeats (min–max)."
-    )
-    blocks: list[Block] = [*cache_state_block(analysis, "open loop")]
-    blocks.append(Table(columns, rows, (False, *([True] * 8)), caption))
-    return Section("open_loop", "Open loop (Poisson arrivals)", tuple(blocks))
-
-
 def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
     return (
         load_curves_section(analysis, plots),
         capacity_section(analysis),
         prediction_section(analysis),
         limit_section(analysis, plots),
-        open_loop_section(analysis),
     )
 
 

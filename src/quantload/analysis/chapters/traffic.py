@@ -1,55 +1,18 @@
 """Traffic like production: trace replay, the asked and delivered lengths of every workload, and
 what TTFT means for a reasoning model. The sessions and mixed experiments' own chapters (in their
-folders under quantload.experiments) come right before it."""
+folders under quantload.experiments) come right before it; the trace replay's section is the trace
+experiment's (its folder, declaring `within="traffic"` on its ExperimentReport), shown first here."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from quantload.analysis import fmt
 from quantload.analysis.analyze import Analysis
 from quantload.analysis.chapters.parts import Chapter, Plots, not_run_section, value
 from quantload.analysis.document import Block, Paragraph, Section, Table
 
-# ----------------------------------------------------------------------------- trace replay
-
-
-def trace_section(analysis: Analysis) -> Section:
-    """A trace replayed open loop: the pace kept, latency from the intended send time, client lag."""
-    stages = analysis.stages
-    chosen = stages[stages["experiment"] == "trace"] if not stages.empty else stages
-    if chosen.empty:
-        return not_run_section("trace", "Trace replay", "no trace was given (trace.path)")
-    rows = tuple(
-        (
-            str(r["quant"]),
-            str(r.get("phase") or ""),
-            str(r["status"]),
-            f"{r['ok']} / {r['requests']}",
-            fmt.number(value(r["rate_rps"]), 2),
-            fmt.number(value(r["requests_per_s"]), 2),
-            fmt.duration(value(r["ttft_from_intended_p50_s"])),
-            fmt.duration(value(r["ttft_from_intended_p99_s"])),
-            fmt.duration(value(r["lag_p50_s"])),
-            fmt.duration(value(r["lag_p99_s"])),
-            fmt.duration(value(r["lag_max_s"])),
-        )
-        for r in chosen.to_dict("records")
-    )
-    columns = ("quant", "speed", "status", "ok / sent", "trace req/s", "achieved req/s", "TTFT p50",
-               "TTFT p99", "client lag p50", "lag p99", "lag max")  # fmt: skip
-    return Section(
-        "trace",
-        "Trace replay",
-        (
-            Paragraph(
-                "Requests were sent open loop at the trace's own arrival times (divided by the speed"
-                " factor); TTFT runs from each request's intended send time, so queueing behind a slow"
-                " server is counted. Client lag is how late the load generator sent a request after it"
-                " was due: large lag means the figures also hold the client's delay."
-            ),
-            Table(columns, rows, (False, False, False, *([True] * 8))),
-        ),
-    )
-
+KEY = "traffic"  # what an experiment's report part names in `within` to be shown here
 
 # ----------------------------------------------------------------------------- lengths and reasoning
 
@@ -163,12 +126,12 @@ def reasoning_section(analysis: Analysis) -> Section:
     return Section("reasoning", title, tuple(blocks))
 
 
-def _sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
-    return (
-        trace_section(analysis),
-        lengths_section(analysis),
-        reasoning_section(analysis),
-    )
+def chapter(experiments: Sequence[Chapter]) -> Chapter:
+    """The chapter: the sections and figures of `experiments` (the report parts placed within it,
+    in the registry's order: the trace replay), then the lengths and reasoning sections."""
 
+    def sections(analysis: Analysis, plots: Plots) -> tuple[Section, ...]:
+        own = (section for part in experiments for section in part.sections(analysis, plots))
+        return (*own, lengths_section(analysis), reasoning_section(analysis))
 
-CHAPTER = Chapter(_sections)
+    return Chapter(sections, tuple(figure for part in experiments for figure in part.figures))

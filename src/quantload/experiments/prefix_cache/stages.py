@@ -1,18 +1,10 @@
-"""The prompt-cache experiment: a shared system prompt on every request, cache_prompt off, then on.
-
-A system prompt of `load.prefix_tokens` (sized with the server's /tokenize) precedes user turns
-that are the prompt set's prompts of at most 256 tokens (all of them if none is that short),
-cycled to `load.prefix_requests` per stage, at `load.prefix_users`. Before it starts every slot
-is erased where the server allows it (`POST /slots/{id}?action=erase`, needs --slot-save-path).
-The states measured do not depend on that: "off" sends cache_prompt=false (every prompt token is
-computed), "on" is measured after warm-up requests (one per user) put the prefix in the slots.
-Every stage line states the server state it ran in. Repeated `load.repeats` times.
-"""
+"""The prompt-cache experiment's stages: cache_prompt off, then on (primed by warm-ups), the pair
+repeated (the experiment as a whole: the package docstring)."""
 
 from __future__ import annotations
 
 from quantload.config import LoadSettings, Settings
-from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load.plan import LoadPlan, StagePlan, assemble_plan, stage_plan, warmup_requests
 from quantload.load.prompts import Prompt
@@ -83,13 +75,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
     )
     return experiment_run(NAME, run_stages(context, plan).summaries)
 
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="prompt cache {quant}",
-    step="prefix_cache",
-    chapter="ttft",
-    summary="a shared system prompt, cache_prompt off then on",
-    missing=missing,
-    run=run,
-)

@@ -1,16 +1,12 @@
-"""The open loop: Poisson arrivals at each of `load.rates_rps`, served by a pool of users.
-
-One stage per rate, `load.open_loop_requests` of `workload.kind`'s requests each, sent at seeded
-exponential gaps by a pool of `load.open_loop_users`; latency counts from the intended send time
-(quantload.slo), so a client that falls behind cannot hide the queueing.
-"""
+"""The open loop's stages: one per rate of `load.rates_rps`, Poisson arrivals over one draw of
+requests (the experiment as a whole: the package docstring)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from quantload.config import LoadSettings, Settings
-from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load.plan import LoadPlan, assemble_plan, poisson_requests, stage_plan
 from quantload.load.workloads import StageRequests
@@ -51,13 +47,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
     plan = open_loop_plan(load, target, drawn, context.run.run_id, invocation, load.rates_rps)
     return experiment_run(NAME, run_stages(context, plan).summaries)
 
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="open loop {quant}",
-    step="open_loop",
-    chapter="load",
-    summary="Poisson arrivals at each of load.rates_rps (needs them)",
-    missing=missing,
-    run=run,
-)

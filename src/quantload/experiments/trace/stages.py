@@ -1,15 +1,11 @@
-"""Trace replay: `trace.path` sent open loop at `trace.speed` (its first `trace.max_requests`).
-
-Each request keeps the trace's input and output lengths (synthetic prompts of that length) and
-is sent at its arrival time divided by the speed; latency counts from that intended time
-(quantload.slo: the stage's arrival process is "trace"), so a client that lagged shows it.
-"""
+"""The trace replay's stage: the trace's requests sent open loop at their arrival times divided by
+`trace.speed` (the experiment as a whole: the package docstring)."""
 
 from __future__ import annotations
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
-from quantload.experiments.base import Experiment, ExperimentContext, ExperimentRun, experiment_run
+from quantload.experiments.base import ExperimentContext, ExperimentRun, experiment_run
 from quantload.experiments.running import invocation_id, run_stages, workloads
 from quantload.load.plan import LoadPlan, assemble_plan, stage_plan
 from quantload.load.workloads import StageRequests
@@ -57,13 +53,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
     plan = trace_plan(settings, target, drawn, context.run.run_id, invocation)
     return experiment_run(NAME, run_stages(context, plan).summaries)
 
-
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="trace replay {quant}",
-    step="trace",
-    chapter="traffic",
-    summary="trace.path replayed open loop at trace.speed (needs trace.path)",
-    missing=missing,
-    run=run,
-)
