@@ -61,7 +61,7 @@ class Config:
             "QUANTLOAD_WORKLOAD__KIND": kind,
             "QUANTLOAD_WORKLOAD__INPUT_LENGTHS": inputs,
             "QUANTLOAD_WORKLOAD__OUTPUT_LENGTHS": outputs,
-            "QUANTLOAD_WORKLOAD__REQUESTS": "400",
+            "QUANTLOAD_WORKLOAD__REQUESTS": "40",  # a trial starts with these, more while undecided
             "QUANTLOAD_SLO__LEVEL_MAX_S": str(level_max_s),
         }
         settings.update({f"QUANTLOAD_SLO__{key.upper()}": value for key, value in SLO.items()})
