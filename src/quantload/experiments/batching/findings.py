@@ -1,28 +1,22 @@
-"""What the report computes of the batching experiment (its `Analysis.findings` entry) and what it
-adds to summary.json's `server_flags`."""
+"""What the report computes of the batching experiment (its `Analysis.findings` entry: its table and
+verdict, experiments.table_findings) and what it adds to summary.json's `server_flags`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import pandas as pd
 
 from quantload.analysis.report_input import ReportInput
 from quantload.experiments.batching.stages import NAME
 from quantload.experiments.batching.tables import batching_table, batching_verdict
+from quantload.experiments.table_findings import TableFindings, findings_in, table_summary
 
 if TYPE_CHECKING:
     from quantload.analysis.analyze import Analysis
 
 
-@dataclass(frozen=True)
-class BatchingFindings:
+class BatchingFindings(TableFindings):
     """The batching table (tables.batching_table) and its verdict."""
-
-    table: pd.DataFrame  # tables.batching_table
-    verdict: str
 
 
 def batching_findings(given: ReportInput) -> BatchingFindings:
@@ -35,19 +29,9 @@ def batching_findings(given: ReportInput) -> BatchingFindings:
 
 def findings_of(analysis: Analysis) -> BatchingFindings:
     """The batching findings in `analysis` (empty ones where it holds none)."""
-    found = analysis.findings.get(NAME)
-    if isinstance(found, BatchingFindings):
-        return found
-    empty = pd.DataFrame()
-    return BatchingFindings(empty, batching_verdict(empty))
+    return findings_in(analysis, NAME, BatchingFindings, batching_verdict)
 
 
 def summary_keys(found: BatchingFindings) -> Mapping[str, Any]:
-    """Its key of summary.json's `server_flags`, named as before the experiment had a folder of its
-    own: `batching` with the table's rows and the verdict (the report makes them JSON-safe)."""
-    return {
-        NAME: {
-            "rows": found.table.to_dict("records") if not found.table.empty else [],
-            "verdict": found.verdict,
-        }
-    }
+    """Its key of summary.json's `server_flags`: `batching` with the table's rows and the verdict."""
+    return table_summary(NAME, found)

@@ -1,28 +1,22 @@
-"""What the report computes of the slots experiment (its `Analysis.findings` entry) and what it
-adds to summary.json's `server_flags`."""
+"""What the report computes of the slots experiment (its `Analysis.findings` entry: its table and
+verdict, experiments.table_findings) and what it adds to summary.json's `server_flags`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import pandas as pd
 
 from quantload.analysis.report_input import ReportInput
 from quantload.experiments.slots.stages import NAME
 from quantload.experiments.slots.tables import slots_table, slots_verdict
+from quantload.experiments.table_findings import TableFindings, findings_in, table_summary
 
 if TYPE_CHECKING:
     from quantload.analysis.analyze import Analysis
 
 
-@dataclass(frozen=True)
-class SlotsFindings:
+class SlotsFindings(TableFindings):
     """The slots table (tables.slots_table) and its verdict."""
-
-    table: pd.DataFrame  # tables.slots_table
-    verdict: str
 
 
 def slots_findings(given: ReportInput) -> SlotsFindings:
@@ -35,19 +29,9 @@ def slots_findings(given: ReportInput) -> SlotsFindings:
 
 def findings_of(analysis: Analysis) -> SlotsFindings:
     """The slots findings in `analysis` (empty ones where it holds none)."""
-    found = analysis.findings.get(NAME)
-    if isinstance(found, SlotsFindings):
-        return found
-    empty = pd.DataFrame()
-    return SlotsFindings(empty, slots_verdict(empty))
+    return findings_in(analysis, NAME, SlotsFindings, slots_verdict)
 
 
 def summary_keys(found: SlotsFindings) -> Mapping[str, Any]:
-    """Its key of summary.json's `server_flags`, named as before the experiment had a folder of its
-    own: `slots` with the table's rows and the verdict (the report makes them JSON-safe)."""
-    return {
-        NAME: {
-            "rows": found.table.to_dict("records") if not found.table.empty else [],
-            "verdict": found.verdict,
-        }
-    }
+    """Its key of summary.json's `server_flags`: `slots` with the table's rows and the verdict."""
+    return table_summary(NAME, found)
