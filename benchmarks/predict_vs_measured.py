@@ -167,8 +167,8 @@ def main() -> None:
         )
         took = f"({time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f})"
         print(rows[-1], took, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        args.out.mkdir(parents=True, exist_ok=True)  # each row kept as soon as it is measured
+        (args.out / "table.md").write_text("\n".join(rows) + "\n", encoding="utf-8")
     print("\n".join(rows))
 
 
