@@ -40,7 +40,9 @@ class KnownTiming:
         return self.ttft_s if prompt_tokens > 0 else self.itl_s
 
 
-def measured_and_predicted(tmp_path: Path, script: FakeScript, slo: SloSettings) -> tuple[ExperimentRun, LimitPrediction]:
+def measured_and_predicted(
+    tmp_path: Path, script: FakeScript, slo: SloSettings
+) -> tuple[ExperimentRun, LimitPrediction]:
     settings = Settings(
         load=LoadSettings(
             metrics_port=0, warmup_requests=1, request_timeout_s=20, first_round_jitter_s=0.005,
@@ -56,7 +58,9 @@ def measured_and_predicted(tmp_path: Path, script: FakeScript, slo: SloSettings)
         done = run_experiment("limit_users", target, settings_context(tmp_path, settings, "search"))
     assert done.limit is not None and done.problem is None
     server = ServerModel(n_slots=script.max_streams, ctx_per_slot_tokens=script.n_ctx)
-    plan = SimulatedLoad("closed", FixedShape(RequestShape(64, script.tokens)), requests=400, warmup_requests=8)
+    plan = SimulatedLoad(
+        "closed", FixedShape(RequestShape(64, script.tokens)), requests=400, warmup_requests=8
+    )
     prediction = predict_limit(server, KnownTiming(script), Slo.of(slo), plan, range(1, 9), misses_past=2)
     return done, prediction
 
