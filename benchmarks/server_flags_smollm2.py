@@ -9,6 +9,8 @@
     measure tune-twice   the two tunes without the full grid (`--percentile p90`: both SLO limits'
                          percentile; `--max-failed-frac`: the failed share; `--budget-s`: each
                          tune's budget)
+    measure tune-predict one tune without prediction and one with `--predict-first` (issue 36), of
+                         Q4_K_M unless `--quants` names others: time spent and winners
     measure tune-2       the second tune alone (`--quants Q8_0`: one quantization's; `--resume RUN_DIR`:
                          go on with an interrupted one)
     render               the tables of those run directories (`--runs` names the JSON the measure
@@ -92,8 +94,9 @@ def tune_config(
     max_failed_frac: float | None = None,
     level_max_s: float | None = None,
     batch_sizes: list[str] | None = None,
+    predict_first: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    tune: dict[str, Any] = {"budget_s": budget_s, "short_trial_s": 60.0}
+    tune: dict[str, Any] = {"budget_s": budget_s, "short_trial_s": 60.0, "predict_first": predict_first}
     if batch_sizes:
         tune["batch_sizes"] = batch_sizes
     if finalists is not None:
@@ -186,6 +189,17 @@ def measure(
         folder = work / "loaded"
         _save(runs, measured("loaded", ["run"], folder, loaded_config(folder / "results", 4)))
         return
+    if part == "tune-predict":
+        for attempt, first in (("tune-1", False), ("tune-predicted", True)):
+            folder = work / attempt
+            picked = quants or ["Q4_K_M"]
+            config = tune_config(
+                folder / "results", quants=picked, percentile=percentile, budget_s=budget_s,
+                max_failed_frac=max_failed_frac, level_max_s=level_max_s, batch_sizes=batch_sizes,
+                predict_first=first,
+            )  # fmt: skip
+            _save(runs, measured(attempt, ["tune", "--quants", ",".join(picked)], folder, config))
+        return
     attempts = ("tune-2",) if part == "tune-2" else ("tune-1", "tune-2")
     # tune-twice: the two tunes alone (does a second tune name the same winner?), no full grid
     for attempt in attempts:
@@ -212,7 +226,9 @@ def main() -> None:
     )
     sub = parser.add_subparsers(dest="step", required=True)
     run = sub.add_parser("measure")
-    run.add_argument("part", choices=("experiments", "loaded", "tune", "tune-2", "tune-twice"))
+    run.add_argument(
+        "part", choices=("experiments", "loaded", "tune", "tune-2", "tune-twice", "tune-predict")
+    )
     run.add_argument(
         "--quants", type=lambda text: text.split(","), help="tune these quantizations only (Q8_0,Q4_K_M)"
     )

@@ -280,6 +280,41 @@ def tune_lines(runs: dict[str, dict[str, Any]], seconds: list[dict[str, Any]]) -
     return lines
 
 
+def predicted_lines(plain: dict[str, Any], predicted: dict[str, Any]) -> list[str]:
+    """`quantload tune` without and with `--predict-first`, per quantization: the time the search
+    took, its trials, the winner and its limit, and the configurations the prediction dropped."""
+    lines = _head(
+        "quant", "tune", "search", "trials", "winner", "its limit", "screened out", numeric="--rr-r-"
+    )
+    for quant, outcome in plain.items():
+        rows = [("without prediction", outcome)]
+        if quant in predicted:
+            rows.append(("--predict-first", predicted[quant]))
+        for name, data in rows:
+            against = data.get("against_baseline") or {}
+            dropped = [r for r in data["ranking"] if r.get("screened")]
+            lines.append(
+                _row(
+                    quant, name, f"{data['cost']['seconds'] / 60:.1f} min", data["cost"]["trials"],
+                    _winner(data["winner"]), _n(against.get("winner_limit"), 0), len(dropped) or "–",
+                )
+            )  # fmt: skip
+    for quant, outcome in predicted.items():
+        lines += [
+            "",
+            f"--predict-first, {quant}: each configuration's prediction against what was measured",
+            "",
+        ]
+        lines += _head("configuration", "predicted", "interval", "measured limit", "why", numeric="-rrr-")
+        for r in outcome["ranking"]:
+            interval = f"{_n(r.get('predicted_low'), 0)}-{_n(r.get('predicted_high'), 0)}"
+            measured = "not run" if r.get("screened") else _n(r["limit"], 0)
+            lines.append(
+                _row(r["key"], _n(r.get("predicted_limit"), 0), interval, measured, r.get("why") or "")
+            )
+    return lines
+
+
 def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
     by_name = {run["name"]: run for run in runs}
     lines = ["# Server flags on SmolLM2-135M (issue 22)", "", *run_lines(runs), ""]
@@ -297,7 +332,14 @@ def render_runs(runs: list[dict[str, Any]], figures: Path) -> Path:
     if "loaded" in by_name and by_name["loaded"]["run_dir"]:
         lines += ["", "## Batching and speculation at 4 users (Q8_0)", "", *_settings(by_name["loaded"]), ""]
         lines += experiment_lines(Path(by_name["loaded"]["run_dir"]), ("batching", "speculation"))
-    if _measured(by_name.get("tune-1")):
+    if _measured(by_name.get("tune-1")) and _measured(by_name.get("tune-predicted")):
+        plain, predicted = (_tune(Path(by_name[name]["run_dir"])) for name in ("tune-1", "tune-predicted"))
+        lines += ["", f"## quantload tune with and without prediction ({', '.join(plain)})", ""]
+        lines += [*_settings(by_name["tune-1"]), "", *predicted_lines(plain, predicted)]
+        for name, data in (("without prediction", plain), ("--predict-first", predicted)):
+            for quant, outcome in data.items():
+                lines += _ranking(name, quant, outcome)
+    elif _measured(by_name.get("tune-1")):
         quants = ", ".join(_tune(Path(by_name["tune-1"]["run_dir"])))
         lines += ["", f"## quantload tune ({quants})", "", *_settings(by_name["tune-1"]), ""]
         lines += tune_lines(by_name, [run for run in runs if run["name"] == "tune-2"])
