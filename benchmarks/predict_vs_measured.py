@@ -10,6 +10,11 @@ misses begin, and whether the measured limit lies in the interval and within one
 
     .venv/bin/python benchmarks/predict_vs_measured.py [--model smollm2-135m] [--only 1,4,7]
         [--time-cap 900] [--out results/bench-predict]
+    .venv/bin/python benchmarks/predict_vs_measured.py --levels [--out results/bench-predict]
+
+`--levels` measures nothing: it prints, for every configuration measured under OUT, each level's
+measured TTFT and TPOT at the SLO's percentile (all non-warm-up requests of that many users, over
+the search's trials) beside the prediction at that level, and the first level where they part.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from quantload.config import ToolchainSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
 from quantload.load.limit_file import read_limits
+from quantload.load.records import iter_records
 from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
+from quantload.stats import percentile
 
 SLO = {
     "ttft_s": "3", "tpot_s": "0.2", "ttft_percentile": "p90", "tpot_percentile": "p90",
@@ -91,7 +98,7 @@ def quantload(args: list[str], environ: dict[str, str], timeout_s: float) -> sub
 
 def predicted(config: Config, model: Path, out: Path, environ: dict[str, str]) -> dict[str, object]:
     costs = out / "costs" / f"{config.quant}-b{config.batch}-ub{config.ubatch}-t{config.threads}.json"
-    folder = out / "predict" / config.label().replace(" ", "_").replace("/", "-")
+    folder = out / "predict" / _folder_name(config)
     args = ["predict", str(model), "--out", str(folder), "--max-users", "32"]
     if costs.exists():
         args += ["--costs", str(costs)]
@@ -112,7 +119,7 @@ def measured(
 ) -> tuple[float | None, float | None]:
     """The decided limit of one search and where its misses begin (None: none shown)."""
     toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
-    folder = out / "load" / config.label().replace(" ", "_").replace("/", "-")
+    folder = out / "load" / _folder_name(config)
     spec = ServerSpec(
         model_path=model, alias=config.quant, slots=config.slots, ctx_per_slot=2048, threads=config.threads,
         extra_args=("-b", str(config.batch), "-ub", str(config.ubatch)),
@@ -130,6 +137,63 @@ def measured(
     return lines[-1].limit, lines[-1].lowest_miss
 
 
+def _folder_name(config: Config) -> str:
+    return config.label().replace(" ", "_").replace("/", "-")
+
+
+def level_rows(out: Path) -> list[str]:
+    """Per level, measured against predicted TTFT and TPOT at the SLO's p90, for every configuration
+    with both a prediction and a load under `out`; "parts" marks a level where either differs by
+    more than a quarter."""
+    rows = [
+        "| # | users | requests | TTFT measured | TTFT predicted | TPOT measured | TPOT predicted | parts |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for number, config in enumerate(CONFIGS, start=1):
+        predict_json = out / "predict" / _folder_name(config) / "predict.json"
+        records_jsonl = out / "load" / _folder_name(config) / "records.jsonl"
+        if not (predict_json.is_file() and records_jsonl.is_file()):
+            continue
+        (prediction,) = json.loads(predict_json.read_text(encoding="utf-8"))["predictions"].values()
+        predicted = {int(level["level"]): level for level in prediction["limit"]["levels"]}
+        by_users: dict[int, list[tuple[float, float | None]]] = {}
+        for record in iter_records(records_jsonl):
+            if record.warmup or not record.ok or record.ttft_s is None or record.stage_users is None:
+                continue
+            by_users.setdefault(record.stage_users, []).append((record.ttft_s, record.tpot_s))
+        for users in sorted(by_users):
+            ttfts = [ttft for ttft, _ in by_users[users]]
+            tpots = [tpot for _, tpot in by_users[users] if tpot is not None]
+            ttft, tpot = percentile(ttfts, 90), percentile(tpots, 90) if tpots else None
+            level = predicted.get(users, {})
+            p_ttft, p_tpot = level.get("ttft_s"), level.get("tpot_s")
+            parts = [
+                name
+                for name, got, said in (("TTFT", ttft, p_ttft), ("TPOT", tpot, p_tpot))
+                if got is not None and said is not None and abs(got - said) > 0.25 * said
+            ]
+            cells = (
+                number,
+                users,
+                len(ttfts),
+                _s(ttft),
+                _s(p_ttft),
+                _ms(tpot),
+                _ms(p_tpot),
+                ", ".join(parts),
+            )
+            rows.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return rows
+
+
+def _s(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f} s"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:.1f} ms"
+
+
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -141,7 +205,13 @@ def main() -> None:
     parser.add_argument("--time-cap", type=float, default=900.0, help="seconds per limit search")
     parser.add_argument("--level-max-s", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=Path("results/bench-predict"))
+    parser.add_argument(
+        "--levels", action="store_true", help="print the per-level table of OUT; measure nothing"
+    )
     args = parser.parse_args()
+    if args.levels:
+        print("\n".join(level_rows(args.out)))
+        return
     picked = [int(n) for n in args.only.split(",") if n] or list(range(1, len(CONFIGS) + 1))
     folder = prepared_folder(cache_root(None, os.environ), args.model)
     rows = [
