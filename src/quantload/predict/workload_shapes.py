@@ -4,7 +4,10 @@
 template included); `prompts` takes each prompt's token count from its set (counted or estimated
 where the set has no counts) plus the chat template's tokens, and the plan's max_tokens as its
 output: without ignore_eos a reply may end sooner, so the prediction is of the longest replies.
-The other kinds (dataset, sessions, trace) are not predicted yet: a ConfigError says so.
+`dataset` plans its requests as the load does (quantload.load.workloads.DatasetWorkload: each
+entry's first user turn, asking for its reply's length, capped by workload.max_output_tokens), with
+the turn's tokens estimated without a tokenizer (about four characters a token) plus the chat
+template's. The other kinds (sessions, trace) are not predicted yet: a ConfigError says so.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from pathlib import Path
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
+from quantload.load.datasets import read_dataset
 from quantload.load.lengths import parse_length_distribution
-from quantload.load.prompts import select_prompts
+from quantload.load.prompts import estimate_tokens, select_prompts
+from quantload.load.workloads import DatasetWorkload
 from quantload.predict.simulator import RequestShape, SampledShapes
 
+DATASET_REQUESTS = 4000  # a dataset's requests planned once (it cycles past its end, as the load does)
 PROMPT_SET_ALL = 1_000_000  # every prompt of the set within its length bounds
 LENGTH_SAMPLES = 4000  # shapes drawn once from a length distribution; the simulation draws from these
 TEMPLATE_TOKENS = 30  # a chat template's tokens around one user turn (ChatML with a system line)
@@ -74,7 +80,41 @@ def workload_shapes(
             )
         source = f"prompts: {load.prompts} ({len(shapes)} prompts) -> max_tokens {load.max_tokens}"
         return WorkloadShapes(SampledShapes(shapes), source, tuple(notes))
+    if workload.kind == "dataset":
+        return dataset_shapes(settings, cwd, template_tokens)
     raise ConfigError(
         f"workload.kind = {workload.kind} is not predicted yet",
-        "predict with workload.kind = lengths (or prompts), the same token counts as your traffic",
+        "predict with workload.kind = lengths, prompts or dataset, the same token counts as your traffic",
     )
+
+
+def dataset_shapes(settings: Settings, cwd: Path | None, template_tokens: int) -> WorkloadShapes:
+    """workload.dataset's requests as the load plans them, in tokens."""
+    workload = settings.workload
+    if not workload.dataset:
+        raise ConfigError(
+            "workload.kind = dataset has no workload.dataset",
+            "set workload.dataset to a ShareGPT JSON or JSONL",
+        )
+    path = Path(workload.dataset)
+    dataset = read_dataset(path if path.is_absolute() or cwd is None else cwd / path)
+    planned = DatasetWorkload(
+        dataset, estimate_tokens, template_tokens, workload.max_output_tokens,
+        parse_length_distribution(workload.output_lengths),
+    ).stage_requests(DATASET_REQUESTS, settings.load.seed, "")  # fmt: skip
+    ctx = settings.server.ctx_per_slot
+    shapes = tuple(
+        _fit(
+            request.prompt_tokens_asked or template_tokens + 1,
+            request.max_tokens or settings.load.max_tokens,
+            ctx,
+        )
+        for request in planned.requests
+    )
+    notes = [
+        f"each first user turn's tokens estimated at about four characters a token, with {template_tokens}"
+        " tokens of chat template",
+        *planned.notes,
+    ]
+    source = f"dataset: {workload.dataset} ({len(dataset.conversations)} conversations)"
+    return WorkloadShapes(SampledShapes(shapes), source, tuple(notes))

@@ -37,7 +37,9 @@ def settings_of(**sections: dict[str, object]) -> Settings:
 def test_the_flags_come_from_the_server_settings_and_its_extra_args() -> None:
     plain = server_flags_used(settings_of(server={"slots": 4, "ctx_per_slot": 2048, "threads": 1}))
     assert plain == ServerFlagsUsed(4, 2048, 2048, 512, 1, True)
-    given = server_flags_used(settings_of(server={"extra_args": ["-b", "256", "--ubatch-size=1024", "-nocb"]}))
+    given = server_flags_used(
+        settings_of(server={"extra_args": ["-b", "256", "--ubatch-size=1024", "-nocb"]})
+    )
     assert (given.n_batch, given.n_ubatch, given.continuous_batching) == (256, 256, False)  # -ub <= -b
     with pytest.raises(ConfigError, match="-b 'lots'"):
         server_flags_used(settings_of(server={"extra_args": ["-b", "lots"]}))
@@ -74,6 +76,31 @@ def test_prompt_workloads_add_the_template_and_say_their_outputs_are_the_longest
     assert any("longest replies" in note for note in shapes.notes)
     with pytest.raises(ConfigError, match=r"workload\.kind = sessions is not predicted"):
         workload_shapes(settings_of(workload={"kind": "sessions"}))
+
+
+def test_dataset_workloads_are_planned_as_the_load_plans_them(tmp_path: Path) -> None:
+    # two ShareGPT conversations: a 400-character first turn with a 40-character reply, and a
+    # 80-character one whose reply is longer than workload.max_output_tokens allows
+    rows = [
+        {
+            "id": "a",
+            "conversations": [{"from": "human", "value": "w" * 400}, {"from": "gpt", "value": "r" * 40}],
+        },
+        {
+            "id": "b",
+            "conversations": [{"from": "human", "value": "w" * 80}, {"from": "gpt", "value": "r" * 4000}],
+        },
+    ]
+    (tmp_path / "chats.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    settings = settings_of(workload={"kind": "dataset", "dataset": "chats.jsonl", "max_output_tokens": 300})
+    shapes = workload_shapes(settings, cwd=tmp_path)
+    found = {(s.prompt_tokens, s.output_tokens) for s in shapes.shapes.shapes}
+    assert found == {(100 + TEMPLATE_TOKENS, 10), (20 + TEMPLATE_TOKENS, 300)}  # about 4 characters a token
+    assert shapes.source == "dataset: chats.jsonl (2 conversations)"
+    assert any("four characters a token" in note for note in shapes.notes)
+    assert any("cycl" in note for note in shapes.notes)  # 4000 requests from 2 conversations
+    with pytest.raises(ConfigError, match=r"has no workload\.dataset"):
+        workload_shapes(settings_of(workload={"kind": "dataset"}))
 
 
 def test_the_grid_spans_the_workload_prompts_and_the_slots() -> None:
@@ -138,7 +165,9 @@ def test_the_command_predicts_from_given_curves_and_writes_predict_json(tmp_path
     twice = ["predict", str(model), "--costs", str(SMOLLM2_COSTS), "--costs", "x"]
     wrong = CliRunner().invoke(build_app(), twice)
     # the error reaches the CLI's edge (quantload.cli.main turns it into its one line)
-    assert isinstance(wrong.exception, ConfigError) and "2 --costs file(s) for 1 model file(s)" in str(wrong.exception)
+    assert isinstance(wrong.exception, ConfigError) and "2 --costs file(s) for 1 model file(s)" in str(
+        wrong.exception
+    )
 
 
 def test_a_server_at_llama_cpps_default_threads_takes_the_count_the_tool_used() -> None:
@@ -146,5 +175,7 @@ def test_a_server_at_llama_cpps_default_threads_takes_the_count_the_tool_used() 
     settings = settings_of(load={"max_prompt_tokens": 200})  # server.threads = 0: llama.cpp decides
     flags = server_flags_used(settings)
     assert flags.threads == 0
-    found = predict_file("Q4_K_M", costs, flags, workload_shapes(settings), Slo(3.0, 0.2, "p90", "p90"), 4, 100)
+    found = predict_file(
+        "Q4_K_M", costs, flags, workload_shapes(settings), Slo(3.0, 0.2, "p90", "p90"), 4, 100
+    )
     assert found.flags.threads == costs.n_threads == 1
