@@ -96,9 +96,11 @@ def quantload(args: list[str], environ: dict[str, str], timeout_s: float) -> sub
     )
 
 
-def predicted(config: Config, model: Path, out: Path, environ: dict[str, str]) -> dict[str, object]:
+def predicted(
+    config: Config, model: Path, out: Path, environ: dict[str, str], predictions: str = "predict"
+) -> dict[str, object]:
     costs = out / "costs" / f"{config.quant}-b{config.batch}-ub{config.ubatch}-t{config.threads}.json"
-    folder = out / "predict" / _folder_name(config)
+    folder = out / predictions / _folder_name(config)
     args = ["predict", str(model), "--out", str(folder), "--max-users", "32"]
     if costs.exists():
         args += ["--costs", str(costs)]
@@ -141,7 +143,7 @@ def _folder_name(config: Config) -> str:
     return config.label().replace(" ", "_").replace("/", "-")
 
 
-def level_rows(out: Path) -> list[str]:
+def level_rows(out: Path, predictions: str = "predict") -> list[str]:
     """Per level, measured against predicted TTFT and TPOT at the SLO's p90, for every configuration
     with both a prediction and a load under `out`; "parts" marks a level where either differs by
     more than a quarter."""
@@ -150,7 +152,7 @@ def level_rows(out: Path) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for number, config in enumerate(CONFIGS, start=1):
-        predict_json = out / "predict" / _folder_name(config) / "predict.json"
+        predict_json = out / predictions / _folder_name(config) / "predict.json"
         records_jsonl = out / "load" / _folder_name(config) / "records.jsonl"
         if not (predict_json.is_file() and records_jsonl.is_file()):
             continue
@@ -208,9 +210,14 @@ def main() -> None:
     parser.add_argument(
         "--levels", action="store_true", help="print the per-level table of OUT; measure nothing"
     )
+    parser.add_argument(
+        "--predict-only", metavar="DIR",
+        help="predict again into OUT/DIR from the stored costs (with this environment's QUANTLOAD_*"
+        " settings) and set it against the limits already measured under OUT; no load",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.levels:
-        print("\n".join(level_rows(args.out)))
+        print("\n".join(level_rows(args.out, args.predict_only or "predict")))
         return
     picked = [int(n) for n in args.only.split(",") if n] or list(range(1, len(CONFIGS) + 1))
     folder = prepared_folder(cache_root(None, os.environ), args.model)
@@ -226,8 +233,15 @@ def main() -> None:
             raise SystemExit(f"no {config.quant} file in {folder}: {hint}")
         environ = config.environ(args.level_max_s)
         started = time.monotonic()
-        limit = predicted(config, model, args.out, environ)
-        value, miss = measured(config, model, args.out, environ, args.time_cap)
+        if args.predict_only:
+            lines = read_limits(args.out / "load" / _folder_name(config) / "limits.jsonl")
+            if not lines:
+                continue
+            limit = predicted(config, model, args.out, environ, args.predict_only)
+            value, miss = lines[-1].limit, lines[-1].lowest_miss
+        else:
+            limit = predicted(config, model, args.out, environ)
+            value, miss = measured(config, model, args.out, environ, args.time_cap)
         low, point, high = (_number(limit[key]) for key in ("limit_low", "limit", "limit_high"))
         inside = None not in (value, low, high) and low <= value <= high  # type: ignore[operator]
         close = None not in (value, point) and abs(value - point) <= 1  # type: ignore[operator]
@@ -238,7 +252,8 @@ def main() -> None:
         took = f"({time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f})"
         print(rows[-1], took, flush=True)
         args.out.mkdir(parents=True, exist_ok=True)  # each row kept as soon as it is measured
-        (args.out / "table.md").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        table = f"table-{args.predict_only}.md" if args.predict_only else "table.md"
+        (args.out / table).write_text("\n".join(rows) + "\n", encoding="utf-8")
     print("\n".join(rows))
 
 
