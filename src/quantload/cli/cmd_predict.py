@@ -29,6 +29,7 @@ from quantload.predict.costs import CostsFile, load_costs_file, write_costs_file
 from quantload.predict.measure import GEN_TOKENS, describe, measure_costs, measuring_grid
 from quantload.predict.prediction import (
     FilePrediction,
+    client_timing,
     predict_body,
     predict_file,
     server_flags_used,
@@ -173,7 +174,15 @@ def register(app: typer.Typer) -> None:
             with cli.err_console.status(f"simulating {label} at 1 to {max_users} users"):
                 predictions.append(
                     predict_file(
-                        label, found, flags, shapes, slo, max_users, requests, seed=settings.load.seed
+                        label,
+                        found,
+                        flags,
+                        shapes,
+                        slo,
+                        max_users,
+                        requests,
+                        seed=settings.load.seed,
+                        client=client_timing(settings),
                     )
                 )
         if files is not None:

@@ -344,5 +344,3 @@ def run_calibration(
         counts=done,
         trusted_streams=trusted_streams(done),
     )
-
-

@@ -138,4 +138,3 @@ class WorkerLoop:
             stop_group(process, STOP_GRACE_S)
             raise
         return WorkerEnded(number, returncode, time.monotonic() - started)
-

@@ -316,8 +316,10 @@ class SessionWorkload:
             )
         notes = []
         overhead = self.maker.overhead_tokens if self.maker is not None else 0
-        if self.warn_overflow and self.context_tokens is not None and (
-            longest + overhead + 8 * self.turns > self.context_tokens
+        if (
+            self.warn_overflow
+            and self.context_tokens is not None
+            and (longest + overhead + 8 * self.turns > self.context_tokens)
         ):
             notes.append(
                 f"the longest conversation reaches about {longest + overhead} tokens, near or beyond"

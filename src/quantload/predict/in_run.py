@@ -14,6 +14,7 @@ from quantload.predict.costs import write_costs_file
 from quantload.predict.measure import GEN_TOKENS, describe, measure_costs, measuring_grid
 from quantload.predict.prediction import (
     FilePrediction,
+    client_timing,
     merge_predict_file,
     predict_file,
     server_flags_used,
@@ -59,7 +60,7 @@ def predict_in_run(
     progress(1, 2, f"simulating 1 to {most} users ({error})")
     prediction = predict_file(
         quant, costs, flags, shapes, Slo.of(settings.slo), most, settings.predict.requests_per_level,
-        seed=settings.load.seed,
+        seed=settings.load.seed, client=client_timing(settings),
     )  # fmt: skip
     merge_predict_file(files.predict_path, prediction)
     progress(2, 2, prediction.sentence())

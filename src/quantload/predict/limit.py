@@ -22,6 +22,8 @@ from typing import Literal
 
 from quantload.predict.batch_cost import BatchCost
 from quantload.predict.simulator import (
+    LOCKSTEP,
+    ClientTiming,
     ClosedLoop,
     OpenLoop,
     RequestRecord,
@@ -52,8 +54,9 @@ class ScaledCost:
 @dataclass(frozen=True)
 class SimulatedLoad:
     """How every level is loaded: closed loop (level = users) or Poisson (level = requests/s),
-    request shapes, requests per level (and a bound in simulated seconds), think time for closed
-    loops, and the first requests left out of the percentiles as warm-up."""
+    request shapes, requests per level (and a bound in simulated seconds), think time and the
+    client's timing for closed loops, and the first requests left out of the percentiles as
+    warm-up."""
 
     arrival: LevelArrival
     shapes: ShapeSource
@@ -62,6 +65,7 @@ class SimulatedLoad:
     think_s: float = 0.0
     think: ThinkTime = "constant"
     warmup_requests: int = 0
+    client: ClientTiming = LOCKSTEP
 
     def workload(self, level: float) -> Workload:
         """The workload of one level."""
@@ -69,7 +73,9 @@ class SimulatedLoad:
             users = int(level)
             if users != level or users < 1:
                 raise ValueError(f"a closed-loop level is a whole number of users, not {level}")
-            return ClosedLoop(users, self.shapes, self.requests, self.duration_s, self.think_s, self.think)
+            return ClosedLoop(
+                users, self.shapes, self.requests, self.duration_s, self.think_s, self.think, self.client
+            )
         return OpenLoop(float(level), self.shapes, self.requests, self.duration_s)
 
 

@@ -19,7 +19,7 @@ from quantload.config import Settings
 from quantload.errors import ConfigError
 from quantload.predict.costs import CostsFile
 from quantload.predict.limit import LimitPrediction, SimulatedLoad, predict_limit
-from quantload.predict.simulator import ServerModel
+from quantload.predict.simulator import LOCKSTEP, ClientTiming, ServerModel
 from quantload.predict.workload_shapes import WorkloadShapes
 from quantload.rundir import read_json, write_json_atomic
 from quantload.slo import Slo
@@ -103,6 +103,7 @@ class FilePrediction:
     cost_error_rms: float
     cost_confidence: float
     limit: LimitPrediction
+    client: ClientTiming = LOCKSTEP
 
     def sentence(self) -> str:
         """The prediction in one line."""
@@ -119,6 +120,11 @@ class FilePrediction:
         )
 
 
+def client_timing(settings: Settings) -> ClientTiming:
+    """The simulated client of `settings`: the load's first-round spread and predict's turnaround."""
+    return ClientTiming(settings.load.first_round_jitter_s, settings.predict.client_turnaround_s)
+
+
 def predict_file(
     label: str,
     costs: CostsFile,
@@ -129,6 +135,7 @@ def predict_file(
     requests_per_level: int,
     confidence: float = 0.9,
     seed: int = 0,
+    client: ClientTiming = LOCKSTEP,
 ) -> FilePrediction:
     """Simulate closed-loop users 1..max_users (each sweep stopping after MISSES_PAST misses in a
     row) under the fitted curves and their (fast, slow) bounds at `confidence`. A server left at
@@ -138,14 +145,16 @@ def predict_file(
     check_costs_match(costs, flags, label)
     curves = costs.curves()
     fast, slow = curves.bounds(confidence)
-    load = SimulatedLoad("closed", shapes.shapes, requests=requests_per_level, warmup_requests=0)
+    load = SimulatedLoad(
+        "closed", shapes.shapes, requests=requests_per_level, warmup_requests=0, client=client
+    )
     limit = predict_limit(
         flags.model(), curves, slo, load, range(1, max_users + 1),
         cost_bounds=(fast, slow), seed=seed, misses_past=MISSES_PAST,
     )  # fmt: skip
     return FilePrediction(
         label, costs.model_path, flags, shapes.source, shapes.notes, requests_per_level,
-        curves.relative_rms, confidence, limit,
+        curves.relative_rms, confidence, limit, client,
     )  # fmt: skip
 
 

@@ -28,6 +28,15 @@ The server loop it follows (reference/llama-cpp.md §9-10; server-context.cpp `u
   prefill; at least one prompt token is always evaluated (the server re-evaluates the last
   prompt token of a fully cached prompt to get its logits).
 
+Closed-loop users are a real client's: each user's first request reaches the server up to
+`ClientTiming.first_spread_s` after 0 (the load's `first_round_jitter_s`), and each later one
+`turnaround_s` on average (drawn uniformly from 0 to twice that) after its previous reply ended:
+the client's own time to read the reply and open the next request. Without it, users whose replies
+end in the same iteration would send again at the same instant forever, their prompts always
+sharing one batch; with any turnaround they drift apart as a real client's do, and a prompt lands
+in a batch of the other slots' decode tokens (their TPOT then holds its prefill). Both default to
+0, the hand-worked cases' synchronized users.
+
 Time is simulated, never waited for. Randomness (request shapes, Poisson arrivals, exponential
 think times) comes only from `numpy.random.Generator`s seeded by `seed`, so a run is a function of
 its arguments. New requests stop at `max_requests` or `max_duration_s` (arrival time); the requests
@@ -113,9 +122,27 @@ class ServerModel:
 
 
 @dataclass(frozen=True)
+class ClientTiming:
+    """When a closed-loop client's requests reach the server: the first one of each user uniformly
+    within `first_spread_s` of 0, each later one a uniform 0 to 2 x `turnaround_s` (plus the think
+    time) after the previous reply ended."""
+
+    first_spread_s: float = 0.0
+    turnaround_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.first_spread_s < 0 or self.turnaround_s < 0:
+            raise ValueError(f"a client's spread and turnaround are not negative: {self}")
+
+
+LOCKSTEP = ClientTiming()  # users that all start at 0 and send again the instant a reply ends
+
+
+@dataclass(frozen=True)
 class ClosedLoop:
-    """`users` users, all starting at time 0; each sends its next request `think_s` (constant, or
-    exponential with that mean) after its previous one ended."""
+    """`users` users, starting at time 0 (or spread by `client`); each sends its next request
+    `think_s` (constant, or exponential with that mean) after its previous one ended, plus the
+    client's turnaround."""
 
     users: int
     shapes: ShapeSource
@@ -123,6 +150,7 @@ class ClosedLoop:
     max_duration_s: float = math.inf
     think_s: float = 0.0
     think: ThinkTime = "constant"
+    client: ClientTiming = LOCKSTEP
 
 
 @dataclass(frozen=True)
@@ -294,8 +322,10 @@ class _Arrivals:
                 raise ValueError("a closed loop needs a user and a non-negative think time")
             self.user_rngs = list(root.spawn(workload.users))
             self.user_shapes = [[] for _ in range(workload.users)]
+            spread = workload.client.first_spread_s
             for user in range(min(workload.users, workload.max_requests)):
-                self._send(user, 0.0)
+                first_s = float(self.user_rngs[user].uniform(0.0, spread)) if spread > 0 else 0.0
+                self._send(user, first_s)
 
     def _send(self, user: int, time_s: float) -> None:
         shapes = self.user_shapes[user]
@@ -315,6 +345,9 @@ class _Arrivals:
         think = workload.think_s
         if think > 0 and workload.think == "exponential":
             think = float(self.user_rngs[user].exponential(think))
+        turnaround = workload.client.turnaround_s
+        if turnaround > 0:
+            think += float(self.user_rngs[user].uniform(0.0, 2.0 * turnaround))
         if time_s + think <= workload.max_duration_s:
             self._send(user, time_s + think)
 

@@ -35,7 +35,7 @@ from quantload.errors import ConfigError
 from quantload.llamacpp.placement import placement_args
 from quantload.predict.costs import CostsFile
 from quantload.predict.limit import SimulatedLoad, predict_limit
-from quantload.predict.prediction import MISSES_PAST, server_flags_used
+from quantload.predict.prediction import MISSES_PAST, client_timing, server_flags_used
 from quantload.predict.simulator import ServerModel
 from quantload.predict.workload_shapes import WorkloadShapes, workload_shapes
 from quantload.slo import Slo
@@ -104,7 +104,7 @@ class ConfigPrediction:
         return not self.why
 
     def text(self) -> str:
-        """"X [lo, hi]"."""
+        """ "X [lo, hi]"."""
         return f"{_number(self.limit)} [{_number(self.limit_low)}, {_number(self.limit_high)}]"
 
 
@@ -117,7 +117,7 @@ def levels(settings: Settings, cwd: Path | None = None) -> tuple[SimulatedLoad, 
     limit, shapes = settings.limit, _shapes(settings, cwd).shapes
     if settings.tune.objective == "users":
         users = [float(n) for n in range(1, limit.max_users + 1)]
-        return SimulatedLoad("closed", shapes, PREDICT_REQUESTS), users
+        return SimulatedLoad("closed", shapes, PREDICT_REQUESTS, client=client_timing(settings)), users
     rates: list[float] = []
     rate = limit.start_rate_rps
     while rate <= limit.max_rate_rps * (1 + 1e-9):
@@ -305,7 +305,10 @@ def screening_of(lines: Sequence[TuneLine]) -> Screening | None:
         return None
     predictions = tuple(
         ConfigPrediction(
-            str(line.key), line.predicted_limit, line.predicted_low, line.predicted_high,
+            str(line.key),
+            line.predicted_limit,
+            line.predicted_low,
+            line.predicted_high,
             "" if line.predicted else line.why,
         )
         for line in found
@@ -317,4 +320,3 @@ def screening_of(lines: Sequence[TuneLine]) -> Screening | None:
         tuple(str(line.key) for line in found if line.kept),
         tuple((str(line.key), line.why) for line in found if not line.kept),
     )
-

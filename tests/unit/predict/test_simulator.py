@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from quantload.predict.simulator import (
+    ClientTiming,
     ClosedLoop,
     FixedShape,
     OpenLoop,
@@ -259,3 +260,39 @@ def test_ten_thousand_requests_at_eight_slots_simulate_in_well_under_two_seconds
     result = simulate(server, cost, ClosedLoop(8, shapes, max_requests=requests), seed=0)
     assert time.process_time() - started < 2.0
     assert len(result.records) == requests
+
+
+class PromptOrDecode:
+    """A batch holding a prompt takes `prompt_s` whatever else it holds; a decode-only batch `decode_s`."""
+
+    def __init__(self, prompt_s: float, decode_s: float) -> None:
+        self.prompt_s, self.decode_s = prompt_s, decode_s
+
+    def batch_s(self, prompt_tokens: int, decode_tokens: int, kv_tokens: int) -> float:
+        return self.prompt_s if prompt_tokens else self.decode_s
+
+
+def test_users_in_lockstep_share_every_prompt_batch_and_a_client_turnaround_parts_them() -> None:
+    # Two users, two slots, 11 tokens a reply: a prompt batch takes 0.5 s, a decode batch 0.05 s.
+    server = ServerModel(n_slots=2, ctx_per_slot_tokens=4096)
+    cost = PromptOrDecode(prompt_s=0.5, decode_s=0.05)
+    shapes = FixedShape(RequestShape(100, 11))
+    lockstep = simulate(server, cost, ClosedLoop(2, shapes, max_requests=200)).records
+    # in lockstep both prompts always share one batch: TTFT 0.5 s, then 10 decode batches
+    assert {round(r.ttft_s, 9) for r in lockstep} == {0.5} and {round(r.e2e_s, 9) for r in lockstep} == {1.0}
+    same = ClosedLoop(2, shapes, max_requests=200, client=ClientTiming(0.0, 0.0))
+    assert simulate(server, cost, same).records == lockstep  # no spread and no turnaround: lockstep
+    client = ClientTiming(first_spread_s=0.1, turnaround_s=0.003)
+    parted = simulate(server, cost, ClosedLoop(2, shapes, max_requests=200, client=client)).records
+    first_two = sorted(r.arrival_s for r in parted[:2])
+    assert 0 < first_two[0] < first_two[1] <= 0.1
+    # apart, a prompt lands among the other slot's decode tokens: that reply's TPOT holds a 0.5 s
+    # batch in place of a 0.05 s one, (9 x 0.05 + 0.5) / 10 = 0.095 s
+    tpots = [r.tpot_s for r in parted[10:]]
+    assert max(tpots) == pytest.approx(0.095) and min(tpots) == pytest.approx(0.05)
+    assert sum(t == pytest.approx(0.095) for t in tpots) >= len(tpots) / 3  # in lockstep: none
+    for earlier, later in zip(
+        parted, parted[2:], strict=False
+    ):  # each user's next request waits its turnaround
+        if earlier.user == later.user:
+            assert 0 <= later.arrival_s - earlier.end_s <= 0.006

@@ -109,4 +109,3 @@ def run(context: ExperimentContext) -> ExperimentRun:
             "the stages it did run are in records.jsonl",
         )
     return experiment_run(NAME, summaries)
-
