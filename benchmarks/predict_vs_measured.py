@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 from quantload.config import ToolchainSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
 from quantload.llamacpp.toolchain import ensure_toolchain
-from quantload.load.limit_file import read_limits
+from quantload.load.limit_file import LimitLine, read_limits
 from quantload.load.records import iter_records
 from quantload.models.prepared import prepared_folder
 from quantload.paths import cache_root
@@ -116,10 +117,8 @@ def predicted(
     return limit
 
 
-def measured(
-    config: Config, model: Path, out: Path, environ: dict[str, str], time_cap_s: float
-) -> tuple[float | None, float | None]:
-    """The decided limit of one search and where its misses begin (None: none shown)."""
+def measured(config: Config, model: Path, out: Path, environ: dict[str, str], time_cap_s: float) -> LimitLine:
+    """The limit search's line: its decided limit, where its misses begin, its undecided levels."""
     toolchain = ensure_toolchain(ToolchainSettings(), os.environ)
     folder = out / "load" / _folder_name(config)
     spec = ServerSpec(
@@ -136,7 +135,7 @@ def measured(
     lines = read_limits(folder / "limits.jsonl")
     if not lines:
         raise SystemExit(f"the limit search of {config.label()} wrote no line: see {folder}")
-    return lines[-1].limit, lines[-1].lowest_miss
+    return lines[-1]
 
 
 def _folder_name(config: Config) -> str:
@@ -196,6 +195,29 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.1f} ms"
 
 
+def table_row(number: int, config: Config, limit: dict[str, object], line: LimitLine) -> str:
+    """One configuration's row. "in interval": the decided limit lies in the predicted interval;
+    "overlaps": the interval meets the range the search left open, from its decided limit to one
+    below its lowest miss (its undecided levels may hold either way); "within 1": the decided limit
+    is at most one user from the prediction."""
+    low, point, high = (_number(limit[key]) for key in ("limit_low", "limit", "limit_high"))
+    value, miss = line.limit, line.lowest_miss
+    top = miss - 1 if miss is not None else math.inf
+    inside = value is not None and low is not None and high is not None and low <= value <= high
+    overlaps = low is not None and high is not None and (value or 0) <= high and low <= top
+    close = value is not None and point is not None and abs(value - point) <= 1
+    undecided = ", ".join(f"{level:g}" for level in line.undecided) or "–"
+    cells = (
+        number, config.label(), _g(point), f"{_g(low)}-{_g(high)}", _g(value), undecided, _g(miss),
+        "yes" if inside else "no", "yes" if overlaps else "no", "yes" if close else "no",
+    )  # fmt: skip
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _g(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -222,8 +244,9 @@ def main() -> None:
     picked = [int(n) for n in args.only.split(",") if n] or list(range(1, len(CONFIGS) + 1))
     folder = prepared_folder(cache_root(None, os.environ), args.model)
     rows = [
-        "| # | configuration | predicted | interval | measured | misses from | in interval | within 1 |",
-        "|---:|---|---:|---|---:|---:|---|---|",
+        "| # | configuration | predicted | interval | measured (decided) | undecided | misses from |"
+        " in interval | overlaps | within 1 |",
+        "|---:|---|---:|---|---:|---|---:|---|---|---|",
     ]
     for number in picked:
         config = CONFIGS[number - 1]
@@ -238,17 +261,11 @@ def main() -> None:
             if not lines:
                 continue
             limit = predicted(config, model, args.out, environ, args.predict_only)
-            value, miss = lines[-1].limit, lines[-1].lowest_miss
+            line = lines[-1]
         else:
             limit = predicted(config, model, args.out, environ)
-            value, miss = measured(config, model, args.out, environ, args.time_cap)
-        low, point, high = (_number(limit[key]) for key in ("limit_low", "limit", "limit_high"))
-        inside = None not in (value, low, high) and low <= value <= high  # type: ignore[operator]
-        close = None not in (value, point) and abs(value - point) <= 1  # type: ignore[operator]
-        rows.append(
-            f"| {number} | {config.label()} | {point} | {low}-{high} | {value} | {miss} |"
-            f" {'yes' if inside else 'no'} | {'yes' if close else 'no'} |"
-        )
+            line = measured(config, model, args.out, environ, args.time_cap)
+        rows.append(table_row(number, config, limit, line))
         took = f"({time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f})"
         print(rows[-1], took, flush=True)
         args.out.mkdir(parents=True, exist_ok=True)  # each row kept as soon as it is measured
