@@ -151,7 +151,8 @@ def _folder_name(config: Config) -> str:
 
 
 def level_rows(out: Path, predictions: str = "predict") -> list[str]:
-    """Per level, measured against predicted TTFT and TPOT at the SLO's p90, for every configuration
+    """Per level, measured against predicted TTFT and TPOT at the SLO's percentile (p90; long prompts
+    p50), for every configuration
     with both a prediction and a load under `out`; "parts" marks a level where either differs by
     more than a quarter."""
     rows = [
@@ -173,7 +174,8 @@ def level_rows(out: Path, predictions: str = "predict") -> list[str]:
         for users in sorted(by_users):
             ttfts = [ttft for ttft, _ in by_users[users]]
             tpots = [tpot for _, tpot in by_users[users] if tpot is not None]
-            ttft, tpot = percentile(ttfts, 90), percentile(tpots, 90) if tpots else None
+            q = 50 if config.workload == LONG else 90  # the SLO's percentile, as the prediction's
+            ttft, tpot = percentile(ttfts, q), percentile(tpots, q) if tpots else None
             level = predicted.get(users, {})
             p_ttft, p_tpot = level.get("ttft_s"), level.get("tpot_s")
             parts = [
