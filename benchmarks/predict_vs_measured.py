@@ -152,9 +152,8 @@ def _folder_name(config: Config) -> str:
 
 def level_rows(out: Path, predictions: str = "predict") -> list[str]:
     """Per level, measured against predicted TTFT and TPOT at the SLO's percentile (p90; long prompts
-    p50), for every configuration
-    with both a prediction and a load under `out`; "parts" marks a level where either differs by
-    more than a quarter."""
+    p50), for every configuration with both a prediction and a load under `out`; "parts" marks a
+    level where either differs by more than a quarter."""
     rows = [
         "| # | users | requests | TTFT measured | TTFT predicted | TPOT measured | TPOT predicted | parts |",
         "|---:|---:|---:|---:|---:|---:|---:|---|",
