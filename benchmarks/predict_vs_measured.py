@@ -165,16 +165,7 @@ def level_rows(out: Path, predictions: str = "predict") -> list[str]:
             continue
         (prediction,) = json.loads(predict_json.read_text(encoding="utf-8"))["predictions"].values()
         predicted = {int(level["level"]): level for level in prediction["limit"]["levels"]}
-        by_users: dict[int, list[tuple[float, float | None]]] = {}
-        for record in iter_records(records_jsonl):
-            if record.warmup or not record.ok or record.ttft_s is None or record.stage_users is None:
-                continue
-            by_users.setdefault(record.stage_users, []).append((record.ttft_s, record.tpot_s))
-        for users in sorted(by_users):
-            ttfts = [ttft for ttft, _ in by_users[users]]
-            tpots = [tpot for _, tpot in by_users[users] if tpot is not None]
-            q = 50 if config.workload == LONG else 90  # the SLO's percentile, as the prediction's
-            ttft, tpot = percentile(ttfts, q), percentile(tpots, q) if tpots else None
+        for users, (count, ttft, tpot) in measured_levels(config, records_jsonl).items():
             level = predicted.get(users, {})
             p_ttft, p_tpot = level.get("ttft_s"), level.get("tpot_s")
             parts = [
@@ -185,7 +176,7 @@ def level_rows(out: Path, predictions: str = "predict") -> list[str]:
             cells = (
                 number,
                 users,
-                len(ttfts),
+                count,
                 _s(ttft),
                 _s(p_ttft),
                 _ms(tpot),
@@ -196,6 +187,43 @@ def level_rows(out: Path, predictions: str = "predict") -> list[str]:
     return rows
 
 
+def measured_levels(config: Config, records_jsonl: Path) -> dict[int, tuple[int, float | None, float | None]]:
+    """Per users level (all trials of it): requests, and TTFT and TPOT at the SLO's percentile
+    (p90; long prompts p50), of the non-warm-up requests that succeeded."""
+    by_users: dict[int, list[tuple[float, float | None]]] = {}
+    for record in iter_records(records_jsonl):
+        if record.warmup or not record.ok or record.ttft_s is None or record.stage_users is None:
+            continue
+        by_users.setdefault(record.stage_users, []).append((record.ttft_s, record.tpot_s))
+    q = 50 if config.workload == LONG else 90  # the SLO's percentile, as the prediction's
+    found = {}
+    for users in sorted(by_users):
+        ttfts = [ttft for ttft, _ in by_users[users]]
+        tpots = [tpot for _, tpot in by_users[users] if tpot is not None]
+        found[users] = (len(ttfts), percentile(ttfts, q), percentile(tpots, q) if tpots else None)
+    return found
+
+
+def estimated_limit(config: Config, out: Path) -> tuple[float, float]:
+    """The limit the measured percentiles show without the verdict's confidence, as a range: from
+    the highest level tried whose TTFT and TPOT at the SLO's percentile are within the limits (every
+    lower level tried meeting too) to one below the lowest that is not ((4, 7): meets at 4, over
+    from 8; 0: not even the lowest level; inf: none over)."""
+    slo = LONG_SLO if config.workload == LONG else SLO
+    ttft_limit, tpot_limit = float(slo["ttft_s"]), float(slo["tpot_s"])
+    meets = 0.0
+    levels = measured_levels(config, out / "load" / _folder_name(config) / "records.jsonl")
+    for users, (_, ttft, tpot) in levels.items():
+        if (ttft is not None and ttft > ttft_limit) or (tpot is not None and tpot > tpot_limit):
+            return meets, float(users - 1)
+        meets = float(users)
+    return meets, math.inf
+
+
+def _range(low: float, high: float) -> str:
+    return f"{low:g}" if low == high else f"{low:g}+" if high == math.inf else f"{low:g}-{high:g}"
+
+
 def _s(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f} s"
 
@@ -204,21 +232,25 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.1f} ms"
 
 
-def table_row(number: int, config: Config, limit: dict[str, object], line: LimitLine) -> str:
+def table_row(
+    number: int, config: Config, limit: dict[str, object], line: LimitLine, estimate: tuple[float, float]
+) -> str:
     """One configuration's row. "in interval": the decided limit lies in the predicted interval;
     "overlaps": the interval meets the range the search left open, from its decided limit to one
     below its lowest miss (its undecided levels may hold either way); "within 1": the decided limit
-    is at most one user from the prediction."""
+    is at most one user from the prediction; "percentiles meet": `estimated_limit`, and whether
+    the interval meets that range."""
     low, point, high = (_number(limit[key]) for key in ("limit_low", "limit", "limit_high"))
     value, miss = line.limit, line.lowest_miss
     top = miss - 1 if miss is not None else math.inf
     inside = value is not None and low is not None and high is not None and low <= value <= high
     overlaps = low is not None and high is not None and (value or 0) <= high and low <= top
     close = value is not None and point is not None and abs(value - point) <= 1
+    agrees = low is not None and high is not None and estimate[0] <= high and low <= estimate[1]
     undecided = ", ".join(f"{level:g}" for level in line.undecided) or "–"
     cells = (
         number, config.label(), _g(point), f"{_g(low)}-{_g(high)}", _g(value), undecided, _g(miss),
-        "yes" if inside else "no", "yes" if overlaps else "no", "yes" if close else "no",
+        _range(*estimate), *("yes" if flag else "no" for flag in (agrees, inside, overlaps, close)),
     )  # fmt: skip
     return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
@@ -254,8 +286,8 @@ def main() -> None:
     folder = prepared_folder(cache_root(None, os.environ), args.model)
     rows = [
         "| # | configuration | predicted | interval | measured (decided) | undecided | misses from |"
-        " in interval | overlaps | within 1 |",
-        "|---:|---|---:|---|---:|---|---:|---|---|---|",
+        " percentiles meet | interval meets them | in interval | overlaps | within 1 |",
+        "|---:|---|---:|---|---:|---|---:|---|---|---|---|---|",
     ]
     for number in picked:
         config = CONFIGS[number - 1]
@@ -274,7 +306,7 @@ def main() -> None:
         else:
             limit = predicted(config, model, args.out, environ)
             line = measured(config, model, args.out, environ, args.time_cap)
-        rows.append(table_row(number, config, limit, line))
+        rows.append(table_row(number, config, limit, line, estimated_limit(config, args.out)))
         took = f"({time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f})"
         print(rows[-1], took, flush=True)
         args.out.mkdir(parents=True, exist_ok=True)  # each row kept as soon as it is measured
