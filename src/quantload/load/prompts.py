@@ -8,7 +8,7 @@ llama-server's /tokenize); other files are estimated at four characters per toke
 
 from __future__ import annotations
 
-__all__ = ["Prompt", "load_builtin", "select_prompts"]
+__all__ = ["Prompt", "estimate_tokens", "load_builtin", "select_prompts"]
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping

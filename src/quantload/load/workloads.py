@@ -23,7 +23,14 @@ stage finds another's prompts in the server's cache.
 
 from __future__ import annotations
 
-__all__ = ["LengthsWorkload", "PromptSetWorkload", "SessionWorkload", "StageRequests", "cycle_prompts"]
+__all__ = [
+    "DatasetWorkload",
+    "LengthsWorkload",
+    "PromptSetWorkload",
+    "SessionWorkload",
+    "StageRequests",
+    "cycle_prompts",
+]
 
 import random
 import zlib
