@@ -114,6 +114,8 @@ _CMAKE_KEYS_OWNED = {
 }
 
 
+
+
 def _gpu_layers(value: Any) -> int | str:
     """`auto`, `all` or a whole number of layers from 0 (the CPU) to MAX_LAYERS."""
     if value in ("auto", "all"):
@@ -290,9 +292,7 @@ class ServerSettings(_Section):
         " with `quantload rpc-server`",
     )
     rpc_lost_after_s: float = Field(
-        default=10.0,
-        gt=0,
-        le=MAX_SECONDS,
+        default=10.0, gt=0, le=MAX_SECONDS,
         description="an RPC host whose `quantload rpc-server` status has not answered for this long is"
         " lost: its llama-server is stopped, so requests fail at once instead of hanging",
     )
@@ -333,8 +333,7 @@ class QualitySettings(_Section):
     kld: bool = Field(default=True, description="measure each file's KL divergence from the F16")
     kld_chunks: int = Field(
         default=40,
-        ge=0,
-        le=MAX_COUNT,
+        ge=0, le=MAX_COUNT,
         description="chunks of quality.ctx tokens compared; the base logits file holds about"
         " n_vocab x 2 bytes x ctx/2 per chunk (SmolLM2 25 MB, Qwen2.5 77 MB); 0 = every chunk",
     )
@@ -369,6 +368,8 @@ class SpeedSettings(_Section):
     probe_max_age_s: float = Field(
         default=86400.0, ge=0, le=MAX_AGE_S, description="reuse a cached machine probe younger than this"
     )
+
+
 
 
 def _distinct_names(requested: tuple[str, ...]) -> tuple[str, ...]:
@@ -412,13 +413,14 @@ class LoadSettings(_Section):
     prefix_tokens: int = Field(default=1500, ge=0, le=MAX_TOKENS)
     prefix_requests: int = Field(default=20, ge=0, le=MAX_COUNT)
     prefix_users: int = Field(default=1, ge=1, le=MAX_USERS)
-    cache_prompt: bool = Field(default=False, description="cache_prompt sent by sweep and open-loop requests")
+    cache_prompt: bool = Field(
+        default=False, description="cache_prompt sent by sweep and open-loop requests"
+    )
     open_loop_users: int = Field(default=64, ge=1, le=MAX_USERS, description="user pool serving the arrivals")
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_SECONDS)
     first_byte_timeout_s: float = Field(
         default=60.0,
-        gt=0,
-        le=MAX_SECONDS,
+        gt=0, le=MAX_SECONDS,
         description="wait at most this for a response's first byte (llama-server sends it with the"
         " first token: queueing + prefill); a silent server costs this, not request_timeout_s",
     )
@@ -455,9 +457,7 @@ class LoadSettings(_Section):
         " load.remote_workers > 0, else a free port",
     )
     workers_timeout_s: float = Field(
-        default=60.0,
-        gt=0,
-        le=MAX_SECONDS,
+        default=60.0, gt=0, le=MAX_SECONDS,
         description="how long the master waits for its workers at each plan's start",
     )
     metrics_host: Host = "127.0.0.1"
@@ -503,19 +503,15 @@ class KvTypeSettings(_Section):
         default=8, ge=1, le=MAX_USERS, description="concurrent users of each cache type's stage"
     )
     requests: int = Field(
-        default=16,
-        ge=0,
-        le=MAX_COUNT,
-        description="measured requests per cache type; 0 = no kv_types experiment",
+        default=16, ge=0, le=MAX_COUNT,
+        description="measured requests per cache type; 0 = no kv_types experiment"
     )
     max_tokens: int = Field(
         default=128, ge=2, le=MAX_TOKENS, description="tokens generated per request (ignore_eos)"
     )
     prompt_max_tokens: int = Field(
-        default=32,
-        ge=1,
-        le=MAX_TOKENS,
-        description="only prompts of at most this many tokens (load.prompts' set)",
+        default=32, ge=1, le=MAX_TOKENS,
+        description="only prompts of at most this many tokens (load.prompts' set)"
     )
 
 
@@ -553,9 +549,7 @@ class SoakSettings(_Section):
         default=5.0, ge=0.5, le=300, description="how often server memory and KV cells are read"
     )
     settle_slices: int = Field(
-        default=1,
-        ge=0,
-        le=MAX_SOAK_SLICES,
+        default=1, ge=0, le=MAX_SOAK_SLICES,
         description="first slices left out of the drift fits (caches filling)",
     )
     server_container: str | None = Field(
@@ -634,10 +628,8 @@ class WorkloadSettings(_Section):
     )
     dataset: str | None = Field(default=None, description="ShareGPT JSON or JSONL, kind = dataset")
     requests: int = Field(
-        default=50,
-        ge=1,
-        le=MAX_COUNT,
-        description="requests per closed-loop stage for lengths, dataset and trace",
+        default=50, ge=1, le=MAX_COUNT,
+        description="requests per closed-loop stage for lengths, dataset and trace"
     )
     max_output_tokens: int = Field(
         default=1024, ge=1, le=MAX_TOKENS, description="cap on a dataset reply's length asked as max_tokens"
@@ -673,10 +665,8 @@ class SessionSettings(_Section):
         default=(False, True), min_length=1, description="cache_prompt of the stages, in order"
     )
     repeats: int = Field(
-        default=1,
-        ge=1,
-        le=MAX_REPEATS,
-        description="repeats of the stages (each stage already holds many turns)",
+        default=1, ge=1, le=MAX_REPEATS,
+        description="repeats of the stages (each stage already holds many turns)"
     )
 
 
@@ -806,20 +796,16 @@ class ContextSettings(_Section):
         default=4, ge=1, le=MAX_THREADS, description="llama-server slots (-np) of the experiment's server"
     )
     ctx_per_slot: int = Field(
-        default=1024,
-        ge=256,
-        le=MAX_TOKENS,
-        description="tokens each slot holds (the context the conversations outgrow)",
+        default=1024, ge=256, le=MAX_TOKENS, description="tokens each slot holds (the context the"
+        " conversations outgrow)"
     )
     turns: int = Field(
         default=0, ge=0, le=200,
         description="user turns per conversation; 0 = enough for the history to reach 1.5 times the slot",
     )  # fmt: skip
     system_prompt_tokens: int = Field(
-        default=128,
-        ge=1,
-        le=MAX_TOKENS,
-        description="tokens of the system prompt every conversation starts with",
+        default=128, ge=1, le=MAX_TOKENS, description="tokens of the system prompt every conversation"
+        " starts with"
     )
     turn_tokens: Distribution = Field(default="uniform:40-80", description="tokens of each user turn")
     reply_tokens: Distribution = Field(
@@ -903,7 +889,7 @@ class TenantSettings(_Section):
     @classmethod
     def _a_label(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError('a tenant needs a name, e.g. name = "acme"')
+            raise ValueError("a tenant needs a name, e.g. name = \"acme\"")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", value):
             raise ValueError(
                 f"{value!r} cannot name a tenant: use 1-40 letters, digits, '_', '.' or '-', starting"
@@ -962,20 +948,18 @@ class BatchingSettings(_Section):
     server restarted with -cb and with -nocb, closed loop at the limit and Poisson near it."""
 
     users: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_USERS,
-        description="closed-loop users; 0 = the limit this run found (else searched)",
+        default=0, ge=0, le=MAX_USERS, description="closed-loop users; 0 = the limit this run found (else"
+        " searched)"
     )
     requests: int = Field(default=24, ge=1, le=MAX_COUNT, description="measured requests per stage")
     rate_frac: float = Field(
-        default=0.8,
-        gt=0,
-        le=2,
-        description="Poisson rate as a share of continuous batching's closed-loop requests/s at the limit",
+        default=0.8, gt=0, le=2, description="Poisson rate as a share of continuous batching's"
+        " closed-loop requests/s at the limit",
     )
     repeats: int = Field(default=1, ge=1, le=10, description="repeats of each stage")
-    stage_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails")
+    stage_timeout_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails"
+    )
 
 
 class SlotsSettings(_Section):
@@ -986,10 +970,9 @@ class SlotsSettings(_Section):
         default=(1, 2, 4, 8, 16), min_length=1, description="the -np values, each a server restart"
     )
     kv_cells: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_KV_CELLS,
-        description="KV cells (tokens) of all slots together; 0 = server.slots x server.ctx_per_slot",
+        default=0, ge=0, le=MAX_KV_CELLS, description="KV cells (tokens) of all slots together; 0 ="
+        " server.slots x"
+        " server.ctx_per_slot",
     )
 
     @field_validator("counts")
@@ -1006,8 +989,7 @@ class SpeculationSettings(_Section):
     does not."""
 
     ngram_type: SpecNgramType = Field(
-        default="default",
-        description="the n-gram type (no draft model); default = --spec-default"
+        default="default", description="the n-gram type (no draft model); default = --spec-default"
         " (ngram-mod, n_match 24, n_min 48, n_max 64)",
     )
     draft_model: Path | None = Field(
@@ -1017,8 +999,7 @@ class SpeculationSettings(_Section):
         default=None, ge=1, le=64, description="--spec-draft-n-max; unset = llama.cpp's (3)"
     )
     traffic: tuple[Literal["repeat", "free"], ...] = Field(
-        default=("repeat", "free"),
-        min_length=1,
+        default=("repeat", "free"), min_length=1,
         description="repeat = prompts asking to repeat or edit a given text; free = the prompt set",
     )
     requests: int = Field(default=8, ge=1, le=MAX_COUNT, description="measured requests per stage at 1 user")
@@ -1032,7 +1013,9 @@ class SpeculationSettings(_Section):
     synth_lengths: tuple[Annotated[float, Field(ge=1, le=65)], ...] = Field(
         default=(), description="--spec-synth-len values measured too (benchmarking only)"
     )
-    stage_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails")
+    stage_timeout_s: float = Field(
+        default=600.0, gt=0, le=MAX_SECONDS, description="a stage over this fails"
+    )
 
 
 class TuneSettings(_Section):
@@ -1061,16 +1044,14 @@ class TuneSettings(_Section):
         default=("continuous",), min_length=1, description="continuous = -cb, static = -nocb"
     )
     speculation: tuple[Literal["none", "ngram", "draft"], ...] = Field(
-        default=("none",),
-        min_length=1,
+        default=("none",), min_length=1,
         description="ngram = speculation.ngram_type; draft = speculation.draft_model",
     )
     gpu_layers: tuple[Annotated[GpuLayersSetting, COMMA_FREE], ...] = Field(
         default=(), description="-ngl values (auto, all or a number); empty = server.gpu_layers alone"
     )
     expert_placement: tuple[str, ...] = Field(
-        default=("none",),
-        min_length=1,
+        default=("none",), min_length=1,
         description="a mixture of experts' placements (as server.expert_placement: none, cpu-moe,"
         " n-cpu-moe:N, ot:PATTERN=BUFFER); anything but none needs a GPU or server.rpc hosts",
     )
@@ -1078,9 +1059,7 @@ class TuneSettings(_Section):
         default="users", description="the limit search it maximizes (goodput breaks ties)"
     )
     budget_s: float = Field(
-        default=3600.0,
-        gt=0,
-        le=MAX_SECONDS,
+        default=3600.0, gt=0, le=MAX_SECONDS,
         description="per quantization: its trials and baseline search stop there",
     )
     short_trial_s: float = Field(
@@ -1091,19 +1070,15 @@ class TuneSettings(_Section):
     )
     eta: int = Field(default=3, ge=2, le=10, description="each rung keeps the best 1/eta")
     finalists: int = Field(
-        default=2,
-        ge=1,
-        le=MAX_COUNT,
+        default=2, ge=1, le=MAX_COUNT,
         description="configurations searched as the limit search does, at the last rung",
     )
     baseline: bool = Field(
-        default=True,
-        description="also search the server's configured flags as the finalists are"
+        default=True, description="also search the server's configured flags as the finalists are"
         " searched (the winner against them, within the budget)",
     )
     predict_first: bool = Field(
-        default=False,
-        description="rank the space by predicted limit (quantload predict's cost"
+        default=False, description="rank the space by predicted limit (quantload predict's cost"
         " curves per -b/-ub, threads, KV-cache type and flash attention) and measure only the"
         " configurations whose interval reaches the best's, the configured flags and speculation",
     )
@@ -1116,15 +1091,8 @@ class TuneSettings(_Section):
         return placements
 
     @field_validator(
-        "slots",
-        "batch_sizes",
-        "cache_types",
-        "flash_attn",
-        "threads",
-        "batching",
-        "speculation",
-        "gpu_layers",
-        "expert_placement",
+        "slots", "batch_sizes", "cache_types", "flash_attn", "threads", "batching", "speculation",
+        "gpu_layers", "expert_placement",
     )
     @classmethod
     def _each_once(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -1187,7 +1155,7 @@ class PredictSettings(_Section):
         default=0.003, ge=0, le=10,
         description="a simulated user's mean time from a reply's end to its next request reaching the"
         " server (0: users in lockstep)",
-    )  # fmt: skip
+    )
 
 
 class SloSettings(_Section):
@@ -1243,8 +1211,7 @@ class ReportSettings(_Section):
     client_lag_threshold_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_kld_mean_nats: float = Field(
         default=0.05,
-        ge=0,
-        le=MAX_NATS,
+        ge=0, le=MAX_NATS,
         description="the quality loss the verdict accepts: mean KL divergence from the F16 file"
         " (nats, quality.kld). 0.05 admits the 4-bit K-quants of an 8B model (llama.cpp's own"
         " table for LLaMA 3 8B: Q4_K_M 0.031, Q4_K_S 0.043) and rules out legacy 4-bit (Q4_0 0.072)"
@@ -1257,16 +1224,12 @@ class PlanSettings(_Section):
     may use. Each is optional; the plan leaves out what an unset input would give."""
 
     target_rps: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_PLAN_AMOUNT,
-        description="requests per second to serve; unset = no server count for a rate",
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="requests per second to serve; unset = no server count for a rate"
     )
     target_users: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_PLAN_AMOUNT,
-        description="concurrent users to serve; unset = no server count for users",
+        default=None, ge=1, le=MAX_PLAN_AMOUNT,
+        description="concurrent users to serve; unset = no server count for users"
     )
     headroom_frac: float = Field(
         default=0.3, ge=0, lt=1, description="share of each server's measured limit kept free"
@@ -1276,10 +1239,8 @@ class PlanSettings(_Section):
     )
     currency: str = Field(default="", description="the unit of price_per_hour, e.g. USD")
     memory_budget_gib: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_PLAN_AMOUNT,
-        description="memory one server may use, GiB; unset = no fit check",
+        default=None, gt=0, le=MAX_PLAN_AMOUNT,
+        description="memory one server may use, GiB; unset = no fit check"
     )
 
 
@@ -1300,8 +1261,7 @@ class CalibrateSettings(_Section):
     )
     max_error_p99_s: float = Field(
         default=0.005,
-        gt=0,
-        le=MAX_SECONDS,
+        gt=0, le=MAX_SECONDS,
         description="TTFT and ITL error p99 within which a stream count counts as measured right",
     )
     server_closes_connections: bool = Field(
@@ -1332,8 +1292,7 @@ class RunSettings(_Section):
     out: Path = Path("results")
     servers_at_once: bool = False
     tune: bool = Field(
-        default=False,
-        description="tune each quantization's server flags ([tune]) before its"
+        default=False, description="tune each quantization's server flags ([tune]) before its"
         " experiments, and serve them with the winner's",
     )
 

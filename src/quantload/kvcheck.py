@@ -117,6 +117,7 @@ def kv_check_with_server(
     return kv_check_from_log(prediction, text, log_path)
 
 
+
 def kv_prediction(spec: ServerSpec) -> KvPrediction:
     """The KV-cache size the spec's layout allocates, from the model's GGUF metadata."""
     return predict_kv(

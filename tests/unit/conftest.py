@@ -85,9 +85,7 @@ def guarded(phase: str) -> Generator[None, Any, Any]:
             raise
         except BaseException as error:  # the start was caught and became another failure: say so
             if attempts:
-                raise ProcessStartInUnitTest(
-                    f"{GUARD_MESSAGE} (in its {phase}, it called {attempts[0]})"
-                ) from error
+                raise ProcessStartInUnitTest(f"{GUARD_MESSAGE} (in its {phase}, it called {attempts[0]})") from error
             raise
     if attempts:  # the start was caught and the test went on: still a failure
         pytest.fail(f"{GUARD_MESSAGE} (in its {phase}, it called {', '.join(attempts)})", pytrace=False)

@@ -74,11 +74,8 @@ def test_cuda_uses_the_toolkit_beside_nvcc_for_cublas(tmp_path: Path) -> None:
     (tmp_path / "cuda" / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
     (tmp_path / "cuda" / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").write_text("")
     assert toolkit_root(nvcc) == tmp_path / "cuda"
-    assert (
-        f"-DCUDAToolkit_ROOT={tmp_path / 'cuda'}"
-        in choose_backend("auto", _inventory(H100), nvcc).cmake_flags()
-    )
-    wrapper = _executable(tmp_path / "wrappers" / "bin" / "nvcc", 'exec /elsewhere/nvcc "$@"')
+    assert f"-DCUDAToolkit_ROOT={tmp_path / 'cuda'}" in choose_backend("auto", _inventory(H100), nvcc).cmake_flags()
+    wrapper = _executable(tmp_path / "wrappers" / "bin" / "nvcc", "exec /elsewhere/nvcc \"$@\"")
     assert toolkit_root(wrapper) is None  # a wrapper script: CMake finds the toolkit itself
 
 
@@ -88,9 +85,7 @@ def test_auto_without_a_gpu_or_without_nvcc_builds_for_the_cpu_and_says_why(tmp_
     assert no_gpu.name == "cpu" and "no driver" in no_gpu.reason
     assert no_gpu.cache_key == "build" and no_gpu.cmake_flags() == ()  # the CPU build keeps its folder
     no_compiler = choose_backend("auto", _inventory(H100), None)
-    assert (
-        no_compiler.name == "cpu" and "no nvcc" in no_compiler.reason and "cuda-toolkit" in no_compiler.reason
-    )
+    assert no_compiler.name == "cpu" and "no nvcc" in no_compiler.reason and "cuda-toolkit" in no_compiler.reason
 
 
 def test_forced_cuda_needs_nvcc_and_an_architecture(tmp_path: Path) -> None:
@@ -132,9 +127,7 @@ def test_a_cuda_build_configures_its_own_folder_with_the_backend_flags(
 ) -> None:
     tree = tmp_path / "llama.cpp"
     tree.mkdir()
-    backend = choose_backend(
-        "cuda", GpuInventory(), _executable(tmp_path / "nvcc"), ["90"], ["-DGGML_CUDA_NO_VMM=ON"]
-    )
+    backend = choose_backend("cuda", GpuInventory(), _executable(tmp_path / "nvcc"), ["90"], ["-DGGML_CUDA_NO_VMM=ON"])
     commands: list[list[str]] = []
 
     def fake_run(command: list[str], log: Path, on_line: object = None, deadline: object = None) -> None:
@@ -168,9 +161,7 @@ def test_cmake_flags_must_be_cache_entries_and_not_the_backends_own(tmp_path: Pa
         load_config(tmp_path, {}, {"toolchain.cuda_architectures": ["sm_90"]})
 
 
-def test_the_sdist_is_taken_from_a_local_folder_offline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_sdist_is_taken_from_a_local_folder_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "bundle"
     folder.mkdir()
     with tarfile.open(folder / PINNED_SDIST.archive_name, "w:gz") as archive:

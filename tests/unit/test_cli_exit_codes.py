@@ -41,21 +41,11 @@ def _app_whose_command(action: str) -> typer.Typer:
 
 @pytest.mark.parametrize(
     ("action", "exit_code", "stderr_part"),
-    [
-        ("exit 3", 3, ""),
-        ("ctrl-c", 130, "interrupted"),
-        ("user error", 2, "not a GGUF file"),
-        ("ok", 0, ""),
-        ("sigterm", 143, "interrupted"),
-        ("sighup", 129, "interrupted"),
-    ],
+    [("exit 3", 3, ""), ("ctrl-c", 130, "interrupted"), ("user error", 2, "not a GGUF file"), ("ok", 0, ""),
+     ("sigterm", 143, "interrupted"), ("sighup", 129, "interrupted")],
 )
 def test_exit_codes_reach_the_shell(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    action: str,
-    exit_code: int,
-    stderr_part: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], action: str, exit_code: int, stderr_part: str
 ) -> None:
     monkeypatch.setattr(cli_main, "build_app", lambda: _app_whose_command(action))
     assert cli_main.main(["go"]) == exit_code
@@ -128,9 +118,7 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_stops_the_command(
     assert sys.unraisablehook is before
 
 
-@pytest.mark.parametrize(
-    ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]
-)
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_a_stop_signal_the_kernel_hands_to_another_thread_still_stops_a_waiting_command(
     monkeypatch: pytest.MonkeyPatch, signum: int, code: int
 ) -> None:

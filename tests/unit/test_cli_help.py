@@ -26,9 +26,7 @@ def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[
 COMMANDS = list(_commands(typer.main.get_command(build_app())))
 
 
-@pytest.mark.parametrize(
-    "path", [path for path, _ in COMMANDS], ids=[" ".join(p) or "quantload" for p, _ in COMMANDS]
-)
+@pytest.mark.parametrize("path", [path for path, _ in COMMANDS], ids=[" ".join(p) or "quantload" for p, _ in COMMANDS])
 def test_bracketed_words_in_help_texts_survive(path: tuple[str, ...]) -> None:
     command = dict(COMMANDS)[path]
     texts = [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]

@@ -42,9 +42,7 @@ def test_a_file_given_as_a_folder_is_refused(
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
-def test_a_folder_that_cannot_be_written_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_folder_that_cannot_be_written_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     assert main(["load", "--url", "http://127.0.0.1:9", "--out", str(locked / "out")]) == 2

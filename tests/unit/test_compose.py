@@ -221,22 +221,15 @@ def test_llama_cpp_images_match_the_native_pin(stack: dict[str, Any], gpu_raw: d
         f"{prefix}full-{LLAMA_BUILD}",
         f"{prefix}server-cuda-{LLAMA_BUILD}",
     }
-    built = {
-        name: service["build"]
-        for name, service in services(stack).items()
-        if "llama.cpp" in service.get("image", "")
-    }
+    built = {name: service["build"] for name, service in services(stack).items() if "llama.cpp" in service.get("image", "")}
     assert set(built) == {*SERVERS, "llama-tools"}
     for name, build in built.items():
         assert build["dockerfile"] == "services/llama.cpp/Dockerfile", name
         assert build["target"] == ("full" if name == "llama-tools" else "server"), name
     assert services(stack)["llama-tools"]["profiles"] == ["build"]  # built, never started
-    upstream = interpolate_tree(
-        read_yaml(BASE_FILE), {**example_env(), "QL_LLAMA_IMAGES": "ghcr.io/ggml-org/llama.cpp"}
-    )
+    upstream = interpolate_tree(read_yaml(BASE_FILE), {**example_env(), "QL_LLAMA_IMAGES": "ghcr.io/ggml-org/llama.cpp"})
     assert {image for _, image in _images(upstream) if "llama.cpp" in image} == {
-        f"ghcr.io/ggml-org/llama.cpp:server-{LLAMA_BUILD}",
-        f"ghcr.io/ggml-org/llama.cpp:full-{LLAMA_BUILD}",
+        f"ghcr.io/ggml-org/llama.cpp:server-{LLAMA_BUILD}", f"ghcr.io/ggml-org/llama.cpp:full-{LLAMA_BUILD}"
     }
 
 
@@ -581,9 +574,7 @@ def test_each_server_gets_its_own_gpu_when_there_are_enough() -> None:
     lines = [line for line in assign_gpus(three) if not line.startswith("#")]
     assert lines == ["QL_GPU_DEVICE_F16=0", "QL_GPU_DEVICE_Q8_0=1", "QL_GPU_DEVICE_Q4_K_M=2"]
     one = assign_gpus(read_gpu_inventory(FakeNvml([FakeGpu(uuid="GPU-0")]).loader))
-    assert [line for line in one if not line.startswith("#")] == [
-        f"{device_variable(q)}=0" for q in SERVERS.values()
-    ]
+    assert [line for line in one if not line.startswith("#")] == [f"{device_variable(q)}=0" for q in SERVERS.values()]
     assert any("they share" in line for line in one)
     with pytest.raises(ConfigError, match="no GPU"):
         assign_gpus(read_gpu_inventory(FakeNvml(init_error=12).loader))

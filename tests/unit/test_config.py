@@ -139,24 +139,11 @@ def test_kld_cache_types_put_f16_first_and_profiles_cap_the_chunks(tmp_path: Pat
     [
         ("QUANTLOAD_SERVER__API_KEY", "123456", "server.api_key", "123456"),
         ("QUANTLOAD_SERVER__API_KEY", "sk-a,b", "server.api_key", "sk-a,b"),
-        (
-            "QUANTLOAD_QUALITY__DATASET",
-            "/data/a,b/wiki.test.raw",
-            "quality.dataset",
-            Path("/data/a,b/wiki.test.raw"),
-        ),
-        (
-            "QUANTLOAD_OBSERVE__EXPORTER_TARGETS",
-            "q8=http://127.0.0.1:8081,quant=Q8_0",
-            "observe.exporter_targets",
-            ("q8=http://127.0.0.1:8081,quant=Q8_0",),
-        ),
-        (
-            "QUANTLOAD_OBSERVE__EXPORTER_TARGETS",
-            '["a=http://h:1,quant=F16", "b=http://h:2"]',
-            "observe.exporter_targets",
-            ("a=http://h:1,quant=F16", "b=http://h:2"),
-        ),
+        ("QUANTLOAD_QUALITY__DATASET", "/data/a,b/wiki.test.raw", "quality.dataset", Path("/data/a,b/wiki.test.raw")),
+        ("QUANTLOAD_OBSERVE__EXPORTER_TARGETS", "q8=http://127.0.0.1:8081,quant=Q8_0", "observe.exporter_targets",
+         ("q8=http://127.0.0.1:8081,quant=Q8_0",)),
+        ("QUANTLOAD_OBSERVE__EXPORTER_TARGETS", '["a=http://h:1,quant=F16", "b=http://h:2"]', "observe.exporter_targets",
+         ("a=http://h:1,quant=F16", "b=http://h:2")),
         ("QUANTLOAD_LOAD__USERS", "4", "load.users", (4,)),
         ("QUANTLOAD_LOAD__USERS", "1, 2,4", "load.users", (1, 2, 4)),
         ("QUANTLOAD_LOAD__USERS", "[1, 2]", "load.users", (1, 2)),
@@ -165,12 +152,7 @@ def test_kld_cache_types_put_f16_first_and_profiles_cap_the_chunks(tmp_path: Pat
         ("QUANTLOAD_PREPARE__QUANTS", "Q6_K,IQ4_XS-imatrix", "prepare.quants", ("Q6_K", "IQ4_XS-imatrix")),
         ("QUANTLOAD_LOAD__IGNORE_EOS", "true", "load.ignore_eos", True),
         ("QUANTLOAD_OBSERVE__GRAFANA_USER", "1234", "observe.grafana_user", "1234"),
-        (
-            "QUANTLOAD_SERVER__EXTRA_ARGS",
-            '["--flash-attn", "on"]',
-            "server.extra_args",
-            ("--flash-attn", "on"),
-        ),
+        ("QUANTLOAD_SERVER__EXTRA_ARGS", '["--flash-attn", "on"]', "server.extra_args", ("--flash-attn", "on")),
     ],
 )
 def test_environment_values_are_decoded_by_the_fields_type(

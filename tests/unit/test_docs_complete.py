@@ -12,11 +12,7 @@ MARKER = re.compile(r"^[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)+$")
 
 
 def test_no_document_keeps_a_marker_for_figures_still_to_measure() -> None:
-    documents = [
-        REPO / "README.md",
-        *sorted((REPO / "docs").rglob("*.md")),
-        REPO / "benchmarks" / "README.md",
-    ]
+    documents = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "benchmarks" / "README.md"]
     left = [
         f"{path.relative_to(REPO)}:{number}: {line}"
         for path in documents

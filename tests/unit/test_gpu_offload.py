@@ -54,18 +54,10 @@ def test_gpu_layers_reach_the_server_the_bench_and_perplexity(
     command = ServerSpec(Path("m.gguf"), "m", gpu_layers=value).command(Path("llama-server"), 8080)
     assert command[command.index("-ngl") + 1] == server  # 0 too: a CUDA build's own default is auto
     chain = _toolchain(value)
-    measured = bench_command(
-        Path("llama-bench"), Path("m.gguf"), 512, 128, 5, 0, chain.layer_args("llama-bench")
-    )
+    measured = bench_command(Path("llama-bench"), Path("m.gguf"), 512, 128, 5, 0, chain.layer_args("llama-bench"))
     assert measured[measured.index("-ngl") + 1] == bench  # llama-bench knows no auto or all
     scored = perplexity_command(
-        Path("llama-perplexity"),
-        Path("m.gguf"),
-        Path("t.txt"),
-        512,
-        4,
-        0,
-        chain.layer_args("llama-perplexity"),
+        Path("llama-perplexity"), Path("m.gguf"), Path("t.txt"), 512, 4, 0, chain.layer_args("llama-perplexity")
     )
     assert scored[scored.index("-ngl") + 1] == server
     assert chain.version_record()["gpu_layers"] == value
@@ -142,10 +134,7 @@ def test_a_server_is_placed_on_the_gpus_its_log_names_and_no_other() -> None:
     on_cpu = parse_offload("load_tensors: offloaded 0/25 layers to GPU\n")
     assert server_gpus(on_cpu, (), inventory) == ()  # type: ignore[arg-type]
     named = server_gpus(parse_offload(""), ("MIG-1", "1"), inventory)  # type: ignore[arg-type]
-    assert [(g.gpu.uuid, g.labels["mig"], g.source) for g in named] == [
-        ("GPU-m", "yes", "target"),
-        ("GPU-b", "no", "target"),
-    ]
+    assert [(g.gpu.uuid, g.labels["mig"], g.source) for g in named] == [("GPU-m", "yes", "target"), ("GPU-b", "no", "target")]
 
 
 def test_the_log_is_followed_in_bounded_steps_and_a_restart_replaces_the_placement(tmp_path: Path) -> None:
@@ -199,9 +188,8 @@ def test_the_exporter_serves_each_servers_gpus_and_layers(tmp_path: Path) -> Non
 
 def test_layers_counted_as_offloaded_without_a_gpu_device_ran_on_the_cpu() -> None:
     # a CPU build with the RPC backend compiled in counts every layer as offloaded, on no device
-    log = parse_offload(
-        "load_tensors: offloading 29 repeating layers to GPU\nload_tensors: offloaded 31/31 layers to GPU\n"
-    )
+    log = parse_offload("load_tensors: offloading 29 repeating layers to GPU\nload_tensors: offloaded 31/31 layers to GPU\n")
     auto = check_offload("auto", log)
     assert auto.verdict == "on the CPU" and not auto.on_gpu and "no GPU device" in auto.line
     assert check_offload("all", log).verdict == "fewer than asked"
+

@@ -40,9 +40,7 @@ def test_padding_and_streams() -> None:
     assert (unified.cells_per_stream, unified.n_stream) == (3072, 1)
 
 
-@pytest.mark.parametrize(
-    ("cache_type", "bytes_per_32"), [("f16", 64), ("q8_0", 34), ("q4_0", 18), ("f32", 128)]
-)
+@pytest.mark.parametrize(("cache_type", "bytes_per_32"), [("f16", 64), ("q8_0", 34), ("q4_0", 18), ("f32", 128)])
 def test_quantized_cache_types_count_blocks(cache_type: str, bytes_per_32: int) -> None:
     shape = KvShape(1, (1,), 32, 32, 4096, "test")
     prediction = predict_kv(shape, 1, 256, cache_type, cache_type)
@@ -70,12 +68,7 @@ LOG = """0.00.013.323 I cmn  common_param: common_params_print_info: build 6912 
 def test_parse_server_log() -> None:
     (line,) = parse_kv_sizes(LOG)
     assert (line.total_mib, line.cells, line.layers, line.seqs, line.type_k, line.v_mib) == (
-        32.0,
-        4096,
-        2,
-        8,
-        "f16",
-        16.0,
+        32.0, 4096, 2, 8, "f16", 16.0,
     )
     layout = parse_slot_layout(LOG)
     assert layout is not None and layout.n_ctx_slot == 4096 and not layout.kv_unified
@@ -104,9 +97,7 @@ def test_the_kv_types_servers_are_filed_apart_and_every_merge_keeps_the_rest(tmp
     shape = KvShape(2, (2, 2), 64, 64, 32768, "test")
     out = tmp_path / "kv.json"
     merge_kv_file(out, "Q8_0", kv_check_from_log(predict_kv(shape, 8, 4096), LOG, None), {"origin": "cache"})
-    q8_log = LOG.replace(
-        "K (f16):   16.00 MiB, V (f16):   16.00 MiB", "K (q8_0):    8.50 MiB, V (q8_0):    8.50 MiB"
-    )
+    q8_log = LOG.replace("K (f16):   16.00 MiB, V (f16):   16.00 MiB", "K (q8_0):    8.50 MiB, V (q8_0):    8.50 MiB")
     q8_log = q8_log.replace("size =   32.00 MiB", "size =   17.00 MiB")
     q8 = kv_check_from_log(predict_kv(shape, 8, 4096, "q8_0", "q8_0"), q8_log, None)
     merge_kv_cache_type(out, "Q8_0", "q8_0", q8)
@@ -125,9 +116,9 @@ def test_flash_attention_as_asked_or_as_auto_resolved() -> None:
     assert parse_flash_attention(asked.format("disabled")) == "disabled"
     auto = asked.format("auto")
     assert parse_flash_attention(auto + "I resolve_fused_ops: Flash Attention enabled\n") == "enabled"
-    assert parse_flash_attention(
-        auto + "W resolve_fused_ops: Flash Attention not supported, set to disabled"
-    ) == ("disabled")
+    assert parse_flash_attention(auto + "W resolve_fused_ops: Flash Attention not supported, set to disabled") == (
+        "disabled"
+    )
     assert parse_flash_attention(auto) is None and parse_flash_attention(LOG) is None
 
 

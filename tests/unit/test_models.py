@@ -132,11 +132,7 @@ def test_results_are_labelled_by_quant_unless_two_files_share_one(tmp_path: Path
     q8 = write_small_gguf(tmp_path / "model-a-Q8_0.gguf", file_type=7)
     quants = {path: read_gguf(path).file_type for path in (a, b, q8)}
     assert result_labels([a, q8], [quants[a], quants[q8]]) == ["F16", "Q8_0"]
-    assert result_labels([a, b, q8], [quants[a], quants[b], quants[q8]]) == [
-        "model-a-F16",
-        "model-b-F16",
-        "Q8_0",
-    ]
+    assert result_labels([a, b, q8], [quants[a], quants[b], quants[q8]]) == ["model-a-F16", "model-b-F16", "Q8_0"]
 
 
 def test_a_prepared_files_source_note_is_found_beside_it(tmp_path: Path) -> None:
@@ -149,9 +145,7 @@ def test_a_prepared_files_source_note_is_found_beside_it(tmp_path: Path) -> None
         tensor_bytes=1, architecture="qwen2", file_type="F16", made_from="x", seconds=0.0,
     )  # fmt: skip
     note = "F16 reconstructed from the Q4_1 release"
-    save_manifest(
-        tmp_path / "manifest.json", Manifest(source={"note": note}, llama_cpp={}, files={"F16": entry})
-    )
+    save_manifest(tmp_path / "manifest.json", Manifest(source={"note": note}, llama_cpp={}, files={"F16": entry}))
     assert source_note_of(model) == note
     assert source_note_of(stranger) is None  # not listed by the manifest beside it
     (tmp_path / "sub").mkdir()

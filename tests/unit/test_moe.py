@@ -17,9 +17,7 @@ from quantload.models.synthetic_moe import MoeShape, twin_feed_forward, write_de
 from quantload.roofline.weights import weight_traffic
 
 VOCAB = 512  # tokens of the stand-in vocabulary: small, so the experts dominate the files
-SHAPE = MoeShape(
-    embedding=256, heads=4, kv_heads=2, layers=2, experts=8, experts_used=2, expert_feed_forward=256
-)
+SHAPE = MoeShape(embedding=256, heads=4, kv_heads=2, layers=2, experts=8, experts_used=2, expert_feed_forward=256)
 
 
 def _vocabulary_tree(root: Path) -> Path:
@@ -57,16 +55,10 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _ffn_params(path: Path) -> int:
     tensors = scan_gguf(path).tensors
-    return sum(
-        t.n_elements
-        for name, t in tensors.items()
-        if ".ffn_" in name and "norm" not in name and "gate_inp" not in name
-    )
+    return sum(t.n_elements for name, t in tensors.items() if ".ffn_" in name and "norm" not in name and "gate_inp" not in name)
 
 
-def test_the_tiny_moe_is_a_qwen3moe_with_its_experts_in_the_metadata_and_tensors(
-    written: dict[str, Path],
-) -> None:
+def test_the_tiny_moe_is_a_qwen3moe_with_its_experts_in_the_metadata_and_tensors(written: dict[str, Path]) -> None:
     summary = read_gguf(written["moe"])
     assert (summary.architecture, summary.file_type) == ("qwen3moe", "F16")
     assert summary.arch_value("expert_count") == 8 and summary.arch_value("expert_used_count") == 2
@@ -137,9 +129,7 @@ def test_the_kv_cache_of_the_moe_is_its_attention_alone(written: dict[str, Path]
 
 def test_experts_without_a_used_count_are_refused_in_one_line(written: dict[str, Path]) -> None:
     summary = read_gguf(written["moe"])
-    broken = type(summary)(
-        **{**summary.__dict__, "metadata": {**summary.metadata, "qwen3moe.expert_used_count": 0}}
-    )
+    broken = type(summary)(**{**summary.__dict__, "metadata": {**summary.metadata, "qwen3moe.expert_used_count": 0}})
     with pytest.raises(ModelError, match=r"8 experts but qwen3moe\.expert_used_count is 0") as caught:
         moe_facts(broken, scan_gguf(summary.path).tensor_table())
     assert "how many of its experts each token uses" in caught.value.one_line()
@@ -147,10 +137,7 @@ def test_experts_without_a_used_count_are_refused_in_one_line(written: dict[str,
 
 @pytest.mark.parametrize(
     ("change", "problem"),
-    [
-        ({"experts_used": 9}, "cannot use 9 per token"),
-        ({"expert_feed_forward": 200}, "not a multiple of 256"),
-    ],
+    [({"experts_used": 9}, "cannot use 9 per token"), ({"expert_feed_forward": 200}, "not a multiple of 256")],
 )
 def test_a_shape_llama_cpp_or_the_k_quants_refuse_is_refused_before_writing(
     tmp_path: Path, change: dict[str, int], problem: str

@@ -50,9 +50,7 @@ class FakeSpec:
 class FakeServer:
     """Quacks like LlamaServer; `dies_after` experiments it stops being alive."""
 
-    def __init__(
-        self, calls: list[str], quant: str, log_path: Path, fails: bool, dies_after: int | None
-    ) -> None:
+    def __init__(self, calls: list[str], quant: str, log_path: Path, fails: bool, dies_after: int | None) -> None:
         self.calls, self.quant, self.log_path = calls, quant, log_path
         self.fails, self.dies_after = fails, dies_after
         self.spec = FakeSpec(f"tiny-{quant}")
@@ -120,13 +118,8 @@ class FakePrepared:
 class FakeSteps(RunSteps):
     """Every step recorded in `calls`; `fail` maps a call to the exception it raises."""
 
-    def __init__(
-        self,
-        fail: dict[str, BaseException] | None = None,
-        dies: dict[str, int] | None = None,
-        no_start: tuple[str, ...] = (),
-        gpu_logs: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, fail: dict[str, BaseException] | None = None, dies: dict[str, int] | None = None,
+                 no_start: tuple[str, ...] = (), gpu_logs: dict[str, str] | None = None) -> None:
         self.calls: list[str] = []
         self.gpu_logs = gpu_logs or {}  # quant -> what its server's launch logged of its layers
         self.fail = fail or {}
@@ -153,9 +146,7 @@ class FakeSteps(RunSteps):
         self._call("quality_text")
         return Path("/data/wiki.test.raw")
 
-    def quality(
-        self, toolchain: Any, model: Path, quant: str, text: Path, run_dir: Path, progress: Any
-    ) -> Any:
+    def quality(self, toolchain: Any, model: Path, quant: str, text: Path, run_dir: Path, progress: Any) -> Any:
         self._call(f"quality {quant}")
         return object()
 
@@ -171,9 +162,7 @@ class FakeSteps(RunSteps):
         self._call("probe")
         return object()
 
-    def speed(
-        self, toolchain: Any, model: Path, quant: str, limits: Any, run_dir: Path, progress: Any
-    ) -> Any:
+    def speed(self, toolchain: Any, model: Path, quant: str, limits: Any, run_dir: Path, progress: Any) -> Any:
         self._call(f"speed {quant}")
         return object()
 
@@ -181,9 +170,7 @@ class FakeSteps(RunSteps):
         self._call("predict_workload")
         return object()
 
-    def predict(
-        self, toolchain: Any, model: Path, quant: str, shapes: Any, run_dir: Path, progress: Any
-    ) -> Any:
+    def predict(self, toolchain: Any, model: Path, quant: str, shapes: Any, run_dir: Path, progress: Any) -> Any:
         self._call(f"predict {quant}")
         return object()
 
@@ -192,13 +179,8 @@ class FakeSteps(RunSteps):
 
     def server(self, toolchain: Any, model: Path, alias: str, quant: str, run_dir: Path) -> Any:
         self.calls.append(f"server {quant}")
-        server = FakeServer(
-            self.calls,
-            quant,
-            run_dir / "logs" / f"llama-server-{quant}.log",
-            quant in self.no_start,
-            self.dies.get(quant),
-        )
+        server = FakeServer(self.calls, quant, run_dir / "logs" / f"llama-server-{quant}.log",
+                            quant in self.no_start, self.dies.get(quant))
         self.servers[quant] = server
         return server
 
@@ -233,9 +215,7 @@ class FakeSteps(RunSteps):
     def report(self, run_dir: Path, prometheus_url: str | None) -> ReportPaths:
         self._call("report")
         md = run_dir / "report.md"
-        return ReportPaths(
-            md, run_dir / "report.html", run_dir / "table.csv", run_dir / "summary.json", (), 0
-        )
+        return ReportPaths(md, run_dir / "report.html", run_dir / "table.csv", run_dir / "summary.json", (), 0)
 
 
 def _run(tmp_path: Path, steps: FakeSteps) -> NativeRun:
@@ -267,26 +247,14 @@ def test_the_steps_run_in_order_and_run_json_says_finished(tmp_path: Path) -> No
                                 f"variant over {quant}"]  # fmt: skip
         per_quant += [f"server {quant}", f"start {quant}", f"kv {quant}", *experiments, f"stop {quant}"]
     assert steps.calls == [
-        "toolchain",
-        "prepare",
-        "quality_text",
-        *(f"quality {q}" for q in QUANTS),
-        "kld",
-        "probe",
-        *(f"speed {q}" for q in QUANTS),
-        "predict_workload",
-        *(f"predict {q}" for q in QUANTS),
-        "exporter",
-        *per_quant,
-        "stop exporter",
-        "report",
+        "toolchain", "prepare", "quality_text", *(f"quality {q}" for q in QUANTS), "kld", "probe",
+        *(f"speed {q}" for q in QUANTS), "predict_workload", *(f"predict {q}" for q in QUANTS), "exporter",
+        *per_quant, "stop exporter", "report",
     ]
     data = _run_json(run)
     assert data["status"] == "finished" and data["finished_unix_s"] is not None
     assert all(status == "ok" for _, _, status in _steps(data))
-    assert {quant: server["status"] for quant, server in data["servers"].items()} == dict.fromkeys(
-        QUANTS, "ok"
-    )
+    assert {quant: server["status"] for quant, server in data["servers"].items()} == dict.fromkeys(QUANTS, "ok")
     assert data["prometheus"]["available"] is False and "not installed" in data["prometheus"]["why"]
     assert outcome.run_dir == run.run_dir and outcome.report is not None
     load_steps = [s for s in data["steps"] if s["name"] in CI_STEPS]
@@ -325,11 +293,8 @@ def test_a_server_that_does_not_start_fails_its_quantization_only(tmp_path: Path
     run = _run(tmp_path, steps)
     run.execute()
     data = _run_json(run)
-    q8 = [
-        (name, status)
-        for name, quant, status in _steps(data)
-        if quant == "Q8_0" and name not in ("quality", "speed", "predict")
-    ]
+    q8 = [(name, status) for name, quant, status in _steps(data) if quant == "Q8_0"
+          and name not in ("quality", "speed", "predict")]
     assert q8 == [("serve", "failed"), ("kv", "failed"), *((name, "failed") for name in CI_STEPS)]
     assert data["servers"]["Q8_0"]["status"] == "failed_to_start"
     assert data["servers"]["Q4_K_M"]["status"] == "ok"
@@ -341,13 +306,8 @@ def test_a_server_that_dies_fails_its_remaining_experiments(tmp_path: Path) -> N
     run = _run(tmp_path, steps)
     run.execute()
     data = _run_json(run)
-    f16 = {
-        name: (status, error)
-        for name, quant, status, error in (
-            (s["name"], s["quant"], s["status"], s["error"]) for s in data["steps"]
-        )
-        if quant == "F16"
-    }
+    f16 = {name: (status, error) for name, quant, status, error in
+           ((s["name"], s["quant"], s["status"], s["error"]) for s in data["steps"]) if quant == "F16"}
     assert f16["load"] == ("ok", None)
     assert f16["prefix_cache"] == ("failed", "llama-server died earlier in the run")
     assert data["servers"]["F16"]["status"] == "died"
@@ -371,9 +331,7 @@ def test_an_interruption_stops_every_child_and_marks_the_run_interrupted(tmp_pat
 
 def test_servers_at_once_start_together_and_stop_at_the_end(tmp_path: Path) -> None:
     steps = FakeSteps()
-    config = load_config(
-        tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "run.servers_at_once": True}
-    )
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "run.servers_at_once": True})
     NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
     starts = [i for i, call in enumerate(steps.calls) if call.startswith("start ")]
     sweeps = [i for i, call in enumerate(steps.calls) if call.startswith("sweep ")]
@@ -391,9 +349,7 @@ def test_the_loadgen_ports_cover_every_worker(tmp_path: Path) -> None:
     run = NativeRun(config, {}, tmp_path / "results", Silent(), FakeSteps())
     port = run.ports.loadgen
     assert run.ports.loadgen_urls(config.settings, tmp_path) == [
-        f"http://127.0.0.1:{port}",
-        f"http://127.0.0.1:{port + 1}",
-        f"http://127.0.0.1:{port + 2}",
+        f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}",
     ]
 
 
@@ -408,15 +364,11 @@ class FlagSteps(FakeSteps):
         from quantload.llamacpp.server_help import ServerBuild
 
         self.calls.append("server_build")
-        return self.build or ServerBuild(
-            frozenset({"--parallel"}), ("f16", "q8_0"), ("none", "draft-simple", "ngram-mod")
-        )
+        return self.build or ServerBuild(frozenset({"--parallel"}), ("f16", "q8_0"), ("none", "draft-simple", "ngram-mod"))
 
     def tune(self, served: Any, servers: Any, context: Any, toolchain: Any) -> Any:
         self.calls.append(f"tune {served.quant}")
-        winner = (
-            None if self.winner is None else type("Config", (), {"key": f"{self.winner} {served.quant}"})()
-        )
+        winner = None if self.winner is None else type("Config", (), {"key": f"{self.winner} {served.quant}"})()
         return type("Outcome", (), {"winner": winner, "busy_s": 3.0})()
 
     def adopt(self, servers: Any, config: Any, quant: str, run_dir: Path) -> Any:
@@ -458,9 +410,7 @@ def test_expert_placement_on_a_cpu_only_machine_ends_the_run_before_any_server(t
     flags = {"model.source": "tiny", "run.profile": "ci", "load.experiments": ["sweep"],
              "server.expert_placement": "n-cpu-moe:2"}  # fmt: skip
     run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
-    with pytest.raises(
-        ConfigError, match=r"server\.expert_placement = 'n-cpu-moe:2' keeps experts in host memory"
-    ):
+    with pytest.raises(ConfigError, match=r"server\.expert_placement = 'n-cpu-moe:2' keeps experts in host memory"):
         run.execute()
     assert steps.calls == ["toolchain", "prepare", "devices"]
     assert _steps(_run_json(run))[-1] == ("preflight", None, "failed")
@@ -469,9 +419,7 @@ def test_expert_placement_on_a_cpu_only_machine_ends_the_run_before_any_server(t
 def test_rpc_hosts_that_do_not_answer_end_the_run_before_any_server(tmp_path: Path) -> None:
     from quantload.errors import ServerError
 
-    steps = DeviceSteps(
-        devices=ServerError("llama-server could not reach its RPC hosts 10.0.0.9:50052: refused")
-    )
+    steps = DeviceSteps(devices=ServerError("llama-server could not reach its RPC hosts 10.0.0.9:50052: refused"))
     flags = {"model.source": "tiny", "run.profile": "ci", "load.experiments": ["sweep"],
              "server.rpc": ["10.0.0.9:50052"]}  # fmt: skip
     run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
@@ -485,9 +433,7 @@ def test_a_run_without_checked_experiments_has_no_preflight_step(tmp_path: Path)
     steps = FlagSteps()
     run = _run(tmp_path, steps)
     run.execute()
-    assert "server_build" not in steps.calls and "preflight" not in [
-        name for name, _, _ in _steps(_run_json(run))
-    ]
+    assert "server_build" not in steps.calls and "preflight" not in [name for name, _, _ in _steps(_run_json(run))]
 
 
 def test_run_tune_tunes_each_server_then_serves_the_rest_of_the_run_with_the_winner(tmp_path: Path) -> None:
@@ -496,15 +442,9 @@ def test_run_tune_tunes_each_server_then_serves_the_rest_of_the_run_with_the_win
              "load.experiments": ["sweep"]}  # fmt: skip
     run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
     run.execute()
-    assert steps.calls[steps.calls.index("kv Q8_0") + 1 :][:3] == [
-        "tune Q8_0",
-        "adopt winner Q8_0",
-        "sweep Q8_0",
-    ]
+    assert steps.calls[steps.calls.index("kv Q8_0") + 1 :][:3] == ["tune Q8_0", "adopt winner Q8_0", "sweep Q8_0"]
     data = _run_json(run)
-    assert ("tune", "Q8_0", "ok") in _steps(
-        data
-    ) and "server_build" in steps.calls  # the tune's space checked
+    assert ("tune", "Q8_0", "ok") in _steps(data) and "server_build" in steps.calls  # the tune's space checked
     assert any("served with the tuned flags winner Q8_0" in note for note in data["notes"])
 
 
@@ -515,19 +455,12 @@ def test_a_tune_without_a_winner_leaves_the_configured_flags_and_says_so(tmp_pat
     run = NativeRun(load_config(tmp_path, {}, flags), {}, tmp_path / "results", Silent(), steps)
     run.execute()
     assert not any(call.startswith("adopt") for call in steps.calls) and "sweep Q8_0" in steps.calls
-    assert any(
-        "(no configuration was shown to beat the configured flags); served with the configured flags" in n
-        for n in _run_json(run)["notes"]
-    )
-
-
+    assert any("(no configuration was shown to beat the configured flags); served with the configured flags" in n for n in _run_json(run)["notes"])
 def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp_path: Path) -> None:
     steps = FakeSteps()
     config = load_config(tmp_path, {}, {"model.source": "tiny", "load.experiments": ("sweep",)})
     outcome = NativeRun(config, {}, tmp_path / "results", Silent(), steps).execute()
-    assert (
-        steps.calls.index("kld") < steps.calls.index("sensitivity tiny-F16.gguf") < steps.calls.index("probe")
-    )
+    assert steps.calls.index("kld") < steps.calls.index("sensitivity tiny-F16.gguf") < steps.calls.index("probe")
     run = json.loads((outcome.run_dir / "run.json").read_text())
     assert [s["status"] for s in run["steps"] if s["name"] == "sensitivity"] == ["ok"]
     quick = FakeSteps()  # the quick and ci profiles leave it out
@@ -537,13 +470,9 @@ def test_the_full_profile_scans_the_tensors_from_the_reference_after_the_kld(tmp
 
 
 def test_the_gpus_are_watched_idle_before_the_load_of_a_server_that_offloaded_layers(tmp_path: Path) -> None:
-    device = (
-        "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H100) (0000:3b:00.0) - 80000 MiB free\n"
-    )
+    device = "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H100) (0000:3b:00.0) - 80000 MiB free\n"
     on_gpu = device + "load_tensors: offloaded 25/25 layers to GPU\n"
-    steps = FakeSteps(
-        gpu_logs={"Q8_0": on_gpu, "F16": device + "load_tensors: offloaded 3/25 layers to GPU\n"}
-    )
+    steps = FakeSteps(gpu_logs={"Q8_0": on_gpu, "F16": device + "load_tensors: offloaded 3/25 layers to GPU\n"})
     run = _run(tmp_path, steps)
     run.execute()
     # one server at a time: its own baseline just before its load; none for the CPU server (Q4_K_M)
@@ -554,17 +483,13 @@ def test_the_gpus_are_watched_idle_before_the_load_of_a_server_that_offloaded_la
     offload = {quant: status for name, quant, status in _steps(data) if name == "offload"}
     assert offload == dict.fromkeys(QUANTS, "ok")
     assert any("F16: 3/25 layers offloaded" in note and "fewer than" in note for note in data["notes"])
-    off = load_config(
-        tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "observe.idle_baseline": "off"}
-    )
+    off = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "observe.idle_baseline": "off"})
     quiet = FakeSteps(gpu_logs={"Q8_0": on_gpu})
     NativeRun(off, {}, tmp_path / "off", Silent(), quiet).execute()
     assert not [call for call in quiet.calls if call.startswith("idle")]
 
 
-def test_an_offline_run_says_how_to_give_the_text_at_its_start_and_again_in_its_last_lines(
-    tmp_path: Path,
-) -> None:
+def test_an_offline_run_says_how_to_give_the_text_at_its_start_and_again_in_its_last_lines(tmp_path: Path) -> None:
     from quantload.quality.dataset import _offline_hint
 
     hint = _offline_hint(tmp_path, "https://example.invalid/wikitext-2-raw-v1.zip")
@@ -572,10 +497,7 @@ def test_an_offline_run_says_how_to_give_the_text_at_its_start_and_again_in_its_
     steps = FakeSteps(fail={"quality_text": ConfigError("WikiText-2 cannot be downloaded: offline", hint)})
     outcome = _run(tmp_path, steps).execute()
     (again,) = outcome.again
-    assert (
-        again.startswith("quality skipped: WikiText-2 cannot be downloaded: offline")
-        and "DATASET=PATH" in again
-    )
+    assert again.startswith("quality skipped: WikiText-2 cannot be downloaded: offline") and "DATASET=PATH" in again
     assert outcome.report is not None  # the run went on without quality
 
 
@@ -583,9 +505,7 @@ def test_each_file_is_predicted_after_its_speed_and_before_any_server(tmp_path: 
     steps = FakeSteps()
     run = _run(tmp_path, steps)
     run.execute()
-    assert (
-        steps.calls.index("speed Q4_K_M") < steps.calls.index("predict F16") < steps.calls.index("exporter")
-    )
+    assert steps.calls.index("speed Q4_K_M") < steps.calls.index("predict F16") < steps.calls.index("exporter")
     predicted = [(quant, status) for name, quant, status in _steps(_run_json(run)) if name == "predict"]
     assert predicted == [(quant, "ok") for quant in QUANTS]
 
@@ -613,9 +533,7 @@ def test_a_workload_the_model_does_not_predict_skips_the_step_with_why(tmp_path:
 
 def test_predict_enabled_false_turns_the_step_off_and_says_so(tmp_path: Path) -> None:
     steps = FakeSteps()
-    config = load_config(
-        tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "predict.enabled": False}
-    )
+    config = load_config(tmp_path, {}, {"model.source": "tiny", "run.profile": "ci", "predict.enabled": False})
     run = NativeRun(config, {}, tmp_path / "results", Silent(), steps)
     run.execute()
     assert not any(call.startswith("predict") for call in steps.calls)

@@ -37,20 +37,14 @@ STARTS: dict[str, Callable[[], object]] = {
     "os.spawnv": lambda: os.spawnv(os.P_WAIT, "/bin/true", ["true"]),
     "os.posix_spawn": lambda: os.posix_spawn("/bin/true", ["true"], {}),
     "asyncio": lambda: asyncio.run(_asyncio_child()),
-    **{
-        f"multiprocessing {method}": _multiprocessing(method)
-        for method in multiprocessing.get_all_start_methods()
-    },
+    **{f"multiprocessing {method}": _multiprocessing(method) for method in multiprocessing.get_all_start_methods()},
 }
 
 
 @pytest.mark.parametrize("start", list(STARTS))
 def test_every_way_of_starting_a_process_is_refused_and_noted(process_guard: ModuleType, start: str) -> None:
     attempts: list[str] = []
-    with (
-        process_guard.no_process_starts(attempts),
-        pytest.raises(RuntimeError, match=process_guard.GUARD_MESSAGE),
-    ):
+    with process_guard.no_process_starts(attempts), pytest.raises(RuntimeError, match=process_guard.GUARD_MESSAGE):
         STARTS[start]()
     assert attempts, "the start is noted even where the code under test catches it"
 

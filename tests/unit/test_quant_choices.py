@@ -66,13 +66,9 @@ def test_types_that_need_an_importance_matrix_get_one_or_are_refused() -> None:
     assert "prepare.imatrix = computed" in caught.value.one_line()
     with pytest.raises(ConfigError, match="Q4_K_M-imatrix asks for an importance matrix"):
         plan_files(PrepareSettings(quants=("Q4_K_M-imatrix",)), TYPES)
-    plan = plan_files(
-        PrepareSettings(quants=("F16", "Q4_K_M", "Q4_K_M-imatrix", "IQ2_XS"), imatrix="computed"), TYPES
-    )
+    plan = plan_files(PrepareSettings(quants=("F16", "Q4_K_M", "Q4_K_M-imatrix", "IQ2_XS"), imatrix="computed"), TYPES)
     assert [(f.label, f.quant_type, f.imatrix) for f in plan.files] == [
-        ("F16", "F16", False),
-        ("Q4_K_M", "Q4_K_M", False),
-        ("Q4_K_M-imatrix", "Q4_K_M", True),
+        ("F16", "F16", False), ("Q4_K_M", "Q4_K_M", False), ("Q4_K_M-imatrix", "Q4_K_M", True),
         ("IQ2_XS-imatrix", "IQ2_XS", True),  # labelled for what it is
     ]
     assert plan.needs_imatrix and next(f.label for f in plan.without("F16").files) == "Q4_K_M"
@@ -91,9 +87,7 @@ def test_a_mix_is_checked_and_names_its_flags(tmp_path: Path) -> None:
         "--tensor-type", "attn_v=q8_0", "--tensor-type", "ffn_down=q6_k", "--output-tensor-type", "q8_0",
     ]  # fmt: skip
     bad = MixSettings(name="m", base="Q4_K_M", tensor_types=("attn_v=q8",))
-    with pytest.raises(
-        ConfigError, match=r"prepare.mixes m: 'q8' is not a ggml tensor type \(nearest: .*q8_0"
-    ):
+    with pytest.raises(ConfigError, match=r"prepare.mixes m: 'q8' is not a ggml tensor type \(nearest: .*q8_0"):
         plan_files(PrepareSettings(quants=(), mixes=(bad,)), TYPES)
     low = MixSettings(name="low", base="Q4_K_M", tensor_types=("ffn_down=iq2_xs",))
     with pytest.raises(ConfigError, match=r"prepare\.mixes low needs an importance matrix"):
@@ -169,9 +163,7 @@ def test_given_files_are_read_from_their_metadata_and_ordered_by_size(tmp_path: 
     assert list(manifest.files) == manifest.ordered_labels()
     assert manifest.reference_label() == "F16" and manifest.files["F16"].path == str(files[0].resolve())
     assert manifest.files["Q4_K_M-imatrix"].imatrix == {
-        "file": "imatrix.gguf",
-        "dataset": "calibration.txt",
-        "chunks_count": 8,
+        "file": "imatrix.gguf", "dataset": "calibration.txt", "chunks_count": 8,
     }
     assert manifest.files["Q4_K_M"].imatrix is None and manifest.files["Q8_0"].origin.startswith("local file")
     # one by one, without an F16: perplexity only, said plainly
@@ -190,10 +182,7 @@ def test_bad_given_files_are_one_line_each(tmp_path: Path) -> None:
         "is not a GGUF file": [str((tmp_path / "notes.gguf").resolve())],
         "one part of a split GGUF": [str(write_gguf(tmp_path / "m-00001-of-00002.gguf", 15))],
         "vocabulary 100 against 200 tokens": [str(good), str(write_gguf(tmp_path / "b.gguf", 7, vocab=200))],
-        "architecture qwen2 against llama": [
-            str(good),
-            str(write_gguf(tmp_path / "c.gguf", 7, arch="llama")),
-        ],
+        "architecture qwen2 against llama": [str(good), str(write_gguf(tmp_path / "c.gguf", 7, arch="llama"))],
         "tensor shapes differ": [str(good), str(write_gguf(tmp_path / "d.gguf", 7, rows=128))],
         "holds no .gguf file": [str(tmp_path / "empty")],
     }

@@ -156,19 +156,7 @@ def test_quantload_load_goes_on_after_a_failed_experiment_and_exits_1(
     monkeypatch.setattr(run_steps, "run_experiment", stand_in)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "o"
-    argv = [
-        "load",
-        "--url",
-        "http://127.0.0.1:9",
-        "--out",
-        str(out),
-        "-e",
-        "sweep",
-        "-e",
-        "open_loop",
-        "--rates",
-        "1",
-    ]
+    argv = ["load", "--url", "http://127.0.0.1:9", "--out", str(out), "-e", "sweep", "-e", "open_loop", "--rates", "1"]
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 1 and ran == ["sweep", "open_loop"], err

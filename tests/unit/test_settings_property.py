@@ -88,28 +88,17 @@ FIELDS: dict[str, Any] = {
 }
 
 
-NUMERIC_FIELDS = sorted(
-    key for key, annotation in FIELDS.items() if "int" in str(annotation) or "float" in str(annotation)
-)
+NUMERIC_FIELDS = sorted(key for key, annotation in FIELDS.items() if "int" in str(annotation) or "float" in str(annotation))
 
 
 @st.composite
 def flag_layers(draw: st.DrawFn) -> dict[str, Any]:
     """A few settings at once (numbers more often), each a value of its type or of another."""
     keys = draw(
-        st.lists(
-            st.sampled_from(NUMERIC_FIELDS) | st.sampled_from(sorted(FIELDS)),
-            min_size=1,
-            max_size=4,
-            unique=True,
-        )
+        st.lists(st.sampled_from(NUMERIC_FIELDS) | st.sampled_from(sorted(FIELDS)), min_size=1, max_size=4, unique=True)
     )
     return {
-        key: draw(
-            st.one_of(values_for(FIELDS[key]), ANYTHING)
-            if draw(st.integers(0, 4)) == 0
-            else values_for(FIELDS[key])
-        )
+        key: draw(st.one_of(values_for(FIELDS[key]), ANYTHING) if draw(st.integers(0, 4)) == 0 else values_for(FIELDS[key]))
         for key in keys
     }
 
@@ -126,9 +115,7 @@ def _finite_everywhere(value: Any) -> bool:
 
 @BOUNDED
 @given(flags=flag_layers())
-def test_any_values_through_load_config_give_settings_or_one_line(
-    flags: dict[str, Any], tmp_path_factory: Any
-) -> None:
+def test_any_values_through_load_config_give_settings_or_one_line(flags: dict[str, Any], tmp_path_factory: Any) -> None:
     cwd = tmp_path_factory.getbasetemp()
     try:
         resolved = load_config(cwd, {}, flags)
@@ -144,9 +131,7 @@ def use_plan(plan: PlanSettings) -> None:
     measured = MeasuredLimit("Q4_K_M", users=3, rps=0.37, output_tok_s=41.0, source="test")
     for target, kind in ((plan.target_rps, "requests/s"), (plan.target_users, "users")):
         if target is not None:
-            count = servers_for(
-                float(target), 0.37 if kind == "requests/s" else 3.0, plan.headroom_frac, kind
-            )
+            count = servers_for(float(target), 0.37 if kind == "requests/s" else 3.0, plan.headroom_frac, kind)
             if plan.price_per_hour is not None:
                 costs(plan.price_per_hour, measured, count)
     if plan.memory_budget_gib is not None:
@@ -165,9 +150,7 @@ def use_downstream(settings: Settings) -> None:
             level = search.next_level()
             if level is None:
                 break
-            search.record(
-                Trial(level, "meets" if level < most / 2 else "misses", seconds=limit.trial_seconds)
-            )
+            search.record(Trial(level, "meets" if level < most / 2 else "misses", seconds=limit.trial_seconds))
         search.result().sentence()
     for text in (settings.workload.input_lengths, settings.workload.output_lengths,
                  settings.sessions.turn_tokens, settings.sessions.reply_tokens):  # fmt: skip
@@ -222,9 +205,7 @@ def test_any_tenant_tables_give_settings_or_one_line(
     lines = []
     for table in tenants:
         lines.append("[[tenants]]")
-        lines += [
-            f"{key} = {text}" for key, value in table.items() if (text := toml_value(value)) is not None
-        ]
+        lines += [f"{key} = {text}" for key, value in table.items() if (text := toml_value(value)) is not None]
     if steps is not None:
         lines += ["[noisy_neighbour]", f"steps = {toml_value(steps)}"]
     (folder / "quantload.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -246,9 +227,7 @@ def test_any_tenant_tables_give_settings_or_one_line(
 
 @pytest.mark.parametrize("key", sorted(k for k, a in FIELDS.items() if "float" in str(a)))
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e308])
-def test_every_float_setting_refuses_what_is_not_a_finite_number_in_range(
-    key: str, value: float, tmp_path: Path
-) -> None:
+def test_every_float_setting_refuses_what_is_not_a_finite_number_in_range(key: str, value: float, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path, {}, {key: value})
     assert key in caught.value.one_line()
@@ -256,12 +235,8 @@ def test_every_float_setting_refuses_what_is_not_a_finite_number_in_range(
 
 # ------------------------------------------------------------------ through the command line
 
-FLOAT_TEXT = st.one_of(
-    st.sampled_from(["inf", "-inf", "nan", "1e308", "5e-324", "0", "-1"]), st.floats().map(str)
-)
-INT_TEXT = st.one_of(
-    st.sampled_from(["0", "-1", str(2**63), str(10**30)]), st.integers(-(2**66), 2**66).map(str)
-)
+FLOAT_TEXT = st.one_of(st.sampled_from(["inf", "-inf", "nan", "1e308", "5e-324", "0", "-1"]), st.floats().map(str))
+INT_TEXT = st.one_of(st.sampled_from(["0", "-1", str(2**63), str(10**30)]), st.integers(-(2**66), 2**66).map(str))
 LOAD_FLAGS: dict[str, st.SearchStrategy[str]] = {
     "--speed": FLOAT_TEXT,
     "--turns": INT_TEXT,
@@ -280,29 +255,17 @@ LOAD_FLAGS: dict[str, st.SearchStrategy[str]] = {
     "--request-timeout": FLOAT_TEXT,
     "--first-byte-timeout": FLOAT_TEXT,
     "--input-lengths": st.sampled_from(
-        [
-            "normal:mean=inf,sd=1",
-            "fixed:100000000",
-            "lognormal:mean=5,spread=1e308",
-            "uniform:1-1e300",
-            "fixed:64",
-        ]
+        ["normal:mean=inf,sd=1", "fixed:100000000", "lognormal:mean=5,spread=1e308", "uniform:1-1e300", "fixed:64"]
     ),
     "--batch-sizes": st.sampled_from(["0/0", "2048/512", "1/2", "99999999999/1", "a/b"]),
     "--duration": st.one_of(
-        FLOAT_TEXT,
-        st.sampled_from(["1h", "20m", "90s", "inf h", "nan m", "1e308h", "-5m", "2d", "an hour", ""]),
+        FLOAT_TEXT, st.sampled_from(["1h", "20m", "90s", "inf h", "nan m", "1e308h", "-5m", "2d", "an hour", ""])
     ),
 }
 REPORT_FLAGS: dict[str, st.SearchStrategy[str]] = {
     name: st.one_of(FLOAT_TEXT, INT_TEXT, st.sampled_from(["inf", "nan"]))
     for name in (
-        "--slo-ttft-p99",
-        "--slo-tpot",
-        "--max-kld",
-        "--target-rps",
-        "--headroom",
-        "--price-per-hour",
+        "--slo-ttft-p99", "--slo-tpot", "--max-kld", "--target-rps", "--headroom", "--price-per-hour",
         "--memory-budget-gib",
     )
 }
@@ -334,10 +297,7 @@ def flag_lines(draw: st.DrawFn, flags: dict[str, st.SearchStrategy[str]]) -> lis
 @BOUNDED
 @given(argv=flag_lines(LOAD_FLAGS))
 def test_load_flags_of_any_value_are_settings_or_one_line(
-    argv: list[str],
-    tmp_path_factory: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    argv: list[str], tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(run_steps, "run_experiment", _stop)
     out = tmp_path_factory.getbasetemp() / "load-out"
@@ -354,10 +314,7 @@ def test_load_flags_of_any_value_are_settings_or_one_line(
 @BOUNDED
 @given(argv=flag_lines(REPORT_FLAGS))
 def test_report_flags_of_any_value_are_settings_or_one_line(
-    argv: list[str],
-    tmp_path_factory: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    argv: list[str], tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(cmd_report, "build_report", _stop)
     code = main(["report", str(tmp_path_factory.getbasetemp()), "--plan", *argv])

@@ -13,7 +13,9 @@ from quantload.slo import Slo, SloCounts, judge
 SLO = Slo(ttft_s=1.0, tpot_s=0.1)
 
 
-def clean(requests: int, ttft_over: int = 0, burst: int = 1, failed: int = 0, block: int = 8) -> SloCounts:
+def clean(
+    requests: int, ttft_over: int = 0, burst: int = 1, failed: int = 0, block: int = 8
+) -> SloCounts:
     """`requests` with `ttft_over` over the TTFT limit in runs of `burst` (each run in one block of
     `block` requests), spread evenly, and `failed` failures alone."""
     ok = requests - failed
@@ -64,9 +66,7 @@ def test_more_users_in_flight_need_more_requests_to_meet() -> None:
 
 
 def test_a_busy_machine_turns_a_miss_into_undecided_never_a_meet_into_a_miss() -> None:
-    broken = judge(
-        clean(20, ttft_over=15), SLO, in_flight=1, machine_busy="other processes took 60 % of the CPU"
-    )
+    broken = judge(clean(20, ttft_over=15), SLO, in_flight=1, machine_busy="other processes took 60 % of the CPU")
     assert broken.outcome == "undecided" and "other processes took" in broken.why
     assert judge(clean(600), SLO, in_flight=1, machine_busy="busy").outcome == "meets"
 
@@ -89,14 +89,8 @@ def test_the_slo_says_how_few_requests_meet_and_which_allowance_asks_for_them() 
     # p90 latency limits with the default 1 % failed allowance: the failures need the requests
     assert "no fewer than 380 requests, for the 1 % failed allowance)" in Slo(3.0, 0.2, "p90", "p90").text()
     loose = Slo(3.0, 0.2, "p90", "p90", max_failed_frac=0.1)
-    assert loose.text().endswith(
-        "no fewer than 37 requests, for the TTFT p90, the TPOT p90 and the 10 % failed allowance)"
-    )
-    assert (
-        Slo(3.0, 0.2, "p99", "p90", max_failed_frac=0.1)
-        .fewest_text()
-        .endswith("380 requests, for the TTFT p99")
-    )
+    assert loose.text().endswith("no fewer than 37 requests, for the TTFT p90, the TPOT p90 and the 10 % failed allowance)")
+    assert Slo(3.0, 0.2, "p99", "p90", max_failed_frac=0.1).fewest_text().endswith("380 requests, for the TTFT p99")
 
 
 def test_a_p50_objective_is_met_by_a_handful_of_requests() -> None:

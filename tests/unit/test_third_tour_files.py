@@ -25,13 +25,7 @@ from quantload.models.calibration import check_calibration_file
 from quantload.models.file_plan import check_overrides_match, plan_files
 
 TYPES = QuantTypes(("Q4_K_M", "Q8_0", "F16", "COPY"), ggml_tensor_types())
-TENSORS = [
-    "token_embd.weight",
-    "blk.0.attn_q.weight",
-    "blk.0.attn_v.weight",
-    "blk.0.ffn_down.weight",
-    "output.weight",
-]
+TENSORS = ["token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.0.ffn_down.weight", "output.weight"]
 
 
 def test_copy_is_said_to_be_a_copy_not_an_unknown_type() -> None:
@@ -96,9 +90,7 @@ def test_a_draft_model_that_is_no_gguf_is_named_as_speculation_draft_model(tmp_p
 
 
 def test_the_soak_says_where_server_memory_came_from_or_why_it_did_not() -> None:
-    unread = SimpleNamespace(
-        memory_source=None, memory_missing="the server is not a process quantload started"
-    )
+    unread = SimpleNamespace(memory_source=None, memory_missing="the server is not a process quantload started")
     said = _memory_sentence(unread)  # type: ignore[arg-type]
     assert said == "Server memory not measured: the server is not a process quantload started."
     assert "nowhere" not in _memory_sentence(SimpleNamespace(memory_source=None, memory_missing=None))  # type: ignore[arg-type]
@@ -125,10 +117,7 @@ def test_installing_prometheus_is_advised_only_where_it_is_missing(monkeypatch: 
 
 def test_a_label_a_spreadsheet_would_run_is_written_as_text(tmp_path: Path) -> None:
     frame = pd.DataFrame(
-        {
-            "quant": ['=HYPERLINK("http://x","y")', "+1", "@SUM(A1)", "Q8_0"],
-            "ttft_p99_s": [0.5, -0.25, 1.0, 2.0],
-        }
+        {"quant": ['=HYPERLINK("http://x","y")', "+1", "@SUM(A1)", "Q8_0"], "ttft_p99_s": [0.5, -0.25, 1.0, 2.0]}
     )
     path = tmp_path / "table.csv"
     write_csv(frame, path)

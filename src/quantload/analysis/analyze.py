@@ -101,11 +101,7 @@ def load_window(stages: pd.DataFrame) -> TimeWindow | None:
 
 
 def _quant_gaps(
-    run: RunData,
-    quants: tuple[str, ...],
-    stages: pd.DataFrame,
-    levels: pd.DataFrame,
-    given: ReportInput,
+    run: RunData, quants: tuple[str, ...], stages: pd.DataFrame, levels: pd.DataFrame, given: ReportInput,
     parts: ReportParts,
 ) -> list[Gap]:
     """What of each model file the run meant to measure and did not, the experiments' notes of one

@@ -143,7 +143,9 @@ class Costs:
     per_hour_planned: float | None
 
 
-def costs(price_per_hour: float, limit: MeasuredLimit, plan: ServerCount | None) -> Costs:
+def costs(
+    price_per_hour: float, limit: MeasuredLimit, plan: ServerCount | None
+) -> Costs:
     """Costs at the measured limit (a server run flat out within the SLO) and at the plan."""
     rps, tok_s = limit.rps, limit.output_tok_s
     at_limit = price_per_hour / (rps * 3600) if rps else None
@@ -158,7 +160,9 @@ def costs(price_per_hour: float, limit: MeasuredLimit, plan: ServerCount | None)
         served_rps = plan.servers * plan.utilisation * rps  # each server at its planned share
     per_request = hourly / (served_rps * 3600) if served_rps else None
     tokens_per_request = tok_s / rps if tok_s and rps else None
-    per_m = per_request / tokens_per_request * 1e6 if per_request is not None and tokens_per_request else None
+    per_m = (
+        per_request / tokens_per_request * 1e6 if per_request is not None and tokens_per_request else None
+    )
     return Costs(at_limit, per_m_at_limit, per_request, per_m, hourly)
 
 
@@ -390,7 +394,9 @@ def build_plan(
 ) -> CapacityPlan:
     """The whole plan from per-quantization measurements (see the module docstring)."""
     quants = tuple(
-        plan_quant(limit, inputs, memories.get(limit.quant), samples.get(limit.quant), slo_ttft_s, slo_tpot_s)
+        plan_quant(
+            limit, inputs, memories.get(limit.quant), samples.get(limit.quant), slo_ttft_s, slo_tpot_s
+        )
         for limit in limits
     )
     return CapacityPlan(inputs, quants, missing_inputs(inputs))

@@ -242,7 +242,8 @@ def _delta_row(metric: Metric, quant: str, a: Analysis, b: Analysis) -> dict[str
 
 
 COMPARE_READS = (
-    "a comparison reads the two run folders only; `quantload report RUN` shows each run's Prometheus sections"
+    "a comparison reads the two run folders only; `quantload report RUN` shows each run's Prometheus"
+    " sections"
 )
 
 

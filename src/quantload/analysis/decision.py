@@ -53,7 +53,8 @@ def _flags(analysis: Analysis, quant: str) -> str:
     flags = f"-np {server.slots} -c {server.slots * server.ctx_per_slot} -ctk {server.cache_type_k}"
     flags += f" -ctv {server.cache_type_v}" + (f" -t {server.threads}" if server.threads else "")
     return (
-        f"`{flags}` ({server.slots} slots of {server.ctx_per_slot:,} tokens, {server.cache_type_k} KV cache)"
+        f"`{flags}` ({server.slots} slots of {server.ctx_per_slot:,} tokens, {server.cache_type_k} KV"
+        " cache)"
     )
 
 
@@ -254,3 +255,4 @@ def decision(analysis: Analysis) -> Decision:
         ("Limited by", _limits(analysis, chosen)),
     )
     return Decision(True, lines, busy, quant)
+

@@ -135,3 +135,4 @@ def busy_machine(run: RunData, stages: pd.DataFrame) -> BusyMachine:
         threshold, len(flagged), len(judged), worst, _where(flagged) if not flagged.empty else (), window,
         _tools(run, threshold), exclusive,
     )  # fmt: skip
+

@@ -159,13 +159,8 @@ def stage_table(run: RunData, judged: Slo) -> pd.DataFrame:
         frame = by_stage.get(stage_id, measured.iloc[0:0])
         rows.append(
             _one_stage(
-                stage_id,
-                frame,
-                starts.get(stage_id, {}),
-                ends.get(stage_id, {}),
-                run.summaries.get(stage_id),
-                judged,
-                run.stages.empty,
+                stage_id, frame, starts.get(stage_id, {}), ends.get(stage_id, {}),
+                run.summaries.get(stage_id), judged, run.stages.empty,
             )
         )
     table = pd.DataFrame(rows)

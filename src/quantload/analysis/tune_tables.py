@@ -105,7 +105,8 @@ def tune_verdict(tables: TuneTables) -> str:
         outcome = tables.outcomes.get(str(quant))
         if outcome is None and tables.outcome_error is not None:
             sentences.append(
-                f"{quant}: {TUNE_JSON} could not be read ({tables.outcome_error}); tune.jsonl has its trials"
+                f"{quant}: {TUNE_JSON} could not be read ({tables.outcome_error}); tune.jsonl has its"
+                " trials"
             )
             continue
         if outcome is None:

@@ -40,7 +40,8 @@ def _table(result: Calibration) -> Table:
         caption=(
             "errors in ms (TTFT: client's own, the fake's lateness taken out; vs script: not);"
             f" the fake itself sent tokens up to {_ms(late)} ms late (p99); CPU: % of one core per"
-            f" 100 streams, all load processes; {processes}" + where
+            f" 100 streams, all load processes; {processes}"
+            + where
         ),
         box=box.SIMPLE_HEAD,
         pad_edge=False,

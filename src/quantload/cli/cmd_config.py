@@ -73,10 +73,8 @@ def register(app: typer.Typer) -> None:
             [], "--exporter", help="HOST:PORT of a `quantload exporter`; repeat for several."
         ),
         loadgen: list[str] = typer.Option(
-            [],
-            "--loadgen",
-            help="HOST:PORT of a load process's /metrics (the master of `quantload"
-            " load`, each `quantload load-worker`); repeat for each.",
+            [], "--loadgen", help="HOST:PORT of a load process's /metrics (the master of `quantload"
+            " load`, each `quantload load-worker`); repeat for each."
         ),
         listen: str = typer.Option(
             "127.0.0.1:9090", "--listen", help="HOST:PORT this Prometheus will listen on (it scrapes itself)."

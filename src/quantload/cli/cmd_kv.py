@@ -64,11 +64,7 @@ def register(app: typer.Typer) -> None:
         ).settings
         server = settings.server
         prediction = _predict(
-            model,
-            server.slots,
-            server.ctx_per_slot,
-            server.cache_type_k,
-            server.cache_type_v,
+            model, server.slots, server.ctx_per_slot, server.cache_type_k, server.cache_type_v,
             server.kv_unified,
         )
         result = unchecked_dict(prediction)
@@ -101,21 +97,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(result, indent=2))
             return
         table = Table("factor", "value", title=f"KV cache of {model.name}")
-        for key in (
-            "n_layer",
-            "n_head_kv",
-            "head_dim_k",
-            "head_dim_v",
-            "slots",
-            "ctx_per_slot",
-            "unified",
-            "n_stream",
-            "cells_per_stream",
-            "cache_type_k",
-            "type_size_k",
-            "cache_type_v",
-            "type_size_v",
-        ):
+        for key in ("n_layer", "n_head_kv", "head_dim_k", "head_dim_v", "slots", "ctx_per_slot",
+                    "unified", "n_stream", "cells_per_stream", "cache_type_k", "type_size_k",
+                    "cache_type_v", "type_size_v"):
             table.add_row(key, str(result[key]))
         table.add_row("predicted", f"{result['predicted_mib']:.2f} MiB")
         if checked is not None:

@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Address to serve /metrics on (this host's, for Prometheus).")
         ] = None,
         metrics_port: Annotated[int | None, typer.Option(help="/metrics port; 0 = none.")] = None,
-        plans: Annotated[int, typer.Option(min=0, help="Stop after this many plans; 0 = until stopped.")] = 0,
+        plans: Annotated[
+            int, typer.Option(min=0, help="Stop after this many plans; 0 = until stopped.")
+        ] = 0,
         log: Annotated[
             Path | None, typer.Option(help=f"Log of every worker process (default <run.out>/{LOG_NAME}).")
         ] = None,

@@ -174,14 +174,7 @@ def register(app: typer.Typer) -> None:
             with cli.err_console.status(f"simulating {label} at 1 to {max_users} users"):
                 predictions.append(
                     predict_file(
-                        label,
-                        found,
-                        flags,
-                        shapes,
-                        slo,
-                        max_users,
-                        requests,
-                        seed=settings.load.seed,
+                        label, found, flags, shapes, slo, max_users, requests, seed=settings.load.seed,
                         client=client_timing(settings),
                     )
                 )

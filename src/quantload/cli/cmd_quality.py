@@ -293,14 +293,8 @@ def register(app: typer.Typer) -> None:
                 f"perplexity {model.name}",
                 label,
                 functools.partial(
-                    measure_file_quality,
-                    toolchain,
-                    model,
-                    text,
-                    settings.quality,
-                    label,
-                    out=out,
-                    log_path=log,
+                    measure_file_quality, toolchain, model, text, settings.quality, label,
+                    out=out, log_path=log,
                 ),
             )
             if measured is not None:

@@ -109,11 +109,8 @@ def register(app: typer.Typer) -> None:
         config = cli.config(
             {
                 **slo_flags(
-                    slo_ttft if slo_ttft is not None else slo_ttft_p99,
-                    slo_ttft_percentile,
-                    slo_tpot,
-                    slo_tpot_percentile,
-                    confidence,
+                    slo_ttft if slo_ttft is not None else slo_ttft_p99, slo_ttft_percentile, slo_tpot,
+                    slo_tpot_percentile, confidence,
                 ),
                 "report.max_kld_mean_nats": max_kld,
                 "plan.target_rps": target_rps,

@@ -32,9 +32,8 @@ def register(app: typer.Typer) -> None:
     def run(
         ctx: typer.Context,
         model: str | None = typer.Option(
-            None,
-            "--model",
-            help="qwen2.5-0.5b (default, downloaded), smollm2-135m, tiny, tiny-moe or a local F16 .gguf",
+            None, "--model", help="qwen2.5-0.5b (default, downloaded), smollm2-135m, tiny, tiny-moe"
+            " or a local F16 .gguf",
         ),
         profile: str | None = typer.Option(
             None, "--profile", help="quick, full (default; also: seed), ci or wide (quick over seven types)."
@@ -44,8 +43,7 @@ def register(app: typer.Typer) -> None:
             None, "--dataset", help="WikiText-2 wiki.test.raw (else downloaded when online)."
         ),
         servers_at_once: bool | None = typer.Option(
-            None,
-            "--servers-at-once/--one-server-at-a-time",
+            None, "--servers-at-once/--one-server-at-a-time",
             help="Start every quantization's server together (the compose layout).",
         ),
         duration: str | None = typer.Option(

@@ -100,7 +100,9 @@ def register(app: typer.Typer) -> None:
         speeds = SpeedFile()
         for model, label in zip(models, labels, strict=True):
             with progress_bar(cli.err_console, f"llama-bench {model.name}") as progress:
-                entry = measure_file_speed(toolchain, model, settings.speed, limits, label, progress, out)
+                entry = measure_file_speed(
+                    toolchain, model, settings.speed, limits, label, progress, out
+                )
             speeds = speeds.with_entry(label, entry, limits)
         if as_json:
             typer.echo(json.dumps(speeds.to_json(), indent=2))

@@ -121,8 +121,7 @@ def register(app: typer.Typer) -> None:
         ),
         objective: str | None = typer.Option(None, "--objective", help="users or rate (tune.objective)."),
         predict_first: bool | None = typer.Option(
-            None,
-            "--predict-first/--measure-all",
+            None, "--predict-first/--measure-all",
             help="Measure only what the predicted limits cannot separate from the best (tune.predict_first).",
         ),
         slo_ttft: float | None = SLO_TTFT,

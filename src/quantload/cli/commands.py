@@ -31,83 +31,67 @@ class CommandEntry:
 
 COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry(
-        "run",
-        "cmd_run",
+        "run", "cmd_run",
         "Prepare, measure quality and speed, serve each quantization under load, and report.",
     ),
     CommandEntry(
-        "report",
-        "cmd_report",
+        "report", "cmd_report",
         "Write report.md, report.html, table.csv, summary.json and plots/ for a run directory.",
     ),
     CommandEntry(
-        "tune",
-        "cmd_tune",
+        "tune", "cmd_tune",
         "Search the tune space of llama-server flags ([tune]) per quantization.",
     ),
     CommandEntry(
-        "toolchain",
-        "cmd_toolchain",
+        "toolchain", "cmd_toolchain",
         "Find the llama.cpp tools (QUANTLOAD_LLAMA_BIN, PATH) or build them once.",
     ),
     CommandEntry(
-        "prepare",
-        "cmd_prepare",
+        "prepare", "cmd_prepare",
         "Make the files (llama-quantize, llama-imatrix) and DIR/manifest.json.",
     ),
     CommandEntry(
-        "quality",
-        "cmd_quality",
+        "quality", "cmd_quality",
         "Measure perplexity and KL divergence from F16 with llama-perplexity.",
     ),
     CommandEntry(
-        "predict",
-        "cmd_predict",
+        "predict", "cmd_predict",
         "Predict each file's SLO limit (users) from its measured cost curves, without serving.",
     ),
     CommandEntry(
-        "speed",
-        "cmd_speed",
+        "speed", "cmd_speed",
         "Measure pp/tg tokens/s with llama-bench and place them on this machine's roofline.",
     ),
     CommandEntry(
-        "kv",
-        "cmd_kv",
+        "kv", "cmd_kv",
         "Predict the KV-cache size, show the formula, and optionally check it against llama-server.",
     ),
     CommandEntry(
-        "load",
-        "cmd_load",
+        "load", "cmd_load",
         "Stream chat completions at each --url in turn; one record per request, one summary per stage.",
     ),
     CommandEntry(
-        "rpc-server",
-        "cmd_rpc_server",
+        "rpc-server", "cmd_rpc_server",
         "Run ggml-rpc-server on this host, for a llama-server elsewhere started with server.rpc.",
     ),
     CommandEntry(
-        "load-worker",
-        "cmd_load_worker",
+        "load-worker", "cmd_load_worker",
         "Send a remote master's requests from this host: one Locust worker per plan.",
     ),
     CommandEntry(
-        "calibrate",
-        "cmd_calibrate",
+        "calibrate", "cmd_calibrate",
         "Measure how accurately this machine's load client times streams.",
     ),
     CommandEntry(
-        "exporter",
-        "cmd_exporter",
+        "exporter", "cmd_exporter",
         "Serve llama-servers' metrics, slot usage and KV occupancy at /metrics.",
     ),
     CommandEntry(
-        "config",
-        "cmd_config",
+        "config", "cmd_config",
         "Inspect the configuration; write Prometheus' for parts on other hosts.",
     ),
     CommandEntry(
-        "stack",
-        "cmd_stack",
+        "stack", "cmd_stack",
         "The compose stack's containers, their health, and the KV check from the servers' logs.",
     ),
 )

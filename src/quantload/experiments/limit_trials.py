@@ -208,14 +208,10 @@ def run_limit_search(
             summaries += done
             trial_lines.append(
                 TrialLine(
-                    level=level,
-                    outcome=verdict.outcome,
-                    hard_failure=verdict.hard_failure,
-                    seconds=round(seconds, 3),
-                    why=verdict.why,
+                    level=level, outcome=verdict.outcome, hard_failure=verdict.hard_failure,
+                    seconds=round(seconds, 3), why=verdict.why,
                     stage_id=summary.stage_id if summary is not None else None,
-                    requests=verdict.requests,
-                    sureness=verdict.sureness,
+                    requests=verdict.requests, sureness=verdict.sureness,
                 )
             )
     result = search.result()

@@ -52,14 +52,7 @@ def sweep_plan(
             decision = stage_decision(slo, f"{invocation}-u{users}", users) if slo is not None else None
             stages.append(
                 stage_plan(
-                    load,
-                    invocation,
-                    len(stages),
-                    NAME,
-                    users,
-                    drawn,
-                    repeat=repeat,
-                    timeout_s=timeout_s,
+                    load, invocation, len(stages), NAME, users, drawn, repeat=repeat, timeout_s=timeout_s,
                     decision=decision,
                 )
             )

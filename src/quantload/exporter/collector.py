@@ -58,8 +58,6 @@ def model_size(body: str | None) -> float | None:
     except (ValueError, KeyError, IndexError, TypeError):
         return None
     return float(size) if isinstance(size, int | float) and not isinstance(size, bool) and size > 0 else None
-
-
 COUNTED_ENDPOINTS = ("metrics", "slots")
 
 _log = logging.getLogger(__name__)

@@ -275,12 +275,7 @@ def measure_speed(
     With `log_path`, everything the tool prints is appended there as it comes.
     """
     command = bench_command(
-        toolchain.path("llama-bench"),
-        model_path,
-        prompt_tokens,
-        gen_tokens,
-        reps,
-        threads,
+        toolchain.path("llama-bench"), model_path, prompt_tokens, gen_tokens, reps, threads,
         toolchain.layer_args("llama-bench"),
     )
     load_start = load_average_1m()

@@ -228,12 +228,7 @@ def run_perplexity(
     at the end of the command line (e.g. `--kl-divergence-base FILE`).
     """
     command = perplexity_command(
-        toolchain.path("llama-perplexity"),
-        model_path,
-        dataset_path,
-        ctx_tokens,
-        chunks,
-        threads,
+        toolchain.path("llama-perplexity"), model_path, dataset_path, ctx_tokens, chunks, threads,
         [*toolchain.layer_args("llama-perplexity"), *extra_args],
     )
 

@@ -51,19 +51,8 @@ def source_dir(cache: Path, pin: SdistPin = PINNED_SDIST) -> Path:
 
 
 def _download(pin: SdistPin, into: Path) -> Path:
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        pin.name,
-        "--disable-pip-version-check",
-        "-d",
-        str(into),
-        pin.requirement,
-    ]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", pin.name,
+               "--disable-pip-version-check", "-d", str(into), pin.requirement]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     archives = sorted(into.glob(f"{pin.name.replace('-', '_')}-{pin.version}.tar.gz"))
     if result.returncode != 0 or not archives:

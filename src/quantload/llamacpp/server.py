@@ -78,27 +78,18 @@ class ServerSpec:
         see `secret_env`)."""
         args = [
             str(server_binary),
-            "-m",
-            str(self.model_path),
-            "--alias",
-            self.alias,
-            "--host",
-            self.host,
-            "--port",
-            str(port),
-            "-np",
-            str(self.slots),
-            "-c",
-            str(self.slots * self.ctx_per_slot),
+            "-m", str(self.model_path),
+            "--alias", self.alias,
+            "--host", self.host,
+            "--port", str(port),
+            "-np", str(self.slots),
+            "-c", str(self.slots * self.ctx_per_slot),
             "-kvu" if self.kv_unified else "-no-kvu",
-            "-ctk",
-            self.cache_type_k,
-            "-ctv",
-            self.cache_type_v,
+            "-ctk", self.cache_type_k,
+            "-ctv", self.cache_type_v,
             "--metrics",
             "--no-webui",
-            "-lv",
-            str(self.verbosity),
+            "-lv", str(self.verbosity),
         ]
         if self.threads:
             args += ["-t", str(self.threads)]
@@ -253,6 +244,9 @@ class LlamaServer(LoggedProcess):
         self.lost = None
         if self.spec.slot_save_path is not None:
             self.spec.slot_save_path.mkdir(parents=True, exist_ok=True)
-        self.launch(self.spec.command(self.toolchain.path("llama-server"), self.port), self.spec.secret_env())
+        self.launch(
+            self.spec.command(self.toolchain.path("llama-server"), self.port), self.spec.secret_env()
+        )
         if self.spec.cpus and self.pid is not None:  # before it loads its model and starts its threads
             pin_process(self.pid, self.spec.cpus)
+

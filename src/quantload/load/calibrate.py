@@ -344,3 +344,5 @@ def run_calibration(
         counts=done,
         trusted_streams=trusted_streams(done),
     )
+
+

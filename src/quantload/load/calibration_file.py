@@ -35,7 +35,6 @@ SCHEMA = "quantload.calibration/1"
 CALIBRATION_DIR = "calibration"
 LATEST_JSON = "latest.json"
 
-
 class CountResult(BaseModel):
     """What the client measured at one stream count; errors in seconds."""
 
@@ -89,7 +88,8 @@ class Calibration(BaseModel):
             )
         streams = "1 stream" if self.trusted_streams == 1 else f"{self.trusted_streams} concurrent streams"
         return (
-            f"this machine's client measures up to {streams} within {limit_ms:g} ms (TTFT and ITL error p99)"
+            f"this machine's client measures up to {streams} within {limit_ms:g} ms"
+            " (TTFT and ITL error p99)"
         )
 
 

@@ -318,12 +318,8 @@ def stage_plan(
     chosen = tuple(requests if requests is not None else drawn.requests)
     closed = arrival == "closed"
     timed = labels.get("duration_s") is not None  # hands its requests out again: never crowded
-    crowded = (
-        None
-        if timed
-        else crowding_warning(
-            users, len(chosen), "conversations" if drawn.workload == "sessions" else "requests"
-        )
+    crowded = None if timed else crowding_warning(
+        users, len(chosen), "conversations" if drawn.workload == "sessions" else "requests"
     )
     return StagePlan(
         stage_id=f"{invocation}-{index}",

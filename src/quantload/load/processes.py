@@ -105,7 +105,7 @@ def choose_workers(
             requested,
             f"{requested} workers, as asked",
             f"{requested} Locust worker(s) and a master on {cores} core(s): they cannot each have"
-            ' a core, so they queue for the CPU and their timings lag (use load.workers = "auto"'
+            " a core, so they queue for the CPU and their timings lag (use load.workers = \"auto\""
             f" or at most {room}; `quantload calibrate` measures what this machine can do)",
         )
     return WorkerChoice(requested, f"{requested} workers, as asked" if requested else "one process, as asked")

@@ -138,3 +138,4 @@ class WorkerLoop:
             stop_group(process, STOP_GRACE_S)
             raise
         return WorkerEnded(number, returncode, time.monotonic() - started)
+

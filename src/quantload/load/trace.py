@@ -125,7 +125,8 @@ def read_trace(path: Path) -> list[TraceRequest]:
     requests.sort(key=lambda request: request.arrival_s)
     first = requests[0].arrival_s
     return [
-        TraceRequest(r.arrival_s - first, r.input_tokens, r.output_tokens, r.line, r.extra) for r in requests
+        TraceRequest(r.arrival_s - first, r.input_tokens, r.output_tokens, r.line, r.extra)
+        for r in requests
     ]
 
 

@@ -24,11 +24,7 @@ stage finds another's prompts in the server's cache.
 from __future__ import annotations
 
 __all__ = [
-    "DatasetWorkload",
-    "LengthsWorkload",
-    "PromptSetWorkload",
-    "SessionWorkload",
-    "StageRequests",
+    "DatasetWorkload", "LengthsWorkload", "PromptSetWorkload", "SessionWorkload", "StageRequests",
     "cycle_prompts",
 ]
 
@@ -323,10 +319,8 @@ class SessionWorkload:
             )
         notes = []
         overhead = self.maker.overhead_tokens if self.maker is not None else 0
-        if (
-            self.warn_overflow
-            and self.context_tokens is not None
-            and (longest + overhead + 8 * self.turns > self.context_tokens)
+        if self.warn_overflow and self.context_tokens is not None and (
+            longest + overhead + 8 * self.turns > self.context_tokens
         ):
             notes.append(
                 f"the longest conversation reaches about {longest + overhead} tokens, near or beyond"

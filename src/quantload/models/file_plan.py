@@ -87,10 +87,8 @@ def _type_file(prepare: PrepareSettings, label: str, types: QuantTypes, with_ima
     quant_type = types.file_type(name, "prepare.quants")
     needs = quant_type in NEEDS_IMATRIX
     if (wanted_imatrix or needs) and not with_imatrix:
-        why = (
-            "needs an importance matrix (llama-quantize refuses it without one)"
-            if needs
-            else ("asks for an importance matrix, and prepare.imatrix is off")
+        why = "needs an importance matrix (llama-quantize refuses it without one)" if needs else (
+            "asks for an importance matrix, and prepare.imatrix is off"
         )
         raise ConfigError(f"prepare.quants: {label} {why}", IMATRIX_HINT)
     imatrix = wanted_imatrix or needs
@@ -153,10 +151,8 @@ def _mix_file(mix: MixSettings, types: QuantTypes, with_imatrix: bool) -> Planne
     embedding = types.tensor_type(mix.token_embedding_type, where) if mix.token_embedding_type else None
     needs = base in NEEDS_IMATRIX or bool(set(named) & TENSOR_TYPES_NEEDING_IMATRIX)
     if (needs or mix.imatrix) and not with_imatrix:
-        why = (
-            "needs an importance matrix (its types are refused without one)"
-            if needs
-            else ("asks for an importance matrix, and prepare.imatrix is off")
+        why = "needs an importance matrix (its types are refused without one)" if needs else (
+            "asks for an importance matrix, and prepare.imatrix is off"
         )
         raise ConfigError(f"{where} {why}", IMATRIX_HINT)
     options = QuantizeOptions(

@@ -171,3 +171,4 @@ def scan_gguf(path: Path, whole_keys: frozenset[str] = frozenset()) -> GgufScan:
             return _scan(_Cursor(data, path), whole_keys)
     except (OSError, ValueError, struct.error) as error:
         raise ModelError(f"cannot read the GGUF header of {path} ({error})") from None
+

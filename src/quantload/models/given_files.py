@@ -63,7 +63,9 @@ def _hub_files(spec: str, cache: Path, environ: Mapping[str, str], limit: int) -
     except Exception as error:  # the Hub client's errors: 401/404, offline, a cut connection
         reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
         raise OfflineError(f"cannot list the files of {repo} on Hugging Face: {reason}", hint) from None
-    ggufs = sorted(n for n in names if n.endswith(".gguf") and fnmatch.fnmatch(Path(n).name, pattern or "*"))
+    ggufs = sorted(
+        n for n in names if n.endswith(".gguf") and fnmatch.fnmatch(Path(n).name, pattern or "*")
+    )
     if not ggufs:
         raise ConfigError(
             f"prepare.files: {spec} matches no .gguf file in {repo}", "check the repo and the glob"
@@ -171,7 +173,9 @@ def _check_whole(summary: GgufSummary) -> None:
 
 def _labels(summaries: Sequence[GgufSummary]) -> list[str]:
     """A type label per file (TYPE-imatrix when made with one), the file stem where two share one."""
-    labels = [s.file_type + (IMATRIX_SUFFIX if imatrix_metadata(s.metadata) else "") for s in summaries]
+    labels = [
+        s.file_type + (IMATRIX_SUFFIX if imatrix_metadata(s.metadata) else "") for s in summaries
+    ]
     counts = Counter(labels)
     return [
         label if counts[label] == 1 else _SAFE.sub("-", s.path.stem)

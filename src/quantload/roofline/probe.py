@@ -294,6 +294,7 @@ def probe_machine(
     return limits
 
 
+
 def probe_in_cache(cache: Path, settings: SpeedSettings, refresh: bool = False) -> MachineLimits:
     """The speed step's probe: memory bandwidth and arithmetic rate, a recent probe kept in the
     cache (PROBE_DIR) else measured (about 1 s)."""

@@ -145,21 +145,9 @@ def ranking(outcome: TuneOutcome) -> list[RankedRow]:
     for key, reason in screening.dropped if screening is not None else ():
         rows.append(
             RankedRow(
-                rank=len(rows) + 1,
-                key=key,
-                rung=-1,
-                final=False,
-                limit=None,
-                lowest_miss=None,
-                dropped=False,
-                goodput_rps=None,
-                output_tok_s=None,
-                memory_mib=None,
-                kv_mib=None,
-                seconds=0.0,
-                ran=False,
-                why=f"{SCREENED_OUT}: {reason}",
-                screened=True,
+                rank=len(rows) + 1, key=key, rung=-1, final=False, limit=None, lowest_miss=None,
+                dropped=False, goodput_rps=None, output_tok_s=None, memory_mib=None, kv_mib=None,
+                seconds=0.0, ran=False, why=f"{SCREENED_OUT}: {reason}", screened=True,
             ).predicted(outcome, key)
         )
     return rows

@@ -104,7 +104,7 @@ class ConfigPrediction:
         return not self.why
 
     def text(self) -> str:
-        """ "X [lo, hi]"."""
+        """"X [lo, hi]"."""
         return f"{_number(self.limit)} [{_number(self.limit_low)}, {_number(self.limit_high)}]"
 
 
@@ -305,10 +305,7 @@ def screening_of(lines: Sequence[TuneLine]) -> Screening | None:
         return None
     predictions = tuple(
         ConfigPrediction(
-            str(line.key),
-            line.predicted_limit,
-            line.predicted_low,
-            line.predicted_high,
+            str(line.key), line.predicted_limit, line.predicted_low, line.predicted_high,
             "" if line.predicted else line.why,
         )
         for line in found
@@ -320,3 +317,4 @@ def screening_of(lines: Sequence[TuneLine]) -> Screening | None:
         tuple(str(line.key) for line in found if line.kept),
         tuple((str(line.key), line.why) for line in found if not line.kept),
     )
+

@@ -100,7 +100,10 @@ class TuneLine(BaseModel):
 
 
 def rung_dicts(rungs: tuple[Rung, ...]) -> list[dict[str, float | int | bool]]:
-    return [{"index": r.index, "size": r.size, "time_cap_s": r.time_cap_s, "final": r.final} for r in rungs]
+    return [
+        {"index": r.index, "size": r.size, "time_cap_s": r.time_cap_s, "final": r.final}
+        for r in rungs
+    ]
 
 
 def append_tune_line(path: Path, line: TuneLine) -> None:

@@ -17,20 +17,9 @@ def counts(requests: int, ttft_over: int = 0, tpot_over: int = 0, failed: int = 
     ok = requests - failed
     good = ok - max(ttft_over, tpot_over)
     return SloCounts(
-        requests,
-        failed,
-        ttft_over,
-        ok,
-        tpot_over,
-        good,
-        blocks=requests // 2,
-        block_requests=2,
-        failed_blocked=failed,
-        failed_sq=failed,
-        ttft_over_blocked=ttft_over,
-        ttft_over_sq=ttft_over,
-        tpot_over_blocked=tpot_over,
-        tpot_over_sq=tpot_over,
+        requests, failed, ttft_over, ok, tpot_over, good, blocks=requests // 2, block_requests=2,
+        failed_blocked=failed, failed_sq=failed, ttft_over_blocked=ttft_over, ttft_over_sq=ttft_over,
+        tpot_over_blocked=tpot_over, tpot_over_sq=tpot_over,
     )  # every over in a block of its own
 
 

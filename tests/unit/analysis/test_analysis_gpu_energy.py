@@ -34,13 +34,7 @@ def _records() -> pd.DataFrame:
 
 def test_a_load_window_spans_every_request_of_the_quantization_failures_included() -> None:
     q8, q4 = load_windows(_records(), ("Q8_0", "Q4_K_M", "F16"))
-    assert (q8.quant, q8.start_unix_s, q8.end_unix_s, q8.requests, q8.output_tokens) == (
-        "Q8_0",
-        100,
-        105,
-        3,
-        50,
-    )
+    assert (q8.quant, q8.start_unix_s, q8.end_unix_s, q8.requests, q8.output_tokens) == ("Q8_0", 100, 105, 3, 50)
     assert (q4.start_unix_s, q4.end_unix_s, q4.requests, q4.output_tokens) == (110, 111, 1, 7)
     assert not q8.overlaps(q4) and q8.overlaps(q8)
     assert load_windows(pd.DataFrame(), ("Q8_0",)) == []
@@ -77,9 +71,7 @@ def test_the_section_shows_the_table_and_says_what_is_missing() -> None:
         "requests": 120, "output_tokens": 24000, "j_per_output_token": 0.75, "j_per_request": 150.0,
         "source": "energy counter",
     }  # fmt: skip
-    gap = Gap(
-        "gpu", f"{WHAT} of F16", "its load overlapped that of Q8_0, so the GPUs' energy cannot be split"
-    )
+    gap = Gap("gpu", f"{WHAT} of F16", "its load overlapped that of Q8_0, so the GPUs' energy cannot be split")
     section = gpu_energy_section(_Shown(pd.DataFrame([row], columns=COLUMNS), (gap,)))  # type: ignore[arg-type]
     assert section is not None and section.key == "gpu"
     (table,) = [b for b in section.blocks if isinstance(b, Table)]
@@ -109,9 +101,7 @@ def test_the_section_shows_each_servers_layers_on_the_gpu_and_says_which_fell_sh
         ("Q8_0", "all", "25/25", "CUDA0", "as asked"),
         ("F16", "all", "12/25", "-", "fewer than asked"),
     )
-    assert any(
-        "F16 offloaded fewer layers than asked" in b.text for b in section.blocks if isinstance(b, Paragraph)
-    )
+    assert any("F16 offloaded fewer layers than asked" in b.text for b in section.blocks if isinstance(b, Paragraph))
 
 
 def test_a_cpu_build_left_to_auto_adds_no_gpu_section(tmp_path: Path) -> None:

@@ -36,14 +36,10 @@ def _entry(label: str, mib: int) -> ManifestEntry:
 
 def _manifest(folder: Path) -> None:
     files = {label: _entry(label, mib) for label, mib in SIZES.items()}
-    save_manifest(
-        folder / MANIFEST_JSON, Manifest(source={"name": "m"}, llama_cpp={}, files=files, reference="F16")
-    )
+    save_manifest(folder / MANIFEST_JSON, Manifest(source={"name": "m"}, llama_cpp={}, files=files, reference="F16"))
 
 
-def _variant(
-    name: str, direction: str, group: str | None, kld: float, mib: float, per: float | None
-) -> Variant:
+def _variant(name: str, direction: str, group: str | None, kld: float, mib: float, per: float | None) -> Variant:
     return Variant(
         name=name, direction=direction, group=group, tensor_type="q8_0" if direction == "raise" else "q3_k",  # type: ignore[arg-type]
         tensors=30 if group else 0, size_bytes=round(mib * 2**20), kld_mean_nats=kld, kld_mean_error_nats=0.001,
@@ -78,32 +74,18 @@ def test_seven_files_are_shown_largest_first_everywhere(tmp_path: Path) -> None:
     assert [q["quant"] for q in summary["plan"]["quants"]] == largest_first
     assert [r["quant"] for r in summary["quality_loss"]["rows"]] == largest_first
     imatrix = {row["quant"]: row["imatrix"] for row in summary["table"]}
-    assert (
-        imatrix["Q4_K_M"] == "no" and imatrix["Q4_K_M-imatrix"] == "abc.gguf (on calibration.txt, 40 chunks)"
-    )
+    assert imatrix["Q4_K_M"] == "no" and imatrix["Q4_K_M-imatrix"] == "abc.gguf (on calibration.txt, 40 chunks)"
     pairs = summary["imatrix_pairs"]
     assert [(p["pair"], p["quant"]) for p in pairs] == [(1, "Q4_K_M"), (1, "Q4_K_M-imatrix")]
-    assert (
-        abs(pairs[1]["kld_change_frac"] - (0.015 / 0.021 - 1)) < 1e-9
-        and pairs[1]["beyond_uncertainty"] is True
-    )
+    assert abs(pairs[1]["kld_change_frac"] - (0.015 / 0.021 - 1)) < 1e-9 and pairs[1]["beyond_uncertainty"] is True
     assert summary["sensitivity"]["proposal"]["groups"] == ["ffn_down"]
     markdown = paths.markdown.read_text()
-    table = next(
-        line for line in markdown.splitlines() if line.startswith("| quant | type | file size | imatrix")
-    )
+    table = next(line for line in markdown.splitlines() if line.startswith("| quant | type | file size | imatrix"))
     assert table
-    rows = [
-        line.split("|")[1].strip()
-        for line in markdown.splitlines()
-        if line.startswith("| Q") or line.startswith("| F16")
-    ]
+    rows = [line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| Q") or line.startswith("| F16")]
     assert [r for r in rows if r in SIZES][: len(SIZES)] == largest_first  # the big table, in order
-    for text in (
-        "## The tensors that resist (sensitivity scan)",
-        "The importance matrix's effect",
-        "with base Q4_K_M and tensor_type_file tensor-types-Q4_K_M.txt",
-    ):
+    for text in ("## The tensors that resist (sensitivity scan)", "The importance matrix's effect",
+                 "with base Q4_K_M and tensor_type_file tensor-types-Q4_K_M.txt"):
         assert text in markdown, text
     plots = {Path(p).name for p in summary["files"]["plots"]}
     assert {"quality_speed_size.png", "sensitivity.png"} <= plots

@@ -42,10 +42,7 @@ def test_one_sentence_per_quantization_with_the_floor_and_the_next_ones_differen
     assert q8.startswith("Q8_0: mean KLD 0.004119 ± 0.000165 nats from F16 (floor 0.000000), same top token")
     assert "beyond the floor's uncertainty" in q8
     apart = (0.056713 - 0.004119) / np.hypot(0.000165, 0.003308)
-    assert (
-        f"the difference from Q4_K_M (0.056713) is beyond the uncertainty (Q4_K_M loses more, {apart:.1f}"
-        in q8
-    )
+    assert f"the difference from Q4_K_M (0.056713) is beyond the uncertainty (Q4_K_M loses more, {apart:.1f}" in q8
     assert q4.endswith("the last quantization measured.")
     assert loss.floor_kld_mean_nats == -0.000001
     assert loss.reference is not None and SOURCE_NOTE in loss.reference
@@ -57,11 +54,7 @@ def test_one_sentence_per_quantization_with_the_floor_and_the_next_ones_differen
 
 
 def test_a_difference_within_the_uncertainty_says_so_and_the_larger_error_counts() -> None:
-    close = {
-        "F16": {"f16": (0.0, 0.0)},
-        "Q8_0": {"f16": (0.0041, 0.0002)},
-        "Q4_K_M": {"f16": (0.0049, 0.0001)},
-    }
+    close = {"F16": {"f16": (0.0, 0.0)}, "Q8_0": {"f16": (0.0041, 0.0002)}, "Q4_K_M": {"f16": (0.0049, 0.0001)}}
     (_, q8, _) = quality_loss(kld_set(close), QUANTS, "").sentences  # 0.0008 apart, 2 x 0.00022 = 0.00045
     assert "beyond the uncertainty" in q8
     kld = kld_set(close)  # the same pair with a per-chunk error that is larger than the per-token one
@@ -73,12 +66,7 @@ def test_a_difference_within_the_uncertainty_says_so_and_the_larger_error_counts
 
 def test_no_kld_is_said_and_leaves_no_rows() -> None:
     loss = quality_loss(None, QUANTS, "quality.json has no entry and there is no run.json to say why")
-    assert (
-        loss.rows.empty
-        and loss.sentences == ()
-        and loss.missing is not None
-        and "no run.json" in loss.missing
-    )
+    assert loss.rows.empty and loss.sentences == () and loss.missing is not None and "no run.json" in loss.missing
 
 
 # ----------------------------------------------------------------------------- the verdict at a limit
@@ -90,9 +78,7 @@ def verdict(
     """A capacity that meets up to `max_users` and misses from the next level tested (or `missed`)."""
     above = [u for u in tested if max_users is not None and u > max_users]
     first_miss = (above[0] if above else None) if missed == -1 else missed
-    return CapacityVerdict(
-        quant, max_users, tested, 100.0, 1.0, f"{quant} ...", (), first_miss_users=first_miss
-    )
+    return CapacityVerdict(quant, max_users, tested, 100.0, 1.0, f"{quant} ...", (), first_miss_users=first_miss)
 
 
 def test_the_most_users_within_the_limit_and_what_a_looser_limit_would_give() -> None:
@@ -137,9 +123,7 @@ def test_the_served_cache_type_decides_which_kld_counts() -> None:
     assert quality_verdict(verdicts, kld_set(LOSSES), limit, "f16", "f16").quant == "Q8_0"
     served_q8 = quality_verdict(verdicts, kld_set(LOSSES), limit, "q8_0", "q8_0")
     assert served_q8.cache_type == "q8_0" and served_q8.quant is None
-    assert served_q8.sentence.startswith(
-        "No quantization measured stays within a quality loss of at most 0.0042"
-    )
+    assert served_q8.sentence.startswith("No quantization measured stays within a quality loss of at most 0.0042")
     assert "with the q8_0 KV cache served" in served_q8.sentence
     mixed = quality_verdict(verdicts, kld_set(LOSSES), limit, "q8_0", "f16")  # K and V differ: weights only
     assert mixed.cache_type == "f16" and mixed.quant == "Q8_0"
@@ -186,9 +170,7 @@ def kv_run(tmp_path: Path) -> Path:
 def stage_output_tok_s(folder: Path, quant: str, cache_type: str) -> float:
     """Recomputed from the raw files: completion tokens over first send to last end of the stage."""
     ends = [json.loads(line) for line in (folder / "stages.jsonl").read_text().splitlines()]
-    (stage_id,) = {
-        e["stage_id"] for e in ends if e["quant"] == quant and e.get("kv_cache_type") == cache_type
-    }
+    (stage_id,) = {e["stage_id"] for e in ends if e["quant"] == quant and e.get("kv_cache_type") == cache_type}
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
     mine = [r for r in records if r["stage_id"] == stage_id and not r["warmup"] and r["ok"]]
     span = max(r["sent_unix_s"] + r["e2e_s"] for r in mine) - min(r["sent_unix_s"] for r in mine)
@@ -206,9 +188,7 @@ def test_the_trade_off_table_has_memory_speed_and_kld_per_cache_type(kv_run: Pat
     assert table.loc[("Q8_0", "f16"), "kv_reported_mib"] == 720.0  # the quantization's own server's check
     for quant in QUANTS:
         for kind in ("f16", "q8_0"):
-            assert table.loc[(quant, kind), "output_tok_s"] == pytest.approx(
-                stage_output_tok_s(kv_run, quant, kind)
-            )
+            assert table.loc[(quant, kind), "output_tok_s"] == pytest.approx(stage_output_tok_s(kv_run, quant, kind))
     f16, q8_speed = (stage_output_tok_s(kv_run, "Q8_0", kind) for kind in ("f16", "q8_0"))
     assert q8["output_vs_f16_frac"] == pytest.approx(q8_speed / f16 - 1)
     assert q8["kld_mean_nats"] == 0.004253 and q8["kld_added_nats"] == pytest.approx(0.004253 - 0.004119)
@@ -233,24 +213,17 @@ def test_a_run_without_kv_types_has_no_table_and_a_planned_missing_one_is_a_gap(
 # ----------------------------------------------------------------------------- the report
 
 
-def test_the_report_shows_the_quality_loss_the_verdict_at_the_limit_and_the_kv_trade_off(
-    kv_run: Path,
-) -> None:
+def test_the_report_shows_the_quality_loss_the_verdict_at_the_limit_and_the_kv_trade_off(kv_run: Path) -> None:
     paths = build_report(kv_run)
     summary = json.loads(paths.summary.read_text())
     run = load_run(kv_run)
     table = quant_table(run, __import__("pandas").DataFrame(), QUANTS).set_index("quant")
-    assert (
-        table.loc["Q4_K_M", "kld_mean_nats"] == 0.056713
-        and table.loc["Q4_K_M", "kld_mean_error_nats"] == 0.003308
-    )
+    assert table.loc["Q4_K_M", "kld_mean_nats"] == 0.056713 and table.loc["Q4_K_M", "kld_mean_error_nats"] == 0.003308
     csv = paths.csv.read_text().splitlines()
     assert "kld_mean_nats" in csv[0] and "same_top_p_pct" in csv[0]
     assert summary["quality_loss"]["sentences"] == list(quality_loss(kld_set(LOSSES), QUANTS, "").sentences)
     assert len(summary["quality_loss"]["rows"]) == 6
-    assert (
-        summary["quality_verdict"]["max_kld_mean_nats"] == 0.05 and summary["slo"]["ttft_percentile"] == "p99"
-    )
+    assert summary["quality_verdict"]["max_kld_mean_nats"] == 0.05 and summary["slo"]["ttft_percentile"] == "p99"
     assert summary["quality_verdict"]["over_limit"] == ["Q4_K_M"]
     assert {(r["quant"], r["cache_type"]) for r in summary["kv_cache_types"]} == {
         (q, t) for q in QUANTS for t in ("f16", "q8_0")

@@ -105,9 +105,7 @@ def test_cli_report_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # better is decided on the two levels' requests, never read off the delta
     decided = row["decided"]
     assert "requests, bootstrap 95%" in decided
-    assert row["better"] == (
-        "" if decided.startswith("no difference") else ("B" if "B beats A" in decided else "A")
-    )
+    assert row["better"] == ("" if decided.startswith("no difference") else ("B" if "B beats A" in decided else "A"))
     assert deltas[("Q8_0", "perplexity")]["delta"] == ""
 
 

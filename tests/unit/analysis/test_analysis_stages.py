@@ -158,8 +158,6 @@ def test_open_loop_goodput_judges_ttft_from_the_intended_send(tmp_path: Path) ->
         return record
 
     _rewrite_records(run_dir, behind_schedule)
-    rows = [
-        r for r in stage_table(load_run(run_dir), slo).to_dict("records") if r["experiment"] == "open_loop"
-    ]
+    rows = [r for r in stage_table(load_run(run_dir), slo).to_dict("records") if r["experiment"] == "open_loop"]
     assert len(rows) == 2  # one per quantization
     assert all(row["requests_per_s"] > 0 and row["goodput_rps"] == 0 for row in rows)

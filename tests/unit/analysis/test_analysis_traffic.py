@@ -62,16 +62,9 @@ def write_sessions(folder: Path, seed: int = 0) -> list[RequestRecord]:
                 cached = int(prompt * rng.uniform(0.5, 0.9)) if cache and turn else 0
                 records.append(
                     _record(
-                        stage_id,
-                        "sessions",
-                        clock,
-                        rng.uniform(0.05, 0.2) * (turn + 1),
-                        cache=cache,
-                        session_id=f"{stage_id}-s{session}",
-                        turn=turn,
-                        prompt_tokens=prompt,
-                        timings={"cache_n": cached, "prompt_ms": 10.0},
-                        workload="sessions",
+                        stage_id, "sessions", clock, rng.uniform(0.05, 0.2) * (turn + 1), cache=cache,
+                        session_id=f"{stage_id}-s{session}", turn=turn, prompt_tokens=prompt,
+                        timings={"cache_n": cached, "prompt_ms": 10.0}, workload="sessions",
                     )
                 )
                 clock += 0.5
@@ -96,11 +89,7 @@ def write_mixed(folder: Path, hurt: dict[str, float]) -> list[RequestRecord]:
                 clock += 0.1
             if phase == "mixed":
                 long_ttft = 2.0 if args.startswith("-b 2048") else 3.5
-                records.append(
-                    _record(
-                        stage_id, "mixed", clock, long_ttft, request_class="long_prompt", prompt_tokens=3000
-                    )
-                )
+                records.append(_record(stage_id, "mixed", clock, long_ttft, request_class="long_prompt", prompt_tokens=3000))
                 clock += 0.1
             events.append(_event("stage_end", stage_id, "mixed", clock, phase=phase, server_args=args))
     _write(folder, records, events)
@@ -125,9 +114,7 @@ def test_ttft_prompt_tokens_and_cache_hits_by_turn(tmp_path: Path) -> None:
         mine = [r for r in written if r.cache_prompt == row["cache_prompt"] and r.turn == row["turn"]]
         assert row["requests"] == 3
         assert row["ttft_p50_s"] == pytest.approx(float(np.percentile([r.ttft_s for r in mine], 50)))
-        assert row["prompt_tokens_p50"] == pytest.approx(
-            float(np.percentile([r.prompt_tokens for r in mine], 50))
-        )
+        assert row["prompt_tokens_p50"] == pytest.approx(float(np.percentile([r.prompt_tokens for r in mine], 50)))
         cached = sum((r.timings or {})["cache_n"] for r in mine)
         assert row["cache_hit_frac"] == pytest.approx(cached / sum(r.prompt_tokens or 0 for r in mine))
     hits = session_hits(run.records, stages, ["Q8_0"])
@@ -151,9 +138,7 @@ def test_mixed_table_pools_every_decode_gap_and_the_verdict_follows_it(tmp_path:
     ]  # fmt: skip
     for row in table.to_dict("records"):
         stage = f"mixed-{row['server_args']}-{row['phase']}".replace(" ", "")
-        gaps = [
-            g for r in written if r.stage_id == stage and r.request_class == "decode" for g in r.itl_s or ()
-        ]
+        gaps = [g for r in written if r.stage_id == stage and r.request_class == "decode" for g in r.itl_s or ()]
         assert row["itl_p99_s"] == pytest.approx(float(np.percentile(gaps, 99)))
         assert row["itl_p95_s"] == pytest.approx(float(np.percentile(gaps, 95)))
         assert row["long_requests"] == (1 if row["phase"] == "mixed" else 0)
@@ -174,11 +159,8 @@ def limit_line(quant: str, limit: float | None, missed: float | None, ending: st
     levels = [1.0, 2.0, 4.0, 8.0, 6.0, 7.0]
     trials = [
         TrialLine(
-            level=level,
-            outcome="meets" if missed is None or level < missed else "misses",
-            hard_failure=False,
-            seconds=10.0,
-            why="x",
+            level=level, outcome="meets" if missed is None or level < missed else "misses", hard_failure=False,
+            seconds=10.0, why="x",
         )
         for level in levels
     ]
@@ -192,17 +174,13 @@ def limit_line(quant: str, limit: float | None, missed: float | None, ending: st
 def test_the_capacity_verdict_names_the_limit_the_search_found(tmp_path: Path) -> None:
     run_dir = write_synthetic_run(tmp_path / "run")
     lines = [limit_line("Q8_0", 6.0, 7.0), limit_line("Q4_K_M", None, 1.0, "never_met")]
-    (run_dir / "limits.jsonl").write_text(
-        "".join(line.model_dump_json(by_alias=True) + "\n" for line in lines)
-    )
+    (run_dir / "limits.jsonl").write_text("".join(line.model_dump_json(by_alias=True) + "\n" for line in lines))
     paths = build_report(run_dir, f"http://127.0.0.1:{free_port()}")
     summary = json.loads(paths.summary.read_text())
     verdicts = {v["quant"]: v for v in summary["capacity"]}
     q8 = verdicts["Q8_0"]
     assert q8["searched_users"] == 6.0
-    assert q8["sentence"].startswith(
-        "Q8_0 meets the SLO up to 6 concurrent users, the limit the search found"
-    )
+    assert q8["sentence"].startswith("Q8_0 meets the SLO up to 6 concurrent users, the limit the search found")
     assert "misses from 7" in q8["sentence"] and "6 trials in 80 s" in q8["sentence"]
     assert q8["sweep_sentence"] and q8["sentence"].endswith(q8["sweep_sentence"])
     assert "no level was shown to meet the SLO" in verdicts["Q4_K_M"]["sentence"]

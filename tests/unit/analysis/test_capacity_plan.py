@@ -28,9 +28,7 @@ from quantload.analysis.scale_out import scale_out_signals
 MIB = 2**20
 
 
-def _searched(
-    quant: str, users: int | None, goodput: float | None, **searched: float | None
-) -> CapacityVerdict:
+def _searched(quant: str, users: int | None, goodput: float | None, **searched: float | None) -> CapacityVerdict:
     return CapacityVerdict(quant, users, (1, 2, 4, 8), 30.0, goodput, "", (), **searched)  # type: ignore[arg-type]
 
 
@@ -66,13 +64,8 @@ def test_servers_keep_the_headroom() -> None:
 def test_memory_against_a_budget() -> None:
     kv = 720 * MIB  # SmolLM2 at 8 x 4096, f16
     memory = ServerMemory(
-        weights_bytes=100 * MIB,
-        kv_bytes=kv,
-        buffers_bytes=12 * MIB,
-        slots=8,
-        ctx_per_slot=4096,
-        kv_bytes_per_cell=kv / 32768,
-        budget_bytes=512 * MIB,
+        weights_bytes=100 * MIB, kv_bytes=kv, buffers_bytes=12 * MIB, slots=8, ctx_per_slot=4096,
+        kv_bytes_per_cell=kv / 32768, budget_bytes=512 * MIB,
     )
     assert memory.total_bytes == 832 * MIB and memory.fits is False
     per_cell = kv / 32768  # 23,040 bytes
@@ -145,9 +138,7 @@ def test_the_plan_picks_the_quantization_needing_fewest_servers() -> None:
     ]
     big = ServerMemory(300 * MIB, 720 * MIB, 10 * MIB, 8, 4096, 720 * MIB / 32768, 600 * MIB)
     small = ServerMemory(150 * MIB, 360 * MIB, 10 * MIB, 8, 4096, 360 * MIB / 32768, 600 * MIB)
-    plan = build_plan(
-        limits, {"F16": big, "Q8_0": small}, {}, plan_view(20, None, 0.3, 1.0, "", 600 / 1024), 1.0, 0.1
-    )
+    plan = build_plan(limits, {"F16": big, "Q8_0": small}, {}, plan_view(20, None, 0.3, 1.0, "", 600 / 1024), 1.0, 0.1)
     by_quant = {q.quant: q for q in plan.quants}
     assert by_quant["F16"].servers == 58 and by_quant["Q8_0"].servers == 32
     assert by_quant["Q4_K_M"].servers is None
@@ -160,8 +151,7 @@ def test_the_plan_picks_the_quantization_needing_fewest_servers() -> None:
 
 def _verdict(quant: str, meets: dict[int, bool]) -> CapacityVerdict:
     checks = tuple(
-        LevelCheck(quant, users, None, None, 0.0, "meets" if ok else "misses", "")
-        for users, ok in meets.items()
+        LevelCheck(quant, users, None, None, 0.0, "meets" if ok else "misses", "") for users, ok in meets.items()
     )
     return CapacityVerdict(quant, None, tuple(meets), None, None, "", checks)
 
@@ -171,25 +161,13 @@ def test_the_scale_out_signal_that_showed_the_limit_coming() -> None:
     levels = {1: (1, 0), 2: (2, 0), 4: (4, 0), 8: (4, 3)}  # users: (busy slots, deferred), 4 slots
     for index, (users, (busy, deferred)) in enumerate(levels.items()):
         start = 1000.0 + index * 100
-        stages.append(
-            {
-                "quant": "Q8_0",
-                "experiment": "sweep",
-                "users": users,
-                "started_unix_s": start,
-                "ended_unix_s": start + 60,
-            }
-        )
+        stages.append({"quant": "Q8_0", "experiment": "sweep", "users": users, "started_unix_s": start,
+                       "ended_unix_s": start + 60})
         for t in range(int(start), int(start) + 61, 5):
             series += [
                 {"metric": "slots_busy", "quant": "Q8_0", "unix_s": float(t), "value": float(busy)},
                 {"metric": "slots", "quant": "Q8_0", "unix_s": float(t), "value": 4.0},
-                {
-                    "metric": "requests_deferred",
-                    "quant": "Q8_0",
-                    "unix_s": float(t),
-                    "value": float(deferred),
-                },
+                {"metric": "requests_deferred", "quant": "Q8_0", "unix_s": float(t), "value": float(deferred)},
             ]
     verdict = _verdict("Q8_0", {1: True, 2: True, 4: True, 8: False})
     (signal,) = scale_out_signals(pd.DataFrame(series), pd.DataFrame(stages), [verdict])
@@ -207,14 +185,8 @@ def test_the_scale_out_signal_that_showed_the_limit_coming() -> None:
 def test_request_samples_feed_the_request_limits() -> None:
     sample = RequestSample((100.0,) * 4 + (900.0,) * 4, (0.2,) * 4 + (0.6,) * 4, (116.0,) * 8, (0.05,) * 8)
     memory = ServerMemory(MIB, MIB, MIB, 4, 2048, 32.0, None)
-    plan = build_plan(
-        [MeasuredLimit("Q8_0", 2, 1.0, 10.0, "sweep")],
-        {"Q8_0": memory},
-        {"Q8_0": sample},
-        plan_view(None, 4, 0.3, None, "", None),
-        1.0,
-        0.1,
-    )
+    plan = build_plan([MeasuredLimit("Q8_0", 2, 1.0, 10.0, "sweep")], {"Q8_0": memory}, {"Q8_0": sample},
+                      plan_view(None, 4, 0.3, None, "", None), 1.0, 0.1)
     (item,) = plan.quants
     assert item.prompt_limit is not None and item.prompt_limit.tokens == 1700  # 0.2 + 0.0005 x (p - 100)
     assert item.context_limit is not None and item.context_limit.why == "every request had the same length"

@@ -65,20 +65,9 @@ def _imported(tree: ast.Module) -> set[str]:
 
 def test_no_module_of_the_analysis_imports_an_experiment_with_a_report_part() -> None:
     moved = (
-        "noisy_neighbour",
-        "experiments.sessions",
-        "experiments.mixed",
-        "session_tables",
-        "mixed_tables",
-        "experiments.context",
-        "context_tables",
-        "kv_types",
-        "experiments.batching",
-        "experiments.slots",
-        "experiments.speculation",
-        "experiments.open_loop",
-        "experiments.trace",
-        "experiments.prefix_cache",
+        "noisy_neighbour", "experiments.sessions", "experiments.mixed", "session_tables", "mixed_tables",
+        "experiments.context", "context_tables", "kv_types", "experiments.batching", "experiments.slots",
+        "experiments.speculation", "experiments.open_loop", "experiments.trace", "experiments.prefix_cache",
     )
     for path in sorted(ANALYSIS.rglob("*.py")):
         imported = _imported(ast.parse(path.read_text(encoding="utf-8")))
@@ -101,9 +90,7 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     ]  # fmt: skip
     assert [part for _, part in parts if part.within is None] == reports
     assert [name for name, part in by_name.items() if part.within == "server_flags"] == [
-        "batching",
-        "slots",
-        "speculation",
+        "batching", "slots", "speculation",
     ]
     assert [name for name, part in by_name.items() if part.within == "traffic"] == ["trace"]
     every = chapters()
@@ -111,17 +98,10 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     at = every.index(plan_chapter.CHAPTER)
     assert every[at + 1 : at + 3] == (SESSIONS_REPORT.chapter, MIXED_REPORT.chapter)
     after_flags = at + 4  # plan, sessions, mixed, traffic, then the server flags chapter
-    assert every[after_flags + 1 : after_flags + 4] == (
-        CONTEXT_REPORT.chapter,
-        REPORT.chapter,
-        SOAK_REPORT.chapter,
-    )
+    assert every[after_flags + 1 : after_flags + 4] == (CONTEXT_REPORT.chapter, REPORT.chapter, SOAK_REPORT.chapter)
     assert every[every.index(model_files_chapter.CHAPTER) + 1] is KV_TYPES_REPORT.chapter
     # the open loop stays the load chapter's last section, before the ramp-up's chapter and the plan
-    assert every[every.index(load_chapter.CHAPTER) + 1 : at] == (
-        OPEN_LOOP_REPORT.chapter,
-        RAMP_UP_REPORT.chapter,
-    )
+    assert every[every.index(load_chapter.CHAPTER) + 1 : at] == (OPEN_LOOP_REPORT.chapter, RAMP_UP_REPORT.chapter)
     # the prompt cache stays the last section after where TTFT goes
     assert every[every.index(ttft_chapter.CHAPTER) + 1 : every.index(model_files_chapter.CHAPTER)] == (
         PREFIX_CACHE_REPORT.chapter,
@@ -129,12 +109,7 @@ def test_the_registry_hands_the_report_each_part_in_its_order() -> None:
     keys = [figure.key for figure in figures()]
     assert keys.index("ttft_by_turn") < keys.index("mixed_itl") < keys.index("mixed_timeline")
     # the server flags chapter: the experiments' figures in the registry's order, then the tune's
-    assert keys[keys.index("batching") : keys.index("tune") + 1] == [
-        "batching",
-        "slots",
-        "speculation",
-        "tune",
-    ]
+    assert keys[keys.index("batching") : keys.index("tune") + 1] == ["batching", "slots", "speculation", "tune"]
     assert keys.index("tune") < keys.index("context_by_turn")
     assert keys.index("context_by_turn") < keys.index("noisy_neighbour") < keys.index("kv_cache_types")
     assert keys.index("noisy_neighbour") + 1 == keys.index("soak")
@@ -158,6 +133,7 @@ def test_a_part_that_follows_no_chapter_of_the_report_is_refused(monkeypatch: py
     monkeypatch.setattr(listing, "reported", lambda: ((experiment, within_nothing),))
     with pytest.raises(ValueError, match="nowhere"):
         chapters()
+
 
 
 def test_the_findings_are_kept_by_name_and_summarized_under_the_old_keys(synthetic_run: Path) -> None:

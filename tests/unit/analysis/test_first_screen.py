@@ -26,14 +26,8 @@ from quantload.slo import Slo
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
 # p50 limits and a loose failure share, so 40 requests a level decide it
-SLO = Slo.of(
-    SloSettings(ttft_s=0.35, tpot_s=0.1, ttft_percentile="p50", tpot_percentile="p50", max_failed_frac=0.25)
-)
-LOSSES = {
-    "F16": {"f16": (-0.000001, 0.0)},
-    "Q8_0": {"f16": (0.004, 0.0002)},
-    "Q4_K_M": {"f16": (0.057, 0.003)},
-}
+SLO = Slo.of(SloSettings(ttft_s=0.35, tpot_s=0.1, ttft_percentile="p50", tpot_percentile="p50", max_failed_frac=0.25))
+LOSSES = {"F16": {"f16": (-0.000001, 0.0)}, "Q8_0": {"f16": (0.004, 0.0002)}, "Q4_K_M": {"f16": (0.057, 0.003)}}
 
 
 def make_run(folder: Path, busy: bool = False) -> Path:
@@ -124,7 +118,7 @@ def test_the_answer_box_comes_first_with_the_choice_its_evidence_and_its_limit(q
     sections = re.findall(r"(?m)^## (.+)$", markdown)
     assert sections[:3] == ["The answer", "The table: one row per quantization", "Verdicts and run details"]
     assert page.index('class="decision"') < page.index('id="quant-table"')
-    assert "<code>-np 8 -c 32768 -ctk f16 -ctv f16</code>" in page
+    assert '<code>-np 8 -c 32768 -ctk f16 -ctv f16</code>' in page
     header = page.split('id="quant-table"', 1)[1].split("</thead>", 1)[0]
     assert header.count("<th ") == 7 + 4  # seven columns, then one per load level
 

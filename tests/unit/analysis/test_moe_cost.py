@@ -10,9 +10,7 @@ from quantload.analysis.moe_cost import Comparison, ModelCost, follows, follows_
 MB = 1_000_000
 
 
-def _model(
-    role: str, token_mb: float, decode: dict[int, float], bench: float, experts: bool = False
-) -> ModelCost:
+def _model(role: str, token_mb: float, decode: dict[int, float], bench: float, experts: bool = False) -> ModelCost:
     return ModelCost(
         label=role, role=role, file_bytes=100 * MB, total_params=50 * MB, active_params=20 * MB,
         token_bytes=token_mb * MB, expert_bytes=80 * MB if experts else 0, experts_used=2 if experts else 0,

@@ -21,8 +21,7 @@ def _analysis(measured_tok_s: float, moe: dict[str, Any] | None = MOE) -> Any:
     entry = SimpleNamespace(moe=moe)
     # a token reads 30 MB of the rest and 2/8 of the 60 MB of experts: 45 MB
     roofline = SimpleNamespace(
-        bandwidth_bytes_per_s=9e9,
-        decode=SimpleNamespace(bytes_per_token=45e6, measured_tokens_per_s=measured_tok_s),
+        bandwidth_bytes_per_s=9e9, decode=SimpleNamespace(bytes_per_token=45e6, measured_tokens_per_s=measured_tok_s)
     )
     levels = pd.DataFrame([{"quant": "Q4_K_M", "users": 1, "output_tok_s": 150.0},
                            {"quant": "Q4_K_M", "users": 4, "output_tok_s": 300.0}])  # fmt: skip

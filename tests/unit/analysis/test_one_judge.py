@@ -70,9 +70,7 @@ def test_a_trial_and_a_sweep_level_of_the_same_records_get_the_same_verdict(
     summary = summarize_stage(line("trial-0", "limit_users", "stage_end", len(trial)), trial, SLO)
     searched = judge_trial(summary, SLO, hard_failure_frac=1.0)  # no early break: the plain verdict
 
-    write_run(
-        tmp_path, sweep, [line("sweep-0", "sweep", e, len(sweep)) for e in ("stage_start", "stage_end")]
-    )
+    write_run(tmp_path, sweep, [line("sweep-0", "sweep", e, len(sweep)) for e in ("stage_start", "stage_end")])
     run = load_run(tmp_path)
     levels = level_table(stage_table(run, SLO), "sweep", "users", ["Q8_0"], run.records, SLO)
     (verdict,) = capacity(levels, ["Q8_0"], SLO)
@@ -87,15 +85,11 @@ def test_the_report_counts_the_lag_of_a_trace_replay_whose_client_fell_behind(tm
     lagged = [record("trace-0", "trace", i, 0.1, lag=2.0, rate=1.0) for i in range(10)]
     for arrival in ("trace", None):  # a run written before stage lines said their arrival process
         folder = tmp_path / str(arrival)
-        ends = [
-            line("trace-0", "trace", e, 10, arrival=arrival, rate=1.0) for e in ("stage_start", "stage_end")
-        ]
+        ends = [line("trace-0", "trace", e, 10, arrival=arrival, rate=1.0) for e in ("stage_start", "stage_end")]
         write_run(folder, lagged, ends)
         (row,) = stage_table(load_run(folder), SLO).to_dict("records")
         assert (row["ok"], row["good"], row["goodput_rps"]) == (10, 0, 0.0)  # none met 500 ms from its time
-        assert row["ttft_p99_s"] == pytest.approx(0.1) and row["ttft_from_intended_p99_s"] == pytest.approx(
-            2.1
-        )
+        assert row["ttft_p99_s"] == pytest.approx(0.1) and row["ttft_from_intended_p99_s"] == pytest.approx(2.1)
     on_time = [r.model_copy(update={"lag_s": 0.0, "ttft_from_intended_s": 0.1}) for r in lagged]
     write_run(tmp_path / "on-time", on_time, ends)
     (row,) = stage_table(load_run(tmp_path / "on-time"), SLO).to_dict("records")

@@ -88,43 +88,28 @@ def test_the_report_puts_predicted_beside_measured_and_says_where_they_part(synt
     assert "stays within the prediction" in within.parting and [lv.users for lv in within.levels] == [1, 2]
     assert parted.parted_at_users == 1 and parted.wrong_part == TTFT_PART and parted.finding is None
     assert parted.levels[0].ttft_parts and not parted.levels[0].tpot_parts
-    assert (
-        "They part from 1 user" in parted.parting
-        and "queue 25 %, prefill 25 %, decode 50 %" in parted.parting
-    )
+    assert "They part from 1 user" in parted.parting and "queue 25 %, prefill 25 %, decode 50 %" in parted.parting
     paths = build_report(synthetic_run)
     report = paths.markdown.read_text()
     assert "Predicted before the load, and measured" in report
-    assert (
-        "Q4_K_M: Predicted before the load: 4 users" in report
-        and f"the model got {TTFT_PART} wrong" in report
-    )
+    assert "Q4_K_M: Predicted before the load: 4 users" in report and f"the model got {TTFT_PART} wrong" in report
     summary = json.loads(paths.summary.read_text())
-    assert [(c["quant"], c["wrong_part"]) for c in summary["prediction"]] == [
-        ("Q8_0", None),
-        ("Q4_K_M", TTFT_PART),
-    ]
+    assert [(c["quant"], c["wrong_part"]) for c in summary["prediction"]] == [("Q8_0", None), ("Q4_K_M", TTFT_PART)]
     first = summary["prediction"][1]["levels"][0]
     assert (first["users"], first["ttft_parts"], first["tpot_parts"]) == (1, True, False)
 
 
 def test_a_slow_decode_names_tpot_and_a_limit_below_the_interval_is_a_finding(synthetic_run: Path) -> None:
     analysis = _analysis(synthetic_run)
-    _write_predict(
-        synthetic_run, {"Q8_0": _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 0.5}, (4, 3, 5))}
-    )
+    _write_predict(synthetic_run, {"Q8_0": _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 0.5}, (4, 3, 5))})
     run = load_run(synthetic_run)
     held = [dataclasses.replace(v, max_users=1) for v in analysis.capacity]  # decided: 1 user met
     q8, q4 = prediction_checks(run, analysis.levels, held, analysis.quants, analysis.slo)
     assert q8.wrong_part == TPOT_PART and q8.decided and q8.measured_users == 1
     assert q8.finding == SLOWER_UNDER_LOAD and q8.sentence.endswith("measured: 1 (decided)")
     assert q4.not_predicted is not None and q4.sentence.startswith("not predicted: ")
-    _write_predict(
-        synthetic_run, {"Q8_0": _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 1.0}, (1, 1, 2))}
-    )
-    (within, _) = prediction_checks(
-        load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo
-    )
+    _write_predict(synthetic_run, {"Q8_0": _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 1.0}, (1, 1, 2))})
+    (within, _) = prediction_checks(load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo)
     assert within.finding is None  # the measured limit is within the interval
 
 
@@ -151,21 +136,13 @@ def test_without_a_predict_step_or_file_the_section_is_not_run(synthetic_run: Pa
     assert json.loads(build_report(synthetic_run).summary.read_text())["prediction"] == []
 
 
-def test_a_damaged_or_oversized_predict_json_is_a_note_never_an_error(
-    synthetic_run: Path, monkeypatch: Any
-) -> None:
-    (synthetic_run / "predict.json").write_text(
-        '{"schema": "quantload.predict/1", "predictions": {"Q8_0": 3}}'
-    )
+def test_a_damaged_or_oversized_predict_json_is_a_note_never_an_error(synthetic_run: Path, monkeypatch: Any) -> None:
+    (synthetic_run / "predict.json").write_text('{"schema": "quantload.predict/1", "predictions": {"Q8_0": 3}}')
     run = load_run(synthetic_run)
-    assert run.predict is None and any(
-        note.startswith("predict.json could not be read") for note in run.reading_notes
-    )
+    assert run.predict is None and any(note.startswith("predict.json could not be read") for note in run.reading_notes)
     build_report(synthetic_run)
     analysis = _analysis(synthetic_run)
-    _write_predict(
-        synthetic_run, {"Q8_0": _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 1.0}, (2, 1, 3))}
-    )
+    _write_predict(synthetic_run, {"Q8_0": _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 1.0}, (2, 1, 3))})
     monkeypatch.setattr(predict_file, "MAX_PREDICT_BYTES", 64)
     run = load_run(synthetic_run)
     assert run.predict is None and any("more than the 64" in note for note in run.reading_notes)

@@ -43,9 +43,7 @@ def _search(quant: str, trials: list[tuple[float, str]], limit: float | None) ->
 
 @pytest.fixture(scope="module")
 def analysis(tmp_path_factory: pytest.TempPathFactory) -> Analysis:
-    run = write_synthetic_run(
-        tmp_path_factory.mktemp("plots") / "run", quants=QUANTS, users_levels=(1, 2, 4, 8)
-    )
+    run = write_synthetic_run(tmp_path_factory.mktemp("plots") / "run", quants=QUANTS, users_levels=(1, 2, 4, 8))
     write_quality(run, {"F16": {"f16": (-0.000001, 0.0)}, "Q8_0": {"f16": (0.004, 0.0002)},
                         "Q4_K_M": {"f16": (0.057, 0.003)}})  # fmt: skip
     write_kv(run, QUANTS)
@@ -55,9 +53,7 @@ def analysis(tmp_path_factory: pytest.TempPathFactory) -> Analysis:
         _search("Q4_K_M", [(1.0, "meets"), (2.0, "meets"), (4.0, "meets"), (8.0, "misses"), (6.0, "meets"),
                            (7.0, "misses")], 6.0),
     ]  # fmt: skip
-    (run / "limits.jsonl").write_text(
-        "".join(line.model_dump_json(by_alias=True) + "\n" for line in searches)
-    )
+    (run / "limits.jsonl").write_text("".join(line.model_dump_json(by_alias=True) + "\n" for line in searches))
     return analyze_run(load_run(run), ReportSettings(), f"http://127.0.0.1:{free_port()}")
 
 
@@ -84,9 +80,7 @@ def _legend_outside_every_panel(figure: Any, renderer: Any) -> list[str]:
     return [text.get_text() for text in legend.get_texts()]
 
 
-def test_the_limit_search_is_levels_over_time_with_verdict_marks_and_whole_user_ticks(
-    analysis: Analysis,
-) -> None:
+def test_the_limit_search_is_levels_over_time_with_verdict_marks_and_whole_user_ticks(analysis: Analysis) -> None:
     figure = limit_search_figure(analysis)
     assert figure is not None
     renderer = _rendered(figure)
@@ -117,9 +111,7 @@ def _server_analysis(analysis: Analysis) -> Analysis:
     return dataclasses.replace(analysis, server_series=pd.DataFrame(rows))
 
 
-def test_the_server_series_name_their_bands_apart_and_keep_the_legend_off_the_data(
-    analysis: Analysis,
-) -> None:
+def test_the_server_series_name_their_bands_apart_and_keep_the_legend_off_the_data(analysis: Analysis) -> None:
     served = _server_analysis(analysis)
     figure = server_timeseries_figure(served)
     assert figure is not None
@@ -127,9 +119,7 @@ def test_the_server_series_name_their_bands_apart_and_keep_the_legend_off_the_da
     top = figure.axes[0]
     names = [text for text in top.texts if text.get_text()]
     bands = stage_bands(served.stages, float(served.stages["started_unix_s"].min()))
-    assert [band.label for band in bands] == [
-        f"{q} {e}" for q in QUANTS for e in ("sweep", "prompt-cache experiment")
-    ]
+    assert [band.label for band in bands] == [f"{q} {e}" for q in QUANTS for e in ("sweep", "prompt-cache experiment")]
     assert len(names) >= len(QUANTS)  # at least each quantization's first band is named
     boxes = [text.get_window_extent(renderer) for text in names]
     for index, box in enumerate(boxes):
@@ -143,12 +133,8 @@ def test_the_server_series_name_their_bands_apart_and_keep_the_legend_off_the_da
 def test_quality_has_intervals_and_nothing_below_the_floor_which_is_named(analysis: Analysis) -> None:
     from matplotlib.collections import LineCollection, PathCollection
 
-    table = analysis.quant_table.assign(
-        decode_tok_s=[127.0, 177.0, 187.0], file_size_bytes=[258e6, 138e6, 100e6]
-    )
-    figure = quality_speed_figure(
-        dataclasses.replace(analysis, quant_table=table)
-    )  # llama-bench's, the files'
+    table = analysis.quant_table.assign(decode_tok_s=[127.0, 177.0, 187.0], file_size_bytes=[258e6, 138e6, 100e6])
+    figure = quality_speed_figure(dataclasses.replace(analysis, quant_table=table))  # llama-bench's, the files'
     assert figure is not None
     renderer = _rendered(figure)
     size_panel = figure.axes[1]
@@ -167,13 +153,8 @@ def test_quality_has_intervals_and_nothing_below_the_floor_which_is_named(analys
         assert len(errorbars) == len(QUANTS)
         bars = [segment for collection in errorbars for segment in collection.get_segments()]
         assert all(min(segment[:, 1]) >= 0.0 for segment in bars)  # no interval reaches below the floor
-    assert _legend_outside_every_panel(figure, renderer) == [
-        "floor: F16 against its own base (0.000000 nats)"
-    ]
+    assert _legend_outside_every_panel(figure, renderer) == ["floor: F16 against its own base (0.000000 nats)"]
     texts = [text.get_text() for axis in figure.axes for text in axis.texts]
     assert "F16\n0.000000 nats" in texts and not any("e-" in text or "-0.0" in text for text in texts)
-    assert (
-        figure.axes[0].get_ylabel().startswith("mean KLD from F16, nats")
-        and "±1 s.e." in figure.axes[0].get_ylabel()
-    )
+    assert figure.axes[0].get_ylabel().startswith("mean KLD from F16, nats") and "±1 s.e." in figure.axes[0].get_ylabel()
     assert size_panel.get_xlabel() == "file size, MiB"

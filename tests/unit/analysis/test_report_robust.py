@@ -39,7 +39,7 @@ def test_markdown_shows_hostile_labels_as_text_like_the_html() -> None:
     text = render_markdown(document)
     assert "<img" not in text and " [x](" not in text and "/[x](" not in text
     assert "/m/\\[x\\](javascript" in text  # the brackets shown, no link made
-    assert '&lt;img src=x onerror="alert(1)">' in text  # no tag can start; a lone ">" starts nothing
+    assert "&lt;img src=x onerror=\"alert(1)\">" in text  # no tag can start; a lone ">" starts nothing
     assert "p < 0.05 and `quantload run --exclusive`" in render_markdown(
         Document("t", "s", (Section("k", "k", (Paragraph("p < 0.05 and `quantload run --exclusive`"),)),))
     )  # a "<" that starts no tag and a command in backquotes read as written
@@ -88,17 +88,12 @@ def _damage(path: Path, line_numbers: set[int]) -> None:
 def test_every_damaged_line_of_every_run_file_is_counted_named_and_noted(tmp_path: Path) -> None:
     run_dir = write_synthetic_run(tmp_path / "run")
     lines = [limit_line("Q8_0", 6.0, 7.0), limit_line("Q4_K_M", None, 1.0, "never_held")]
-    (run_dir / "limits.jsonl").write_text(
-        "".join(line.model_dump_json(by_alias=True) + "\n" for line in lines)
-    )
+    (run_dir / "limits.jsonl").write_text("".join(line.model_dump_json(by_alias=True) + "\n" for line in lines))
     _damage(run_dir / "limits.jsonl", {2})
     _damage(run_dir / "records.jsonl", {3, 10})
     _damage(run_dir / "stages.jsonl", {1})
     notes = load_run(run_dir).reading_notes
-    assert (
-        "1 line of limits.jsonl could not be read (torn, foreign or damaged: line 2) and were left out"
-        in notes
-    )
+    assert "1 line of limits.jsonl could not be read (torn, foreign or damaged: line 2) and were left out" in notes
     assert any(note.startswith("2 lines of records.jsonl") and "lines 3, 10" in note for note in notes), notes
     assert any(note.startswith("1 line of stages.jsonl") for note in notes), notes
     (run_dir / "variants.jsonl").write_text('{"run_id": "r", "experiment": "slo\n')  # torn

@@ -117,12 +117,8 @@ def test_the_batching_table_pairs_cb_with_nocb_and_the_verdict_says_what_static_
 
 def _search(slots: int, limit: float | None, stage: str) -> LimitLine:
     trial = TrialLine(
-        level=limit or 1,
-        outcome="meets" if limit is not None else "misses",
-        hard_failure=False,
-        seconds=1,
-        why="",
-        stage_id=stage,
+        level=limit or 1, outcome="meets" if limit is not None else "misses", hard_failure=False, seconds=1,
+        why="", stage_id=stage
     )
     return LimitLine(
         run_id="r",

@@ -55,9 +55,7 @@ def test_server_metrics_are_renamed_and_labelled(fake_servers: MakeFake, registr
     assert "/props" not in fake.reads  # labels were configured: no discovery
 
 
-def test_the_model_size_is_read_once_from_v1_models(
-    fake_servers: MakeFake, registry_for: MakeRegistry
-) -> None:
+def test_the_model_size_is_read_once_from_v1_models(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
     sized, unsized = fake_servers(), fake_servers()
     sized.model_size_bytes = 38_547_392
     registry, _ = registry_for([_target(sized.url)])
@@ -96,10 +94,7 @@ def test_kv_cells_from_configuration_and_from_log(
         "llama_kv_cache: size =    4.00 MiB (   512 cells,   2 layers,  2/2 seqs),"
         " K (f16):    2.00 MiB, V (f16):    2.00 MiB\n"
     )
-    targets = [
-        _target(fake.url, kv_cells=2048),
-        ExporterTarget(name="b", url=fake.url, quant="F16", model="tiny", log_path=log),
-    ]
+    targets = [_target(fake.url, kv_cells=2048), ExporterTarget(name="b", url=fake.url, quant="F16", model="tiny", log_path=log)]
     registry, _ = registry_for(targets)
     value = Scrape(registry)
     b = {"server": "b", "quant": "F16", "model": "tiny"}
@@ -156,9 +151,7 @@ def _faulty_targets(make: MakeFake) -> list[ExporterTarget]:
     down = make()
     down.stop()
     fakes["down"] = down
-    return [
-        ExporterTarget(name=name, url=fake.url, quant=name.upper(), model="m") for name, fake in fakes.items()
-    ]
+    return [ExporterTarget(name=name, url=fake.url, quant=name.upper(), model="m") for name, fake in fakes.items()]
 
 
 def test_faults_are_contained_per_target(
@@ -261,7 +254,9 @@ def test_a_hung_target_is_not_read_again_while_its_read_runs() -> None:
         fetcher.close()
 
 
-def test_retargeting_swaps_the_servers_read(fake_servers: MakeFake, registry_for: MakeRegistry) -> None:
+def test_retargeting_swaps_the_servers_read(
+    fake_servers: MakeFake, registry_for: MakeRegistry
+) -> None:
     first, second, third = fake_servers(), fake_servers(), fake_servers()
     a = ExporterTarget(name="a", url=first.url, quant="Q8_0", model="tiny")
     registry, collector = registry_for([a])
@@ -275,9 +270,7 @@ def test_retargeting_swaps_the_servers_read(fake_servers: MakeFake, registry_for
     assert value("quantload_target_up", q4) == 1
     assert value("quantload_target_up", Q8) is None  # a is no longer read or shown
     reads_of_a = sum(first.reads.values())
-    collector.set_targets(
-        [a, b, ExporterTarget(name="c", url=third.url, quant="F16", model="tiny")]
-    )  # grows the pool
+    collector.set_targets([a, b, ExporterTarget(name="c", url=third.url, quant="F16", model="tiny")])  # grows the pool
     value = Scrape(registry)
     assert value("quantload_target_up", Q8) == 1 and value("quantload_target_up", q4) == 1
     assert value("quantload_target_up", {"server": "c", "quant": "F16", "model": "tiny"}) == 1

@@ -15,9 +15,7 @@ def test_serves_metrics_and_ignores_target_parameters(
     fake_servers: Callable[[], FakeLlamaServer],
 ) -> None:
     fake, other = fake_servers(), fake_servers()
-    handle = start_exporter(
-        [ExporterTarget(name="a", url=fake.url, quant="Q8_0", model="tiny")], port=0, timeout_s=0.5
-    )
+    handle = start_exporter([ExporterTarget(name="a", url=fake.url, quant="Q8_0", model="tiny")], port=0, timeout_s=0.5)
     try:
         assert handle.url.startswith("http://127.0.0.1:") and handle.port > 0
         body = httpx.get(f"{handle.url}/metrics?target={other.url}", timeout=5).text

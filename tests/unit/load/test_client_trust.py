@@ -43,10 +43,7 @@ def test_a_stage_is_ok_within_the_stated_error_and_degraded_between_it_and_satur
     assert "woke up 12.0 ms late (p99), more than the 5.0 ms its figures are stated within" in late.why
     crowded = health(0.5, 0.001).trust(BOUNDS, 512)
     assert crowded.level == "degraded"
-    assert (
-        crowded.why
-        == "512 streams per load process, more than the 256 this machine's calibration measured right"
-    )
+    assert crowded.why == "512 streams per load process, more than the 256 this machine's calibration measured right"
     assert health(0.95, 0.002).trust(BOUNDS, 100).level == "saturated"
     assert health(0.3, 0.06).trust(BOUNDS, 100).level == "saturated"
     assert ClientHealth().trust(BOUNDS, 100) is None  # nothing measured: no verdict
@@ -62,29 +59,17 @@ def test_a_stage_is_ok_within_the_stated_error_and_degraded_between_it_and_satur
 def counts(*found: tuple[int, int, bool], lag_s: float | None = None) -> tuple[CountResult, ...]:
     return tuple(
         CountResult(
-            streams=streams,
-            workers=workers,
-            requests=10,
-            ok=10,
-            ttft_error_p50_s=0.001,
-            ttft_error_p99_s=0.002,
-            ttft_error_vs_script_p99_s=0.003,
-            itl_error_p50_s=0.0,
-            itl_error_p99_s=0.001,
-            server_token_late_p99_s=0.001,
-            delivered_concurrency=float(streams),
-            client_cpu_frac=0.5,
-            client_cpu_per_100_streams=0.5,
-            within_error=within,
+            streams=streams, workers=workers, requests=10, ok=10, ttft_error_p50_s=0.001,
+            ttft_error_p99_s=0.002, ttft_error_vs_script_p99_s=0.003, itl_error_p50_s=0.0,
+            itl_error_p99_s=0.001, server_token_late_p99_s=0.001, delivered_concurrency=float(streams),
+            client_cpu_frac=0.5, client_cpu_per_100_streams=0.5, within_error=within,
             loop_lag_p99_s=lag_s if within else 0.5,
         )
         for streams, workers, within in found
     )
 
 
-def calibration(
-    found: tuple[CountResult, ...], host: str | None = None, trusted: int | None = None
-) -> Calibration:
+def calibration(found: tuple[CountResult, ...], host: str | None = None, trusted: int | None = None) -> Calibration:
     return Calibration(
         created_unix_s=1.8e9, host=host or socket.gethostname(), cores=usable_cores(), python="3",
         load_average_before=None, load_average_after=None, fake_ttft_ms=(20.0, 200.0),
@@ -94,10 +79,7 @@ def calibration(
 
 
 def test_the_streams_one_process_measured_right_come_from_the_calibration() -> None:
-    assert (
-        streams_per_process(calibration(counts((64, 0, True), (256, 0, True), (512, 0, False)), trusted=256))
-        == 256
-    )
+    assert streams_per_process(calibration(counts((64, 0, True), (256, 0, True), (512, 0, False)), trusted=256)) == 256
     assert streams_per_process(calibration(counts((256, 0, True), (512, 2, True)), trusted=512)) == 256
     assert streams_per_process(calibration(counts((8, 0, False)), trusted=None)) == 0.0
 
@@ -141,6 +123,4 @@ def test_the_reports_client_health_names_the_degraded_stages_and_why() -> None:
     assert "quantload calibrate" in sentence
     clean = _stages(client_trust=["ok", "ok", "ok"], client_trust_why=[None, None, None])
     assert lagging_stages(clean, 0.05).empty
-    assert "no stage reported saturation or figures worse" in client_verdict(
-        clean, lagging_stages(clean, 0.05), 0.05
-    )
+    assert "no stage reported saturation or figures worse" in client_verdict(clean, lagging_stages(clean, 0.05), 0.05)

@@ -47,9 +47,9 @@ def test_the_refusal_is_read_with_its_two_counts_and_nothing_else_is() -> None:
     assert context_exceeded(500, REFUSAL) is None  # only a 400 is a refusal
     assert context_exceeded(400, b'{"error":{"code":400,"type":"invalid_request_error"}}') is None
     assert context_exceeded(400, b"not json") is None
-    assert context_exceeded(400, b'{"error":{"type":"exceed_context_size_error","n_ctx":"x"}}') == type(
-        refused
-    )("the request exceeds the slot's context", None, None)
+    assert context_exceeded(400, b'{"error":{"type":"exceed_context_size_error","n_ctx":"x"}}') == type(refused)(
+        "the request exceeds the slot's context", None, None
+    )
 
 
 def test_the_client_records_a_refusal_as_context_exceeded_never_a_generic_4xx() -> None:
@@ -132,9 +132,7 @@ def _conversation(turns: int, words: int) -> Ticket:
 def test_the_template_cost_is_measured_from_the_server_s_own_counts() -> None:
     cost = measure_template(WordTokenizer())
     messages = [{"role": "system", "content": "a b c"}, {"role": "user", "content": "d e"}]
-    assert cost.estimate([3, 2]) == count_tokens(
-        chat_prompt(messages)
-    )  # "[role]" is 3 tokens, "[assistant]" 3
+    assert cost.estimate([3, 2]) == count_tokens(chat_prompt(messages))  # "[role]" is 3 tokens, "[assistant]" 3
 
 
 def test_the_trim_keeps_the_system_prompt_and_the_latest_turns_that_fit() -> None:
@@ -153,9 +151,7 @@ def test_the_trim_keeps_the_system_prompt_and_the_latest_turns_that_fit() -> Non
         ) + ["user"]
         ticket = fitted.ticket
     # 5 turns of 12 + 10 words (+ 3 template tokens each) cannot all fit in 80: the earliest went
-    assert (ticket.trimmed_turns or 0) >= 3 and ticket.trimmed_tokens == (ticket.trimmed_turns or 0) * (
-        15 + 13
-    )
+    assert (ticket.trimmed_turns or 0) >= 3 and ticket.trimmed_tokens == (ticket.trimmed_turns or 0) * (15 + 13)
     assert len(ticket.history_tokens) == len(ticket.messages)
 
 
@@ -174,9 +170,7 @@ def test_a_trim_that_cannot_keep_even_the_newest_turn_sends_it_as_it_is() -> Non
     ticket = trimmer.next_turn(_conversation(turns=2, words=40), "a", 1)
     fitted = trimmer.fit(ticket, budget_tokens=20)
     assert fitted.ticket.messages[0]["role"] == "system" and len(fitted.ticket.messages) == 2  # what is left
-    assert (
-        fitted.prompt_tokens_counted is not None and fitted.prompt_tokens_counted > 20
-    )  # the server decides
+    assert fitted.prompt_tokens_counted is not None and fitted.prompt_tokens_counted > 20  # the server decides
 
 
 def test_expected_refusals_never_trip_the_breaker_but_other_failures_do() -> None:
@@ -190,9 +184,7 @@ def test_expected_refusals_never_trip_the_breaker_but_other_failures_do() -> Non
 
 
 def test_bad_context_settings_are_one_line_before_any_load(tmp_path: Path) -> None:
-    with pytest.raises(
-        ConfigError, match=r"context.keep_tokens 1024 is not shorter than the 1024-token slot"
-    ):
+    with pytest.raises(ConfigError, match=r"context.keep_tokens 1024 is not shorter than the 1024-token slot"):
         load_config(tmp_path, {}, {"context.keep_tokens": 1024})
     with pytest.raises(ConfigError, match="the trim policy cannot keep even the system prompt"):
         load_config(tmp_path, {}, {"context.system_prompt_tokens": 1000, "context.reply_tokens": "fixed:64"})
@@ -253,9 +245,7 @@ def test_a_conversation_needs_its_longest_turn_and_what_a_trim_left_out() -> Non
 
     from quantload.analysis.capacity_plan import conversation_lengths
 
-    def row(
-        session: str, turn: int, prompt: float, reply: float, trimmed: float | None, ok: bool = True
-    ) -> dict:  # type: ignore[type-arg]
+    def row(session: str, turn: int, prompt: float, reply: float, trimmed: float | None, ok: bool = True) -> dict:  # type: ignore[type-arg]
         return {"stage_id": "st", "warmup": False, "session_id": session, "turn": turn, "ok": ok,
                 "prompt_tokens": prompt, "completion_tokens": reply, "trimmed_tokens": trimmed}  # fmt: skip
 

@@ -35,9 +35,7 @@ def test_sharegpt_conversations_keep_user_turns_replies_and_lines(tmp_path: Path
 
 def test_jsonl_holds_conversations_or_single_prompts_with_output_lengths(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
-    path.write_text(
-        '{"prompt": "tell me", "output_tokens": 40}\n\n{"messages": [{"role": "user", "content": "x"}]}\n'
-    )
+    path.write_text('{"prompt": "tell me", "output_tokens": 40}\n\n{"messages": [{"role": "user", "content": "x"}]}\n')
     dataset = read_dataset(path)
     assert [(c.turns[0].user, c.output_tokens, c.line) for c in dataset.conversations] == [
         ("tell me", 40, 1),
@@ -54,22 +52,10 @@ def test_jsonl_holds_conversations_or_single_prompts_with_output_lengths(tmp_pat
         ("bad.json", '[{"prompt": "a"},\n {"prompt": "b",,}]', "bad.json:2 is not valid JSON"),
         ("open.json", '[{"prompt": "a"}', "the JSON list is not closed"),
         ("scalar.jsonl", '{"prompt": "a"}\n42\n', "scalar.jsonl:2: entry 1 is not a JSON object"),
-        (
-            "noturns.jsonl",
-            '{"id": 1, "other": 2}\n',
-            "noturns.jsonl:1: entry 0 has no turns list and no prompt",
-        ),
+        ("noturns.jsonl", '{"id": 1, "other": 2}\n', "noturns.jsonl:1: entry 0 has no turns list and no prompt"),
         ("turns.jsonl", '{"conversations": "x"}\n', "turns.jsonl:1: conversations is not a list"),
-        (
-            "length.jsonl",
-            '{"prompt": "a"}\n{"prompt": "b", "output_tokens": 0}\n',
-            "length.jsonl:2: output_tokens 0",
-        ),
-        (
-            "float.jsonl",
-            '{"prompt": "a", "completion_tokens": 2.5}\n',
-            "float.jsonl:1: completion_tokens 2.5",
-        ),
+        ("length.jsonl", '{"prompt": "a"}\n{"prompt": "b", "output_tokens": 0}\n', "length.jsonl:2: output_tokens 0"),
+        ("float.jsonl", '{"prompt": "a", "completion_tokens": 2.5}\n', "float.jsonl:1: completion_tokens 2.5"),
         ("words.jsonl", '{"prompt": "a", "output_length": "ten"}\n', "output_length is 'ten', not a number"),
         ("nouser.json", '[{"conversations": [{"from": "gpt", "value": "hi"}]}]', "holds no conversation"),
     ],

@@ -40,9 +40,7 @@ def _at_once(send: Callable[[], StreamResult], count: int) -> list[StreamResult]
 
 
 def test_streams_beyond_the_capacity_wait_their_turn() -> None:
-    script = FakeScript(
-        ttft_ms=(30.0, 30.0), itl_ms=(30.0, 30.0), tokens=4, max_streams=2, pathological=False
-    )
+    script = FakeScript(ttft_ms=(30.0, 30.0), itl_ms=(30.0, 30.0), tokens=4, max_streams=2, pathological=False)
     with FakeServer(script) as server:
         results = _at_once(_request(server.url), 4)
         assert server.stats.max_in_flight == 2
@@ -53,9 +51,7 @@ def test_streams_beyond_the_capacity_wait_their_turn() -> None:
 
 
 def test_a_rate_limit_lets_one_seconds_worth_through_then_spaces_starts() -> None:
-    script = FakeScript(
-        ttft_ms=(5.0, 5.0), itl_ms=(1.0, 1.0), tokens=2, rate_limit_rps=4.0, pathological=False
-    )
+    script = FakeScript(ttft_ms=(5.0, 5.0), itl_ms=(1.0, 1.0), tokens=2, rate_limit_rps=4.0, pathological=False)
     with FakeServer(script) as server:
         results = _at_once(_request(server.url, 2), 6)
     ttfts = sorted(r.ttft_s or 0.0 for r in results)
@@ -64,9 +60,7 @@ def test_a_rate_limit_lets_one_seconds_worth_through_then_spaces_starts() -> Non
 
 
 def test_slowdown_stretches_shared_streams() -> None:
-    script = FakeScript(
-        ttft_ms=(40.0, 40.0), itl_ms=(1.0, 1.0), tokens=2, slowdown_per_stream=1.0, pathological=False
-    )
+    script = FakeScript(ttft_ms=(40.0, 40.0), itl_ms=(1.0, 1.0), tokens=2, slowdown_per_stream=1.0, pathological=False)
     with FakeServer(script) as server:
         alone_s = min(_request(server.url, 2)().ttft_s or 0.0 for _ in range(3))
         together = _at_once(_request(server.url, 2), 3)

@@ -96,12 +96,7 @@ def drive(tmp_path: Path, behave: Behaviour, **load: Any) -> tuple[StageControll
     environment = StandInEnvironment()
     environment.runner = StandInRunner(tickets, sink, behave)
     controller = StageController(
-        environment,
-        plan,
-        tickets.book,
-        sink,
-        JsonlAppender(tmp_path / "stages.jsonl"),
-        LoadMetrics(),  # type: ignore[arg-type]
+        environment, plan, tickets.book, sink, JsonlAppender(tmp_path / "stages.jsonl"), LoadMetrics()  # type: ignore[arg-type]
     )
     gevent.spawn(controller.run).join(timeout=30)
     return controller, environment.runner
@@ -126,9 +121,7 @@ def test_the_controller_runs_each_stage_to_its_last_record_and_stops_the_runner(
 
 
 def test_failures_in_a_row_trip_the_breaker_and_abort_the_later_stages(tmp_path: Path) -> None:
-    controller, _ = drive(
-        tmp_path, lambda ticket: finished(ticket, ok=ticket.warmup), max_consecutive_errors=2
-    )
+    controller, _ = drive(tmp_path, lambda ticket: finished(ticket, ok=ticket.warmup), max_consecutive_errors=2)
     assert controller.abort_reason is not None
     (first, second) = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
     assert first.status == "failed" and "2 requests in a row failed" in (first.reason or "")
@@ -159,12 +152,7 @@ def test_a_failure_of_the_client_itself_ends_the_stage_with_its_cause(tmp_path: 
     environment = StandInEnvironment()
     environment.runner = StandInRunner(tickets, sink, fail_once)
     controller = StageController(
-        environment,
-        plan,
-        tickets.book,
-        sink,
-        JsonlAppender(tmp_path / "stages.jsonl"),
-        LoadMetrics(),  # type: ignore[arg-type]
+        environment, plan, tickets.book, sink, JsonlAppender(tmp_path / "stages.jsonl"), LoadMetrics()  # type: ignore[arg-type]
     )
     holder["controller"] = controller
     gevent.spawn(controller.run).join(timeout=30)

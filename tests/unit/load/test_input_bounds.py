@@ -160,9 +160,7 @@ def test_a_config_file_or_environment_list_nested_too_deep_is_one_line(tmp_path:
         load_config(tmp_path / "elsewhere", {"QUANTLOAD_LOAD__USERS": deep_list})
 
 
-def test_a_model_config_json_nested_too_deep_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_model_config_json_nested_too_deep_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from quantload.cli.main import main
 
     config = tmp_path / "config.json"

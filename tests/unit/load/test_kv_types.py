@@ -39,17 +39,10 @@ def test_the_plan_is_one_decode_heavy_stage_naming_its_cache_type(tmp_path: Path
     run = context(tmp_path, load_settings(), kv_types={"users": 8, "requests": 5, "max_tokens": 64,
                                                        "prompt_max_tokens": 20})  # fmt: skip
     drawn = decode_requests(run.settings, tmp_path)
-    assert len(drawn.requests) == 5 and all(
-        len(drawn.texts[r.prompt_id].split()) <= 20 for r in drawn.requests
-    )
+    assert len(drawn.requests) == 5 and all(len(drawn.texts[r.prompt_id].split()) <= 20 for r in drawn.requests)
     plan = kv_type_plan(run.settings, TARGET, drawn, "run", "kv_types-x", "q4_0")
     (stage,) = plan.stages
-    assert (stage.experiment, stage.users, stage.kv_cache_type, stage.cache_prompt) == (
-        "kv_types",
-        8,
-        "q4_0",
-        False,
-    )
+    assert (stage.experiment, stage.users, stage.kv_cache_type, stage.cache_prompt) == ("kv_types", 8, "q4_0", False)
     assert [r.prompt_id for r in stage.requests] == [r.prompt_id for r in drawn.requests]
     assert len(stage.warmup) == 1 and stage.arrival == "closed"
     assert stage.ignore_eos is True and {r.max_tokens for r in stage.requests} == {64}  # not the sweep's 99
@@ -95,9 +88,7 @@ def test_a_variant_is_the_servers_spec_with_the_flags_applied() -> None:
 
 
 def test_a_cache_type_server_is_the_same_spec_with_its_types_and_flash_attention_where_needed() -> None:
-    spec = ServerSpec(
-        model_path=Path("m.gguf"), alias="m-Q8_0", port=8080, api_key="k", extra_args=("-t", "2")
-    )
+    spec = ServerSpec(model_path=Path("m.gguf"), alias="m-Q8_0", port=8080, api_key="k", extra_args=("-t", "2"))
     q8 = cache_type_spec(spec, "q8_0")
     assert (q8.cache_type_k, q8.cache_type_v, q8.port, q8.api_key) == ("q8_0", "q8_0", 0, "k")
     assert q8.extra_args == ("-t", "2", "-fa", "on")  # llama.cpp refuses a quantized V cache without it

@@ -33,25 +33,11 @@ def records(ttft: list[float], tpot: float = 0.01, lag: float = 0.0, failed: int
         ok = index >= failed
         out.append(
             RequestRecord(
-                run_id="r",
-                server="s",
-                quant="q",
-                model="m",
-                url="http://x",
-                experiment="limit_users",
-                stage_id="st",
-                cache_prompt=False,
-                prompt_id="p",
-                worker="w",
-                intended_unix_s=0.0,
-                sent_unix_s=float(index),
-                lag_s=lag,
-                ttft_s=value if ok else None,
-                ttft_from_intended_s=value + lag if ok else None,
-                tpot_s=tpot if ok else None,
-                e2e_s=value + 0.1 if ok else None,
-                ok=ok,
-                within_deadline=ok,
+                run_id="r", server="s", quant="q", model="m", url="http://x", experiment="limit_users",
+                stage_id="st", cache_prompt=False, prompt_id="p", worker="w", intended_unix_s=0.0,
+                sent_unix_s=float(index), lag_s=lag, ttft_s=value if ok else None,
+                ttft_from_intended_s=value + lag if ok else None, tpot_s=tpot if ok else None,
+                e2e_s=value + 0.1 if ok else None, ok=ok, within_deadline=ok,
             )
         )
     return out
@@ -143,14 +129,7 @@ def planned(settings: Settings) -> list[str]:
 def test_the_run_plans_the_experiments_whose_input_is_there() -> None:
     settings = Settings()
     assert planned(settings) == [
-        "sweep",
-        "prefix_cache",
-        "sessions",
-        "mixed",
-        "limit_users",
-        "limit_rate",
-        "context",
-        "kv_types",
+        "sweep", "prefix_cache", "sessions", "mixed", "limit_users", "limit_rate", "context", "kv_types"
     ]  # noisy_neighbour needs two [[tenants]]
     assert registry.missing_input("open_loop", settings) == "no open-loop rate (load.rates_rps)"
     assert registry.missing_input("trace", settings) == "no trace (trace.path)"
@@ -171,9 +150,7 @@ def test_load_experiments_names_only_the_registry_s_experiments_once(tmp_path: P
     with pytest.raises(ConfigError, match=r"'load\.experiments': unknown experiment 'swep'"):
         registry.requested_names(asked)
     with pytest.raises(ConfigError, match=r"unknown experiment 'swep'$"):
-        CliContext(
-            tmp_path, {"QUANTLOAD_LOAD__EXPERIMENTS": "sweep,swep"}, None, Console(), Console()
-        ).config()
+        CliContext(tmp_path, {"QUANTLOAD_LOAD__EXPERIMENTS": "sweep,swep"}, None, Console(), Console()).config()
     with pytest.raises(ValueError, match="lists sweep more than once"):
         LoadSettings(experiments=("sweep", "sweep"))
     assert LoadSettings().experiments is None
@@ -181,12 +158,7 @@ def test_load_experiments_names_only_the_registry_s_experiments_once(tmp_path: P
     assert listed.config().settings.load.experiments == ("sweep", "soak")
     assert registry.requested_names(Settings()) == registry.default_names()
     named_only = [name for name in registry.names() if name not in registry.default_names()]
-    assert named_only == [
-        "batching",
-        "slots",
-        "speculation",
-        "ramp_up",
-    ]  # they run when load.experiments names them
+    assert named_only == ["batching", "slots", "speculation", "ramp_up"]  # they run when load.experiments names them
 
 
 def test_a_trial_sends_at_least_what_a_sweep_stage_sends_unless_told_fewer() -> None:
@@ -194,9 +166,7 @@ def test_a_trial_sends_at_least_what_a_sweep_stage_sends_unless_told_fewer() -> 
     assert settings.limit.min_requests is None
     assert [trial_requests(settings, "limit_users", level) for level in (1, 8, 32)] == [100, 100, 128]
     assert trial_requests(settings, "limit_rate", 0.5) == 100
-    synthetic = Settings(
-        workload={"kind": "lengths", "requests": 40}, limit=LimitSettings(requests_per_user=4)
-    )
+    synthetic = Settings(workload={"kind": "lengths", "requests": 40}, limit=LimitSettings(requests_per_user=4))
     assert trial_requests(synthetic, "limit_users", 1) == 40
     told = Settings(load={"prompt_count": 100}, limit=LimitSettings(requests_per_user=4, min_requests=8))
     assert trial_requests(told, "limit_users", 1) == 8

@@ -14,9 +14,7 @@ from quantload.load.arrival import StampSwitch, enable_kernel_stamps, read_stamp
 from quantload.load.client import ConnectionPool, Endpoint
 
 LATE_READ_S = 0.2
-linux_only = pytest.mark.skipif(
-    sys.platform != "linux", reason="kernel receive times are a Linux socket option"
-)
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="kernel receive times are a Linux socket option")
 
 
 @pytest.fixture

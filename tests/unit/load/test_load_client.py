@@ -168,8 +168,6 @@ def test_classification_can_wait_until_after_the_stream(server: FakeServer) -> N
     done = classify_stream(raw)
     assert done is raw and done.ok and len(done.content_times_s) == 6 and not done.events
     assert classify_stream(done) is done  # idempotent
-    cut = stream_request(
-        pool, endpoint.request_bytes(body("[[fake fault=malformed_after:2]]")), 5.0, classify=False
-    )
+    cut = stream_request(pool, endpoint.request_bytes(body("[[fake fault=malformed_after:2]]")), 5.0, classify=False)
     assert cut.error_class == "stream_cut"  # what the transport saw: the server hung up
     assert classify_stream(cut).error_class == "malformed_chunk"  # what really went wrong

@@ -53,9 +53,7 @@ def test_open_loop_has_one_stage_per_rate_with_absolute_intended_times() -> None
     settings = LoadSettings(open_loop_requests=7, open_loop_users=16, warmup_requests=0)
     plan = open_loop_of(settings, TARGET, PROMPTS, [1.0, 2.5], "run", "inv")
     assert [(s.rate_rps, s.users, len(s.requests)) for s in plan.stages] == [(1.0, 16, 7), (2.5, 16, 7)]
-    assert {s.arrival for s in plan.stages} == {"poisson"} and {
-        s.first_round_jitter_s for s in plan.stages
-    } == {0.0}
+    assert {s.arrival for s in plan.stages} == {"poisson"} and {s.first_round_jitter_s for s in plan.stages} == {0.0}
     tickets = stage_tickets(plan, plan.stages[1], warmup=False, start_unix_s=1000.0)
     offsets = [r.offset_s for r in plan.stages[1].requests]
     assert [t.intended_unix_s for t in tickets] == [1000.0 + (o or 0.0) for o in offsets]

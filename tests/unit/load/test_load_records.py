@@ -167,14 +167,7 @@ def test_collector_names_labels_and_no_created_series() -> None:
     assert value("quantload_output_tokens_total", {"server": "srv", "quant": "Q4_K_M", "tenant": ""}) == 5
     assert value("quantload_prompt_tokens_total", {"server": "srv", "quant": "Q4_K_M", "tenant": ""}) == 12
     assert value("quantload_active_users", {"server": "srv", "quant": "Q4_K_M"}) == 4
-    stage = {
-        "server": "srv",
-        "quant": "Q4_K_M",
-        "experiment": "sweep",
-        "users": "4",
-        "repeat": "1",
-        "rate_rps": "",
-    }
+    stage = {"server": "srv", "quant": "Q4_K_M", "experiment": "sweep", "users": "4", "repeat": "1", "rate_rps": ""}
     assert value("quantload_stage_info", stage) == 1
     text = generate_latest(registry).decode()
     assert "_created" not in text

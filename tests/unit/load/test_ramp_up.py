@@ -53,12 +53,7 @@ def test_its_settings_are_bounded_and_it_runs_only_when_named() -> None:
     chosen = Settings()
     assert (chosen.ramp_up.step_s, chosen.ramp_up.start_users, chosen.ramp_up.max_users) == (30.0, 1, 8)
     assert ramp_stages.step_users(settings(start_users=3, max_users=5)) == [3, 4, 5]
-    for wrong in (
-        {"max_users": 2, "start_users": 3},
-        {"step_s": 0.5},
-        {"max_users": 5000},
-        {"start_users": 0},
-    ):
+    for wrong in ({"max_users": 2, "start_users": 3}, {"step_s": 0.5}, {"max_users": 5000}, {"start_users": 0}):
         with pytest.raises(ValidationError):
             settings(**wrong)
     experiment = registry.get("ramp_up")
@@ -183,12 +178,7 @@ def test_a_ramp_that_met_every_step_held_up_to_its_last() -> None:
 def test_an_undecided_step_claims_no_hold_or_break_beyond_it() -> None:
     run = runs_of(step_summary(0, 1, FAST), step_summary(1, 2, FEW), step_summary(2, 3, SLOW))
     assert list(run.steps["outcome"]) == ["meets", "undecided", "misses"]
-    assert (run.held_users, run.breaks_at_users, run.undecided_from_users, run.missed_users) == (
-        1,
-        None,
-        2,
-        3,
-    )
+    assert (run.held_users, run.breaks_at_users, run.undecided_from_users, run.missed_users) == (1, None, 2, 3)
     assert run.sentence.startswith("The SLO held up to 1 user; undecided from 2 users: ")
     assert "first breaks" not in run.sentence and "breaks at 3 users at the latest" in run.sentence
     alone = runs_of(step_summary(0, 1, FEW))

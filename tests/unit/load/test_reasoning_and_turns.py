@@ -49,10 +49,7 @@ def test_the_reply_sent_back_is_the_answer_without_the_reasoning() -> None:
 
 def session_ticket_plan() -> tuple[object, object]:
     request = PlannedRequest(
-        prompt_id="t0",
-        max_tokens=4,
-        session_id="s",
-        later_turns=(PlannedTurn(prompt_id="t1"), PlannedTurn(prompt_id="t2")),
+        prompt_id="t0", max_tokens=4, session_id="s", later_turns=(PlannedTurn(prompt_id="t1"), PlannedTurn(prompt_id="t2"))
     )
     drawn = StageRequests((request,), {"t0": "a", "t1": "b", "t2": "c"}, "sessions", True)
     target = ServedTarget(name="srv", quant="Q8_0", model="m", url="http://127.0.0.1:1")

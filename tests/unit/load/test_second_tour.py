@@ -32,9 +32,7 @@ TARGET = ServedTarget(name="srv", quant="Q4_K_M", model="m", url="http://127.0.0
 
 
 def _trace_drawn(offsets: list[float]) -> StageRequests:
-    requests = tuple(
-        PlannedRequest(prompt_id=f"t{i}", offset_s=o, max_tokens=4) for i, o in enumerate(offsets)
-    )
+    requests = tuple(PlannedRequest(prompt_id=f"t{i}", offset_s=o, max_tokens=4) for i, o in enumerate(offsets))
     return StageRequests(requests, {r.prompt_id: "x" for r in requests}, "trace", True)
 
 
@@ -92,11 +90,7 @@ def test_flags_the_workload_does_not_read_are_said(monkeypatch: pytest.MonkeyPat
                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     settings = Settings(workload=WorkloadSettings(kind="lengths"))
     (line,) = ignored_flags(settings, {"load.prompt_count": 5})
-    assert (
-        "--prompt-count" in line
-        and "workload.requests = 50" in line
-        and "QUANTLOAD_WORKLOAD__REQUESTS" in line
-    )
+    assert "--prompt-count" in line and "workload.requests = 50" in line and "QUANTLOAD_WORKLOAD__REQUESTS" in line
     assert ignored_flags(Settings(), {"load.prompt_count": 5}) == []
     monkeypatch.setattr(run_steps, "run_experiment", _stop)
     main(["load", "--url", "http://127.0.0.1:9", "--out", str(tmp_path), "--workload", "lengths",
@@ -132,18 +126,11 @@ def refusing_server() -> Iterator[str]:
 
 
 @pytest.mark.parametrize(("key", "says"), [(None, "wants an API key"), ("wrong", "refused the API key")])
-def test_a_401_from_the_template_endpoint_names_the_api_key(
-    refusing_server: str, key: str | None, says: str
-) -> None:
+def test_a_401_from_the_template_endpoint_names_the_api_key(refusing_server: str, key: str | None, says: str) -> None:
     with ServerTokenizer(refusing_server, key) as tokenizer, pytest.raises(ServerError) as caught:
         tokenizer.apply_template([{"role": "user", "content": "hi"}])
     line = caught.value.one_line()
-    assert (
-        "HTTP 401" in line
-        and says in line
-        and "QUANTLOAD_SERVER__API_KEY" in line
-        and "--api-key-env" in line
-    )
+    assert "HTTP 401" in line and says in line and "QUANTLOAD_SERVER__API_KEY" in line and "--api-key-env" in line
 
 
 def test_a_binary_quality_text_is_refused_before_llama_perplexity_runs(tmp_path: Path) -> None:

@@ -75,16 +75,7 @@ def test_a_duration_without_the_soak_is_said(
         raise ConfigError("stopped before any load")
 
     monkeypatch.setattr(run_steps, "run_experiment", stand_in)
-    argv = [
-        "load",
-        "--url",
-        "http://127.0.0.1:9",
-        "--out",
-        str(tmp_path / "out"),
-        "--duration",
-        "2m",
-        *chosen,
-    ]
+    argv = ["load", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "out"), "--duration", "2m", *chosen]
     main(argv)
     err = capsys.readouterr().err
     assert ("--duration is read by the soak experiment only: add -e soak" in err) is warned, err
@@ -127,35 +118,22 @@ def test_the_level_is_the_set_one_or_the_runs_found_limit_less_the_headroom() ->
     level = soak_stages.soak_level(settings(users=6, from_limit=True), limits, TARGET, "run-1")
     assert (level.users, level.fallback) == (7, None)  # floor(11 x 0.7); variants and other runs left out
     assert "limit_users found 11 users, 30 % kept free" in level.origin
-    rate = soak_stages.soak_level(
-        settings(rate_rps=1.0, from_limit=True), [_limit("limit_rate", 4.0)], TARGET, "run-1"
-    )
+    rate = soak_stages.soak_level(settings(rate_rps=1.0, from_limit=True), [_limit("limit_rate", 4.0)], TARGET, "run-1")
     assert rate.rate_rps == pytest.approx(2.8) and rate.users is None
-    none = soak_stages.soak_level(
-        settings(users=3, from_limit=True), [_limit("limit_users", None)], TARGET, "run-1"
-    )
-    assert (
-        none.users == 3
-        and none.fallback == f"no limit_users search of {TARGET.name} found a limit in this run"
-    )
+    none = soak_stages.soak_level(settings(users=3, from_limit=True), [_limit("limit_users", None)], TARGET, "run-1")
+    assert none.users == 3 and none.fallback == f"no limit_users search of {TARGET.name} found a limit in this run"
 
 
 def test_the_plan_is_one_timed_stage_per_slice_warm_ups_in_the_first_only() -> None:
     chosen = settings(duration_s=150, slice_s=60, users=4)
-    plan = soak_stages.soak_plan(
-        chosen, TARGET, POOL, soak_stages.SoakLevel(4, None, "soak.users"), "run-1", "soak-x"
-    )
+    plan = soak_stages.soak_plan(chosen, TARGET, POOL, soak_stages.SoakLevel(4, None, "soak.users"), "run-1", "soak-x")
     assert [s.duration_s for s in plan.stages] == [60.0, 60.0, 30.0]
     assert [len(s.warmup) for s in plan.stages] == [1, 0, 0]
     assert {(s.experiment, s.users, s.arrival, s.repeat) for s in plan.stages} == {("soak", 4, "closed", 0)}
     assert [s.phase for s in plan.stages] == ["slice 1/3", "slice 2/3", "slice 3/3"]
     assert all(s.timeout_s == s.duration_s + 300.0 + soak_stages.SLICE_MARGIN_S for s in plan.stages)
-    assert all(
-        len(s.requests) == 3 and s.warning is None for s in plan.stages
-    )  # the pool, not an hour's worth
-    opened = soak_stages.soak_plan(
-        chosen, TARGET, POOL, soak_stages.SoakLevel(None, 2.5, "soak.rate_rps"), "run-1", "soak-y"
-    )
+    assert all(len(s.requests) == 3 and s.warning is None for s in plan.stages)  # the pool, not an hour's worth
+    opened = soak_stages.soak_plan(chosen, TARGET, POOL, soak_stages.SoakLevel(None, 2.5, "soak.rate_rps"), "run-1", "soak-y")
     assert {(s.arrival, s.rate_rps, s.users) for s in opened.stages} == {("poisson", 2.5, 64)}
     assert all(r.offset_s is None for s in opened.stages for r in s.requests)  # scheduled as the slice runs
 
@@ -191,9 +169,7 @@ def test_closed_loop_the_pool_comes_again_until_the_time_is_up_then_only_the_han
 
 def test_open_loop_poisson_arrivals_are_scheduled_ahead_and_never_at_or_after_the_end() -> None:
     book, pool, tracker = _book_and_pool()
-    supply = TimedSupply(
-        book, pool, tracker, users=64, starts_at_s=100.0, ends_at_s=110.0, rate_rps=20.0, seed=3
-    )
+    supply = TimedSupply(book, pool, tracker, users=64, starts_at_s=100.0, ends_at_s=110.0, rate_rps=20.0, seed=3)
     for now in range(100, 112):
         supply.tick(float(now))
     due = [t.intended_unix_s for t in book._tickets]
@@ -253,20 +229,13 @@ class TimedEnvironment:
 
 def test_timed_stages_run_for_their_time_and_say_what_they_sent(tmp_path: Path) -> None:
     chosen = settings(duration_s=3, slice_s=1, users=2)
-    plan = soak_stages.soak_plan(
-        chosen, TARGET, POOL, soak_stages.SoakLevel(2, None, "soak.users"), "run-1", "inv"
-    )
+    plan = soak_stages.soak_plan(chosen, TARGET, POOL, soak_stages.SoakLevel(2, None, "soak.users"), "run-1", "inv")
     tickets = LocalTickets()
     sink = DriverSink(JsonlAppender(tmp_path / "records.jsonl"))
     environment = TimedEnvironment()
     environment.runner = GreenletRunner(tickets, sink)
     controller = StageController(
-        environment,
-        plan,
-        tickets.book,
-        sink,
-        JsonlAppender(tmp_path / "stages.jsonl"),
-        LoadMetrics(),  # type: ignore[arg-type]
+        environment, plan, tickets.book, sink, JsonlAppender(tmp_path / "stages.jsonl"), LoadMetrics()  # type: ignore[arg-type]
     )
     gevent.spawn(controller.run).join(timeout=30)
     ends = [e for e in iter_stage_events(tmp_path / "stages.jsonl") if e.event == "stage_end"]
@@ -365,9 +334,7 @@ def test_a_memory_that_grew_and_stopped_is_told_from_one_still_growing() -> None
                        slices, pd.DataFrame(), drifts(slices, 1), 1)  # fmt: skip
 
     filled = run_of([900, 920, 940, 960, 970, 970, 970, 970, 970, 970, 970, 970])
-    assert trend_sentence(filled, "server memory").endswith(
-        "but not beyond noise in its second half: it stopped."
-    )
+    assert trend_sentence(filled, "server memory").endswith("but not beyond noise in its second half: it stopped.")
     leaking = run_of([900 + 5 * i + (0.3 if i % 2 else -0.3) for i in range(12)])
     assert "Server memory: still drifting in the second half, +6" in trend_sentence(leaking, "server memory")
     assert trend_sentence(filled, "TTFT p99") == "TTFT p99: no drift beyond noise."

@@ -146,17 +146,7 @@ def test_cr_lf_split_across_reads_is_one_line_end(size: int) -> None:
 
 
 def test_an_empty_data_event_does_not_fail_the_request() -> None:
-    body = (
-        b"data:\n\n"
-        + b"data: \n\n"
-        + CONTENT
-        + b"\n\n"
-        + b"data:\ndata:\n\n"
-        + FINISH
-        + b"\n\n"
-        + DONE
-        + b"\n\n"
-    )
+    body = b"data:\n\n" + b"data: \n\n" + CONTENT + b"\n\n" + b"data:\ndata:\n\n" + FINISH + b"\n\n" + DONE + b"\n\n"
     with ScriptedServer([SSE_HEAD + body]) as server:
         result, _ = ask(server.url)
     assert result.ok, result.error
@@ -217,13 +207,8 @@ def test_a_silent_server_costs_the_first_byte_timeout_not_the_deadline() -> None
         endpoint = Endpoint.from_url(fake.url)
         pool = ConnectionPool(endpoint, reuse="never", first_byte_timeout_s=0.5)
         started = time.monotonic()
-        silent = stream_request(
-            pool,
-            endpoint.request_bytes(
-                b'{"stream": true, "messages": [{"role": "user", "content": "[[fake fault=hang]]"}]}'
-            ),
-            60.0,
-        )
+        silent = stream_request(pool, endpoint.request_bytes(b'{"stream": true, "messages": '
+                                b'[{"role": "user", "content": "[[fake fault=hang]]"}]}'), 60.0)
         took_s = time.monotonic() - started
         fine = stream_request(pool, endpoint.request_bytes(b'{"stream": true, "messages": []}'), 60.0)
     assert silent.error_class == "timeout" and "first_byte_timeout_s" in (silent.error or "")

@@ -68,9 +68,7 @@ def test_bad_tenants_are_one_line_naming_the_tenant(tmp_path: Path, toml: str, m
 def test_tenants_come_only_from_the_file_and_show_in_config_show(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"\[\[tenants\]\] cannot be set from the environment"):
         load_config(tmp_path, {"QUANTLOAD_TENANTS__NAME": "a"})
-    settings = _write(
-        tmp_path, '[[tenants]]\nname = "a"\nusers = 2\n[[tenants]]\nname = "b"\nrate_rps = 0.5\n'
-    )
+    settings = _write(tmp_path, '[[tenants]]\nname = "a"\nusers = 2\n[[tenants]]\nname = "b"\nrate_rps = 0.5\n')
     assert [t.name for t in settings.tenants] == ["a", "b"] and settings.neighbour_tenant is not None
     assert settings.neighbour_tenant.name == "b" and settings.neighbour_tenant.open_loop
     from quantload.config import describe
@@ -138,9 +136,7 @@ def test_the_plan_has_one_stage_per_step_and_the_neighbour_only_where_it_sends(t
     settings = _two_tenants(tmp_path, [0, 1, 3])
     with FakeServer(FakeScript(tokens=4)) as fake:
         target = TARGET.model_copy(update={"url": fake.url})
-        plan = noisy_stages.plan_stages(
-            ExperimentContext(settings_context(tmp_path, settings), target), "nn-x"
-        )
+        plan = noisy_stages.plan_stages(ExperimentContext(settings_context(tmp_path, settings), target), "nn-x")
     assert [(s.users, [(t.name, t.users, t.requests) for t in s.tenants], s.phase) for s in plan.stages] == [
         (2, [("a", 2, 6)], "b at 0 users"),
         (3, [("a", 2, 6), ("b", 1, 3)], "b at 1 user"),
@@ -160,9 +156,7 @@ def test_an_open_loop_neighbour_sends_scheduled_arrivals_at_each_step(tmp_path: 
         update={"step_seconds": 4.0})})  # fmt: skip
     with FakeServer(FakeScript(tokens=4)) as fake:
         target = TARGET.model_copy(update={"url": fake.url})
-        plan = noisy_stages.plan_stages(
-            ExperimentContext(settings_context(tmp_path, settings), target), "nn-o"
-        )
+        plan = noisy_stages.plan_stages(ExperimentContext(settings_context(tmp_path, settings), target), "nn-o")
     stage = plan.stages[1]
     assert stage.arrival == "poisson" and stage.rate_rps == 2.5 and stage.users == 2 + 3
     scheduled = [r.offset_s for r in stage.requests if r.offset_s is not None]
@@ -174,10 +168,7 @@ def test_a_tenant_whose_workload_cannot_be_made_is_named_before_any_load(tmp_pat
         {"load": LOAD, "tenants": [{"name": "a", "users": 1},
                                    {"name": "b", "users": 1, "workload": {"kind": "dataset", "dataset": "gone.json"}}]}
     )  # fmt: skip
-    with (
-        FakeServer(FakeScript(tokens=4)) as fake,
-        pytest.raises(ConfigError, match=r"^tenant 'b': .*gone.json"),
-    ):
+    with FakeServer(FakeScript(tokens=4)) as fake, pytest.raises(ConfigError, match=r"^tenant 'b': .*gone.json"):
         target = TARGET.model_copy(update={"url": fake.url})
         noisy_stages.run(ExperimentContext(settings_context(tmp_path, settings), target))
     assert not (tmp_path / "records.jsonl").exists()

@@ -39,9 +39,7 @@ def _one_error(err: str) -> str:
     return line
 
 
-def test_a_soak_too_short_to_send_anything_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_soak_too_short_to_send_anything_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ConfigError, match="too short to send anything"):
         load_config(tmp_path, {}, {"soak.duration_s": 1e-320})
     code = main(["load", "--url", NOBODY, "--out", str(tmp_path / "o"), "-e", "soak", "--duration", "1e-320"])
@@ -69,27 +67,9 @@ def test_the_masters_address_is_read_only_where_workers_join_and_must_be_one_to_
     out = str(tmp_path / "o")
     main(["load", "--url", NOBODY, "--out", out, "--master-host", "10.0.0.5", "--workers", "0"])
     assert "--master-host is read only when workers join a master" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "load",
-                "--url",
-                NOBODY,
-                "--out",
-                out,
-                "--remote-workers",
-                "1",
-                "--master-host",
-                "not an address",
-            ]
-        )
-        == 2
-    )
+    assert main(["load", "--url", NOBODY, "--out", out, "--remote-workers", "1", "--master-host", "not an address"]) == 2
     assert "'not an address' is not a host name or IP address" in _one_error(capsys.readouterr().err)
-    assert (
-        main(["load", "--url", NOBODY, "--out", out, "--remote-workers", "1", "--master-host", "192.0.2.1"])
-        == 2
-    )
+    assert main(["load", "--url", NOBODY, "--out", out, "--remote-workers", "1", "--master-host", "192.0.2.1"]) == 2
     assert "the Locust master cannot listen on 192.0.2.1" in _one_error(capsys.readouterr().err)
     assert main(["load-worker", "--master-host", "bad host!"]) == 2
     assert "--master-host" in _one_error(capsys.readouterr().err)

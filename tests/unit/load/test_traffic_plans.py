@@ -38,9 +38,7 @@ def with_sessions(users: int) -> Settings:
 def conversation(index: int, turns: int = 3) -> tuple[PlannedRequest, dict[str, str]]:
     ids = [f"c{index}t{k}" for k in range(turns)]
     later = tuple(PlannedTurn(prompt_id=i, max_tokens=5 + k, think_s=0.5) for k, i in enumerate(ids[1:]))
-    request = PlannedRequest(
-        prompt_id=ids[0], max_tokens=4, session_id=f"c{index}", id_slot=index, later_turns=later
-    )
+    request = PlannedRequest(prompt_id=ids[0], max_tokens=4, session_id=f"c{index}", id_slot=index, later_turns=later)
     return request, {i: f"user text {i}" for i in ids}
 
 
@@ -54,18 +52,12 @@ def sessions_drawn(count: int) -> StageRequests:
 
 
 def single_drawn(count: int, tag: str = "r") -> StageRequests:
-    requests = tuple(
-        PlannedRequest(prompt_id=f"{tag}{i}", max_tokens=10 + i, prompt_tokens_asked=40) for i in range(count)
-    )
-    return StageRequests(
-        requests, {r.prompt_id: f"text {r.prompt_id}" for r in requests}, "lengths", True, 6, ("a note",)
-    )
+    requests = tuple(PlannedRequest(prompt_id=f"{tag}{i}", max_tokens=10 + i, prompt_tokens_asked=40) for i in range(count))
+    return StageRequests(requests, {r.prompt_id: f"text {r.prompt_id}" for r in requests}, "lengths", True, 6, ("a note",))
 
 
 def test_sessions_plan_has_a_stage_per_cache_mode_and_counts_every_turn() -> None:
-    plan = sessions_plan(
-        with_sessions(2), TARGET, [(False, sessions_drawn(2)), (True, sessions_drawn(2))], "run", "inv"
-    )
+    plan = sessions_plan(with_sessions(2), TARGET, [(False, sessions_drawn(2)), (True, sessions_drawn(2))], "run", "inv")
     assert [(s.cache_prompt, s.phase, s.experiment) for s in plan.stages] == [
         (False, "cache off", "sessions"),
         (True, "cache on", "sessions"),
@@ -126,9 +118,7 @@ def test_workload_plans_carry_the_per_request_lengths_and_notes() -> None:
     assert [s.users for s in plan.stages] == [1, 4, 1, 4] and plan.notes == ("a note",)
     tickets = stage_tickets(plan, plan.stages[0], warmup=False)
     assert [t.asked_max_tokens for t in tickets] == [10, 11, 12, 13]
-    assert all(
-        t.prompt_tokens_asked == 40 and t.stage.workload == "lengths" and t.stage.ignore_eos for t in tickets
-    )
+    assert all(t.prompt_tokens_asked == 40 and t.stage.workload == "lengths" and t.stage.ignore_eos for t in tickets)
     open_loop = open_loop_plan(SETTINGS, TARGET, single_drawn(5), "run", "inv", [2.0])
     offsets = [r.offset_s for r in open_loop.stages[0].requests]
     assert offsets[0] == 0.0 and offsets == sorted(offsets) and open_loop.stages[0].rate_rps == 2.0
@@ -163,9 +153,7 @@ def test_long_prompts_are_spread_among_the_decode_requests() -> None:
 def test_mixed_plan_runs_decode_alone_then_with_long_prompts() -> None:
     mixed = MixedSettings(users=3, decode_requests=4, long_fraction=0.34, repeats=1)
     settings = Settings(load=SETTINGS, mixed=mixed)
-    plan = mixed_plan(
-        settings, TARGET, single_drawn(4, "d"), single_drawn(2, "l"), "-b 256 -ub 256", "run", "inv"
-    )
+    plan = mixed_plan(settings, TARGET, single_drawn(4, "d"), single_drawn(2, "l"), "-b 256 -ub 256", "run", "inv")
     alone, together = plan.stages
     assert (alone.phase, together.phase) == ("alone", "mixed")
     assert {r.request_class for r in alone.requests} == {"decode"} and len(alone.requests) == 4
@@ -180,11 +168,7 @@ def test_trials_are_one_stage_at_their_level() -> None:
     users = trial_plan(settings, TARGET, single_drawn(8), "limit_users", 4.0, "run", "inv", 2)
     (stage,) = users.stages
     assert (stage.experiment, stage.users, stage.rate_rps, stage.timeout_s, stage.phase) == (
-        "limit_users",
-        4,
-        None,
-        60.0 + settings.slo.level_max_s,
-        "trial 2",
+        "limit_users", 4, None, 60.0 + settings.slo.level_max_s, "trial 2"
     )  # its own bound for the planned requests, and the level's budget for deciding
     assert stage.decision is not None and stage.decision.level == "inv" and stage.decision.min_requests == 4
     rate = trial_plan(settings, TARGET, single_drawn(8), "limit_rate", 3.0, "run", "inv", 0)
@@ -195,9 +179,7 @@ def test_trials_are_one_stage_at_their_level() -> None:
 
 
 def test_stage_context_keeps_the_stages_own_ignore_eos() -> None:
-    plan = sweep_plan(
-        LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, single_drawn(1), "r", "i"
-    )
+    plan = sweep_plan(LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, single_drawn(1), "r", "i")
     assert StageContext.of(plan, plan.stages[0]).ignore_eos is True
     prompts = [Prompt("p", "x", 1)]
     plain = sweep_of(LoadSettings(ignore_eos=False, users=(1,), repeats=1), TARGET, prompts, "r", "i")

@@ -65,10 +65,7 @@ def test_whole_prompts_have_the_asked_length_and_differ(maker: PromptMaker) -> N
 
 def test_lengths_workload_draws_enforced_lengths_within_the_context(maker: PromptMaker) -> None:
     workload = LengthsWorkload(
-        maker,
-        parse_length_distribution("uniform:20-300"),
-        parse_length_distribution("buckets:16x0.5,64x0.5"),
-        2048,
+        maker, parse_length_distribution("uniform:20-300"), parse_length_distribution("buckets:16x0.5,64x0.5"), 2048
     )
     drawn = workload.stage_requests(12, seed=5, tag="st-")
     assert drawn.ignore_eos is True and drawn.workload == "lengths" and drawn.template_overhead_tokens == 6
@@ -87,10 +84,7 @@ def test_lengths_beyond_the_slot_context_are_shortened_and_said(maker: PromptMak
     )
     drawn = workload.stage_requests(3, seed=1, tag="t-")
     assert all((r.prompt_tokens_asked or 0) + (r.max_tokens or 0) <= 1024 for r in drawn.requests)
-    assert (
-        drawn.notes
-        and "3 request(s) asked for more than the server's 1024-token slot context" in drawn.notes[0]
-    )
+    assert drawn.notes and "3 request(s) asked for more than the server's 1024-token slot context" in drawn.notes[0]
 
 
 def test_a_prompt_set_beyond_its_size_is_cycled_and_said() -> None:
@@ -98,10 +92,7 @@ def test_a_prompt_set_beyond_its_size_is_cycled_and_said() -> None:
     assert [p.id for p in cycle_prompts(prompts, 7)] == ["p0", "p1", "p2", "p0#2", "p1#2", "p2#2", "p0#3"]
     drawn = PromptSetWorkload(prompts, "builtin").stage_requests(7, seed=0, tag="x-")
     assert len(drawn.requests) == 7 and drawn.texts["p1#2"] == "text 1"
-    assert (
-        "7 requests asked of the 3 prompts of builtin" in drawn.notes[0]
-        and "cycled, 3 rounds" in drawn.notes[0]
-    )
+    assert "7 requests asked of the 3 prompts of builtin" in drawn.notes[0] and "cycled, 3 rounds" in drawn.notes[0]
     assert PromptSetWorkload(prompts).stage_requests(3, 0, "x-").notes == ()
 
 
@@ -112,9 +103,7 @@ def test_dataset_workload_asks_for_each_reply_length(tmp_path: Path) -> None:
         ' {"from": "gpt", "value": "four five six seven eight"}]},\n'
         ' {"id": "b", "conversations": [{"from": "human", "value": "alone"}]}]'
     )
-    workload = DatasetWorkload(
-        read_dataset(path), count_tokens, 6, 1024, parse_length_distribution("fixed:9")
-    )
+    workload = DatasetWorkload(read_dataset(path), count_tokens, 6, 1024, parse_length_distribution("fixed:9"))
     drawn = workload.stage_requests(3, seed=0, tag="d-")
     assert [r.max_tokens for r in drawn.requests] == [5, 9, 5]  # reply length; no reply: the fallback
     assert [r.prompt_tokens_asked for r in drawn.requests] == [9, 7, 9]

@@ -73,9 +73,7 @@ def test_the_step_writes_each_files_curves_and_merges_its_prediction(
     assert any("predicted limit" in note or "not even 1 user" in note for note in notes)
 
 
-def test_the_default_threads_are_the_count_the_tool_reported(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_default_threads_are_the_count_the_tool_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     costs = load_costs_file(SMOLLM2_COSTS)
     monkeypatch.setattr(in_run, "measure_costs", lambda *args, **kwargs: costs)
     steps = RunSteps(_settings(server={"threads": 0}), {}, tmp_path / "cache")

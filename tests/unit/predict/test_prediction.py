@@ -37,9 +37,7 @@ def settings_of(**sections: dict[str, object]) -> Settings:
 def test_the_flags_come_from_the_server_settings_and_its_extra_args() -> None:
     plain = server_flags_used(settings_of(server={"slots": 4, "ctx_per_slot": 2048, "threads": 1}))
     assert plain == ServerFlagsUsed(4, 2048, 2048, 512, 1, True)
-    given = server_flags_used(
-        settings_of(server={"extra_args": ["-b", "256", "--ubatch-size=1024", "-nocb"]})
-    )
+    given = server_flags_used(settings_of(server={"extra_args": ["-b", "256", "--ubatch-size=1024", "-nocb"]}))
     assert (given.n_batch, given.n_ubatch, given.continuous_batching) == (256, 256, False)  # -ub <= -b
     with pytest.raises(ConfigError, match="-b 'lots'"):
         server_flags_used(settings_of(server={"extra_args": ["-b", "lots"]}))
@@ -165,9 +163,7 @@ def test_the_command_predicts_from_given_curves_and_writes_predict_json(tmp_path
     twice = ["predict", str(model), "--costs", str(SMOLLM2_COSTS), "--costs", "x"]
     wrong = CliRunner().invoke(build_app(), twice)
     # the error reaches the CLI's edge (quantload.cli.main turns it into its one line)
-    assert isinstance(wrong.exception, ConfigError) and "2 --costs file(s) for 1 model file(s)" in str(
-        wrong.exception
-    )
+    assert isinstance(wrong.exception, ConfigError) and "2 --costs file(s) for 1 model file(s)" in str(wrong.exception)
 
 
 def test_a_server_at_llama_cpps_default_threads_takes_the_count_the_tool_used() -> None:
@@ -175,7 +171,5 @@ def test_a_server_at_llama_cpps_default_threads_takes_the_count_the_tool_used() 
     settings = settings_of(load={"max_prompt_tokens": 200})  # server.threads = 0: llama.cpp decides
     flags = server_flags_used(settings)
     assert flags.threads == 0
-    found = predict_file(
-        "Q4_K_M", costs, flags, workload_shapes(settings), Slo(3.0, 0.2, "p90", "p90"), 4, 100
-    )
+    found = predict_file("Q4_K_M", costs, flags, workload_shapes(settings), Slo(3.0, 0.2, "p90", "p90"), 4, 100)
     assert found.flags.threads == costs.n_threads == 1

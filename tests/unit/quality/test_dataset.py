@@ -241,14 +241,10 @@ def test_the_importance_matrix_calibrates_on_the_train_split_from_the_same_archi
         bundle.writestr(TRAIN_MEMBER, train)
     with StandInHub(buffer.getvalue()) as server:
         scored = resolve_dataset(None, tmp_path, {"QUANTLOAD_HF_ENDPOINT": server.url})
-        calibration = resolve_calibration(
-            PrepareSettings(), tmp_path, {"QUANTLOAD_HF_ENDPOINT": server.url}, scored
-        )
+        calibration = resolve_calibration(PrepareSettings(), tmp_path, {"QUANTLOAD_HF_ENDPOINT": server.url}, scored)
     assert calibration == cached_text_path(tmp_path, TRAIN_MEMBER) and calibration.read_bytes() == train
     assert describe_dataset(calibration).name == "WikiText-2 raw, train split"
     # offline with nothing cached: one line saying how to give a calibration text instead
     with pytest.raises(OfflineError) as caught:
-        resolve_calibration(
-            PrepareSettings(), tmp_path / "empty", {"QUANTLOAD_HF_ENDPOINT": closed_endpoint()}, None
-        )
+        resolve_calibration(PrepareSettings(), tmp_path / "empty", {"QUANTLOAD_HF_ENDPOINT": closed_endpoint()}, None)
     assert "prepare.calibration" in caught.value.one_line()

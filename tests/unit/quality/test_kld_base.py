@@ -56,9 +56,7 @@ def test_a_whole_file_is_accepted_and_its_header_read(tmp_path: Path) -> None:
 
 def test_a_short_file_is_refused_with_both_sizes(tmp_path: Path) -> None:
     path = write_base(tmp_path / "b.logits", 128, 1000, 3, size=5000)
-    with pytest.raises(
-        MeasurementError, match=r"has 5,000 bytes, but 3 chunks of 128 tokens .* need 381,068"
-    ):
+    with pytest.raises(MeasurementError, match=r"has 5,000 bytes, but 3 chunks of 128 tokens .* need 381,068"):
         check_base_file(path)
 
 

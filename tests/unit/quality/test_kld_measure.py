@@ -147,9 +147,7 @@ def test_the_change_in_perplexity_is_against_the_references_own(
     result = kld.results["Q8_0"]["f16"]
     # PPL(Q) 143823.6916 (compare run) against the base run's own 143866.7920
     assert result.ppl_change_pct == pytest.approx(100 * (143823.691629 / 143866.7920 - 1), abs=1e-6)
-    assert result.ppl_change_error_pct == pytest.approx(
-        100 * 0.000397 * 143823.691629 / 143866.7920, abs=1e-6
-    )
+    assert result.ppl_change_error_pct == pytest.approx(100 * 0.000397 * 143823.691629 / 143866.7920, abs=1e-6)
     assert result.ln_ppl_ratio == -0.0003  # llama.cpp's, against the stored base
 
 
@@ -216,12 +214,8 @@ def test_too_few_tokens_is_a_config_error_before_running(
     fake_toolchain: Toolchain, models: dict[str, Path], text: Path, tmp_path: Path
 ) -> None:
     runner = FakePerplexity()
-    with pytest.raises(
-        ConfigError, match=r"score 63 tokens; llama-perplexity prints KLD statistics from 100"
-    ):
-        measure_kld_set(
-            fake_toolchain, models["F16"], [], text, tmp_path, settings(kld_chunks=1), runner=runner
-        )
+    with pytest.raises(ConfigError, match=r"score 63 tokens; llama-perplexity prints KLD statistics from 100"):
+        measure_kld_set(fake_toolchain, models["F16"], [], text, tmp_path, settings(kld_chunks=1), runner=runner)
     assert runner.commands == []
 
 
@@ -256,10 +250,7 @@ def test_an_attempt_that_records_errors_lets_the_other_files_be_measured(
         runner=FakePerplexity(fail_for="Q8_0.gguf"),
     )  # fmt: skip
     assert kld is not None and list(kld.results) == ["F16", "Q4_K_M"]
-    assert [(title, label) for title, label, _ in failures] == [
-        ("KLD Q8_0", "Q8_0"),
-        ("KLD Q8_0 KV q8_0", "Q8_0"),
-    ]
+    assert [(title, label) for title, label, _ in failures] == [("KLD Q8_0", "Q8_0"), ("KLD Q8_0 KV q8_0", "Q8_0")]
 
 
 def test_an_attempt_that_records_a_failed_base_ends_the_set(
@@ -299,9 +290,7 @@ def test_vocabulary_size_is_the_embeddings_rows(models: dict[str, Path]) -> None
     assert vocabulary_size(models["Q8_0"]) == TINY_VOCAB
 
 
-def test_a_manifest_without_f16_is_a_config_error(
-    fake_toolchain: Toolchain, text: Path, tmp_path: Path
-) -> None:
+def test_a_manifest_without_f16_is_a_config_error(fake_toolchain: Toolchain, text: Path, tmp_path: Path) -> None:
     manifest = Manifest(source={}, llama_cpp={}, files={})
     with pytest.raises(ConfigError, match=r"no F16, BF16 or F32 file .*: quality is perplexity only"):
         measure_manifest_kld(fake_toolchain, manifest, ["Q8_0"], text, tmp_path, settings())

@@ -169,9 +169,7 @@ def test_a_last_row_that_disagrees_with_the_mean_is_garbled() -> None:
 
 def test_nan_uncertainties_are_kept_as_nan_and_a_nan_mean_is_refused() -> None:
     stdout, stderr = output_of("kld_tiny_q8_0")
-    with_nan = stdout.replace(" 99.99%", "   -nan%").replace(
-        "-0.000300 ±   0.000397", "-0.000300 ±       nan"
-    )
+    with_nan = stdout.replace(" 99.99%", "   -nan%").replace("-0.000300 ±   0.000397", "-0.000300 ±       nan")
     stats = parse_kld_output(with_nan, stderr).statistics
     assert math.isnan(stats.ln_ppl_correlation_pct) and math.isnan(stats.ln_ppl_ratio.error)
     broken = stdout.replace("Mean    KLD:   0.000015", "Mean    KLD:        nan")
@@ -227,20 +225,14 @@ class StreamingRunner:
 def test_compare_progress_follows_the_rows(fake_toolchain: Toolchain) -> None:
     calls: list[tuple[float, float | None]] = []
     run = run_compare(
-        fake_toolchain,
-        MODEL,
-        BASE,
-        128,
-        progress=lambda done, total, note="": calls.append((done, total)),
+        fake_toolchain, MODEL, BASE, 128, progress=lambda done, total, note="": calls.append((done, total)),
         runner=StreamingRunner("kld_tiny_q8_0"),
     )
     assert run.output.statistics.kld_mean.value == 0.000015
     assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
 
 
-def test_base_run_leaves_a_checked_file_under_its_final_name(
-    fake_toolchain: Toolchain, tmp_path: Path
-) -> None:
+def test_base_run_leaves_a_checked_file_under_its_final_name(fake_toolchain: Toolchain, tmp_path: Path) -> None:
     target = tmp_path / "kld" / "base.logits"
     runner = StreamingRunner("kld_base_tiny", write_base=base_file_size_bytes(151936, 128, 3))
     run, header = run_base(fake_toolchain, MODEL, TEXT, target, 128, 3, runner=runner)

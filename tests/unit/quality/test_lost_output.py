@@ -84,10 +84,7 @@ def test_a_kld_comparison_that_lost_its_statistics_is_run_again(fake_toolchain: 
 
 
 def test_the_quality_command_measures_every_file_and_the_kld_although_one_failed(
-    tmp_path: Path,
-    fake_toolchain: Toolchain,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, fake_toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "models"
     folder.mkdir()
@@ -104,9 +101,7 @@ def test_the_quality_command_measures_every_file_and_the_kld_although_one_failed
         measured.append(label)
         assert log_path == tmp_path / "run" / "logs" / f"llama-perplexity-{label}.log"
         if label == "Q8_0":
-            raise MeasurementError(
-                "llama-perplexity gave no result: no 'Final estimate' line", "run it again"
-            )
+            raise MeasurementError("llama-perplexity gave no result: no 'Final estimate' line", "run it again")
         return _result(label, model, text)
 
     def kld(*args: Any, **kwargs: Any) -> None:

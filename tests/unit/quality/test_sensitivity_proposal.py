@@ -12,40 +12,22 @@ from quantload.quality.sensitivity import GROUP_PATTERNS, SensitivityFile, Varia
 MIB = 2**20
 
 
-def _v(
-    group: str | None, direction: str, kld: float, mib: float, base_kld: float, base_mib: float
-) -> Variant:
+def _v(group: str | None, direction: str, kld: float, mib: float, base_kld: float, base_mib: float) -> Variant:
     change, size = (None, None) if group is None else (kld - base_kld, mib - base_mib)
     per = None
     if change is not None and size:
         per = -change / size if direction == "raise" else change / -size
     return Variant(
-        name=group or "base",
-        direction=direction,
-        group=group,
-        tensor_type="q8_0" if direction == "raise" else "q3_k",  # type: ignore[arg-type]
-        tensors=2,
-        size_bytes=round(mib * MIB),
-        kld_mean_nats=kld,
-        kld_mean_error_nats=None,
-        same_top_p_pct=90.0,
-        ppl_change_pct=0.0,
-        kld_change_nats=change,
-        size_change_mib=size,
-        kld_per_mib=per,
-        seconds=1.0,
+        name=group or "base", direction=direction, group=group, tensor_type="q8_0" if direction == "raise" else "q3_k",  # type: ignore[arg-type]
+        tensors=2, size_bytes=round(mib * MIB), kld_mean_nats=kld, kld_mean_error_nats=None, same_top_p_pct=90.0,
+        ppl_change_pct=0.0, kld_change_nats=change, size_change_mib=size, kld_per_mib=per, seconds=1.0,
     )
 
 
 def _scan(base_kld: float, variants: list[tuple[str, str, float, float]], limit: float) -> SensitivityFile:
     return SensitivityFile(
-        reference="F16.gguf",
-        base_type="Q4_K_M",
-        raise_to="q8_0",
-        lower_to="q3_k",
-        limit_kld_mean_nats=limit,
-        chunks_scored=4,
-        base=_v(None, "base", base_kld, 100.0, base_kld, 100.0),
+        reference="F16.gguf", base_type="Q4_K_M", raise_to="q8_0", lower_to="q3_k", limit_kld_mean_nats=limit,
+        chunks_scored=4, base=_v(None, "base", base_kld, 100.0, base_kld, 100.0),
         variants=tuple(_v(g, d, k, m, base_kld, 100.0) for g, d, k, m in variants),
     )
 
@@ -78,8 +60,4 @@ def test_within_the_limit_the_cheapest_lowerings_are_taken_while_it_holds(tmp_pa
     assert proposal.direction == "lower" and proposal.groups == ("ffn_up",)  # attn_v would pass the limit
     assert proposal.predicted_kld_mean_nats == pytest.approx(0.062) and proposal.tensor_type_file is None
     nothing = propose(_scan(0.060, VARIANTS[:4], limit=0.070), None)
-    assert (
-        nothing.direction == "none"
-        and nothing.overrides == ()
-        and "the base type is the proposal" in nothing.why
-    )
+    assert nothing.direction == "none" and nothing.overrides == () and "the base type is the proposal" in nothing.why

@@ -76,9 +76,7 @@ def test_no_cache_dir_means_no_cache(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("others", [None, 0.6])
-def test_a_probe_taken_on_a_busy_or_unknown_machine_is_not_reused(
-    tmp_path: Path, others: float | None
-) -> None:
+def test_a_probe_taken_on_a_busy_or_unknown_machine_is_not_reused(tmp_path: Path, others: float | None) -> None:
     probe = CountingProbe(others=others)
     first = probe_machine(tmp_path, probe=probe)
     assert first.taken_when_busy

@@ -57,9 +57,7 @@ def test_a_file_of_another_kind_is_not_overwritten(tmp_path: Path, fake_toolchai
         save_speed_entry(path, "F16", entry(tmp_path, fake_toolchain), limits())
 
 
-def test_a_busy_machine_is_flagged_by_other_processes_cpu_share(
-    tmp_path: Path, fake_toolchain: Toolchain
-) -> None:
+def test_a_busy_machine_is_flagged_by_other_processes_cpu_share(tmp_path: Path, fake_toolchain: Toolchain) -> None:
     one = entry(tmp_path, fake_toolchain)
 
     def with_others(share: float | None) -> SpeedFile:

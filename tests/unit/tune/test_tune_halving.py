@@ -37,14 +37,8 @@ def limits(table: dict[str, float | None], seconds: float = 10.0) -> Callable[[P
 
 def test_rungs_shrink_by_eta_to_the_finalists_and_grow_longer() -> None:
     rungs = plan_rungs(8, eta=3, finalists=2, short_trial_s=60, final_cap_s=300)
-    assert [(r.size, r.time_cap_s, r.final) for r in rungs] == [
-        (8, 60, False),
-        (3, 180, False),
-        (2, 300, True),
-    ]
-    assert [r.requests_frac for r in rungs] == pytest.approx(
-        [1 / 9, 1 / 3, 1.0]
-    )  # short trials are small too
+    assert [(r.size, r.time_cap_s, r.final) for r in rungs] == [(8, 60, False), (3, 180, False), (2, 300, True)]
+    assert [r.requests_frac for r in rungs] == pytest.approx([1 / 9, 1 / 3, 1.0])  # short trials are small too
     assert [r.size for r in plan_rungs(2, 3, 2, 60, 300)] == [2]  # no larger than the finalists: one rung
     assert plan_rungs(27, 3, 1, 10, 1000)[-1].size == 1
     assert [r.time_cap_s for r in plan_rungs(27, 3, 1, 10, 50)] == [10, 30, 50, 50]  # capped by the search's
@@ -53,16 +47,7 @@ def test_rungs_shrink_by_eta_to_the_finalists_and_grow_longer() -> None:
 
 
 def test_beaten_configurations_are_dropped_and_the_best_go_on() -> None:
-    table: dict[str, float | None] = {
-        "c0": 2,
-        "c1": 4,
-        "c2": None,
-        "c3": 8,
-        "c4": 6,
-        "c5": 1,
-        "c6": 7,
-        "c7": 3,
-    }
+    table: dict[str, float | None] = {"c0": 2, "c1": 4, "c2": None, "c3": 8, "c4": 6, "c5": 1, "c6": 7, "c7": 3}
     search = SuccessiveHalving(KEYS, plan_rungs(8, 3, 2, 60, 300), budget_s=1e9)
     asked = drive(search, limits(table))
     assert [t.key for t in asked if t.rung.index == 0] == list(KEYS)
@@ -95,8 +80,7 @@ def test_a_trial_that_did_not_run_is_beaten_by_any_that_did() -> None:
         "c": Score("c", 0, None, None, ran=False),
     }
     first = drive(
-        search,
-        lambda trial: scores[trial.key] if trial.rung.index == 0 else Score(trial.key, 1, 4, 2.0, None),
+        search, lambda trial: scores[trial.key] if trial.rung.index == 0 else Score(trial.key, 1, 4, 2.0, None)
     )
     assert [t.key for t in first if t.rung.index == 1] == ["b"]
     assert search.dropped(0) == ["c"]

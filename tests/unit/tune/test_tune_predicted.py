@@ -39,12 +39,7 @@ from tune_fakes import TARGET, RecordingVariants
 
 TRUE = (4e-3, 5e-3, 1.5e-3, 2e-6, 3e-7)  # seconds per ubatch, prompt token, decoded token, KV read, pair
 # each combination's cost against TRUE: 256/256 is clearly slower, q8_0 a little
-FACTOR = {
-    ("2048/512", "f16"): 1.0,
-    ("2048/512", "q8_0"): 1.05,
-    ("256/256", "f16"): 4.0,
-    ("256/256", "q8_0"): 4.2,
-}
+FACTOR = {("2048/512", "f16"): 1.0, ("2048/512", "q8_0"): 1.05, ("256/256", "f16"): 4.0, ("256/256", "q8_0"): 4.2}
 FAST = ("np4 b2048/512 kv-f16", "np4 b2048/512 kv-q8_0", "np8 b2048/512 kv-f16", "np8 b2048/512 kv-q8_0")
 
 
@@ -95,13 +90,7 @@ def run_of(tmp_path: Path, **tune: Any) -> RunContext:
         tmp_path,
         tune=space,
         workload={"kind": "lengths", "input_lengths": "fixed:128", "output_lengths": "fixed:32"},
-        slo={
-            "ttft_s": 3.0,
-            "tpot_s": 0.1,
-            "ttft_percentile": "p90",
-            "tpot_percentile": "p90",
-            "level_max_s": 5,
-        },
+        slo={"ttft_s": 3.0, "tpot_s": 0.1, "ttft_percentile": "p90", "tpot_percentile": "p90", "level_max_s": 5},
         limit={"max_users": 12},
         # users in lockstep, as FAST was worked out for: a client's turnaround lowers 8 slots' limit
         predict={"client_turnaround_s": 0.0},
@@ -154,16 +143,11 @@ def test_an_overlapping_interval_is_kept_and_the_configured_flags_always() -> No
         ("d", "predicted limit none [none, none], below the best's 10 [8, 12] (a)"),
     )
     # a best whose slow bound meets no level separates nothing
-    assert screen([ConfigPrediction("a", 1, None, 2), ConfigPrediction("b", None, None, None)]).kept == (
-        "a",
-        "b",
-    )
+    assert screen([ConfigPrediction("a", 1, None, 2), ConfigPrediction("b", None, None, None)]).kept == ("a", "b")
 
 
 def test_speculation_is_not_predicted_and_always_measured(tmp_path: Path) -> None:
-    run = run_of(
-        tmp_path, speculation=["none", "ngram"], batch_sizes=["256/256", "2048/512"], cache_types=["f16"]
-    )
+    run = run_of(tmp_path, speculation=["none", "ngram"], batch_sizes=["256/256", "2048/512"], cache_types=["f16"])
     measured = Measured()
     predictions = predict_space(run.settings, configurations(run.settings), measured)
     spec = [p for p in predictions if "spec-ngram" in p.key]
@@ -206,9 +190,7 @@ def _truth(config: TuneConfig) -> tuple[float, float]:
 def _fake_trials(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ran: list[str] = []
 
-    def trial(
-        context: ExperimentContext, config: TuneConfig, planned: PlannedTrial, _: SuccessiveHalving
-    ) -> TuneLine:
+    def trial(context: ExperimentContext, config: TuneConfig, planned: PlannedTrial, _: SuccessiveHalving) -> TuneLine:
         ran.append(config.key)
         limit, goodput = _truth(config)
         return TuneLine(
@@ -227,9 +209,7 @@ def test_a_tune_that_predicts_first_measures_the_kept_and_ranks_the_dropped_with
     ran = _fake_trials(monkeypatch)
     run = run_of(tmp_path)
     measured = Measured()
-    outcome = search_module.tune_quant(
-        ExperimentContext(run, TARGET, RecordingVariants()), None, "m", measured
-    )
+    outcome = search_module.tune_quant(ExperimentContext(run, TARGET, RecordingVariants()), None, "m", measured)
     assert {_short(key) for key in ran} == set(FAST)  # the slow batch never ran
     assert outcome.winner is not None and _short(outcome.winner.key) == "np4 b2048/512 kv-f16"
     assert len(outcome.configs) == 8 and len(outcome.search.keys) == 4

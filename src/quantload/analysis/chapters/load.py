@@ -343,7 +343,6 @@ def limit_section(analysis: Analysis, plots: Plots) -> Section:
     title = "Finding the limit"
     if not analysis.limits:
         return not_run_section("limit", title, f"no limit search in this run ({', '.join(SEARCHES)})")
-
     def level(found: float | None, kind: str) -> str:
         return fmt.DASH if found is None else fmt.number(found, 0 if kind == "users" else 2)
 

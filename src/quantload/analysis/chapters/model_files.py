@@ -170,17 +170,12 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
             )
         speed_file = analysis.run.speed
         if speed_file is not None and speed_file.gpus and (roof["device"] != "cpu").any():
-            blocks.append(
-                Paragraph(
-                    " ".join(
-                        f"GPU {g.name}: memory bandwidth {g.bandwidth_bytes_per_s / 1e9:,.0f} GB/s"
-                        f" ({g.bandwidth_source}), arithmetic {g.arithmetic_flops_per_s / 1e12:,.0f} TFLOP/s"
-                        f" ({g.arithmetic_source})."
-                        for g in speed_file.gpus
-                    )
-                    + " Each test is set against the device it ran on (column device)."
-                )
-            )
+            blocks.append(Paragraph(" ".join(
+                f"GPU {g.name}: memory bandwidth {g.bandwidth_bytes_per_s / 1e9:,.0f} GB/s"
+                f" ({g.bandwidth_source}), arithmetic {g.arithmetic_flops_per_s / 1e12:,.0f} TFLOP/s"
+                f" ({g.arithmetic_source})."
+                for g in speed_file.gpus
+            ) + " Each test is set against the device it ran on (column device)."))
         roof_rows = tuple(
             (
                 str(r["quant"]),
@@ -219,7 +214,7 @@ def quality_speed_section(analysis: Analysis, plots: Plots) -> Section:
         )
         blocks.append(Bullets(tuple(dict.fromkeys(str(e) for e in roof["explanation"]))))
     speeds = analysis.run.speed
-    for quant, entry in speeds.results.items() if speeds is not None else ():
+    for quant, entry in (speeds.results.items() if speeds is not None else ()):
         if entry.roofline is None:
             blocks.append(Paragraph(f"No roofline for {quant}: {entry.roofline_missing}.", "warning"))
     blocks += gap_blocks(analysis, "speed")
@@ -290,18 +285,8 @@ def quality_loss_section(analysis: Analysis) -> Section:
     if rows:
         blocks.append(
             Table(
-                (
-                    "quant",
-                    "KV cache",
-                    "mean KLD ± s.e. (nats)",
-                    "median",
-                    "p99",
-                    "p99.9",
-                    "same top token",
-                    "RMS Δp",
-                    "Δ perplexity",
-                    "chunks",
-                ),
+                ("quant", "KV cache", "mean KLD ± s.e. (nats)", "median", "p99", "p99.9", "same top token",
+                 "RMS Δp", "Δ perplexity", "chunks"),
                 rows,
                 (False, False, True, True, True, True, True, True, True, True),
                 "KL divergence of each file's next-token distribution from F16's, paired per token"
@@ -342,8 +327,7 @@ def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
             fmt.mib(value(r["size_bytes"])),
             kld_with_error(value(r["kld_mean_nats"]), value(r["kld_mean_error_nats"])),
             pct_with_error(value(r["same_top_p_pct"])),
-            fmt.DASH
-            if value(r["perplexity"]) is None
+            fmt.DASH if value(r["perplexity"]) is None
             else f"{value(r['perplexity']):.3f} ± {value(r['perplexity_error']) or 0:.3f}",
             fmt.percent(value(r["kld_change_frac"]), 1, signed=True),
             fmt.DASH if r["beyond_uncertainty"] is None else ("yes" if r["beyond_uncertainty"] else "no"),
@@ -352,16 +336,8 @@ def imatrix_pair_blocks(analysis: Analysis) -> list[Block]:
     )
     return [
         Table(
-            (
-                "quant",
-                "importance matrix",
-                "size",
-                "mean KLD ± s.e. (nats)",
-                "same top token",
-                "perplexity ± s.e.",
-                "KLD change",
-                "beyond uncertainty",
-            ),
+            ("quant", "importance matrix", "size", "mean KLD ± s.e. (nats)", "same top token",
+             "perplexity ± s.e.", "KLD change", "beyond uncertainty"),
             rows,
             (False, False, True, True, True, True, True, False),
             "The importance matrix's effect: each type measured without and with one (row pairs; the"
@@ -436,18 +412,8 @@ def sensitivity_section(analysis: Analysis, plots: Plots) -> Section | None:
         )
     blocks.append(
         Table(
-            (
-                "variant",
-                "direction",
-                "tensors",
-                "size",
-                "mean KLD ± s.e. (nats)",
-                "same top token",
-                "Δ KLD",
-                "Δ MiB",
-                "KLD per MiB",
-                "time",
-            ),
+            ("variant", "direction", "tensors", "size", "mean KLD ± s.e. (nats)", "same top token",
+             "Δ KLD", "Δ MiB", "KLD per MiB", "time"),
             tuple(rows),
             (False, False, True, True, True, True, True, True, True, True),
             f"From {scan.base_type}, one tensor group at a time;"

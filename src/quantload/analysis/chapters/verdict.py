@@ -131,7 +131,9 @@ def compact_table(analysis: Analysis) -> Table:
         f" / p99 and output tokens/s of the concurrency sweep, {_repeats_words(analysis)}."
         " – = not measured."
     )
-    return Table(tuple(columns), tuple(rows), (False, *([True] * (len(columns) - 1))), caption, "quant-table")
+    return Table(
+        tuple(columns), tuple(rows), (False, *([True] * (len(columns) - 1))), caption, "quant-table"
+    )
 
 
 def full_table(analysis: Analysis) -> Table:

@@ -219,3 +219,4 @@ def run(context: ExperimentContext) -> ExperimentRun:
                 summaries += _one_policy(context, target, policy, index, flags.label)
                 index += 1
     return experiment_run(NAME, summaries)
+

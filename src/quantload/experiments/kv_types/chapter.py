@@ -102,21 +102,9 @@ def kv_types_section(analysis: Analysis, plots: Plots) -> Section:
         at = f"{users[0]} users" if len(users) == 1 else "the experiment's users"
         blocks.append(
             Table(
-                (
-                    "quant",
-                    "K/V cache",
-                    "KV MiB",
-                    "reported MiB",
-                    "KV vs f16",
-                    f"output tok/s @{at}",
-                    "vs f16",
-                    "TPOT p50",
-                    "decode vs f16 (decided)",
-                    "mean KLD ± s.e.",
-                    "KLD added",
-                    "same top token",
-                    "flash attn",
-                ),
+                ("quant", "K/V cache", "KV MiB", "reported MiB", "KV vs f16", f"output tok/s @{at}",
+                 "vs f16", "TPOT p50", "decode vs f16 (decided)", "mean KLD ± s.e.", "KLD added",
+                 "same top token", "flash attn"),
                 rows,
                 (False, False, True, True, True, True, True, True, False, True, True, True, False),
                 "KV MiB: the exact allocation (the KV check's arithmetic) for the run's slots and context;"

@@ -109,3 +109,4 @@ def run(context: ExperimentContext) -> ExperimentRun:
             "the stages it did run are in records.jsonl",
         )
     return experiment_run(NAME, summaries)
+

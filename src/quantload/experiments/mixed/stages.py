@@ -67,16 +67,8 @@ def mixed_plan(
         for phase, drawn in (("alone", alone), ("mixed", together)):
             stages.append(
                 stage_plan(
-                    load,
-                    invocation,
-                    len(stages),
-                    NAME,
-                    mixed.users,
-                    drawn,
-                    repeat=repeat,
-                    cache_prompt=False,
-                    phase=phase,
-                    server_args=server_args,
+                    load, invocation, len(stages), NAME, mixed.users, drawn,
+                    repeat=repeat, cache_prompt=False, phase=phase, server_args=server_args,
                 )
             )
     return assemble_plan(load, target, run_id, invocation, [decode, long], stages)

@@ -30,15 +30,8 @@ def open_loop_plan(
     """One stage per rate, Poisson arrivals over `drawn`."""
     stages = [
         stage_plan(
-            load,
-            invocation,
-            index,
-            NAME,
-            load.open_loop_users,
-            drawn,
-            arrival="poisson",
-            rate_rps=rate,
-            requests=poisson_requests(drawn, rate, load.seed + index),
+            load, invocation, index, NAME, load.open_loop_users, drawn,
+            arrival="poisson", rate_rps=rate, requests=poisson_requests(drawn, rate, load.seed + index),
         )
         for index, rate in enumerate(rates_rps)
     ]
@@ -53,3 +46,4 @@ def run(context: ExperimentContext) -> ExperimentRun:
         drawn = builder.workload().stage_requests(load.open_loop_requests, load.seed, f"{invocation}-")
     plan = open_loop_plan(load, target, drawn, context.run.run_id, invocation, load.rates_rps)
     return experiment_run(NAME, run_stages(context, plan).summaries)
+

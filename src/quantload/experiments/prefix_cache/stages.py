@@ -49,17 +49,9 @@ def prefix_cache_plan(
         for cache_on in (False, True):
             stages.append(
                 stage_plan(
-                    load,
-                    invocation,
-                    len(stages),
-                    NAME,
-                    load.prefix_users,
-                    turns,
-                    repeat=repeat,
-                    cache_prompt=cache_on,
-                    warmup=priming if cache_on else (),
-                    system_prompt_id=SYSTEM_PROMPT_ID,
-                    prefix_tokens=system_tokens,
+                    load, invocation, len(stages), NAME, load.prefix_users, turns,
+                    repeat=repeat, cache_prompt=cache_on, warmup=priming if cache_on else (),
+                    system_prompt_id=SYSTEM_PROMPT_ID, prefix_tokens=system_tokens,
                     server_state=server_state if cache_on else "cache_prompt off: no reuse",
                 )
             )
@@ -82,3 +74,4 @@ def run(context: ExperimentContext) -> ExperimentRun:
         settings.load, target, turns, text, tokens, context.run.run_id, invocation, "; ".join(states)
     )
     return experiment_run(NAME, run_stages(context, plan).summaries)
+

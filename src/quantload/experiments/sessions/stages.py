@@ -34,15 +34,8 @@ def sessions_plan(
         for cache_on, drawn in drawn_per_mode:
             stages.append(
                 stage_plan(
-                    load,
-                    invocation,
-                    len(stages),
-                    NAME,
-                    sessions.users,
-                    drawn,
-                    repeat=repeat,
-                    cache_prompt=cache_on,
-                    phase=f"cache {'on' if cache_on else 'off'}",
+                    load, invocation, len(stages), NAME, sessions.users, drawn,
+                    repeat=repeat, cache_prompt=cache_on, phase=f"cache {'on' if cache_on else 'off'}",
                 )
             )
     parts = [drawn for _, drawn in drawn_per_mode]

@@ -60,10 +60,8 @@ def run_gaps(run: SoakRun) -> list[Gap]:
         gaps.append(Gap("soak", f"every slice {label}", "no slice of it ended (the run stopped first?)"))
         return gaps
     if run.samples["server_rss_bytes"].dropna().empty:
-        why = (
-            run.memory_missing
-            or "; ".join(e for e in run.reading_errors if e.startswith("memory"))
-            or (f"{SOAK_JSONL} holds no reading of it")
+        why = run.memory_missing or "; ".join(e for e in run.reading_errors if e.startswith("memory")) or (
+            f"{SOAK_JSONL} holds no reading of it"
         )
         gaps.append(Gap("soak", f"server memory {label}", why))
     if run.slices["client_rss_bytes"].dropna().empty:

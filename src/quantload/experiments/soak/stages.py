@@ -103,7 +103,8 @@ def soak_level(
     keep = 1.0 - settings.plan.headroom_frac
     shown = level_text(limit, "rate_rps") + " req/s" if open_loop else level_text(limit, "users") + " users"
     origin = (
-        f"{search} found {shown}, {percent(settings.plan.headroom_frac, 0)} kept free (plan.headroom_frac)"
+        f"{search} found {shown},"
+        f" {percent(settings.plan.headroom_frac, 0)} kept free (plan.headroom_frac)"
     )
     if open_loop:
         return SoakLevel(None, limit * keep, origin)
@@ -209,3 +210,4 @@ def _by_time(progress: ProgressCallback, duration_s: float, label: str) -> Progr
         progress(elapsed, duration_s, f"{label}: {int(completed)} requests, {note}")
 
     return show
+

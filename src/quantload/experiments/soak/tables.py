@@ -8,7 +8,6 @@ gets); the server's memory and KV cells per slice are the median of the readings
 slice. The drift fits (quantload.analysis.drift) leave out the first `soak.settle_slices` slices,
 where caches are still filling.
 """
-
 from __future__ import annotations
 
 import re

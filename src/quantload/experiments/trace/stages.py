@@ -52,3 +52,4 @@ def run(context: ExperimentContext) -> ExperimentRun:
         )
     plan = trace_plan(settings, target, drawn, context.run.run_id, invocation)
     return experiment_run(NAME, run_stages(context, plan).summaries)
+

@@ -92,15 +92,8 @@ def wire_process(
     if plan is not None:
         assert stages_path is not None
         controller = StageController(
-            environment,
-            plan,
-            book,
-            sink,
-            JsonlAppender(stages_path),
-            metrics,
-            expect_workers,
-            workers_timeout_s,
-            master=isinstance(runner, MasterRunner),
+            environment, plan, book, sink, JsonlAppender(stages_path), metrics, expect_workers,
+            workers_timeout_s, master=isinstance(runner, MasterRunner),
         )
         runtime.on_fatal = controller.client_failed
         if isinstance(runner, MasterRunner):
