@@ -8,7 +8,7 @@ synthetic prompts, the target's tokenizer, chat-template overhead, slot count an
 
 from __future__ import annotations
 
-__all__ = ["WorkloadBuilder", "ignored_flags"]
+__all__ = ["WorkloadBuilder", "ignored_flags", "read_named_dataset"]
 
 from collections.abc import Mapping
 from functools import cached_property
@@ -39,6 +39,19 @@ ALL_PROMPTS = 1_000_000
 def _path(text: str, cwd: Path) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else cwd / path
+
+
+def read_named_dataset(
+    text: str | None, key: str, cwd: Path, progress: ProgressCallback = no_progress
+) -> Dataset:
+    """The dataset file the setting `key` names (`text`, relative to `cwd`); a ConfigError where it
+    names none."""
+    if not text:
+        raise ConfigError(
+            f"no dataset given for this workload ({key} is unset)",
+            f"set {key} to a ShareGPT JSON or JSONL file",
+        )
+    return read_dataset(_path(text, cwd), progress)
 
 
 def ignored_flags(settings: Settings, given: Mapping[str, Any]) -> list[str]:
@@ -123,12 +136,7 @@ class WorkloadBuilder:
         )
 
     def dataset(self, text: str | None, key: str) -> Dataset:
-        if not text:
-            raise ConfigError(
-                f"no dataset given for this workload ({key} is unset)",
-                f"set {key} to a ShareGPT JSON or JSONL file",
-            )
-        return read_dataset(_path(text, self.cwd), self.progress)
+        return read_named_dataset(text, key, self.cwd, self.progress)
 
     @cached_property
     def trace(self) -> list[TraceRequest]:

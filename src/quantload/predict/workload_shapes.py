@@ -17,9 +17,9 @@ from pathlib import Path
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
-from quantload.load.datasets import read_dataset
 from quantload.load.lengths import parse_length_distribution
 from quantload.load.prompts import estimate_tokens, select_prompts
+from quantload.load.workload_builder import read_named_dataset
 from quantload.load.workloads import DatasetWorkload
 from quantload.predict.simulator import RequestShape, SampledShapes
 
@@ -91,13 +91,7 @@ def workload_shapes(
 def dataset_shapes(settings: Settings, cwd: Path | None, template_tokens: int) -> WorkloadShapes:
     """workload.dataset's requests as the load plans them, in tokens."""
     workload = settings.workload
-    if not workload.dataset:
-        raise ConfigError(
-            "workload.kind = dataset has no workload.dataset",
-            "set workload.dataset to a ShareGPT JSON or JSONL",
-        )
-    path = Path(workload.dataset)
-    dataset = read_dataset(path if path.is_absolute() or cwd is None else cwd / path)
+    dataset = read_named_dataset(workload.dataset, "workload.dataset", cwd or Path.cwd())
     planned = DatasetWorkload(
         dataset, estimate_tokens, template_tokens, workload.max_output_tokens,
         parse_length_distribution(workload.output_lengths),

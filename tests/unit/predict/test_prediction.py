@@ -97,7 +97,7 @@ def test_dataset_workloads_are_planned_as_the_load_plans_them(tmp_path: Path) ->
     assert shapes.source == "dataset: chats.jsonl (2 conversations)"
     assert any("four characters a token" in note for note in shapes.notes)
     assert any("cycl" in note for note in shapes.notes)  # 4000 requests from 2 conversations
-    with pytest.raises(ConfigError, match=r"has no workload\.dataset"):
+    with pytest.raises(ConfigError, match=r"no dataset given for this workload \(workload\.dataset is unset\)"):
         workload_shapes(settings_of(workload={"kind": "dataset"}))
 
 
