@@ -40,6 +40,22 @@ class KnownTiming:
         return self.ttft_s if prompt_tokens > 0 else self.itl_s
 
 
+def fixed_fake(ttft_ms: float, itl_ms: float, tokens: int, streams: int) -> FakeScript:
+    """A fake of fixed timing: every stream the same first-token time and gap, `streams` at once."""
+    return FakeScript(
+        ttft_ms=(ttft_ms, ttft_ms), itl_ms=(itl_ms, itl_ms), tokens=tokens, max_streams=streams,
+        close_after_stream=True, pathological=False,
+    )  # fmt: skip
+
+
+def p90_slo(ttft_s: float) -> SloSettings:
+    """TTFT `ttft_s` and TPOT 50 ms at p90, at most 10 % failed, 30 s a level."""
+    return SloSettings(
+        ttft_s=ttft_s, tpot_s=0.05, ttft_percentile="p90", tpot_percentile="p90", max_failed_frac=0.1,
+        level_max_s=30.0,
+    )  # fmt: skip
+
+
 def measured_and_predicted(
     tmp_path: Path, script: FakeScript, slo: SloSettings
 ) -> tuple[ExperimentRun, LimitPrediction]:
@@ -69,15 +85,7 @@ def test_one_slot_queueing_is_predicted_level_by_level_and_in_the_limit(tmp_path
     # One stream at a time, 40 ms to the first token and 9 gaps of 10 ms: a request takes 130 ms,
     # so with U users a request waits (U - 1) x 130 ms for its turn: TTFT 40, 170, 300 ms at 1, 2, 3
     # users. Against 235 ms at p90 the limit is 2 users, with 65 ms either side of the limit.
-    script = FakeScript(
-        ttft_ms=(40.0, 40.0), itl_ms=(10.0, 10.0), tokens=10, max_streams=1, close_after_stream=True,
-        pathological=False,
-    )  # fmt: skip
-    slo = SloSettings(
-        ttft_s=0.235, tpot_s=0.05, ttft_percentile="p90", tpot_percentile="p90", max_failed_frac=0.1,
-        level_max_s=30.0,
-    )  # fmt: skip
-    done, prediction = measured_and_predicted(tmp_path, script, slo)
+    done, prediction = measured_and_predicted(tmp_path, fixed_fake(40.0, 10.0, 10, 1), p90_slo(0.235))
     predicted = {level.level: level for level in prediction.levels}
     assert [round(predicted[n].ttft_p50_s, 3) for n in (1, 2, 3)] == [0.04, 0.17, 0.3]  # worked by hand
     assert prediction.limit == 2 and done.limit.limit == 2
@@ -91,15 +99,7 @@ def test_one_slot_queueing_is_predicted_level_by_level_and_in_the_limit(tmp_path
 def test_three_slots_predict_the_limit_the_search_measures(tmp_path: Path) -> None:
     # The limit search's own fake (tests/integration/load/test_limit_search_fake.py): 3 streams at a
     # time, 20 ms to the first token and 19 gaps of 8 ms. A fourth user waits about a whole stream.
-    script = FakeScript(
-        ttft_ms=(20.0, 20.0), itl_ms=(8.0, 8.0), tokens=20, max_streams=3, close_after_stream=True,
-        pathological=False,
-    )  # fmt: skip
-    slo = SloSettings(
-        ttft_s=0.15, tpot_s=0.05, ttft_percentile="p90", tpot_percentile="p90", max_failed_frac=0.1,
-        level_max_s=30.0,
-    )  # fmt: skip
-    done, prediction = measured_and_predicted(tmp_path, script, slo)
+    done, prediction = measured_and_predicted(tmp_path, fixed_fake(20.0, 8.0, 20, 3), p90_slo(0.15))
     assert prediction.limit == 3 and done.limit.limit == 3
     predicted = {level.level: level for level in prediction.levels}
     for trial in done.summaries:
