@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from quantload.config import ToolchainSettings
 from quantload.llamacpp.server import LlamaServer, ServerSpec
@@ -49,6 +50,8 @@ LONG_SLO = {
     "ttft_s": "8", "tpot_s": "0.5", "ttft_percentile": "p50", "tpot_percentile": "p50",
     "max_failed_frac": "0.1",
 }  # fmt: skip
+SHORT_TIME_CAP_S = 900.0
+LONG_TIME_CAP_S = 420.0
 SHORT = ("lengths", "uniform:64-192", "fixed:32")
 LONG = ("lengths", "uniform:512-1024", "fixed:32")
 
@@ -66,7 +69,11 @@ class Config:
         kind = "short" if self.workload == SHORT else "long"
         return f"{self.quant} np{self.slots} b{self.batch}/{self.ubatch} t{self.threads} {kind}"
 
-    def environ(self, level_max_s: float) -> dict[str, str]:
+    def time_cap_s(self) -> float:
+        """The search's time cap: long prompts' levels take longer, and their search is cut sooner."""
+        return LONG_TIME_CAP_S if self.workload == LONG else SHORT_TIME_CAP_S
+
+    def environ(self, level_max_s: float, time_cap_s: float) -> dict[str, str]:
         kind, inputs, outputs = self.workload
         settings = {
             "QUANTLOAD_SERVER__SLOTS": str(self.slots),
@@ -78,6 +85,7 @@ class Config:
             "QUANTLOAD_WORKLOAD__OUTPUT_LENGTHS": outputs,
             "QUANTLOAD_WORKLOAD__REQUESTS": "40",  # a trial starts with these, more while undecided
             "QUANTLOAD_SLO__LEVEL_MAX_S": str(level_max_s),
+            "QUANTLOAD_LIMIT__TIME_CAP_S": str(time_cap_s),  # the predicted search's cap, as the load's
         }
         slo = LONG_SLO if self.workload == LONG else SLO
         settings.update({f"QUANTLOAD_SLO__{key.upper()}": value for key, value in slo.items()})
@@ -107,7 +115,7 @@ def quantload(args: list[str], environ: dict[str, str], timeout_s: float) -> sub
 
 def predicted(
     config: Config, model: Path, out: Path, environ: dict[str, str], predictions: str = "predict"
-) -> dict[str, object]:
+) -> dict[str, Any]:
     costs = out / "costs" / f"{config.quant}-b{config.batch}-ub{config.ubatch}-t{config.threads}.json"
     folder = out / predictions / _folder_name(config)
     args = ["predict", str(model), "--out", str(folder), "--max-users", "32"]
@@ -121,7 +129,7 @@ def predicted(
         costs.parent.mkdir(parents=True, exist_ok=True)
         costs.write_bytes(measured.read_bytes())
     (prediction,) = json.loads((folder / "predict.json").read_text())["predictions"].values()
-    limit: dict[str, object] = prediction["limit"]
+    limit: dict[str, Any] = prediction["limit"]
     return limit
 
 
@@ -232,27 +240,50 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.1f} ms"
 
 
+TABLE_HEAD = (
+    "| # | configuration | predicted | interval | percentiles meet | interval meets them"
+    " | search predicted | its interval | measured (decided) | undecided | misses from"
+    " | in search interval | search within 1 | in interval |\n"
+    "|---:|---|---:|---|---|---|---:|---|---:|---|---:|---|---|---|"
+)
+
+
 def table_row(
-    number: int, config: Config, limit: dict[str, object], line: LimitLine, estimate: tuple[float, float]
+    number: int, config: Config, limit: dict[str, Any], line: LimitLine, estimate: tuple[float, float]
 ) -> str:
-    """One configuration's row. "in interval": the decided limit lies in the predicted interval;
-    "overlaps": the interval meets the range the search left open, from its decided limit to one
-    below its lowest miss (its undecided levels may hold either way); "within 1": the decided limit
-    is at most one user from the prediction; "percentiles meet": `estimated_limit`, and whether
-    the interval meets that range."""
+    """One configuration's row. "percentiles meet": `estimated_limit`, and whether the predicted
+    interval meets that range. "search predicted": the limit the search is predicted to show with
+    the benchmark's level budget and time cap (quantload.predict.search), with its interval from
+    the slowest and the fastest cost; "in search interval" and "search within 1": the decided
+    limit against those; "in interval": the decided limit against the percentile limit's
+    interval."""
     low, point, high = (_number(limit[key]) for key in ("limit_low", "limit", "limit_high"))
+    s_low, s_point, s_high = (
+        _number((limit.get(key) or {}).get("limit")) for key in ("search_low", "search", "search_high")
+    )
     value, miss = line.limit, line.lowest_miss
-    top = miss - 1 if miss is not None else math.inf
-    inside = value is not None and low is not None and high is not None and low <= value <= high
-    overlaps = low is not None and high is not None and (value or 0) <= high and low <= top
-    close = value is not None and point is not None and abs(value - point) <= 1
     agrees = low is not None and high is not None and estimate[0] <= high and low <= estimate[1]
+    in_search = _within(value, s_low, s_high)
+    search_close = (value or 0) == (s_point or 0) or (
+        value is not None and s_point is not None and abs(value - s_point) <= 1
+    )
     undecided = ", ".join(f"{level:g}" for level in line.undecided) or "–"
     cells = (
-        number, config.label(), _g(point), f"{_g(low)}-{_g(high)}", _g(value), undecided, _g(miss),
-        _range(*estimate), *("yes" if flag else "no" for flag in (agrees, inside, overlaps, close)),
+        number, config.label(), _g(point), f"{_g(low)}-{_g(high)}", _range(*estimate), _yes(agrees),
+        _g(s_point), f"{_g(s_low)}-{_g(s_high)}", _g(value), undecided, _g(miss),
+        _yes(in_search), _yes(search_close), _yes(_within(value, low, high)),
     )  # fmt: skip
     return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _within(value: float | None, low: float | None, high: float | None) -> bool:
+    """`value` in [low, high], where None (no level shown to meet) sits below every level."""
+    ranked = [-1.0 if v is None else v for v in (value, low, high)]
+    return ranked[1] <= ranked[0] <= ranked[2]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def _g(value: float | None) -> str:
@@ -267,7 +298,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--only", default="", help="1-based configuration numbers, e.g. 1,4,7")
-    parser.add_argument("--time-cap", type=float, default=900.0, help="seconds per limit search")
+    parser.add_argument(
+        "--time-cap", type=float, default=None,
+        help=f"seconds per limit search [{SHORT_TIME_CAP_S:g}; long prompts {LONG_TIME_CAP_S:g}]",
+    )  # fmt: skip
     parser.add_argument("--level-max-s", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=Path("results/bench-predict"))
     parser.add_argument(
@@ -284,18 +318,15 @@ def main() -> None:
         return
     picked = [int(n) for n in args.only.split(",") if n] or list(range(1, len(CONFIGS) + 1))
     folder = prepared_folder(cache_root(None, os.environ), args.model)
-    rows = [
-        "| # | configuration | predicted | interval | measured (decided) | undecided | misses from |"
-        " percentiles meet | interval meets them | in interval | overlaps | within 1 |",
-        "|---:|---|---:|---|---:|---|---:|---|---|---|---|---|",
-    ]
+    rows = TABLE_HEAD.splitlines()
     for number in picked:
         config = CONFIGS[number - 1]
         model = next(folder.glob(f"*-{config.quant}.gguf"), None)
         if model is None:
             hint = f"run `quantload prepare --model {args.model}`"
             raise SystemExit(f"no {config.quant} file in {folder}: {hint}")
-        environ = config.environ(args.level_max_s)
+        time_cap_s = args.time_cap or config.time_cap_s()
+        environ = config.environ(args.level_max_s, time_cap_s)
         started = time.monotonic()
         if args.predict_only:
             lines = read_limits(args.out / "load" / _folder_name(config) / "limits.jsonl")
@@ -305,7 +336,7 @@ def main() -> None:
             line = lines[-1]
         else:
             limit = predicted(config, model, args.out, environ)
-            line = measured(config, model, args.out, environ, args.time_cap)
+            line = measured(config, model, args.out, environ, time_cap_s)
         rows.append(table_row(number, config, limit, line, estimated_limit(config, args.out)))
         took = f"({time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f})"
         print(rows[-1], took, flush=True)

@@ -5,7 +5,10 @@ both predicted and measured, where the two part and which part of a request the 
 A measured value parts from its prediction when it exceeds both the prediction's interval at that
 level (the same level simulated under the slowest plausible cost) and the point prediction by more
 than PART_FRAC. TTFT is the model's queue and prefill, TPOT its decode step: the metric that parts
-names the part. A measured limit below the predicted interval's low end is a finding of its own.
+names the part. A measured limit below the predicted interval's low end is a finding of its own;
+where the prediction also ran the limit search on its levels' verdicts (what a search with the
+run's level budget can show), the low end is that search's under the slowest cost, so a limit the
+budget kept from being decided is not taken for a slow server.
 """
 
 from __future__ import annotations
@@ -144,8 +147,24 @@ def _predicted_text(predicted: PredictedFile) -> str:
     limit = predicted.limit
     low, high = _users(limit.limit_low), _users(limit.limit_high)
     if limit.limit is None:
-        return f"Predicted before the load: not even 1 user meets the SLO [{low}, {high}]"
-    return f"Predicted before the load: {_users(limit.limit)} users [{low}, {high}]"
+        said = f"Predicted before the load: not even 1 user meets the SLO [{low}, {high}]"
+    else:
+        said = f"Predicted before the load: {_users(limit.limit)} users [{low}, {high}]"
+    search = limit.search
+    if search is None:
+        return said
+    shown = _users(search.limit)
+    bounds = [_users(found.limit if found else None) for found in (limit.search_low, limit.search_high)]
+    return f"{said}, of which a limit search within its level budget shows {shown} [{', '.join(bounds)}]"
+
+
+def _lowest_expected(predicted: PredictedFile) -> float | None:
+    """The fewest users the load is expected to show: the predicted search's under the slowest cost
+    where it was run, else the limit's interval's low end."""
+    limit = predicted.limit
+    if limit.search_low is not None:
+        return limit.search_low.limit
+    return limit.limit_low
 
 
 def _measured_text(verdict: CapacityVerdict | None) -> str:
@@ -230,7 +249,8 @@ def prediction_checks(
         parting, parted_at, part = _parting(compared)
         low = predicted.limit.limit_low
         decided = verdict is not None and verdict.decided
-        below = decided and measured is not None and low is not None and measured < low
+        expected = _lowest_expected(predicted)
+        below = decided and measured is not None and expected is not None and measured < expected
         finding = SLOWER_UNDER_LOAD if below else None
         checks.append(
             PredictionCheck(

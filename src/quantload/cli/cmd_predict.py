@@ -26,12 +26,15 @@ from quantload.errors import ConfigError
 from quantload.llamacpp.toolchain import Toolchain, ensure_toolchain
 from quantload.models.gguf_meta import check_is_gguf, read_gguf
 from quantload.predict.costs import CostsFile, load_costs_file, write_costs_file
+from quantload.predict.limit import LevelPrediction
 from quantload.predict.measure import GEN_TOKENS, describe, measure_costs, measuring_grid
 from quantload.predict.prediction import (
     FilePrediction,
     client_timing,
     predict_body,
     predict_file,
+    search_budget,
+    search_rules,
     server_flags_used,
     write_predict_file,
 )
@@ -45,7 +48,7 @@ def level_table(prediction: FilePrediction) -> Table:
     slo = prediction.limit.slo
     table = Table(
         "users", f"TTFT {slo.ttft_percentile} s", f"TPOT {slo.tpot_percentile} s", "req/s", "tokens/s",
-        "queue", "prefill", "decode", "SLO",
+        "queue", "prefill", "decode", "SLO", "search",
         title=f"{prediction.label}: predicted per level ({prediction.flags.text()})",
     )  # fmt: skip
     for level in prediction.limit.levels:
@@ -59,8 +62,18 @@ def level_table(prediction: FilePrediction) -> Table:
             f"{level.prefill_share:.0%}",
             f"{level.decode_share:.0%}",
             "meets" if level.meets else "misses",
+            _decided(level),
         )
     return table
+
+
+def _decided(level: LevelPrediction) -> str:
+    """The level's verdict as a limit search would reach it, and the simulated time it takes."""
+    decision = level.decision
+    if decision is None:
+        return "-"
+    ended = ", simulation ended" if decision.why else ""
+    return f"{decision.outcome} ({decision.seconds:.0f} s{ended})"
 
 
 def _costs_for(costs: list[Path], count: int) -> list[Path | None]:
@@ -176,6 +189,7 @@ def register(app: typer.Typer) -> None:
                     predict_file(
                         label, found, flags, shapes, slo, max_users, requests, seed=settings.load.seed,
                         client=client_timing(settings),
+                        search=(search_budget(settings), search_rules(settings)),
                     )
                 )
         if files is not None:

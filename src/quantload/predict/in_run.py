@@ -17,6 +17,8 @@ from quantload.predict.prediction import (
     client_timing,
     merge_predict_file,
     predict_file,
+    search_budget,
+    search_rules,
     server_flags_used,
 )
 from quantload.predict.workload_shapes import WorkloadShapes
@@ -61,6 +63,7 @@ def predict_in_run(
     prediction = predict_file(
         quant, costs, flags, shapes, Slo.of(settings.slo), most, settings.predict.requests_per_level,
         seed=settings.load.seed, client=client_timing(settings),
+        search=(search_budget(settings), search_rules(settings)),
     )  # fmt: skip
     merge_predict_file(files.predict_path, prediction)
     progress(2, 2, prediction.sentence())

@@ -11,6 +11,10 @@ monotone in its cost shows it rather than hides it.
 
 Each level also says what share of a request's time the model spends queued, in prefill and in
 decode, so that a report can set these beside the measured split and name the part it got wrong.
+
+Given a level budget and the search's rules, each level is also judged as the load would judge it
+(quantload.predict.search) and the limit search is run on those verdicts under each of the three
+costs: what a search with these settings is predicted to show, beside what the server carries.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from quantload.load.limit_search import LimitResult
 from quantload.predict.batch_cost import BatchCost
+from quantload.predict.search import LevelBudget, LevelDecision, SearchRules, decide_level, predict_search
 from quantload.predict.simulator import (
     LOCKSTEP,
     ClientTiming,
@@ -55,8 +61,8 @@ class ScaledCost:
 class SimulatedLoad:
     """How every level is loaded: closed loop (level = users) or Poisson (level = requests/s),
     request shapes, requests per level (and a bound in simulated seconds), think time and the
-    client's timing for closed loops, and the first requests left out of the percentiles as
-    warm-up."""
+    client's timing for closed loops, the first requests left out of the percentiles as warm-up,
+    and, to judge each level as the load's decided stages do, their budget."""
 
     arrival: LevelArrival
     shapes: ShapeSource
@@ -66,6 +72,7 @@ class SimulatedLoad:
     think: ThinkTime = "constant"
     warmup_requests: int = 0
     client: ClientTiming = LOCKSTEP
+    budget: LevelBudget | None = None
 
     def workload(self, level: float) -> Workload:
         """The workload of one level."""
@@ -98,12 +105,15 @@ class LevelPrediction:
     prefill_share: float
     decode_share: float
     meets: bool
+    decision: LevelDecision | None = None
 
 
 @dataclass(frozen=True)
 class LimitPrediction:
     """The predicted limit (None: not even the lowest level meets) with its interval, and every
-    level under the point cost, the slowest cost (`levels_low`) and the fastest (`levels_high`)."""
+    level under the point cost, the slowest cost (`levels_low`) and the fastest (`levels_high`);
+    given the search's rules, the limit search run on the levels' verdicts under the same three
+    costs (`search`, `search_low`, `search_high`)."""
 
     slo: Slo
     arrival: LevelArrival
@@ -113,10 +123,16 @@ class LimitPrediction:
     levels: tuple[LevelPrediction, ...]
     levels_low: tuple[LevelPrediction, ...]
     levels_high: tuple[LevelPrediction, ...]
+    search: LimitResult | None = None
+    search_low: LimitResult | None = None
+    search_high: LimitResult | None = None
 
 
-def judge_level(level: float, result: SimResult, slo: Slo, warmup_requests: int = 0) -> LevelPrediction:
-    """A level's prediction from its simulation, leaving out the first `warmup_requests` sent."""
+def judge_level(
+    level: float, result: SimResult, slo: Slo, warmup_requests: int = 0, budget: LevelBudget | None = None
+) -> LevelPrediction:
+    """A level's prediction from its simulation, leaving out the first `warmup_requests` sent;
+    with a `budget` (closed loop), also its verdict as the load would reach it."""
     judged = result.records[warmup_requests:]
     ok = [record for record in judged if not record.failed]
     ttft_q = PERCENTILES[slo.ttft_percentile] * 100
@@ -135,6 +151,7 @@ def judge_level(level: float, result: SimResult, slo: Slo, warmup_requests: int 
         and (tpot is None or tpot <= slo.tpot_s)
         and failed_frac <= slo.max_failed_frac
     )
+    decision = None if budget is None else decide_level(result, slo, int(level), budget, warmup_requests)
     return LevelPrediction(
         level=level,
         requests=len(judged),
@@ -149,6 +166,7 @@ def judge_level(level: float, result: SimResult, slo: Slo, warmup_requests: int 
         prefill_share=prefill,
         decode_share=decode,
         meets=meets,
+        decision=decision,
     )
 
 
@@ -167,7 +185,8 @@ def predict_levels(
     missed = 0
     for level in sorted(levels):
         result = simulate(server, cost, plan.workload(level), seed)
-        judged.append(judge_level(level, result, slo, plan.warmup_requests))
+        budget = plan.budget if plan.arrival == "closed" else None
+        judged.append(judge_level(level, result, slo, plan.warmup_requests, budget))
         missed = 0 if judged[-1].meets else missed + 1
         if misses_past is not None and missed >= misses_past:
             break
@@ -195,16 +214,21 @@ def predict_limit(
     scale_bounds: tuple[float, float] | None = None,
     seed: int = 0,
     misses_past: int | None = None,
+    search: SearchRules | None = None,
 ) -> LimitPrediction:
     """The predicted SLO limit over `levels` (users 1..max_users, or rates), with its interval.
 
     `cost_bounds` is (fastest, slowest) BatchCost; `scale_bounds` is (low, high) factors on `cost`
     (0.9, 1.1 for ±10 %). Give one or neither (then the interval is the point). `misses_past`:
     each of the three sweeps stops once that many levels in a row have missed (levels above them
-    cannot change the limit, which needs every lower level to meet).
+    cannot change the limit, which needs every lower level to meet). `search`: also run the limit
+    search on the levels' verdicts (closed loop with a budget only); a level it asks for beyond
+    the sweep is simulated then.
     """
     if cost_bounds is not None and scale_bounds is not None:
         raise ValueError("give cost_bounds or scale_bounds, not both")
+    if search is not None and (plan.arrival != "closed" or plan.budget is None):
+        raise ValueError("a predicted search needs closed-loop levels with a budget")
     if not levels:
         raise ValueError("no level to predict")
     if scale_bounds is not None:
@@ -218,6 +242,13 @@ def predict_limit(
     else:
         fast = predict_levels(server, cost_bounds[0], slo, plan, levels, seed, misses_past)
         slow = predict_levels(server, cost_bounds[1], slo, plan, levels, seed, misses_past)
+    searches: tuple[LimitResult | None, ...] = (None, None, None)
+    if search is not None:
+        costs = (cost, *(cost_bounds or (cost, cost)))
+        searches = tuple(
+            _searched(server, one_cost, slo, plan, swept, search, seed)
+            for one_cost, swept in zip(costs, (point, fast, slow), strict=True)
+        )
     return LimitPrediction(
         slo=slo,
         arrival=plan.arrival,
@@ -227,7 +258,35 @@ def predict_limit(
         levels=point,
         levels_low=slow,
         levels_high=fast,
+        search=searches[0],
+        search_low=searches[2],
+        search_high=searches[1],
     )
+
+
+def _searched(
+    server: ServerModel,
+    cost: BatchCost,
+    slo: Slo,
+    plan: SimulatedLoad,
+    swept: Sequence[LevelPrediction],
+    rules: SearchRules,
+    seed: int,
+) -> LimitResult:
+    """The search over the sweep's verdicts, simulating a level it asks for that the sweep left."""
+    known = {int(level.level): level for level in swept}
+    budget = plan.budget
+    assert budget is not None
+
+    def decide(users: int) -> LevelDecision:
+        level = known.get(users)
+        if level is None:
+            result = simulate(server, cost, plan.workload(users), seed)
+            level = known[users] = judge_level(users, result, slo, plan.warmup_requests, budget)
+        assert level.decision is not None
+        return level.decision
+
+    return predict_search(decide, rules)
 
 
 def _shares(records: Sequence[RequestRecord]) -> tuple[float, float, float]:

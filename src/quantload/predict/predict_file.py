@@ -44,9 +44,21 @@ class PredictedLevel(_Read):
     meets: bool = False
 
 
+class PredictedSearch(_Read):
+    """The limit search predicted on the levels' verdicts (quantload.predict.search): the limit it
+    shows, where its misses begin, its undecided levels and its simulated seconds."""
+
+    limit: float | None = None
+    lowest_miss: float | None = None
+    undecided: tuple[float, ...] = ()
+    ending: str = ""
+    seconds: float = 0.0
+
+
 class PredictedLimit(_Read):
     """The limit (None: not even the lowest level meets), its interval and every level under the
-    point cost, the slowest cost (`levels_low`) and the fastest (`levels_high`)."""
+    point cost, the slowest cost (`levels_low`) and the fastest (`levels_high`); the predicted
+    limit search under the same three costs where the prediction ran it."""
 
     slo: PredictedSlo
     arrival: str = "closed"
@@ -56,6 +68,9 @@ class PredictedLimit(_Read):
     levels: tuple[PredictedLevel, ...] = ()
     levels_low: tuple[PredictedLevel, ...] = ()
     levels_high: tuple[PredictedLevel, ...] = ()
+    search: PredictedSearch | None = None
+    search_low: PredictedSearch | None = None
+    search_high: PredictedSearch | None = None
 
 
 class PredictedFile(_Read):

@@ -17,8 +17,11 @@ from typing import Any
 
 from quantload.config import Settings
 from quantload.errors import ConfigError
+from quantload.experiments.limit_trials import fewest_requests
+from quantload.load.limit_search import LimitResult
 from quantload.predict.costs import CostsFile
 from quantload.predict.limit import LimitPrediction, SimulatedLoad, predict_limit
+from quantload.predict.search import SIMULATION_ENDED, LevelBudget, SearchRules
 from quantload.predict.simulator import LOCKSTEP, ClientTiming, ServerModel
 from quantload.predict.workload_shapes import WorkloadShapes
 from quantload.rundir import read_json, write_json_atomic
@@ -104,9 +107,10 @@ class FilePrediction:
     cost_confidence: float
     limit: LimitPrediction
     client: ClientTiming = LOCKSTEP
+    budget: LevelBudget | None = None
 
     def sentence(self) -> str:
-        """The prediction in one line."""
+        """The prediction in one line; with a predicted search, what that search will show."""
         found = self.limit
         if found.limit is None:
             head = f"{self.label}: not even 1 user is predicted to meet the SLO"
@@ -114,15 +118,54 @@ class FilePrediction:
             head = f"{self.label}: predicted limit {found.limit:g} users"
         low = "none" if found.limit_low is None else f"{found.limit_low:g}"
         high = "none" if found.limit_high is None else f"{found.limit_high:g}"
-        return (
+        said = (
             f"{head} (interval {low} to {high}, from the cost curves' {self.cost_error_rms:.0%} error at"
             f" {self.cost_confidence:.0%})"
         )
+        return said + self._search_text()
+
+    def _search_text(self) -> str:
+        found, budget = self.limit, self.budget
+        if found.search is None or budget is None:
+            return ""
+        point = "no level" if found.search.limit is None else f"{found.search.limit:g} users"
+        low, high = (_limit_text(result) for result in (found.search_low, found.search_high))
+        undecided = ", ".join(f"{users:g}" for users in found.search.undecided)
+        left = f", undecided at {undecided}" if undecided else ""
+        ended = [f"{trial.level:g}" for trial in found.search.trials if trial.why == SIMULATION_ENDED]
+        short = (
+            f" (at {', '.join(ended)} users {SIMULATION_ENDED}: more simulated requests a level could"
+            " decide them)"
+            if ended
+            else ""
+        )
+        return (
+            f"; a limit search of up to {budget.max_s:g} s a level is predicted to show {point}"
+            f" ({low} to {high}){left}, in about {found.search.seconds / 60:.0f} min{short}"
+        )
+
+
+def _limit_text(result: LimitResult | None) -> str:
+    return "none" if result is None or result.limit is None else f"{result.limit:g}"
 
 
 def client_timing(settings: Settings) -> ClientTiming:
     """The simulated client of `settings`: the load's first-round spread and predict's turnaround."""
     return ClientTiming(settings.load.first_round_jitter_s, settings.predict.client_turnaround_s)
+
+
+def search_budget(settings: Settings) -> LevelBudget:
+    """A limit-search level's budget under `settings` (quantload.experiments.limit_trials)."""
+    return LevelBudget(
+        max_s=settings.slo.level_max_s, max_requests=settings.slo.level_max_requests,
+        planned_per_user=settings.limit.requests_per_user, fewest_planned=fewest_requests(settings),
+    )  # fmt: skip
+
+
+def search_rules(settings: Settings) -> SearchRules:
+    """The closed-loop limit search's settings."""
+    limit = settings.limit
+    return SearchRules(limit.start_users, limit.max_users, limit.growth, limit.time_cap_s)
 
 
 def predict_file(
@@ -136,25 +179,29 @@ def predict_file(
     confidence: float = 0.9,
     seed: int = 0,
     client: ClientTiming = LOCKSTEP,
+    search: tuple[LevelBudget, SearchRules] | None = None,
 ) -> FilePrediction:
     """Simulate closed-loop users 1..max_users (each sweep stopping after MISSES_PAST misses in a
-    row) under the fitted curves and their (fast, slow) bounds at `confidence`. A server left at
-    llama.cpp's default threads (0) runs with the count the tool reported using."""
+    row) under the fitted curves and their (fast, slow) bounds at `confidence`; with `search`
+    (a level's budget and the search's rules), also judge each level as the load would and run
+    the limit search on those verdicts. A server left at llama.cpp's default threads (0) runs
+    with the count the tool reported using."""
     if flags.threads == 0:
         flags = dataclasses.replace(flags, threads=costs.n_threads)
     check_costs_match(costs, flags, label)
     curves = costs.curves()
     fast, slow = curves.bounds(confidence)
+    budget, rules = search if search is not None else (None, None)
     load = SimulatedLoad(
-        "closed", shapes.shapes, requests=requests_per_level, warmup_requests=0, client=client
+        "closed", shapes.shapes, requests=requests_per_level, warmup_requests=0, client=client, budget=budget
     )
     limit = predict_limit(
         flags.model(), curves, slo, load, range(1, max_users + 1),
-        cost_bounds=(fast, slow), seed=seed, misses_past=MISSES_PAST,
+        cost_bounds=(fast, slow), seed=seed, misses_past=MISSES_PAST, search=rules,
     )  # fmt: skip
     return FilePrediction(
         label, costs.model_path, flags, shapes.source, shapes.notes, requests_per_level,
-        curves.relative_rms, confidence, limit, client,
+        curves.relative_rms, confidence, limit, client, budget,
     )  # fmt: skip
 
 

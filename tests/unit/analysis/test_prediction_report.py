@@ -113,6 +113,26 @@ def test_a_slow_decode_names_tpot_and_a_limit_below_the_interval_is_a_finding(sy
     assert within.finding is None  # the measured limit is within the interval
 
 
+def test_a_limit_the_level_budget_kept_low_is_not_a_slow_server(synthetic_run: Path) -> None:
+    analysis = _analysis(synthetic_run)
+    held = [dataclasses.replace(v, max_users=1) for v in analysis.capacity]  # decided: 1 user met
+    prediction = _prediction("Q8_0", analysis.levels, {"ttft": 1.0, "tpot": 1.0}, (4, 3, 5))
+    searched = {
+        "search": {"limit": 2, "lowest_miss": 8, "undecided": [4], "ending": "found", "seconds": 300.0},
+        "search_low": {"limit": 1, "undecided": [2, 4], "ending": "found", "seconds": 320.0},
+        "search_high": {"limit": 2, "ending": "found", "seconds": 280.0},
+    }  # fmt: skip
+    _write_predict(synthetic_run, {"Q8_0": {**prediction, "limit": {**prediction["limit"], **searched}}})
+    (q8, _) = prediction_checks(load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo)
+    # 1 user is below the percentiles' interval [3, 5], but a search within its budget shows 1 to 2
+    assert q8.finding is None
+    assert "of which a limit search within its level budget shows 2 [1, 2]" in q8.sentence
+    slower = {**searched, "search_low": {**searched["search_low"], "limit": 2}}
+    _write_predict(synthetic_run, {"Q8_0": {**prediction, "limit": {**prediction["limit"], **slower}}})
+    (q8, _) = prediction_checks(load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo)
+    assert q8.finding == SLOWER_UNDER_LOAD  # below even what the budget was expected to show
+
+
 def test_a_failed_or_turned_off_step_says_not_predicted_and_why(synthetic_run: Path) -> None:
     _add_steps(synthetic_run, [_step("Q8_0", "failed", "the llama.cpp tools have no llama-batched-bench (build it)"),
                                _step("Q4_K_M", "ok")])  # fmt: skip

@@ -23,6 +23,7 @@ from quantload.predict.prediction import (
     predict_file,
     server_flags_used,
 )
+from quantload.predict.search import SIMULATION_ENDED
 from quantload.predict.workload_shapes import TEMPLATE_TOKENS, workload_shapes
 from quantload.slo import Slo
 
@@ -152,7 +153,7 @@ def test_the_command_predicts_from_given_curves_and_writes_predict_json(tmp_path
         "--slo-tpot", "0.2", "--slo-ttft-percentile", "p90", "--slo-tpot-percentile", "p90",
         "--max-users", "12", "--requests", "200", "--out", str(out),
     ]  # fmt: skip
-    env = {"COLUMNS": "200", "QUANTLOAD_LOAD__MAX_PROMPT_TOKENS": "200"}
+    env = {"COLUMNS": "200", "QUANTLOAD_LOAD__MAX_PROMPT_TOKENS": "200", "QUANTLOAD_SLO__MAX_FAILED_FRAC": "0.1"}
     shown = CliRunner().invoke(build_app(), args, env=env)
     assert shown.exit_code == 0, shown.output
     assert "predicted limit" in shown.output and "interval" in shown.output
@@ -160,6 +161,15 @@ def test_the_command_predicts_from_given_curves_and_writes_predict_json(tmp_path
     assert written["schema"] == PREDICT_SCHEMA
     (prediction,) = written["predictions"].values()
     assert prediction["flags"]["threads"] == 1 and prediction["limit"]["limit"] >= 1
+    # the limit search a load would run with these settings, predicted on the same levels
+    search = prediction["limit"]["search"]
+    assert 1 <= search["limit"] <= prediction["limit"]["limit"] and search["trials"]
+    assert "a limit search of up to 600 s a level is predicted to show" in shown.output
+    # at the default 1 % failed allowance a level needs 380 requests: 200 simulated cannot decide it
+    few = CliRunner().invoke(build_app(), [*args, "--json"], env={**env, "QUANTLOAD_SLO__MAX_FAILED_FRAC": "0.01"})
+    (short,) = json.loads(few.output)["predictions"].values()
+    assert short["limit"]["search"]["limit"] is None
+    assert {trial["why"] for trial in short["limit"]["search"]["trials"]} >= {SIMULATION_ENDED}
     twice = ["predict", str(model), "--costs", str(SMOLLM2_COSTS), "--costs", "x"]
     wrong = CliRunner().invoke(build_app(), twice)
     # the error reaches the CLI's edge (quantload.cli.main turns it into its one line)
