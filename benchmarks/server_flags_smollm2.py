@@ -8,7 +8,8 @@
                          configuration confirmed: tune.finalists = the space's size)
     measure tune-twice   the two tunes without the full grid (`--percentile p90`: both SLO limits'
                          percentile; `--max-failed-frac`: the failed share; `--budget-s`: each
-                         tune's budget)
+                         tune's budget; `--burst-requests`, `--level-max-s`, `--search-cap-s`: the
+                         verdict's burst prior, a level's seconds, the finalists' search cap)
     measure tune-predict one tune without prediction and one with `--predict-first` (issue 36), of
                          Q4_K_M unless `--quants` names others: time spent and winners
     measure tune-2       the second tune alone (`--quants Q8_0`: one quantization's; `--resume RUN_DIR`:
@@ -95,6 +96,8 @@ def tune_config(
     level_max_s: float | None = None,
     batch_sizes: list[str] | None = None,
     predict_first: bool = False,
+    burst_requests: int | None = None,
+    search_cap_s: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     tune: dict[str, Any] = {"budget_s": budget_s, "short_trial_s": 60.0, "predict_first": predict_first}
     if batch_sizes:
@@ -110,9 +113,13 @@ def tune_config(
         slo |= {"max_failed_frac": max_failed_frac}
     if level_max_s is not None:
         slo |= {"level_max_s": level_max_s}
+    if burst_requests is not None:
+        slo |= {"burst_requests": burst_requests}
+    limit = dict(COMMON["limit"]) | ({"time_cap_s": search_cap_s} if search_cap_s is not None else {})
     return {
         **COMMON,
         "slo": slo,
+        "limit": limit,
         "model": {"source": MODEL, "quants": quants},
         "run": {"profile": "quick", "out": str(out)},
         "tune": tune,
@@ -180,6 +187,8 @@ def measure(
     max_failed_frac: float | None = None,
     level_max_s: float | None = None,
     batch_sizes: list[str] | None = None,
+    burst_requests: int | None = None,
+    search_cap_s: float | None = None,
 ) -> None:
     if part == "experiments":
         folder = work / "experiments"
@@ -196,7 +205,7 @@ def measure(
             config = tune_config(
                 folder / "results", quants=picked, percentile=percentile, budget_s=budget_s,
                 max_failed_frac=max_failed_frac, level_max_s=level_max_s, batch_sizes=batch_sizes,
-                predict_first=first,
+                predict_first=first, burst_requests=burst_requests, search_cap_s=search_cap_s,
             )  # fmt: skip
             _save(runs, measured(attempt, ["tune", "--quants", ",".join(picked)], folder, config))
         return
@@ -212,6 +221,7 @@ def measure(
         config = tune_config(
             folder / "results", quants=quants, percentile=percentile, budget_s=budget_s,
             max_failed_frac=max_failed_frac, level_max_s=level_max_s, batch_sizes=batch_sizes,
+            burst_requests=burst_requests, search_cap_s=search_cap_s,
         )  # fmt: skip
         _save(runs, measured(attempt, command, folder, config))
     if part in ("tune-2", "tune-twice"):
@@ -238,6 +248,10 @@ def main() -> None:
     run.add_argument("--max-failed-frac", type=float, help="tunes: slo.max_failed_frac")
     run.add_argument("--level-max-s", type=float, help="tunes: slo.level_max_s (seconds a level may take)")
     run.add_argument("--batch-sizes", help="tunes: tune.batch_sizes, comma-separated (e.g. 256/256)")
+    run.add_argument(
+        "--burst-requests", type=int, help="tunes: slo.burst_requests (1: requests judged independent)"
+    )
+    run.add_argument("--search-cap-s", type=float, help="tunes: limit.time_cap_s of the finalists' searches")
     run.add_argument("--runs", type=Path, required=True, help="JSON list of the measured runs (appended)")
     run.add_argument("--work", type=Path, default=Path("/tmp/quantload-server-flags"))
     render = sub.add_parser("render")
@@ -247,6 +261,7 @@ def main() -> None:
         measure(
             args.part, args.runs, args.work, args.quants, args.resume, args.percentile, args.budget_s,
             args.max_failed_frac, args.level_max_s, args.batch_sizes.split(",") if args.batch_sizes else None,
+            args.burst_requests, args.search_cap_s,
         )  # fmt: skip
     else:
         from server_flags_tables import render_runs  # beside this file
