@@ -15,7 +15,9 @@
            miss) is dropped; of the rest, the best by limit and goodput go on, at most the next
            rung's size. Nothing is dropped on a difference the data do not show.
   budget   `next_trial()` is None once the trials took `budget_s`; the ranking then stands on the
-           rungs reached.
+           rungs reached. A trial whose time cap the budget shortened (`cut_short`) and whose search
+           the cap ended shows less than its rung measures: it stands for its configuration only
+           where it ranks above what that configuration's rung before showed.
 
 `next_trial()` says what to measure next and `record()` takes what it measured, in that order; a
 resumed tune records the trials already in its state file first and goes on from there.
@@ -76,6 +78,7 @@ class Score:
     ran: bool = True  # False: the trial could not run (its server did not start)
     why: str = ""
     whole: bool = True  # levels are whole users
+    cut_short: bool = False  # the budget shortened its time cap and the cap ended its search
 
     def order(self) -> tuple[float, float]:
         """Higher is better: the limit, then goodput; a trial that did not run is last."""
@@ -192,10 +195,12 @@ class SuccessiveHalving:
 
     def ranking(self) -> list[Score]:
         """One score per configuration, its highest rung's, best first: the highest rung reached
-        first, then the limit and goodput measured there."""
+        first, then the limit and goodput measured there. A trial cut short by the budget replaces
+        its configuration's score from the rung before only where it ranks above it."""
         best: dict[str, Score] = {}
-        for score in self.scores:
-            if score.key not in best or score.rung >= best[score.key].rung:
+        for score in sorted(self.scores, key=lambda s: s.rung):
+            kept = best.get(score.key)
+            if kept is None or not score.cut_short or score.order() > kept.order():
                 best[score.key] = score
         position = {key: n for n, key in enumerate(self.keys)}
         return sorted(best.values(), key=lambda s: (-s.rung, -s.order()[0], -s.order()[1], position[s.key]))

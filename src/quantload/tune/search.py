@@ -171,9 +171,9 @@ def _run_trial(
     settings = context.settings
     label = f"{EXPERIMENT} r{trial.rung.index} {config.key}"
     flags = config.server_flags(settings, label)
-    trial_run = context.run.with_settings(
-        _trial_settings(settings, trial, search.budget_s - search.elapsed_s)
-    )
+    trial_settings = _trial_settings(settings, trial, search.budget_s - search.elapsed_s)
+    trial_run = context.run.with_settings(trial_settings)
+    shortened = trial_settings.limit.time_cap_s < trial.rung.time_cap_s
     base = TuneLine(
         kind="trial",
         run_id=context.run.run_id,
@@ -224,6 +224,7 @@ def _run_trial(
             "buffers_mib": _buffers_mib(variant.kv),
             "seconds": round(time.monotonic() - started, 3),
             "why": outcome.line.sentence,
+            "cut_short": shortened and outcome.result.ending == "capped",
         }
     )
 

@@ -75,6 +75,7 @@ class TuneLine(BaseModel):
     seconds: float = 0.0
     ran: bool = True
     why: str = ""
+    cut_short: bool = False  # the budget shortened the trial's time cap and the cap ended its search
     # end
     winner: str | None = None
     ending: str | None = None  # "done" or "budget"
@@ -84,7 +85,7 @@ class TuneLine(BaseModel):
         assert self.kind in ("trial", "baseline") and self.key is not None and self.rung is not None
         return Score(
             self.key, self.rung, self.limit, self.goodput_rps, self.lowest_miss, self.seconds, self.ran,
-            self.why, whole=self.objective != "rate",
+            self.why, whole=self.objective != "rate", cut_short=self.cut_short,
         )  # fmt: skip
 
     @classmethod
