@@ -1,7 +1,8 @@
 """The scheduler model against a server of known timing: the fake server's scripted first-token
 time, gap and slot count, given to the simulation as its batch costs, must predict what a real
 limit search (Locust processes, trial after trial) measures on that fake, level by level and in its
-limit.
+limit, and the search the model runs on its levels' verdicts (quantload.predict.search) must show
+the limit the real search decides.
 
 The fake's streams do not slow each other, while llama-server's batches do (a prompt in the batch
 holds up the other slots' next token). The costs here charge a batch holding a prompt the fake's
@@ -21,6 +22,7 @@ from quantload.experiments.base import ExperimentRun
 from quantload.experiments.registry import run_experiment
 from quantload.load.fakeserver import FakeScript, FakeServerProcess
 from quantload.predict.limit import LimitPrediction, SimulatedLoad, predict_limit
+from quantload.predict.search import LevelBudget, SearchRules
 from quantload.predict.simulator import FixedShape, RequestShape, ServerModel
 from quantload.served import ServedTarget
 from quantload.slo import Slo
@@ -74,10 +76,19 @@ def measured_and_predicted(
         done = run_experiment("limit_users", target, settings_context(tmp_path, settings, "search"))
     assert done.limit is not None and done.problem is None
     server = ServerModel(n_slots=script.max_streams, ctx_per_slot_tokens=script.n_ctx)
+    limit = settings.limit
+    budget = LevelBudget(slo.level_max_s, slo.level_max_requests, limit.requests_per_user, limit.min_requests or 1)
     plan = SimulatedLoad(
-        "closed", FixedShape(RequestShape(64, script.tokens)), requests=400, warmup_requests=8
+        "closed", FixedShape(RequestShape(64, script.tokens)), requests=400, warmup_requests=8, budget=budget
     )
-    prediction = predict_limit(server, KnownTiming(script), Slo.of(slo), plan, range(1, 9), misses_past=2)
+    rules = SearchRules(limit.start_users, limit.max_users, limit.growth, limit.time_cap_s)
+    prediction = predict_limit(
+        server, KnownTiming(script), Slo.of(slo), plan, range(1, 9), misses_past=2, search=rules
+    )
+    assert prediction.search is not None
+    searched = [(trial.level, trial.outcome) for trial in prediction.search.trials]
+    print(f"the search predicted {searched}; measured {[(t.level, t.outcome) for t in done.limit.trials]}")
+    assert prediction.search.limit == done.limit.limit
     return done, prediction
 
 
