@@ -153,9 +153,16 @@ def _predicted_text(predicted: PredictedFile) -> str:
     search = limit.search
     if search is None:
         return said
-    shown = _users(search.limit)
-    bounds = [_users(found.limit if found else None) for found in (limit.search_low, limit.search_high)]
-    return f"{said}, of which a limit search within its level budget shows {shown} [{', '.join(bounds)}]"
+    bounds = ", ".join(
+        "none" if found is None or found.limit is None else _users(found.limit)
+        for found in (limit.search_low, limit.search_high)
+    )
+    undecided = ", ".join(_users(users) for users in search.undecided)
+    left = f", undecided at {undecided}" if undecided else ""
+    searched = "a limit search within its level budget"
+    if search.limit is None:
+        return f"{said}; {searched} is predicted to show no level [{bounds}]{left}"
+    return f"{said}, of which {searched} shows {_users(search.limit)} [{bounds}]{left}"
 
 
 def _lowest_expected(predicted: PredictedFile) -> float | None:

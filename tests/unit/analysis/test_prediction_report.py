@@ -126,11 +126,15 @@ def test_a_limit_the_level_budget_kept_low_is_not_a_slow_server(synthetic_run: P
     (q8, _) = prediction_checks(load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo)
     # 1 user is below the percentiles' interval [3, 5], but a search within its budget shows 1 to 2
     assert q8.finding is None
-    assert "of which a limit search within its level budget shows 2 [1, 2]" in q8.sentence
+    assert "of which a limit search within its level budget shows 2 [1, 2], undecided at 4" in q8.sentence
     slower = {**searched, "search_low": {**searched["search_low"], "limit": 2}}
     _write_predict(synthetic_run, {"Q8_0": {**prediction, "limit": {**prediction["limit"], **slower}}})
     (q8, _) = prediction_checks(load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo)
     assert q8.finding == SLOWER_UNDER_LOAD  # below even what the budget was expected to show
+    nothing = {"search": {"limit": None, "undecided": [1, 2], "lowest_miss": 4}, "search_low": None}
+    _write_predict(synthetic_run, {"Q8_0": {**prediction, "limit": {**prediction["limit"], **nothing}}})
+    (q8, _) = prediction_checks(load_run(synthetic_run), analysis.levels, held, analysis.quants, analysis.slo)
+    assert "a limit search within its level budget is predicted to show no level [none, none], undecided at 1, 2" in q8.sentence
 
 
 def test_a_failed_or_turned_off_step_says_not_predicted_and_why(synthetic_run: Path) -> None:
