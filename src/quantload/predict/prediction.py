@@ -26,6 +26,7 @@ from quantload.predict.simulator import LOCKSTEP, ClientTiming, ServerModel
 from quantload.predict.workload_shapes import WorkloadShapes
 from quantload.rundir import read_json, write_json_atomic
 from quantload.slo import Slo
+from quantload.text_format import span
 
 PREDICT_SCHEMA = "quantload.predict/1"
 LLAMA_DEFAULT_BATCH = 2048  # llama-server's -b when not given
@@ -141,7 +142,7 @@ class FilePrediction:
         )
         return (
             f"; a limit search of up to {budget.max_s:g} s a level is predicted to show {point}"
-            f" ({low} to {high}){left}, in about {found.search.seconds / 60:.0f} min{short}"
+            f" ({low} to {high}){left}, in about {span(found.search.seconds)}{short}"
         )
 
 
