@@ -19,6 +19,7 @@ __all__ = [
     "assemble_plan",
     "decided_timeout_s",
     "poisson_requests",
+    "requests_before_a_miss_stops",
     "stage_decision",
     "stage_plan",
     "warmup_requests",
@@ -342,12 +343,17 @@ def stage_plan(
     )
 
 
+def requests_before_a_miss_stops(users: int) -> int:
+    """The requests a level that misses still records: a request from each of its users, at least 2."""
+    return max(users, 2)
+
+
 def stage_decision(slo: SloSettings, level: str, users: int) -> StageDecision:
     """How a stage at `users` decides `level` under the [slo] settings: their SLO and budget; a
     level that misses stops once its users have sent a request each."""
     return StageDecision(
         level=level, slo=Slo.of(slo), max_requests=slo.level_max_requests, max_s=slo.level_max_s,
-        min_requests=max(users, 2),
+        min_requests=requests_before_a_miss_stops(users),
     )  # fmt: skip
 
 

@@ -183,9 +183,9 @@ def predict_levels(
     `misses_past`, stopping once that many levels in a row have missed."""
     judged: list[LevelPrediction] = []
     missed = 0
+    budget = plan.budget if plan.arrival == "closed" else None
     for level in sorted(levels):
         result = simulate(server, cost, plan.workload(level), seed)
-        budget = plan.budget if plan.arrival == "closed" else None
         judged.append(judge_level(level, result, slo, plan.warmup_requests, budget))
         missed = 0 if judged[-1].meets else missed + 1
         if misses_past is not None and missed >= misses_past:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from quantload.evidence import Decision
 from quantload.load.level_judgement import LevelJudgement
 from quantload.load.limit_search import LimitResult, LimitSearch, Trial
+from quantload.load.plan import requests_before_a_miss_stops
 from quantload.predict.simulator import SimResult
 from quantload.slo import Slo
 
@@ -90,7 +91,7 @@ def decide_level(
     spent = False
     for count, record in enumerate(judged, start=1):
         sent_s = record.arrival_s - began_s
-        if count > planned and (sent_s >= budget.max_s or count > budget.max_requests):
+        if count > planned and judgement.out_of_budget(sent_s):
             spent = True
             break
         ok = not record.failed
@@ -98,7 +99,7 @@ def decide_level(
             ok, True, record.ttft_s if ok else None, None, record.tpot_s if ok else None, record.e2e_s
         )
         seconds = record.end_s - began_s
-        if outcome == "misses" and count >= max(users, 2):
+        if outcome == "misses" and count >= requests_before_a_miss_stops(users):
             break
         if outcome == "meets" and count >= planned:
             break
